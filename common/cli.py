@@ -1,0 +1,166 @@
+"""The `xbench` command: run grids, list models and backends, get the data, make reports."""
+import importlib
+import sys
+from pathlib import Path
+
+import click
+
+from common import data as data_module
+from common import grid as grid_module
+from common import models, results
+from common.backend import BACKENDS, get_backend
+from common.errors import UserError
+from common.runner import run_grid
+from common.table import format_rows
+
+DEFAULT_RESULTS_DIR = Path("results")
+FRAMEWORK_MODELS = {"PyTorch": "pt_backend.models:describe", "Keras": "tf_backend.models:describe"}
+
+
+def int_list(ctx, param, value):
+    """'1,2,4' -> [1, 2, 4] (a clear error for anything else)."""
+    if value is None:
+        return None
+    try:
+        return [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise click.BadParameter(f"'{value}' is not a comma-separated list of whole numbers") from None
+
+
+def str_list(ctx, param, value):
+    return None if value is None else [v.strip() for v in value.split(",") if v.strip()]
+
+
+@click.group()
+def main():
+    """xbench: data-parallel training benchmarks across PyTorch, TensorFlow and Horovod."""
+
+
+@main.command()
+@click.argument("grid_file", required=False, type=click.Path(dir_okay=False))
+@click.option("--preset", help="A grid in experiments/ by name (smoke, seed, lab...).")
+@click.option("--backend", callback=str_list, help="Backends, comma-separated: " + ", ".join(BACKENDS))
+@click.option("--model", callback=str_list, help="Models, comma-separated: " + ", ".join(models.MODELS))
+@click.option("--multiple", callback=int_list, help="Dataset multiples, e.g. 1,4,8.")
+@click.option("--batch", callback=int_list, help="Batch sizes, e.g. 128,256,512.")
+@click.option("--devices", callback=int_list, help="Device counts, e.g. 1,2,4.")
+@click.option("--epochs", type=int, help="Epochs per run (>= 2: epoch 1 warms up).")
+@click.option("--repeat", type=int, help="Repeats of every cell (dispersion needs >= 3).")
+@click.option("--batch-mode", type=click.Choice(grid_module.BATCH_MODES),
+              help="global: the batch is split over devices (strong scaling); "
+                   "per_device: each device keeps it (weak scaling).")
+@click.option("--max-train-samples", type=int, help="Cap the base training set (before multiples).")
+@click.option("--data", type=click.Choice(grid_module.DATA_KINDS), help="Real MNIST or synthetic data.")
+@click.option("--data-dir", type=click.Path(file_okay=False), help="Folder with the MNIST files.")
+@click.option("--device", type=click.Choice(grid_module.DEVICE_KINDS), help="Force cpu or cuda.")
+@click.option("--seed", type=int, help="Seed of the model and the data order.")
+@click.option("--timeout", type=int, help="Seconds a cell may run before it is killed.")
+@click.option("--results", "results_path", type=click.Path(dir_okay=False),
+              help="Results file (JSON Lines); default results/<grid>.jsonl.")
+@click.option("--resume/--force", default=True,
+              help="Skip cells that already have an ok row in the results file (default), or rerun all.")
+@click.option("--dry-run", is_flag=True, help="List the cells, run nothing.")
+def grid(grid_file, preset, backend, model, multiple, batch, devices, epochs, repeat, batch_mode,
+         max_train_samples, data, data_dir, device, seed, timeout, results_path, resume, dry_run):
+    """Run a grid of cells (a grid file, or --preset), one result row per cell and repeat."""
+    if bool(grid_file) == bool(preset):
+        raise UserError("give a grid file or --preset NAME (not both), e.g. `xbench grid --preset smoke`")
+    spec = grid_module.read_grid_file(grid_file or grid_module.preset_path(preset))
+    overrides = {"backends": backend, "models": model, "multiples": multiple, "batches": batch,
+                 "devices": devices, "epochs": epochs, "repeats": repeat, "batch_mode": batch_mode,
+                 "max_train_samples": max_train_samples, "data": data, "device": device,
+                 "seed": seed, "timeout": timeout}
+    cells = grid_module.expand(spec, overrides, data_dir)
+    results_path = Path(results_path or DEFAULT_RESULTS_DIR / f"{spec['name']}.jsonl")
+    if dry_run:
+        for cell in cells:
+            click.echo(f"{cell.label}  [{cell.key}]")
+        click.echo(f"{len(cells)} cells; would append to {results_path}")
+        return
+    if cells[0].data == "mnist":
+        data_module.load_mnist(cells[0].data_dir)  # fail now, not in every cell, if it is missing
+    else:
+        click.secho("SYNTHETIC DATA: random MNIST-shaped images; rates are real, accuracy is "
+                    "meaningless; rows say dataset=synthetic", fg="yellow", err=True)
+    click.echo(f"{len(cells)} cells -> {results_path}")
+    rows = run_grid(cells, results_path, resume=resume, echo=click.echo)
+    click.echo(format_rows(rows))
+    click.echo(f"results: {results_path}")
+
+
+@main.command("models")
+def list_models():
+    """Every model: parameters and FLOPs per sample, from the spec and from each framework."""
+    header = f"{'model':<7} {'source':<20} {'parameters':>12} {'FLOPs/sample':>14}"
+    click.echo(header)
+    for name in models.MODELS:
+        click.echo(f"{name:<7} {'spec (common)':<20} {models.parameter_count(name):>12,} "
+                   f"{models.flops_per_sample(name):>14,}")
+        for framework, path in FRAMEWORK_MODELS.items():
+            module, function = path.split(":")
+            try:
+                described = getattr(importlib.import_module(module), function)(name)
+            except ImportError as e:
+                click.echo(f"{name:<7} {framework:<20} not installed ({e.name})")
+                continue
+            click.echo(f"{name:<7} {described['framework']:<20} {described['params']:>12,} "
+                       f"{described['flops_per_sample']:>14,}")
+    click.echo("FLOPs = 2 x multiply-accumulates of the forward pass (conv and dense layers).")
+
+
+@main.command("backends")
+def list_backends():
+    """Every backend: available here or not, and why."""
+    for name in BACKENDS:
+        backend = get_backend(name)
+        reason = backend.missing()
+        click.echo(f"{name:<12} {backend.framework:<11} " + (f"NOT AVAILABLE: {reason}" if reason
+                                                             else "available " + backend.describe()))
+
+
+@main.group("data")
+def data_group():
+    """Get MNIST."""
+
+
+@data_group.command("download")
+@click.option("--to", "folder", required=True, type=click.Path(file_okay=False),
+              help="Folder to put the four MNIST .gz files in.")
+def download(folder):
+    """Download MNIST (needs internet; tests and CI never do this)."""
+    click.echo(f"MNIST is in {data_module.download(folder)}; use --data-dir {folder}")
+
+
+@main.command("export")
+@click.argument("results_file", type=click.Path(exists=True, dir_okay=False))
+@click.argument("target", type=click.Path(dir_okay=False))
+def export(results_file, target):
+    """Write a results file as a flat .csv or .parquet table."""
+    rows, problems = results.read_rows(results_file)
+    for problem in problems:
+        click.secho(problem, fg="yellow", err=True)
+    click.echo(f"{len(rows)} rows -> {results.export(rows, target)}")
+
+
+def run():
+    """Entry point: user errors print one message and exit 2, never a traceback."""
+    try:
+        main(standalone_mode=False)
+    except UserError as e:
+        click.secho(f"error: {e}", fg="red", err=True)
+        sys.exit(2)
+    except click.exceptions.Abort:
+        click.echo("interrupted; the running cell was stopped and nothing half-written was kept",
+                   err=True)
+        sys.exit(130)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(2)
+    except KeyboardInterrupt:
+        click.echo("interrupted; the running cell was stopped and nothing half-written was kept",
+                   err=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    run()

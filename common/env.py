@@ -1,0 +1,50 @@
+"""The environment a row was measured in (printed with the numbers, as PyTorch's DDP benchmark does)."""
+import importlib.metadata
+import platform
+import socket
+import subprocess
+from pathlib import Path
+
+from common.backend import cpu_cores
+
+PACKAGES = ("torch", "tensorflow", "tensorflow-cpu", "keras", "horovod", "numpy", "xbench")
+REPO = Path(__file__).resolve().parent.parent
+
+
+def package_versions():
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return versions
+
+
+def git_commit():
+    try:
+        out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return out.stdout.strip() + ("-dirty" if dirty else "") if out.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def capture(threads=None):
+    return {"host": socket.gethostname(), "platform": platform.platform(),
+            "cpu": platform.processor() or platform.machine(), "cpu_count": cpu_cores(),
+            "threads": threads, "python": platform.python_version(),
+            "packages": package_versions(), "git_commit": git_commit()}
+
+
+def cpu_name():
+    """The CPU's model name (for device_name on CPU runs)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

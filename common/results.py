@@ -1,0 +1,141 @@
+"""The result schema (one JSON object per cell and repeat) and the results file (JSON Lines).
+
+Appends are whole lines, under an exclusive lock, flushed and fsynced, so that two grids can share
+a file and a crash leaves at most a torn last line; reading reports such a line and keeps the rest.
+"""
+import fcntl
+import json
+import os
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+from common.errors import UserError
+from common.models import flops_per_sample, parameter_count
+
+SCHEMA_VERSION = 1
+STATUSES = ("ok", "failed", "timeout", "oom", "unsupported")
+REQUIRED_FIELDS = (
+    "schema_version", "run_id", "grid", "cell_key", "repeat", "status", "error", "started_at",
+    "finished_at", "backend", "framework", "framework_version", "model", "params",
+    "flops_per_sample", "dataset", "dataset_source", "dataset_multiple", "train_samples",
+    "batch_mode", "global_batch", "per_device_batch", "devices", "device_type", "device_name",
+    "epochs", "startup_seconds", "step_time_p50", "step_time_p90", "test_accuracy",
+    "peak_memory_bytes", "env",
+)
+
+
+def new_run_id():
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
+
+
+def now():
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def base_row(cell, run_id, framework):
+    """The row of a cell before it runs: identity and configuration, no measurements yet."""
+    return {
+        "schema_version": SCHEMA_VERSION, "run_id": run_id, "grid": cell.grid,
+        "cell_key": cell.key, "repeat": cell.repeat, "status": None, "error": None,
+        "started_at": now(), "finished_at": None,
+        "backend": cell.backend, "framework": framework, "framework_version": None,
+        "model": cell.model, "params": parameter_count(cell.model),
+        "flops_per_sample": flops_per_sample(cell.model),
+        "dataset": cell.data, "dataset_source": None, "dataset_multiple": cell.multiple,
+        "max_train_samples": cell.max_train_samples, "train_samples": None,
+        "batch_mode": cell.batch_mode, "global_batch": cell.global_batch,
+        "per_device_batch": cell.per_device_batch, "devices": cell.devices,
+        "device_type": None, "device_name": None, "seed": cell.seed,
+        "epochs": [], "startup_seconds": None, "step_time_p50": None, "step_time_p90": None,
+        "test_accuracy": None, "peak_memory_bytes": None, "peak_memory_per_device": None,
+        "cell_seconds": None, "backend_details": {}, "env": {},
+    }
+
+
+def check_writable(path):
+    """Fail before any cell runs if the results file cannot be written (folders are created)."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a"):
+            pass
+    except OSError as e:
+        raise UserError(f"cannot write the results file {path}: {e.strerror}; choose another "
+                        f"--results path in a folder you can write to") from None
+
+
+def append_row(path, row):
+    """Append one row as one line: locked, flushed and fsynced."""
+    line = json.dumps(row, default=str) + "\n"
+    with open(path, "a", encoding="utf-8") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def read_rows(path):
+    """(rows, problems): every well-formed row, and 'line N: what is wrong' for the others."""
+    rows, problems = [], []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                problems.append(f"{path}: line {number}: not valid JSON ({e.msg}); line skipped")
+                continue
+            if not isinstance(row, dict) or "status" not in row or "cell_key" not in row:
+                problems.append(f"{path}: line {number}: not a result row; line skipped")
+                continue
+            rows.append(row)
+    return rows, problems
+
+
+def repair_tail(path):
+    """End the file with a newline, so a line torn by a crash cannot swallow the next append."""
+    path = Path(path)
+    if path.is_file() and path.stat().st_size:
+        with open(path, "rb+") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                f.write(b"\n")
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def flat_table(rows):
+    """Rows as flat records (epoch fields as epoch1_rate, ...) for CSV / Parquet / pandas."""
+    flat = []
+    for row in rows:
+        record = {k: v for k, v in row.items() if k not in ("epochs", "env", "backend_details")}
+        for epoch in row.get("epochs") or []:
+            for field in ("seconds", "samples", "rate", "loss", "accuracy"):
+                record[f"epoch{epoch['epoch']}_{field}"] = epoch.get(field)
+        for key, value in (row.get("env") or {}).items():
+            record[f"env_{key}"] = json.dumps(value) if isinstance(value, (dict, list)) else value
+        for key, value in (row.get("backend_details") or {}).items():
+            record[f"detail_{key}"] = json.dumps(value) if isinstance(value, (dict, list)) else value
+        if isinstance(record.get("peak_memory_per_device"), list):
+            record["peak_memory_per_device"] = json.dumps(record["peak_memory_per_device"])
+        flat.append(record)
+    return flat
+
+
+def export(rows, path):
+    """Write rows to .csv or .parquet (pandas; pyarrow for Parquet)."""
+    import pandas as pd
+    frame = pd.DataFrame(flat_table(rows))
+    path = Path(path)
+    if path.suffix == ".csv":
+        frame.to_csv(path, index=False)
+    elif path.suffix == ".parquet":
+        frame.to_parquet(path, index=False)
+    else:
+        raise UserError(f"cannot export to '{path.suffix}': use a .csv or .parquet file name")
+    return path

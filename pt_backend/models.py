@@ -1,0 +1,39 @@
+"""The PyTorch networks, built from common.models' specs."""
+import torch
+from torch import nn
+
+from common.models import ADAM, MODELS, Conv, Dense, Flatten, MaxPool
+
+
+def build_model(name):
+    layers = []
+    for layer in MODELS[name]:
+        if isinstance(layer, Conv):
+            layers += [nn.Conv2d(layer.in_channels, layer.out_channels, layer.kernel,
+                                 padding=layer.kernel // 2), nn.ReLU()]
+        elif isinstance(layer, MaxPool):
+            layers.append(nn.MaxPool2d(layer.size))
+        elif isinstance(layer, Flatten):
+            layers.append(nn.Flatten())
+        elif isinstance(layer, Dense):
+            layers.append(nn.Linear(layer.in_features, layer.out_features))
+            if layer.relu:
+                layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+def build_optimizer(parameters):
+    return torch.optim.Adam(parameters, lr=ADAM["learning_rate"],
+                            betas=(ADAM["beta_1"], ADAM["beta_2"]), eps=ADAM["epsilon"])
+
+
+def describe(name):
+    """Parameters counted on the built module and forward FLOPs counted by torch's FlopCounterMode."""
+    from torch.utils.flop_counter import FlopCounterMode
+    model = build_model(name)
+    counter = FlopCounterMode(display=False)
+    with counter, torch.no_grad():
+        model(torch.zeros(1, 1, 28, 28))
+    return {"framework": "PyTorch " + torch.__version__,
+            "params": sum(p.numel() for p in model.parameters() if p.requires_grad),
+            "flops_per_sample": counter.get_total_flops()}

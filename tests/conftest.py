@@ -1,0 +1,30 @@
+"""Shared fixtures. Tests read real MNIST from ../shared/data/mnist (or $XBENCH_TEST_DATA); never download."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+MNIST_DIR = Path(os.environ.get("XBENCH_TEST_DATA", REPO.parent / "shared" / "data" / "mnist"))
+XBENCH = [sys.executable, "-m", "common.cli"]
+
+
+@pytest.fixture(scope="session")
+def mnist_dir():
+    if not (MNIST_DIR / "train-images-idx3-ubyte.gz").is_file():
+        pytest.exit(f"real MNIST is needed at {MNIST_DIR} (or set XBENCH_TEST_DATA)", returncode=2)
+    return MNIST_DIR
+
+
+@pytest.fixture(scope="session")
+def mnist(mnist_dir):
+    from common.data import load_mnist
+    return load_mnist(mnist_dir)
+
+
+def xbench(*args, cwd=REPO, timeout=600):
+    """Run the real `xbench` command line; returns the CompletedProcess (text)."""
+    return subprocess.run([*XBENCH, *map(str, args)], capture_output=True, text=True, cwd=cwd,
+                          timeout=timeout)

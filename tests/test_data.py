@@ -1,0 +1,69 @@
+"""MNIST loading and the per-epoch order every backend shares."""
+import shutil
+
+import numpy as np
+import pytest
+
+from common import data
+from common.errors import UserError
+
+TRAIN_LABEL_COUNTS = [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949]
+TEST_LABEL_COUNTS = [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
+
+
+def test_real_mnist_shapes_and_label_counts(mnist):
+    assert mnist.train_images.shape == (60000, 28, 28) and mnist.train_images.dtype == np.uint8
+    assert mnist.test_images.shape == (10000, 28, 28)
+    assert np.bincount(mnist.train_labels).tolist() == TRAIN_LABEL_COUNTS
+    assert np.bincount(mnist.test_labels).tolist() == TEST_LABEL_COUNTS
+    pixels = mnist.train_images / 255.0
+    assert pixels.mean() == pytest.approx(data.MEAN, abs=1e-4)
+    assert pixels.std() == pytest.approx(data.STD, abs=1e-4)
+    assert mnist.dataset == "mnist"
+
+
+def test_torchvision_raw_layout_is_found(mnist_dir, tmp_path):
+    raw = tmp_path / "MNIST" / "raw"
+    shutil.copytree(mnist_dir, raw)
+    assert data.load_mnist(tmp_path).source == str(raw.resolve())
+
+
+def test_checksum_failure_is_a_clear_error(mnist_dir, tmp_path):
+    for f in mnist_dir.glob("*.gz"):
+        shutil.copy(f, tmp_path / f.name)
+    target = tmp_path / "train-labels-idx1-ubyte.gz"
+    target.write_bytes(target.read_bytes()[:-100])  # truncated download
+    with pytest.raises(UserError, match="train-labels-idx1-ubyte.gz is corrupt .*MD5"):
+        data.load_mnist(tmp_path)
+
+
+def test_missing_data_says_where_it_looked(tmp_path, monkeypatch):
+    monkeypatch.delenv("XBENCH_DATA_DIR", raising=False)
+    with pytest.raises(UserError) as error:
+        data.load_mnist(tmp_path / "nowhere")
+    assert str(tmp_path / "nowhere") in str(error.value)
+    assert "xbench data download" in str(error.value) and "--data synthetic" in str(error.value)
+
+
+def test_synthetic_data_says_so():
+    fake = data.synthetic_mnist(seed=1)
+    assert fake.dataset == "synthetic" and fake.train_images.shape == (60000, 28, 28)
+
+
+def test_epoch_order_is_seeded_per_epoch():
+    a, b = data.epoch_order(1000, seed=3, epoch=1), data.epoch_order(1000, seed=3, epoch=2)
+    assert sorted(a) == list(range(1000)) and not np.array_equal(a, b)
+    assert np.array_equal(a, data.epoch_order(1000, seed=3, epoch=1))
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_rank_shards_are_disjoint_and_rebuild_the_global_batches(world):
+    samples, global_batch = 1030, 64
+    shards = [data.rank_indices(samples, global_batch, 0, 1, rank, world) for rank in range(world)]
+    single = data.rank_indices(samples, global_batch, 0, 1, 0, 1)
+    assert len(single) == samples // global_batch * global_batch  # incomplete last batch dropped
+    per_device = global_batch // world
+    for step in range(len(single) // global_batch):
+        together = np.concatenate([s[step * per_device:(step + 1) * per_device] for s in shards])
+        assert sorted(together) == sorted(single[step * global_batch:(step + 1) * global_batch])
+    assert len(np.unique(np.concatenate(shards))) == len(single)

@@ -1,0 +1,10 @@
+"""TensorFlow backends: tf-mirrored (MirroredStrategy) and hvd-tf (Horovod), on Keras 3 models.
+
+Only launched workers (and `xbench models`) import these modules' TensorFlow code; the runner
+imports just the backend classes. TensorFlow's C++ INFO and WARNING lines (CPU feature banners,
+tf.data optimisation notes) would bury a cell's log, so they are dropped before TensorFlow loads;
+errors still print, and a user's own TF_CPP_MIN_LOG_LEVEL wins.
+"""
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
