@@ -28,8 +28,12 @@ demo: setup
 	  echo "!!! Get real data: $(XBENCH) data download --to data/mnist; make demo MNIST=data/mnist"; \
 	  $(XBENCH) grid --preset smoke --data synthetic --results results/demo.jsonl; \
 	fi
+	$(XBENCH) report results/demo.jsonl --out reports/out/demo
 
+# The report's browser test needs Debian's chromium: installed here when absent (CI runs as root).
 test: setup
+	@command -v chromium >/dev/null || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 	$(PY) -m pytest
 
 clean:

@@ -55,13 +55,17 @@ def main():
 @click.option("--device", type=click.Choice(grid_module.DEVICE_KINDS), help="Force cpu or cuda.")
 @click.option("--seed", type=int, help="Seed of the model and the data order.")
 @click.option("--timeout", type=int, help="Seconds a cell may run before it is killed.")
+@click.option("--memory-limit-mb", type=int,
+              help="Memory each worker may allocate for training, on top of its framework and "
+                   "data (emulates a smaller device: a batch that does not fit is an 'oom' row).")
 @click.option("--results", "results_path", type=click.Path(dir_okay=False),
               help="Results file (JSON Lines); default results/<grid>.jsonl.")
 @click.option("--resume/--force", default=True,
               help="Skip cells that already have an ok row in the results file (default), or rerun all.")
 @click.option("--dry-run", is_flag=True, help="List the cells, run nothing.")
 def grid(grid_file, preset, backend, model, multiple, batch, devices, epochs, repeat, batch_mode,
-         max_train_samples, data, data_dir, device, seed, timeout, results_path, resume, dry_run):
+         max_train_samples, data, data_dir, device, seed, timeout, memory_limit_mb, results_path,
+         resume, dry_run):
     """Run a grid of cells (a grid file, or --preset), one result row per cell and repeat."""
     if bool(grid_file) == bool(preset):
         raise UserError("give a grid file or --preset NAME (not both), e.g. `xbench grid --preset smoke`")
@@ -69,7 +73,7 @@ def grid(grid_file, preset, backend, model, multiple, batch, devices, epochs, re
     overrides = {"backends": backend, "models": model, "multiples": multiple, "batches": batch,
                  "devices": devices, "epochs": epochs, "repeats": repeat, "batch_mode": batch_mode,
                  "max_train_samples": max_train_samples, "data": data, "device": device,
-                 "seed": seed, "timeout": timeout}
+                 "seed": seed, "timeout": timeout, "memory_limit_mb": memory_limit_mb}
     cells = grid_module.expand(spec, overrides, data_dir)
     results_path = Path(results_path or DEFAULT_RESULTS_DIR / f"{spec['name']}.jsonl")
     if dry_run:
@@ -82,7 +86,6 @@ def grid(grid_file, preset, backend, model, multiple, batch, devices, epochs, re
     else:
         click.secho("SYNTHETIC DATA: random MNIST-shaped images; rates are real, accuracy is "
                     "meaningless; rows say dataset=synthetic", fg="yellow", err=True)
-    click.echo(f"{len(cells)} cells -> {results_path}")
     rows = run_grid(cells, results_path, resume=resume, echo=click.echo)
     click.echo(format_rows(rows))
     click.echo(f"results: {results_path}")
@@ -142,6 +145,29 @@ def export(results_file, target):
     click.echo(f"{len(rows)} rows -> {results.export(rows, target)}")
 
 
+@main.command()
+@click.argument("results_files", nargs=-1, type=click.Path(exists=True, dir_okay=False))
+@click.option("--out", type=click.Path(file_okay=False),
+              help="Folder to write into; default reports/out/<name of the first results file>.")
+@click.option("--format", "formats", default="html,md,png,svg,csv", show_default=True,
+              help="What to write, comma-separated: html, md, png, svg, csv.")
+@click.option("--where",
+              help="Keep only the rows matching a pandas query, e.g. \"model == 'small'\".")
+def report(results_files, out, formats, where):
+    """Figures, tables and one HTML page from results files (default: the newest in results/)."""
+    import reports
+    from reports.load import newest_results
+    from reports.tables import shorten
+    paths = [Path(p) for p in results_files] or [newest_results(DEFAULT_RESULTS_DIR)]
+    out = Path(out or Path("reports/out") / paths[0].stem)
+    notices, summary, written = reports.build_report(paths, out, reports.parse_formats(formats),
+                                                     where)
+    for line in notices:
+        click.secho(line, fg="yellow", err=True)
+    click.echo("\n".join(shorten(summary)))
+    click.echo(f"report: {written.get('html', out)}")
+
+
 def run():
     """Entry point: user errors print one message and exit 2, never a traceback."""
     try:
@@ -149,17 +175,13 @@ def run():
     except UserError as e:
         click.secho(f"error: {e}", fg="red", err=True)
         sys.exit(2)
-    except click.exceptions.Abort:
-        click.echo("interrupted; the running cell was stopped and nothing half-written was kept",
-                   err=True)
+    except (click.exceptions.Abort, KeyboardInterrupt):  # Ctrl-C, or SIGTERM during a grid
+        click.echo("interrupted: the running cell was stopped and nothing half-written was kept; "
+                   "run the same command again to resume", err=True)
         sys.exit(130)
     except click.ClickException as e:
         e.show()
         sys.exit(2)
-    except KeyboardInterrupt:
-        click.echo("interrupted; the running cell was stopped and nothing half-written was kept",
-                   err=True)
-        sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -98,19 +98,21 @@ def _read_idx(path, md5_gz, md5_raw):
     raw = path.read_bytes()
     expected = md5_gz if path.suffix == ".gz" else md5_raw
     if hashlib.md5(raw).hexdigest() != expected:
-        raise UserError(f"{path} is corrupt or not the original MNIST file (MD5 mismatch, "
-                        f"{path.stat().st_size} bytes); delete it and get it again: {HOW_TO_GET}")
+        raise UserError(f"{path} is corrupt or not the original MNIST file: its MD5 does not match "
+                        f"({path.stat().st_size:,} bytes; an interrupted download leaves a truncated "
+                        f"file). Delete it and fetch it again with `xbench data download --to "
+                        f"{path.parent}`")
     if path.suffix == ".gz":
         raw = gzip.decompress(raw)
     dims = raw[3]
     shape = tuple(int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(dims))
-    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape).copy()
 
 
 def _read_keras_npz(path):
     if hashlib.sha256(path.read_bytes()).hexdigest() != KERAS_NPZ_SHA256:
-        raise UserError(f"{path} is corrupt or not Keras' MNIST file (SHA-256 mismatch); "
-                        f"delete it and get it again: {HOW_TO_GET}")
+        raise UserError(f"{path} is corrupt or not Keras' MNIST file: its SHA-256 does not match. "
+                        f"Delete it, then {HOW_TO_GET}")
     with np.load(path) as f:
         return MNIST(f["x_train"], f["y_train"], f["x_test"], f["y_test"],
                      dataset="mnist", source=str(path.resolve()))

@@ -21,10 +21,12 @@ AXIS_OPTIONS = {"backends": "--backend", "models": "--model", "multiples": "--mu
 SETTINGS = {
     "name": str, "description": str, "epochs": int, "repeats": int, "batch_mode": str,
     "seed": int, "timeout": int, "max_train_samples": int, "data": str, "device": str,
+    "memory_limit_mb": int,
 }
 DEFAULTS = {
     "description": "", "epochs": 2, "repeats": 1, "batch_mode": "global", "seed": 0,
     "timeout": 3600, "max_train_samples": 0, "data": "mnist", "device": "auto",
+    "memory_limit_mb": 0,  # 0: no limit; else the memory each worker may allocate for training
 }
 
 
@@ -44,6 +46,7 @@ class Cell:
     data: str
     device: str
     timeout: int
+    memory_limit_mb: int = 0
     data_dir: str | None = None
     repeat: int = 0
 
@@ -124,6 +127,7 @@ def expand(spec, overrides=None, data_dir=None):
                 batch_mode=settings["batch_mode"], seed=settings["seed"],
                 max_train_samples=settings["max_train_samples"], data=settings["data"],
                 device=settings["device"], timeout=settings["timeout"],
+                memory_limit_mb=settings["memory_limit_mb"],
                 data_dir=str(data_dir) if data_dir else None, repeat=repeat))
     return cells
 
@@ -137,10 +141,13 @@ def _check_axis(key, value, kind):
 
 def _check_value(key, value, kind):
     if kind is int:
+        option = AXIS_OPTIONS.get(key, "--repeat" if key == "repeats" else "--" + key.replace("_", "-"))
         if isinstance(value, bool) or not isinstance(value, int):
-            raise UserError(f"'{key}' must be a whole number, got {value!r}")
-        if value < 0 or (value == 0 and key not in ("max_train_samples", "seed")):
-            raise UserError(f"'{key}' must be positive, got {value}")
+            raise UserError(f"'{key}' must be a whole number, got {value!r}; fix it in the grid "
+                            f"file or with {option}")
+        if value < 0 or (value == 0 and key not in ("max_train_samples", "seed", "memory_limit_mb")):
+            raise UserError(f"'{key}' must be positive, got {value}; fix it in the grid file or "
+                            f"with {option}")
     elif not isinstance(value, str):
         raise UserError(f"'{key}' must be text, got {value!r}")
     return value

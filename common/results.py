@@ -1,7 +1,9 @@
 """The result schema (one JSON object per cell and repeat) and the results file (JSON Lines).
 
-Appends are whole lines, under an exclusive lock, flushed and fsynced, so that two grids can share
-a file and a crash leaves at most a torn last line; reading reports such a line and keeps the rest.
+Each append is one whole line written by one write() under an exclusive lock, then fsynced, so two
+grids can share a file and a signal cannot split a row. A line torn by a crash (or a line damaged by
+hand) is reported by line number when the file is read, every other row is kept, and the next append
+starts on a fresh line.
 """
 import fcntl
 import json
@@ -33,13 +35,14 @@ def now():
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def base_row(cell, run_id, framework):
-    """The row of a cell before it runs: identity and configuration, no measurements yet."""
+def base_row(cell, run_id):
+    """The row of a cell before it runs: identity and configuration, no measurements yet
+    (the runner fills in the framework once it has the backend)."""
     return {
         "schema_version": SCHEMA_VERSION, "run_id": run_id, "grid": cell.grid,
         "cell_key": cell.key, "repeat": cell.repeat, "status": None, "error": None,
         "started_at": now(), "finished_at": None,
-        "backend": cell.backend, "framework": framework, "framework_version": None,
+        "backend": cell.backend, "framework": None, "framework_version": None,
         "model": cell.model, "params": parameter_count(cell.model),
         "flops_per_sample": flops_per_sample(cell.model),
         "dataset": cell.data, "dataset_source": None, "dataset_multiple": cell.multiple,
@@ -47,6 +50,7 @@ def base_row(cell, run_id, framework):
         "batch_mode": cell.batch_mode, "global_batch": cell.global_batch,
         "per_device_batch": cell.per_device_batch, "devices": cell.devices,
         "device_type": None, "device_name": None, "seed": cell.seed,
+        "memory_limit_mb": cell.memory_limit_mb or None,
         "epochs": [], "startup_seconds": None, "step_time_p50": None, "step_time_p90": None,
         "test_accuracy": None, "peak_memory_bytes": None, "peak_memory_per_device": None,
         "cell_seconds": None, "backend_details": {}, "env": {},
@@ -54,10 +58,16 @@ def base_row(cell, run_id, framework):
 
 
 def check_writable(path):
-    """Fail before any cell runs if the results file cannot be written (folders are created)."""
+    """Fail before any cell runs if the results file cannot be written (missing folders are made)."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        in_the_way = next((p for p in (path.parent, *path.parent.parents) if p.is_file()), None)
+        reason = f"{in_the_way} is a file, not a folder" if in_the_way else e.strerror
+        raise UserError(f"cannot create the folder {path.parent} for the results file: {reason}; "
+                        f"choose another --results path") from None
+    try:
         with open(path, "a"):
             pass
     except OSError as e:
@@ -66,16 +76,26 @@ def check_writable(path):
 
 
 def append_row(path, row):
-    """Append one row as one line: locked, flushed and fsynced."""
-    line = json.dumps(row, default=str) + "\n"
-    with open(path, "a", encoding="utf-8") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+    """Append one row as one line: locked, written by a single write() (so a signal cannot split
+    it), fsynced. A torn last line left by a crashed writer is ended first, so it stays one
+    reported bad line and does not swallow this row."""
+    line = (json.dumps(row, default=str) + "\n").encode()
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
         try:
-            f.write(line)
-            f.flush()
-            os.fsync(f.fileno())
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                line = b"\n" + line
+            if os.write(fd, line) != len(line):
+                raise OSError("short write (is the disk full?)")
+            os.fsync(fd)
         finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+            os.close(fd)  # closing releases the lock
+    except OSError as e:
+        raise UserError(f"cannot append to the results file {path}: {e.strerror or e}; the rows "
+                        f"already in it are intact; fix the cause and run the same command again "
+                        f"(it resumes)") from None
 
 
 def read_rows(path):
@@ -95,18 +115,6 @@ def read_rows(path):
                 continue
             rows.append(row)
     return rows, problems
-
-
-def repair_tail(path):
-    """End the file with a newline, so a line torn by a crash cannot swallow the next append."""
-    path = Path(path)
-    if path.is_file() and path.stat().st_size:
-        with open(path, "rb+") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            f.seek(-1, os.SEEK_END)
-            if f.read(1) != b"\n":
-                f.write(b"\n")
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def flat_table(rows):

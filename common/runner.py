@@ -2,31 +2,40 @@
 
 The runner never imports a framework. It launches the backend's command, waits, and turns what
 came back (a result, an error file, a timeout, an exit code) into a row that it appends to the
-results file before the next cell starts, so a crash or Ctrl-C loses at most the running cell.
+results file before the next cell starts. Whatever one cell does (crash, hang, run out of memory,
+fail to import), the grid goes on; Ctrl-C, SIGTERM or even SIGKILL of the runner loses at most the
+running cell, and no process of it is left behind.
 """
+import contextlib
+import ctypes
 import json
 import os
 import signal
 import subprocess
 import tempfile
 import time
+import traceback
 import uuid
 from pathlib import Path
 
 from common import env, results
-from common.backend import get_backend, threads_per_process
+from common.backend import cpu_cores, get_backend, threads_per_process
+from common.errors import UserError
 
 REPO = Path(__file__).resolve().parent.parent
 LOG_TAIL_LINES = 15
 KILL_GRACE_SECONDS = 5
 ERROR_PRIORITY = ("oom", "unsupported", "failed")  # which rank's error names the cell's status
+DEVICES_PER_CORE = 4  # beyond this a CPU run of N processes (or logical devices) measures only contention
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def run_grid(cells, results_path, resume=True, echo=print):
     """Run every cell not already done; return the rows written by this run."""
+    check_devices(cells)
     results.check_writable(results_path)
-    results.repair_tail(results_path)
-    done = completed_cells(results_path) if resume else set()
+    echo(f"{len(cells)} cells -> {results_path}")
+    done = completed_cells(results_path, echo) if resume else set()
     run_id = results.new_run_id()
     log_dir = Path(f"{results_path}.logs") / run_id
     rows = []
@@ -43,24 +52,44 @@ def run_grid(cells, results_path, resume=True, echo=print):
     return rows
 
 
-def completed_cells(results_path):
+def check_devices(cells):
+    """Refuse a device count no CPU run can mean. A CUDA cell asking for more GPUs than the
+    machine has is the backend's to judge: it becomes an `unsupported` row."""
+    limit = DEVICES_PER_CORE * cpu_cores()
+    too_many = sorted({c.devices for c in cells if c.device != "cuda" and c.devices > limit})
+    if too_many:
+        raise UserError(
+            f"--devices {', '.join(map(str, too_many))} is more than this machine can run on CPU: "
+            f"each CPU device is a process (or a logical device) sharing its {cpu_cores()} cores, and "
+            f"beyond {limit} ({DEVICES_PER_CORE} per core) a run measures only contention. Use at "
+            f"most {limit} devices here, or --device cuda on a machine with that many GPUs")
+
+
+def completed_cells(results_path, echo=print):
+    """(cell key, repeat) of every ok row; damaged lines are reported, then ignored."""
     if not Path(results_path).is_file():
         return set()
-    rows, _ = results.read_rows(results_path)
+    rows, problems = results.read_rows(results_path)
+    for problem in problems:
+        echo(problem)
     return {(r["cell_key"], r.get("repeat", 0)) for r in rows if r.get("status") == "ok"}
 
 
 def run_cell(cell, run_id, log_path):
     """One cell, start to end: its result row, whatever happened."""
-    backend = get_backend(cell.backend)
-    row = results.base_row(cell, run_id, backend.framework)
+    row = results.base_row(cell, run_id)
     started = time.perf_counter()
-    reason = backend.missing()
-    if reason:
-        row.update(status="unsupported", error=reason)
-    else:
-        row.update(launch(backend, cell, log_path))
-        row["log"] = str(log_path)
+    try:
+        backend = get_backend(cell.backend)
+        row["framework"] = backend.framework
+        reason = backend.missing()
+        if reason:
+            row.update(status="unsupported", error=reason)
+        else:
+            row.update(launch(backend, cell, log_path))
+            row["log"] = str(log_path)
+    except Exception:  # noqa: BLE001 - e.g. a backend that fails to import: its cells fail, the grid goes on
+        row.update(status="failed", error=f"xbench could not run this cell:\n{traceback.format_exc(limit=-3)}")
     row["cell_seconds"] = time.perf_counter() - started
     row["finished_at"] = results.now()
     if not row["env"]:
@@ -85,15 +114,29 @@ def launch(backend, cell, log_path):
             log.write(" ".join(command) + "\n")
             log.flush()
             process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment,
-                                       cwd=REPO, start_new_session=True)
+                                       cwd=REPO, start_new_session=True,
+                                       preexec_fn=_end_with(os.getpid()))
             try:
                 returncode = process.wait(timeout=cell.timeout)
                 timed_out = False
             except subprocess.TimeoutExpired:
                 returncode, timed_out = None, True
             finally:
-                kill_cell_processes(process, token)
+                with _signals_held():
+                    kill_cell_processes(process, token)
         return outcome(Path(out_dir), returncode, timed_out, cell, log_path)
+
+
+def _end_with(driver_pid):
+    """A preexec_fn: the launched process gets SIGTERM when the runner dies, even by SIGKILL, so
+    no cell runs on orphaned (a launcher such as torchrun then ends its ranks)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def preexec():
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != driver_pid:  # the runner died before prctl took effect
+            os._exit(1)
+    return preexec
 
 
 def outcome(out_dir, returncode, timed_out, cell, log_path):
@@ -112,7 +155,13 @@ def outcome(out_dir, returncode, timed_out, cell, log_path):
         return {"status": errors[0]["status"],
                 "error": errors[0]["error"] if errors[0]["status"] == "unsupported"
                 else f"{errors[0]['error']}\nLast lines of {log_path}:\n{tail}"}
-    return {"status": "failed", "error": f"exit code {returncode}. Last lines of {log_path}:\n{tail}"}
+    return {"status": "failed", "error": f"{exit_description(returncode)}. Last lines of {log_path}:\n{tail}"}
+
+
+def exit_description(returncode):
+    if returncode < 0:
+        return f"killed by {signal.Signals(-returncode).name}"
+    return f"exit code {returncode}"
 
 
 def log_tail(path, lines=LOG_TAIL_LINES):
@@ -138,7 +187,8 @@ def cell_processes(token):
 
 
 def kill_cell_processes(process, token):
-    """End the cell's processes: SIGTERM, a grace period, then SIGKILL for what is left."""
+    """End the cell's processes: SIGTERM, a grace period, then SIGKILL for what is left
+    (SIGKILL also ends a stopped or hung rank)."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         targets = cell_processes(token)
         if process.poll() is None:
@@ -165,17 +215,27 @@ def progress_line(row):
             f"start-up {row['startup_seconds']:.1f} s; test accuracy {row['test_accuracy']:.4f}")
 
 
-class _stop_on_signals:
+@contextlib.contextmanager
+def _signals_held():
+    """Hold Ctrl-C and SIGTERM until the block ends (then they act): a second, impatient Ctrl-C
+    must not cut short the killing of a cell's processes."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+@contextlib.contextmanager
+def _stop_on_signals():
     """Turn SIGTERM into KeyboardInterrupt while a grid runs, so both stop the running cell
     (its processes are killed in `launch`) and write nothing half-done."""
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
-    def __enter__(self):
-        self.previous = signal.signal(signal.SIGTERM, self._raise)
-        return self
 
-    def __exit__(self, *exc):
-        signal.signal(signal.SIGTERM, self.previous)
-
-    @staticmethod
-    def _raise(signum, frame):
-        raise KeyboardInterrupt
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt

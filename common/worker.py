@@ -4,8 +4,11 @@ Each rank loads the data and calls its backend's `train`. The reporting rank wri
 atomically; a rank that fails writes `error-<pid>.json` saying how (oom, unsupported or failed),
 then exits non-zero so the launcher (torchrun, horovodrun) ends the group.
 """
+import importlib
 import json
 import os
+import re
+import resource
 import sys
 import traceback
 from pathlib import Path
@@ -23,6 +26,20 @@ def write_json(path, payload):
     os.replace(tmp, path)
 
 
+def limit_memory(megabytes, framework):
+    """Emulate a device with `megabytes` of memory: once the framework is imported and the data
+    loaded, this process may allocate only that much more (RLIMIT_DATA), so a batch that does not
+    fit raises the framework's out-of-memory error, as it would on a GPU, instead of swapping or
+    waking the kernel's OOM killer."""
+    importlib.import_module(framework)
+    status = Path("/proc/self/status").read_text()
+    in_use = int(re.search(r"VmData:\s+(\d+) kB", status).group(1)) * 1024
+    _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    wanted = in_use + megabytes * 2**20
+    resource.setrlimit(resource.RLIMIT_DATA,
+                       (wanted if hard == resource.RLIM_INFINITY else min(wanted, hard), hard))
+
+
 def main(job_path, out_dir):
     spec = json.loads(Path(job_path).read_text())
     out_dir = Path(out_dir)
@@ -31,6 +48,10 @@ def main(job_path, out_dir):
     try:
         job = Job(cell=cell, data=data_module.load(cell), threads=spec["threads"],
                   launched_at=spec["launched_at"])
+        if cell.memory_limit_mb:
+            limit_memory(cell.memory_limit_mb, backend.framework)
+        print(f"xbench worker {os.getpid()}: {len(job.data.train_images)} training images loaded; "
+              f"training {cell.label}", file=sys.stderr, flush=True)
         result = backend.train(job)
     except Unsupported as e:
         write_json(out_dir / f"error-{os.getpid()}.json", {"status": "unsupported", "error": str(e)})
@@ -40,7 +61,7 @@ def main(job_path, out_dir):
         return 2
     except BaseException as e:  # noqa: BLE001 - every failure must reach the row, then the exit code
         status = "oom" if backend.is_out_of_memory(e) else "failed"
-        text = "".join(traceback.format_exception(e)[-6:])
+        text = "".join([*traceback.format_exception_only(e), *traceback.format_tb(e.__traceback__)[-3:]])
         write_json(out_dir / f"error-{os.getpid()}.json", {"status": status, "error": text})
         traceback.print_exc()
         return 1

@@ -2,15 +2,11 @@
 import os
 import sys
 
-from common.backend import Backend
-from pt_backend.dp import INSTALL_HINT
+from pt_backend.base import TorchBackend
 
 
-class DistributedDataParallelBackend(Backend):
+class DistributedDataParallelBackend(TorchBackend):
     name = "pt-ddp"
-    framework = "torch"
-    requires = ("torch",)
-    install_hint = INSTALL_HINT
 
     def processes(self, cell):
         return cell.devices
@@ -24,6 +20,7 @@ class DistributedDataParallelBackend(Backend):
         import torch.distributed as dist
         from torch.nn.parallel import DistributedDataParallel
         from pt_backend import train as loop
+        from pt_backend.models import build_optimizer
 
         loop.set_threads(job.threads)
         kind = loop.resolve_device(job.cell.device, job.cell.devices)
@@ -36,12 +33,9 @@ class DistributedDataParallelBackend(Backend):
         try:
             model = loop.new_model(job, device)
             wrapped = DistributedDataParallel(model, device_ids=[local_rank] if kind == "cuda" else None)
-            return loop.train(job, model, wrapped, device, loop.TorchDistributed(),
+            return loop.train(job, model, wrapped, build_optimizer(wrapped.parameters()), device,
+                              loop.TorchDistributed(),
                               {"parallelism": "DistributedDataParallel", "process_group": process_group,
                                "launcher": "torchrun --standalone"})
         finally:
             dist.destroy_process_group()
-
-    def is_out_of_memory(self, error):
-        from pt_backend.train import is_out_of_memory
-        return is_out_of_memory(error)

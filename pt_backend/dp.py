@@ -1,19 +1,15 @@
 """pt-dp: torch.nn.DataParallel, one process driving N GPUs (the blog's PyTorch backend)."""
-from common.backend import Backend
 from common.errors import Unsupported
+from pt_backend.base import TorchBackend
 
-INSTALL_HINT = "install PyTorch with `make setup` (or `pip install torch` into the environment)"
 
-
-class DataParallelBackend(Backend):
+class DataParallelBackend(TorchBackend):
     name = "pt-dp"
-    framework = "torch"
-    requires = ("torch",)
-    install_hint = INSTALL_HINT
 
     def train(self, job):
         import torch
         from pt_backend import train as loop
+        from pt_backend.models import build_optimizer
 
         loop.set_threads(job.threads)
         kind = loop.resolve_device(job.cell.device, job.cell.devices)
@@ -25,9 +21,6 @@ class DataParallelBackend(Backend):
         model = loop.new_model(job, device)
         device_ids = list(range(job.cell.devices)) if kind == "cuda" else None
         wrapped = torch.nn.DataParallel(model, device_ids=device_ids)
-        return loop.train(job, model, wrapped, device, loop.Collectives(),
+        return loop.train(job, model, wrapped, build_optimizer(wrapped.parameters()), device,
+                          loop.Collectives(),
                           {"parallelism": "torch.nn.DataParallel", "device_ids": device_ids})
-
-    def is_out_of_memory(self, error):
-        from pt_backend.train import is_out_of_memory
-        return is_out_of_memory(error)

@@ -16,7 +16,7 @@ from common.data import MEAN, STD, rank_indices
 from common.env import cpu_name
 from common.errors import Unsupported
 from common.timing import EpochClock, epoch_record, step_percentiles
-from pt_backend.models import build_model, build_optimizer
+from pt_backend.models import build_model
 
 EVAL_BATCH = 1000
 
@@ -61,7 +61,7 @@ class MNISTTrainSet(torch.utils.data.Dataset):
     """The uint8 training images; index i of a k-times multiple is base image i % base size."""
 
     def __init__(self, images, labels, multiple):
-        self.images = torch.from_numpy(np.ascontiguousarray(images))
+        self.images = torch.from_numpy(images)
         self.labels = torch.from_numpy(labels.astype(np.int64))
         self.samples = len(images) * multiple
 
@@ -151,8 +151,9 @@ def new_model(job, device):
     return build_model(job.cell.model).to(device)
 
 
-def train(job, model, wrapped, device, comm, details):
-    """Train `wrapped` (the model as the backend parallelises it) for the cell's epochs.
+def train(job, model, wrapped, optimizer, device, comm, details):
+    """Train `wrapped` (the model as the backend parallelises it) with `optimizer` (Adam, wrapped
+    by the backend where it averages gradients itself) for the cell's epochs.
 
     Returns the result fields on rank 0, None on the other ranks.
     """
@@ -162,7 +163,6 @@ def train(job, model, wrapped, device, comm, details):
     per_process_batch = cell.global_batch // comm.world
     loader = DataLoader(dataset, batch_size=per_process_batch, sampler=sampler, drop_last=True,
                         collate_fn=_as_is, pin_memory=device.type == "cuda")
-    optimizer = build_optimizer(wrapped.parameters())
     loss_fn = nn.CrossEntropyLoss()
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
@@ -180,7 +180,7 @@ def train(job, model, wrapped, device, comm, details):
         for images, labels in loader:
             x = normalise(images.to(device, non_blocking=True))
             y = labels.to(device, non_blocking=True)
-            optimizer.zero_grad(set_to_none=True)
+            optimizer.zero_grad()  # set_to_none, the default since torch 2.0
             logits = wrapped(x)
             loss = loss_fn(logits, y)
             loss.backward()

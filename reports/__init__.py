@@ -1,0 +1,132 @@
+"""`xbench report`: results files -> figures, tables, summary.md, cells.csv and one HTML page.
+
+Reads only the results files (through common.results) and needs no ML framework: pandas, numpy
+and matplotlib. `build_report` is the whole pipeline; the CLI only parses options and prints.
+"""
+from datetime import datetime, timezone
+from html import escape
+from pathlib import Path
+
+from common.errors import UserError
+from reports import analysis, figures, page, tables
+from reports.load import load
+from reports.stats import CI_METHOD
+
+FORMATS = ("html", "md", "png", "svg", "csv")
+SECTIONS = [
+    ("Figure 5: rates as in the blog", [
+        "The blog's Figure 5a-e for every backend in the results. Rate = training samples in the "
+        "epoch / wall-clock epoch time; epoch 2 is the steady state, epoch 1 carries one-time "
+        "costs."], ["fig5a_rate_vs_devices", "fig5b_rate_vs_batch", "fig5c_epoch2_time_by_multiple",
+                    "fig5d_epoch1_vs_epoch2", "fig5e_rate_vs_multiple"], []),
+    ("Scaling", [
+        "Speedup = R(N)/R(1) of the mean epoch-2 rate against the 1-device cell of the same setup; "
+        "efficiency = speedup / N. Strong scaling: the global batch is fixed (batch_mode global); "
+        "weak scaling: the per-device batch is fixed (batch_mode per_device)."],
+     ["scaling"], ["scaling"]),
+    ("Compute vs communication", [analysis.COMMUNICATION_ASSUMPTION],
+     ["compute_vs_communication"], ["communication"]),
+    ("Accuracy", [
+        "Mean training loss and accuracy per epoch, and test accuracy after training, against "
+        "devices and batch size (no learning-rate scaling)."], ["accuracy"], ["accuracy"]),
+    ("Memory", [
+        "Peak memory per device where recorded: allocated memory per GPU, or peak resident "
+        "memory per process on CPU. DataParallel gathers on device 0, which shows here."],
+     ["memory"], ["memory"]),
+    ("Start-up and first-epoch overhead", [
+        "Start-up: from launching the cell's process(es) to the first batch. First-epoch "
+        "overhead: epoch-1 time minus epoch-2 time."], ["overhead"], ["overhead"]),
+    ("Cells", [CI_METHOD + "."], [], ["cells", "not_ok"]),
+    ("Environment", [
+        "What ran where, from the rows. Rows from different machines or software versions are "
+        "separate environments and are never averaged together."], [], ["environment"]),
+]
+
+
+def parse_formats(text):
+    """'html,md' -> ['html', 'md'] (a UserError for anything else)."""
+    chosen = [f.strip().lower() for f in (text or ",".join(FORMATS)).split(",") if f.strip()]
+    unknown = [f for f in chosen if f not in FORMATS]
+    if unknown or not chosen:
+        raise UserError(f"--format takes a comma list of {', '.join(FORMATS)}; "
+                        f"got {text!r}")
+    return chosen
+
+
+def build_report(paths, out, formats=FORMATS, where=None):
+    """Write the report of the results files `paths` into `out`.
+
+    Returns (notices, summary lines, {kind: path written}); notices say what is wrong or must be
+    known (damaged lines, mixed environments, synthetic data), and never stop the report.
+    """
+    paths = [Path(p) for p in paths]
+    frame, problems = load(paths, where)
+    cells = analysis.cell_table(frame)
+    scaling = analysis.scaling(cells)
+    communication = analysis.communication(cells)
+    failures = analysis.failures(frame)
+    notices = tables.notices(frame, cells, problems, where)
+    summary = tables.summary(frame, cells, scaling, failures, [p.name for p in paths])
+    table_set = report_tables(frame, cells, scaling, communication, failures)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    written = {}
+    drawn = (figures.build(cells, scaling, communication)
+             if {"html", "png", "svg"} & set(formats) else [])
+    pngs = {name: (title, caption, figures.render(figure, "png"))
+            for name, title, caption, figure in drawn if {"html", "png"} & set(formats)}
+    for name, _, _, figure in drawn:
+        if "png" in formats:
+            written[f"{name}.png"] = out / f"{name}.png"
+            written[f"{name}.png"].write_bytes(pngs[name][2])
+        if "svg" in formats:
+            written[f"{name}.svg"] = out / f"{name}.svg"
+            written[f"{name}.svg"].write_bytes(figures.render(figure, "svg"))
+    generated = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    meta = [f"Results: {', '.join(map(str, paths))}" + (f"; rows where {where}" if where else ""),
+            f"Generated {generated} by xbench report."]
+    if "html" in formats:
+        written["html"] = out / "index.html"
+        written["html"].write_text(page.html("xbench report", meta, summary, notices, SECTIONS,
+                                             pngs, table_set), encoding="utf-8")
+    if "md" in formats:
+        written["md"] = out / "summary.md"
+        figure_links = pngs if "png" in formats else {}
+        written["md"].write_text(markdown_page(meta, notices, summary, figure_links, table_set),
+                                 encoding="utf-8")
+    if "csv" in formats:
+        written["csv"] = out / "cells.csv"
+        tables.cells_csv(cells).to_csv(written["csv"], index=False)
+    return notices, summary, written
+
+
+def report_tables(frame, cells, scaling, communication, failures):
+    """{name: (title, table of text)}: every table the HTML page and summary.md show."""
+    return {
+        "cells": ("Every cell: epoch-1 and epoch-2 rates over ok repeats",
+                  tables.cells_table(cells)),
+        "not_ok": ("Runs that did not finish ok", tables.failures_table(failures)),
+        "scaling": ("Speedup and efficiency", tables.scaling_table(scaling)),
+        "communication": ("Compute, exposed communication and all-reduce bandwidth",
+                          tables.communication_table(communication)),
+        "accuracy": ("Loss and accuracy per epoch, test accuracy", tables.accuracy_table(cells)),
+        "memory": ("Peak memory per device", tables.memory_table(cells)),
+        "overhead": ("Start-up and first-epoch overhead", tables.overhead_table(cells)),
+        "environment": ("Environments", tables.environment_table(analysis.environments(frame))),
+    }
+
+
+def markdown_page(meta, notices, summary, figure_links, table_set):
+    """summary.md: the notices and summary, then each section's text, figures (where written as
+    PNG) and tables."""
+    parts = ["# xbench report", *meta, *[f"> **{escape(n)}**" for n in notices],
+             "```\n" + "\n".join(summary) + "\n```"]
+    for heading, paragraphs, figure_names, table_names in SECTIONS:
+        parts += [f"## {heading}", *paragraphs]
+        for name in figure_names:
+            if name in figure_links:
+                title, caption, _ = figure_links[name]
+                parts.append(f"![{title}]({name}.png)\n\n{caption}")
+        for name in table_names:
+            parts += [f"### {table_set[name][0]}", tables.markdown(table_set[name][1])]
+    return "\n\n".join(parts) + "\n"

@@ -1,0 +1,76 @@
+"""Fidelity benchmark: does xbench's PyTorch loop cost anything a plain loop would not?
+
+Runs the same model, batch and data through xbench's loop (pt_backend.train, as pt-dp runs it) and
+through a minimal hand-written loop, alternately in one process, and prints the ratio of their
+epoch-2 rates (best of the rounds). Target: >= 0.97.
+
+    python -m pt_backend.fidelity --data-dir ../shared/data/mnist [--model small --batch 128]
+"""
+import argparse
+import time
+
+import torch
+import torch.nn.functional as F
+
+from common.backend import Job, cpu_cores
+from common.data import MEAN, STD, epoch_order, load_mnist
+from common.grid import Cell
+from pt_backend import train as loop
+from pt_backend.models import build_model, build_optimizer
+
+
+def xbench_rate(cell, data, threads):
+    model = loop.new_model(Job(cell, data, threads, time.time()), torch.device("cpu"))
+    result = loop.train(Job(cell, data, threads, time.time()), model, model,
+                        build_optimizer(model.parameters()), torch.device("cpu"), loop.Collectives(), {})
+    return result["epochs"][1]["rate"]
+
+
+def minimal_rate(cell, data):
+    """The loop anyone would write: index, normalise, forward, backward, step."""
+    torch.manual_seed(cell.seed)
+    model = build_model(cell.model)
+    optimizer = build_optimizer(model.parameters())
+    images, labels = torch.from_numpy(data.train_images), torch.from_numpy(data.train_labels).long()
+    steps = len(images) // cell.batch
+    for epoch in (1, 2):
+        order = torch.from_numpy(epoch_order(len(images), cell.seed, epoch))
+        start = time.perf_counter()
+        for step in range(steps):
+            index = order[step * cell.batch:(step + 1) * cell.batch]
+            x = images[index].unsqueeze(1).float().div_(255).sub_(MEAN).div_(STD)
+            optimizer.zero_grad()  # set_to_none, the default since torch 2.0
+            F.cross_entropy(model(x), labels[index]).backward()
+            optimizer.step()
+        seconds = time.perf_counter() - start
+    return steps * cell.batch / seconds
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--model", default="small")
+    parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--samples", type=int, default=8192, help="training images per epoch")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+
+    threads = cpu_cores()
+    loop.set_threads(threads)
+    data = load_mnist(args.data_dir)
+    data.train_images, data.train_labels = data.train_images[:args.samples], data.train_labels[:args.samples]
+    cell = Cell(grid="fidelity", backend="pt-dp", model=args.model, multiple=1, batch=args.batch,
+                devices=1, epochs=2, batch_mode="global", seed=0, max_train_samples=args.samples,
+                data="mnist", device="cpu", timeout=0)
+    xbench, minimal = [], []
+    for round_ in range(1, args.rounds + 1):
+        xbench.append(xbench_rate(cell, data, threads))
+        minimal.append(minimal_rate(cell, data))
+        print(f"round {round_}: xbench {xbench[-1]:,.0f} samples/s, minimal {minimal[-1]:,.0f} samples/s")
+    ratio = max(xbench) / max(minimal)
+    print(f"{args.model} batch {args.batch}, {args.samples} images, {threads} threads: "
+          f"epoch-2 rate xbench / minimal loop = {ratio:.3f} (target >= 0.97)")
+
+
+if __name__ == "__main__":
+    main()

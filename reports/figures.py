@@ -1,0 +1,335 @@
+"""The report's figures (matplotlib, Agg): the blog's Figure 5a-e, scaling, compute vs
+communication, accuracy, memory and start-up overhead.
+
+Every backend keeps one colour in every figure (from the registry's order); a figure that varies
+some axes holds the others at their most common value and says which in its caption. Error bars
+are 95% CIs (reports.stats) and appear only where a cell has more than one repeat.
+"""
+import io
+
+import matplotlib
+from matplotlib.figure import Figure
+
+from common.backend import BACKENDS
+from reports import analysis
+
+matplotlib.use("Agg")  # files only, never a display
+
+TAB10 = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22"]
+COLORS = dict(zip(BACKENDS, TAB10))
+OTHER_COLOR = "#7f7f7f"
+LINESTYLES = ["-", "--", "-.", ":"]
+RATE = "epoch-2 rate (samples/s)"
+DEVICES = "devices (count)"
+CI_NOTE = "Error bars: 95% CI over repeats (only where n > 1)."
+
+
+def color(backend):
+    return COLORS.get(backend, OTHER_COLOR)
+
+
+def plain(text):
+    """Text from the results shown literally (matplotlib would read $...$ as math)."""
+    return str(text).replace("$", r"\$")
+
+
+def build(cells, scaling, communication):
+    """[(name, title, caption, Figure)] for every figure there are data for."""
+    makers = [
+        ("fig5a_rate_vs_devices", "Figure 5a: epoch-2 rate vs devices, by model", rate_vs_devices),
+        ("fig5b_rate_vs_batch", "Figure 5b: epoch-2 rate vs batch size", rate_vs_batch),
+        ("fig5c_epoch2_time_by_multiple", "Figure 5c: epoch-2 time by dataset multiple",
+         time_by_multiple),
+        ("fig5d_epoch1_vs_epoch2", "Figure 5d: epoch-1 vs epoch-2 rate", epoch1_vs_epoch2),
+        ("fig5e_rate_vs_multiple", "Figure 5e: epoch-2 rate vs dataset multiple", rate_vs_multiple),
+        ("scaling", "Scaling: speedup and efficiency", lambda c: scaling_figure(scaling)),
+        ("compute_vs_communication", "Compute vs communication per step",
+         lambda c: communication_figure(communication)),
+        ("accuracy", "Accuracy: loss, training and test accuracy", accuracy),
+        ("memory", "Peak memory per device", memory),
+        ("overhead", "Start-up and first-epoch overhead", overhead),
+    ]
+    figures = []
+    for name, title, maker in makers:
+        made = maker(cells)
+        if made is not None:
+            figures.append((name, title, *made))
+    return figures
+
+
+def render(figure, fmt):
+    """The figure as PNG bytes or SVG bytes."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format=fmt, dpi=100, bbox_inches="tight")
+    return buffer.getvalue()
+
+
+def fixed_text(values):
+    """'model small, dataset x1, global batch 128': what a figure holds fixed."""
+    parts = []
+    for column, value in values.items():
+        if column == "batch":
+            mode = values.get("batch_mode")
+            parts.append(f"{'per-device' if mode == 'per_device' else 'global'} batch {value}")
+        elif column == "dataset_multiple":
+            parts.append(f"dataset ×{value}")
+        elif column == "devices":
+            parts.append(analysis.devices_text(value))
+        elif column == "model":
+            parts.append(f"model {value}")
+    return "Held fixed: " + ", ".join(parts) + ". " if parts else ""
+
+
+def batch_label(batch_mode):
+    return f"{'per-device' if batch_mode == 'per_device' else 'global'} batch (samples)"
+
+
+def panels(count, width=4.6, height=3.4, columns=3):
+    rows = (count + columns - 1) // columns
+    columns = min(count, columns)
+    figure = Figure(figsize=(width * columns, height * rows), layout="constrained")
+    axes = figure.subplots(rows, columns, squeeze=False).ravel()
+    for extra in axes[count:]:
+        extra.set_visible(False)
+    return figure, axes[:count]
+
+
+def by_series(cells):
+    """(series, style, rows) per line, backends in the registry's order."""
+    envs = sorted(cells["env"].unique())
+    backend_of = dict(zip(cells["series"], cells["backend"]))
+    for series in sorted(backend_of, key=lambda s: (analysis.backend_order(backend_of[s]), s)):
+        rows = cells[cells["series"] == series]
+        first = rows.iloc[0]
+        style = {"color": color(first["backend"]),
+                 "linestyle": LINESTYLES[envs.index(first["env"]) % len(LINESTYLES)],
+                 "marker": "x" if first["dataset"] == "synthetic" else "o"}
+        yield series, style, rows
+
+
+def lines(ax, cells, x, y, xlabel, ylabel):
+    """One line per series of y (mean, with its CI as error bars) against x."""
+    for series, style, rows in by_series(cells):
+        rows = rows.sort_values(x)
+        error = rows.get(f"{y}_ci")
+        ax.errorbar(rows[x], rows[y], yerr=None if error is None or error.isna().all() else error,
+                    capsize=3, label=plain(series), **style)
+    values = sorted(cells[x].dropna().unique())
+    ax.set_xticks(values, [plain(v) for v in values])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+
+
+def legend(figure, axes):
+    """One legend under the panels, each label once."""
+    seen = {}
+    for ax in axes:
+        handles, labels = ax.get_legend_handles_labels()
+        for handle, label in zip(handles, labels):
+            seen.setdefault(label, handle)
+    if seen:
+        figure.legend(seen.values(), seen.keys(), loc="outside lower center",
+                      ncols=min(len(seen), 5))
+
+
+def faceted_lines(cells, facet, fixed_columns, x, y, xlabel, ylabel, facet_title):
+    """Lines of y vs x, one panel per value of `facet`, the other axes held at their reference."""
+    fixed = analysis.reference(cells, fixed_columns)
+    data = analysis.at(cells, fixed).dropna(subset=[y])
+    if data.empty:
+        return None
+    values = sorted(data[facet].unique())
+    figure, axes = panels(len(values))
+    for ax, value in zip(axes, values):
+        lines(ax, data[data[facet] == value], x, y, xlabel, ylabel)
+        ax.set_title(plain(facet_title(value)))
+    legend(figure, axes)
+    return fixed_text(fixed) + CI_NOTE, figure
+
+
+def rate_vs_devices(cells):
+    return faceted_lines(cells, "model", ["dataset_multiple", "batch_mode", "batch"], "devices",
+                         "epoch2_rate", DEVICES, RATE, lambda m: f"model: {m}")
+
+
+def rate_vs_batch(cells):
+    held = ["model", "dataset_multiple", "batch_mode"]
+    fixed = analysis.reference(cells, held)
+    return faceted_lines(cells, "devices", held, "batch",
+                         "epoch2_rate", batch_label(fixed.get("batch_mode")), RATE,
+                         analysis.devices_text)
+
+
+def time_by_multiple(cells):
+    return faceted_lines(cells, "dataset_multiple", ["model", "batch_mode", "batch"], "devices",
+                         "epoch2_seconds", DEVICES, "epoch-2 time (s)",
+                         lambda m: f"dataset ×{m}")
+
+
+def rate_vs_multiple(cells):
+    return faceted_lines(cells, "devices", ["model", "batch_mode", "batch"], "dataset_multiple",
+                         "epoch2_rate", "dataset multiple (× MNIST training set)", RATE,
+                         analysis.devices_text)
+
+
+def epoch1_vs_epoch2(cells):
+    """Bars per series and device count: epoch 1 (hatched) beside epoch 2 (solid)."""
+    fixed = analysis.reference(cells, ["model", "dataset_multiple", "batch_mode", "batch"])
+    data = analysis.at(cells, fixed).dropna(subset=["epoch1_rate", "epoch2_rate"], how="all")
+    if data.empty:
+        return None
+    devices = sorted(data["devices"].unique())
+    series = list(by_series(data))
+    width = 0.8 / (2 * len(series))
+    figure, (ax,) = panels(1, width=max(6.0, 1.2 * len(devices) * len(series)), columns=1)
+    for i, (name, style, rows) in enumerate(series):
+        for j, epoch in enumerate((1, 2)):
+            offset = (2 * i + j + 0.5) * width - 0.4
+            positions = [devices.index(d) + offset for d in rows["devices"]]
+            error = rows[f"epoch{epoch}_rate_ci"]
+            ax.bar(positions, rows[f"epoch{epoch}_rate"], width,
+                   yerr=None if error.isna().all() else error, capsize=3,
+                   color=style["color"], alpha=0.45 if epoch == 1 else 1.0,
+                   hatch="//" if epoch == 1 else None, edgecolor=style["color"],
+                   label=plain(f"{name}, epoch {epoch}"))
+    ax.set_xticks(range(len(devices)), devices)
+    ax.set_xlabel(DEVICES)
+    ax.set_ylabel("rate (samples/s)")
+    ax.grid(axis="y", alpha=0.3)
+    legend(figure, [ax])
+    return (fixed_text(fixed) + "Hatched: epoch 1 (one-time costs); solid: epoch 2. " + CI_NOTE,
+            figure)
+
+
+def scaling_figure(scaling):
+    """Speedup and efficiency vs devices per model, with the ideal lines."""
+    fixed = analysis.reference(scaling, ["dataset_multiple", "batch_mode", "batch"])
+    data = analysis.at(scaling, fixed)
+    if data["devices"].nunique() < 2:
+        return None
+    models = sorted(data["model"].unique())
+    figure, axes = panels(2 * len(models), columns=2)
+    kind = analysis.scaling_kind(fixed.get("batch_mode"))
+    devices = sorted(data["devices"].unique())
+    for row, model in enumerate(models):
+        rows = data[data["model"] == model]
+        speedup_ax, efficiency_ax = axes[2 * row], axes[2 * row + 1]
+        lines(speedup_ax, rows, "devices", "speedup", DEVICES, "speedup R(N)/R(1) (×)")
+        lines(efficiency_ax, rows, "devices", "efficiency", DEVICES,
+              "efficiency speedup/N (fraction)")
+        speedup_ax.plot(devices, devices, "k--", linewidth=1, label="ideal")
+        efficiency_ax.plot(devices, [1] * len(devices), "k--", linewidth=1, label="ideal")
+        for ax in (speedup_ax, efficiency_ax):
+            ax.set_title(plain(f"model {model}: {kind} scaling"))
+    legend(figure, list(axes))
+    return (fixed_text(fixed) + f"{kind.capitalize()} scaling: the "
+            f"{'per-device' if kind == 'weak' else 'global'} batch is fixed as devices grow. "
+            "R = mean epoch-2 rate; dashed: ideal."), figure
+
+
+def communication_figure(communication):
+    """Stacked bars per series, device count and per-device batch: compute, then exposed
+    communication on top."""
+    if communication.empty:
+        return None
+    models = sorted(communication["model"].unique())
+    figure, axes = panels(len(models), width=6.0, columns=2)
+    for ax, model in zip(axes, models):
+        rows = communication[communication["model"] == model]
+        key = ["devices", "per_device_batch", "scaling"]
+        groups = sorted(set(rows[key].itertuples(index=False, name=None)))
+        series = list(by_series(rows))
+        width = 0.8 / len(series)
+        for i, (name, style, data) in enumerate(series):
+            positions = [groups.index(group) + (i + 0.5) * width - 0.4
+                         for group in data[key].itertuples(index=False, name=None)]
+            compute = data["compute_seconds"] * 1000
+            comm = data["comm_seconds"].clip(lower=0) * 1000
+            ax.bar(positions, compute, width, color=style["color"], label=plain(f"{name}: compute"))
+            ax.bar(positions, comm, width, bottom=compute, color="white", edgecolor=style["color"],
+                   hatch="//", label=plain(f"{name}: exposed communication"))
+        ax.set_xticks(range(len(groups)), [f"N={n}\n{b}/device\n{kind}" for n, b, kind in groups])
+        ax.set_xlabel("devices N, per-device batch (samples), scaling")
+        ax.set_ylabel("median step time (ms)")
+        ax.set_title(plain(f"model {model}"))
+        ax.grid(axis="y", alpha=0.3)
+    legend(figure, list(axes))
+    return ("Solid: compute (the 1-device step at the same per-device batch); hatched: exposed "
+            "communication (the rest of the N-device step). Ring all-reduce assumed for bandwidth "
+            "(see the table)."), figure
+
+
+def accuracy(cells):
+    """Loss and training accuracy per epoch; test accuracy vs devices and vs batch."""
+    fixed = analysis.reference(cells, ["model", "dataset_multiple", "batch_mode", "batch",
+                                       "devices"])
+    data = analysis.at(cells, {k: v for k, v in fixed.items() if k != "devices"})
+    data = data[data["epoch_means"].map(bool)]
+    if data.empty:
+        return None
+    figure, axes = panels(4, columns=2)
+    markers = "osD^v<>"
+    for series, style, rows in by_series(data):
+        for _, cell in rows.sort_values("devices").iterrows():
+            epochs = list(cell["epoch_means"])
+            label = plain(f"{series}, {cell['devices']} dev")
+            marker = markers[sorted(data["devices"].unique()).index(cell["devices"]) % len(markers)]
+            for ax, index in ((axes[0], 0), (axes[1], 1)):
+                ax.plot(epochs, [cell["epoch_means"][e][index] for e in epochs],
+                        color=style["color"], linestyle=style["linestyle"], marker=marker,
+                        label=label)
+    axes[0].set_ylabel("mean training loss (cross-entropy)")
+    axes[1].set_ylabel("training accuracy (fraction)")
+    epochs = sorted({e for means in data["epoch_means"] for e in means})
+    for ax in axes[:2]:
+        ax.set_xticks(epochs)
+        ax.set_xlabel("epoch")
+        ax.grid(alpha=0.3)
+    test = data.dropna(subset=["test_accuracy"])
+    at_batch = test[test["batch"] == fixed.get("batch")]
+    lines(axes[2], at_batch, "devices", "test_accuracy", DEVICES, "test accuracy (fraction)")
+    at_devices = analysis.at(cells, {k: v for k, v in fixed.items() if k != "batch"})
+    lines(axes[3], at_devices.dropna(subset=["test_accuracy"]), "batch", "test_accuracy",
+          batch_label(fixed.get("batch_mode")), "test accuracy (fraction)")
+    axes[2].set_title(plain(f"test accuracy at batch {fixed.get('batch')}"))
+    axes[3].set_title(plain(f"test accuracy on {analysis.devices_text(fixed.get('devices'))}"))
+    legend(figure, list(axes))
+    return fixed_text({k: v for k, v in fixed.items() if k != "devices"}) + CI_NOTE, figure
+
+
+def memory(cells):
+    """Bars of peak memory per device, one group per cell (device 0 first)."""
+    fixed = analysis.reference(cells, ["model", "dataset_multiple", "batch_mode", "batch"])
+    data = analysis.at(cells, fixed)
+    data = data[data["memory_per_device"].map(bool)]
+    if data.empty:
+        return None
+    figure, (ax,) = panels(1, width=max(6.0, 1.0 * len(data)), columns=1)
+    labels = []
+    for position, (_, cell) in enumerate(data.iterrows()):
+        values = [b / 2**20 for b in cell["memory_per_device"]]
+        width = 0.8 / len(values)
+        ax.bar([position - 0.4 + (i + 0.5) * width for i in range(len(values))], values, width,
+               color=color(cell["backend"]), edgecolor="black", linewidth=0.5)
+        labels.append(plain(f"{cell['series']}\n{cell['devices']} dev"))
+    ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right")
+    ax.set_ylabel("peak memory per device (MiB)")
+    ax.grid(axis="y", alpha=0.3)
+    return (fixed_text(fixed) + "One bar per device of the cell, device 0 first. On GPU: peak "
+            "allocated memory per GPU; on CPU: peak resident memory of each process."), figure
+
+
+def overhead(cells):
+    """Start-up seconds and epoch-1 minus epoch-2 seconds vs devices."""
+    fixed = analysis.reference(cells, ["model", "dataset_multiple", "batch_mode", "batch"])
+    data = analysis.at(cells, fixed)
+    if data[["startup_seconds", "first_epoch_overhead"]].isna().all().all():
+        return None
+    figure, axes = panels(2, columns=2)
+    lines(axes[0], data, "devices", "startup_seconds", DEVICES, "start-up (s)")
+    lines(axes[1], data, "devices", "first_epoch_overhead", DEVICES, "epoch-1 − epoch-2 time (s)")
+    axes[0].set_title("launch to first batch")
+    axes[1].set_title("first-epoch one-time costs")
+    legend(figure, list(axes))
+    return fixed_text(fixed) + CI_NOTE, figure

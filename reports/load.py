@@ -1,0 +1,130 @@
+"""Results files -> one pandas frame of rows, each tagged with the environment it was measured in.
+
+Rows are read only through `common.results.read_rows`; a line or row the report cannot use becomes
+a problem (reported, never fatal), so a damaged file still gives a report of what it holds.
+"""
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from common.errors import UserError
+from common.results import STATUSES, flat_table, read_rows
+
+CONFIG_FIELDS = ("backend", "model", "dataset", "dataset_multiple", "batch_mode", "global_batch",
+                 "per_device_batch", "devices")
+WHOLE_NUMBERS = ("dataset_multiple", "global_batch", "per_device_batch", "devices")
+# Rows agreeing on all of these come from the same machine and software: only they are averaged.
+ENVIRONMENT_FIELDS = ("host", "cpu_count", "python", "packages")
+NUMBERS = ("epoch1_rate", "epoch2_rate", "epoch1_seconds", "epoch2_seconds", "epoch2_samples",
+           "step_time_p50", "startup_seconds", "test_accuracy", "peak_memory_bytes")
+
+
+def newest_results(folder):
+    """The most recently modified *.jsonl in `folder` (the default of `xbench report`)."""
+    files = sorted(Path(folder).glob("*.jsonl"), key=lambda p: p.stat().st_mtime)
+    if not files:
+        raise UserError(f"no results file (*.jsonl) in {folder}/; run a grid first "
+                        f"(`xbench grid --preset smoke`) or name a results file")
+    return files[-1]
+
+
+def load(paths, where=None):
+    """(frame, problems): the usable rows of every file (filtered by `where`), and what was
+    wrong with the others."""
+    rows, problems = [], []
+    for path in paths:
+        try:
+            file_rows, file_problems = read_rows(path)
+        except OSError as e:
+            raise UserError(f"cannot read the results file {path}: {e.strerror}") from None
+        problems += file_problems
+        for row in file_rows:
+            problem = row_problem(row)
+            if problem:
+                problems.append(f"{path}: row {row.get('cell_key')} repeat {row.get('repeat')}: "
+                                f"{problem}; row left out")
+            else:
+                rows.append({**row, "source": Path(path).name})
+    return select(rows_frame(rows), where), problems
+
+
+def row_problem(row):
+    """Why the report cannot use this row, or None."""
+    missing = [field for field in CONFIG_FIELDS if row.get(field) is None]
+    if missing:
+        return f"no {', '.join(missing)}"
+    if row["status"] not in STATUSES:
+        return f"unknown status {row['status']!r}"
+    bad = [f for f in WHOLE_NUMBERS if isinstance(row[f], bool) or not isinstance(row[f], int)
+           or row[f] < 1]
+    if bad:
+        return f"{', '.join(bad)} not a positive whole number"
+    if not isinstance(row.get("epochs") or [], list) or not isinstance(row.get("env") or {}, dict):
+        return "'epochs' is not a list or 'env' not an object"
+    return None
+
+
+def rows_frame(rows):
+    """One record per row: the flat fields, plus env label, series label, batch and epoch extras."""
+    frame = pd.DataFrame(flat_table(rows), columns=None if rows else ["status", "cell_key"])
+    for column in (*CONFIG_FIELDS, "error", "repeat", "device_type", "device_name", *NUMBERS):
+        if column not in frame:
+            frame[column] = None
+    for column in NUMBERS:
+        frame[column] = numbers(frame[column])
+    frame["memory_per_device"] = [row.get("peak_memory_per_device") for row in rows]
+    frame["epoch_list"] = [[e for e in row.get("epochs") or [] if isinstance(e, dict)]
+                           for row in rows]
+    last = [epochs[-1] if epochs else {} for epochs in frame["epoch_list"]]
+    frame["last_epoch"] = [e.get("epoch") for e in last]
+    frame["last_loss"] = numbers([e.get("loss") for e in last])
+    frame["last_accuracy"] = numbers([e.get("accuracy") for e in last])
+    frame["first_epoch_overhead"] = frame["epoch1_seconds"] - frame["epoch2_seconds"]
+    frame["batch"] = np.where(frame["batch_mode"] == "per_device", frame["per_device_batch"],
+                              frame["global_batch"])
+    frame["env_key"] = [environment_key(row.get("env") or {}) for row in rows]
+    labels = {key: chr(ord("A") + i) if i < 26 else f"E{i}"
+              for i, key in enumerate(dict.fromkeys(frame["env_key"]))}
+    frame["env"] = frame["env_key"].map(labels)
+    frame["env_record"] = [row.get("env") or {} for row in rows]
+    frame["series"] = [series_label(b, d, e, len(labels))
+                       for b, d, e in zip(frame["backend"], frame["dataset"], frame["env"])]
+    return frame
+
+
+def numbers(values):
+    """Floats, NaN where a value is missing or not a number."""
+    return pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(dtype=float)
+
+
+def environment_key(env):
+    return json.dumps([env.get(field) for field in ENVIRONMENT_FIELDS], sort_keys=True, default=str)
+
+
+def series_label(backend, dataset, env, environments):
+    """What a line in a figure is: the backend, marked when synthetic or when environments
+    differ."""
+    label = str(backend)
+    if dataset == "synthetic":
+        label += " (synthetic)"
+    if environments > 1:
+        label += f" [env {env}]"
+    return label
+
+
+def select(frame, where):
+    """The rows matching the pandas query `where` (a UserError naming the problem if it is bad)."""
+    if not where:
+        return frame
+    try:
+        mask = frame.eval(where)
+    except Exception as e:  # pandas raises many types (SyntaxError, UndefinedVariableError, ...)
+        columns = ", ".join(c for c in frame.columns if c.isidentifier())
+        raise UserError(f"--where {where!r} is not a valid query over the rows: "
+                        f"{type(e).__name__}: {e}. Columns: {columns}") from None
+    if not isinstance(mask, pd.Series) or mask.dtype != bool:
+        raise UserError(f"--where {where!r} does not give true/false per row; write a condition "
+                        f"such as \"model == 'small' and devices > 1\"")
+    return frame[mask].reset_index(drop=True)

@@ -1,0 +1,241 @@
+"""The report's tables (as text, ready for HTML and Markdown), cells.csv, and the text summary."""
+import math
+from html import escape
+
+import pandas as pd
+
+from reports import analysis
+
+MIB = 2 ** 20
+SUMMARY_LIMIT = 10  # lines per section of the printed summary; summary.md has every line
+
+
+def num(value, digits=None):
+    """A number for people: thousands separators for big ones, 3 significant digits for small."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    if isinstance(value, str):
+        return value
+    if digits is not None:
+        return f"{value:,.{digits}f}"
+    if float(value).is_integer() and abs(value) < 1e15:
+        return f"{int(value):,}"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    if abs(value) >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3g}"
+
+
+def interval(mean, half):
+    if half is None or math.isnan(half):
+        return "—"
+    return f"[{num(mean - half)}, {num(mean + half)}]"
+
+
+def batch_text(cell):
+    return f"{'per-device' if cell['batch_mode'] == 'per_device' else 'global'} {cell['batch']}"
+
+
+def column(field, show=str):
+    return lambda row: show(row[field])
+
+
+def table(frame, columns):
+    """A table of text: `columns` is [(heading, function of a row -> text)], one line per row."""
+    return pd.DataFrame([[get(row) for _, get in columns] for _, row in frame.iterrows()],
+                        columns=[heading for heading, _ in columns])
+
+
+WHO = [("env", column("env")), ("backend", column("series")), ("model", column("model"))]
+CELL = [*WHO, ("batch", batch_text), ("devices", column("devices"))]
+
+
+def cells_table(cells):
+    """Every cell: mean, std, 95% CI and n of the epoch-1 and epoch-2 rates."""
+    rates = [entry for epoch in (1, 2) for entry in (
+        (f"epoch-{epoch} rate (samples/s)", column(f"epoch{epoch}_rate", num)),
+        (f"epoch-{epoch} std", column(f"epoch{epoch}_rate_std", num)),
+        (f"epoch-{epoch} 95% CI", lambda c, e=epoch: interval(c[f"epoch{e}_rate"],
+                                                             c[f"epoch{e}_rate_ci"])))]
+    return table(cells, [*WHO, ("multiple", lambda c: f"×{c['dataset_multiple']}"),
+                         ("batch", batch_text), ("global batch", column("global_batch")),
+                         ("per-device batch", column("per_device_batch")),
+                         ("devices", column("devices")), ("n", column("n")), *rates,
+                         ("epoch-2 time (s)", column("epoch2_seconds", num)),
+                         ("test accuracy", lambda c: num(c["test_accuracy"], 4)),
+                         ("runs", column("statuses"))])
+
+
+def cells_csv(cells):
+    """cells.csv: the cells as numbers, for other tools."""
+    frame = cells[["env", "cell_key", "backend", "dataset", "model", "dataset_multiple",
+                   "batch_mode", "global_batch", "per_device_batch", "devices", "n", "runs",
+                   "statuses"]].copy()
+    for metric in ("epoch1_rate", "epoch2_rate", "epoch2_seconds", "test_accuracy"):
+        frame[f"{metric}_mean"] = cells[metric]
+        frame[f"{metric}_std"] = cells[f"{metric}_std"]
+        frame[f"{metric}_ci95_low"] = cells[metric] - cells[f"{metric}_ci"]
+        frame[f"{metric}_ci95_high"] = cells[metric] + cells[f"{metric}_ci"]
+    return frame
+
+
+def failures_table(failures):
+    return table(failures, [("env", column("env")), ("cell", column("cell_key")),
+                            ("repeat", column("repeat")), ("status", column("status")),
+                            ("reason", lambda f: str(f["error"] or "—"))])
+
+
+def scaling_table(scaling):
+    return table(scaling, [*WHO, ("multiple", lambda s: f"×{s['dataset_multiple']}"),
+                           ("scaling", column("scaling")), ("batch held fixed", batch_text),
+                           ("devices", column("devices")),
+                           ("epoch-2 rate (samples/s)", column("epoch2_rate", num)),
+                           ("1-device rate (samples/s)", column("rate_1", num)),
+                           ("speedup", lambda s: f"{s['speedup']:.2f}×"),
+                           ("efficiency", lambda s: f"{s['efficiency']:.0%}")])
+
+
+def communication_table(communication):
+    def times(field, scale):
+        return lambda c: num(c[field] * scale)
+    return table(communication, [
+        *WHO, ("scaling", column("scaling")), ("devices N", column("devices")),
+        ("per-device batch", column("per_device_batch")),
+        ("step (ms)", times("step_time_p50", 1000)),
+        ("compute (ms/step)", times("compute_seconds", 1000)),
+        ("exposed comm (ms/step)", times("comm_seconds", 1000)),
+        ("compute (s/epoch)", times("compute_epoch_seconds", 1)),
+        ("comm (s/epoch)", times("comm_epoch_seconds", 1)),
+        ("gradient (MiB)", times("gradient_bytes", 1 / MIB)),
+        ("algbw (GB/s)", times("algbw", 1e-9)), ("busbw (GB/s)", times("busbw", 1e-9))])
+
+
+def accuracy_table(cells):
+    measured = analysis.measured(cells)
+    epochs = sorted({e for means in measured["epoch_means"] for e in means})
+
+    def loss_accuracy(epoch):
+        def text(cell):
+            loss, accuracy = cell["epoch_means"].get(epoch, (None, None))
+            return f"{num(loss)} / {num(accuracy, 4)}"
+        return text
+    return table(measured, [*CELL, *[(f"epoch {e} loss / accuracy", loss_accuracy(e))
+                                     for e in epochs],
+                            ("test accuracy", lambda c: num(c["test_accuracy"], 4))])
+
+
+def memory_table(cells):
+    measured = analysis.measured(cells)
+    measured = measured[measured["memory_per_device"].map(bool)]
+
+    def imbalance(cell):
+        values = cell["memory_per_device"]
+        return f"{max(values) / min(values):.2f}" if min(values) > 0 else "—"
+    return table(measured, [*CELL, ("device type", column("device_type")),
+                            ("peak per device (MiB)", lambda c: ", ".join(
+                                num(v / MIB) for v in c["memory_per_device"])),
+                            ("max / min", imbalance)])
+
+
+def overhead_table(cells):
+    return table(analysis.measured(cells), [
+        *CELL, ("start-up (s)", column("startup_seconds", num)),
+        ("epoch 1 − epoch 2 (s)", column("first_epoch_overhead", num))])
+
+
+def environment_table(environments):
+    return environments.rename(columns={"cpu_count": "CPUs", "devices_seen": "devices",
+                                        "git_commit": "git commit"}).astype(str)
+
+
+def markdown(frame):
+    """A GitHub-flavoured Markdown table; cells escaped (HTML and pipes) so they stay text."""
+    if frame.empty:
+        return "_(none)_"
+
+    def cell(value):
+        return escape(str(value)).replace("|", "\\|").replace("\n", " ")
+    lines = ["| " + " | ".join(cell(c) for c in frame.columns) + " |",
+             "|" + "---|" * len(frame.columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |"
+              for row in frame.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def notices(frame, cells, problems, where):
+    """What a reader must know before trusting the numbers: no rows, single runs, several
+    environments, synthetic data, damaged lines in the results files."""
+    lines = []
+    if frame.empty:
+        lines.append("No rows to report" + (f" match --where {where!r}" if where else "")
+                     + ": the report is empty.")
+    measured = analysis.measured(cells)
+    single = int((measured["n"] == 1).sum())
+    if single:
+        lines.append(f"{single} of {len(measured)} measured cells ran once (n = 1): "
+                     f"no spread, no confidence interval; run grids with --repeat 3 or more "
+                     f"before trusting differences.")
+    environments = frame["env"].nunique()
+    if environments > 1:
+        lines.append(f"Rows come from {environments} environments (machines or versions differ): "
+                     f"they are never averaged together; their series are marked [env X] and the "
+                     f"Environment table says what each is.")
+    if (frame["dataset"] == "synthetic").any():
+        lines.append("Some rows are on SYNTHETIC data (marked 'synthetic'): their rates are real, "
+                     "their accuracy is meaningless.")
+    if problems:
+        lines.append(f"{len(problems)} problem(s) in the results files; what could be read is "
+                     f"reported:")
+        lines += problems[:SUMMARY_LIMIT]
+        if len(problems) > SUMMARY_LIMIT:
+            lines.append(f"... and {len(problems) - SUMMARY_LIMIT} more")
+    return lines
+
+
+def summary(frame, cells, scaling, failures, sources):
+    """The text summary (a list of lines): best backend per cell family, efficiency at the
+    largest device count, and the runs that were not ok."""
+    ok = int((frame["status"] == "ok").sum())
+    several = frame["env"].nunique() > 1
+    lines = [f"{len(frame)} rows ({ok} ok, {len(frame) - ok} not ok) from {', '.join(sources)}"]
+    best = analysis.best_per_family(cells)
+    lines.append("Best backend per cell family (highest mean epoch-2 rate):")
+    lines += [f"  {b['model']} ×{b['dataset_multiple']} {batch_text(b)}, "
+              f"{analysis.devices_text(b['devices'])}{f' [env {b.env}]' if several else ''}: "
+              f"{b['series']} "
+              f"{num(b['epoch2_rate'])} samples/s (of {b['compared']} backends)"
+              for _, b in best.iterrows()] or ["  (no cell ran ok)"]
+    lines.append("Scaling efficiency at the largest device count:")
+    largest = (scaling[scaling["devices"] > 1].sort_values("devices")
+               .groupby([*analysis.SETUP, "batch_mode", "batch"], dropna=False).tail(1))
+    lines += [f"  {s['series']} {s['model']} ×{s['dataset_multiple']} {s['scaling']} "
+              f"({batch_text(s)}): {analysis.devices_text(s['devices'])}, "
+              f"speedup {s['speedup']:.2f}×, efficiency {s['efficiency']:.0%}"
+              for _, s in largest.iterrows()] or [
+        "  (needs ok cells on 1 and more devices of the same setup)"]
+    lines.append(f"Runs not ok: {len(failures)}" + (": " + ", ".join(
+        f"{n} {s}" for s, n in failures["status"].value_counts().items()) if len(failures) else ""))
+    lines += [f"  {f['cell_key']} r{f['repeat']}: {f['status']}: {first_line(f['error'])}"
+              for _, f in failures.iterrows()]
+    return lines
+
+
+def first_line(text, width=140):
+    line = (str(text or "no reason recorded").strip().splitlines() or [""])[0]
+    return line if len(line) <= width else line[:width - 1] + "…"
+
+
+def shorten(lines):
+    """The printed summary: each indented list cut to SUMMARY_LIMIT lines."""
+    out, run = [], 0
+    for i, line in enumerate(lines):
+        run = run + 1 if line.startswith("  ") else 0
+        if run <= SUMMARY_LIMIT:
+            out.append(line)
+        elif run == SUMMARY_LIMIT + 1:
+            end = next((j for j in range(i, len(lines)) if not lines[j].startswith("  ")),
+                       len(lines))
+            out.append(f"  ... {end - i} more (see summary.md)")
+    return out
+

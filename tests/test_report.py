@@ -1,0 +1,400 @@
+"""`xbench report`: known numbers from hand-made rows, damaged inputs, escaping, a real run, and
+the page rendered in headless Chromium (checked through the DevTools protocol)."""
+import fcntl
+import json
+import math
+import os
+import select
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from unittest.mock import patch
+
+import pandas as pd
+import pytest
+
+from common.errors import UserError
+from common.backend import BACKENDS
+from common.grid import expand
+from common.models import gradient_bytes
+from common.results import base_row
+from reports import analysis, build_report, parse_formats
+from reports.load import load
+from reports.screenshot import chromium_command, screenshot
+from reports.stats import summarize, t_quantile
+
+MNIST = Path(__file__).resolve().parents[2] / "shared/data/mnist"
+XBENCH = Path(sys.executable).parent / "xbench"
+SAMPLES = 4096
+
+
+def make_row(backend="pt-ddp", devices=1, batch=128, mode="global", rates=(80.0, 100.0), step=0.01,
+             repeat=0, status="ok", error=None, host="node-a", dataset="mnist", model="small"):
+    """A result row as the runner writes it, with the given measurements."""
+    spec = {"name": "hand", "backends": [backend], "models": [model], "multiples": [1],
+            "batches": [batch], "devices": [devices], "batch_mode": mode, "data": dataset,
+            "device": "cpu", "repeats": repeat + 1}
+    with patch.dict(BACKENDS, {backend: "hand:Made"}):  # hostile names are not registered
+        cell = expand(spec)[repeat]
+    row = base_row(cell, "hand-run")
+    row.update(status=status, error=error, env={"host": host, "cpu_count": 2, "threads": 2,
+                                                "python": "3.11.7", "packages": {"torch": "2.13.0"},
+                                                "git_commit": None})
+    if status == "ok":
+        row.update(
+            framework="torch", framework_version="2.13.0", train_samples=SAMPLES,
+            device_type="cpu", device_name="CPU",
+            epochs=[{"epoch": e, "seconds": SAMPLES / r, "samples": SAMPLES, "rate": r,
+                     "loss": 1.0 / e, "accuracy": 0.5 + 0.2 * e, "seconds_per_rank": [SAMPLES / r]}
+                    for e, r in enumerate(rates, 1)],
+            startup_seconds=3.0, step_time_p50=step, step_time_p90=step, test_accuracy=0.9,
+            peak_memory_per_device=[(300 if i == 0 else 200) * 2**20 for i in range(devices)],
+            peak_memory_bytes=300 * 2**20)
+    return row
+
+
+def known_rows():
+    """Strong scaling (global batch 128): 1 device in 3 repeats (rates 100, 110, 120), 2 and 4
+    devices; weak scaling (32 per device) on 1, 2, 4 devices with step times 10, 12, 15 ms."""
+    return [*[make_row(devices=1, rates=(80, r), step=0.030, repeat=i)
+              for i, r in enumerate((100, 110, 120))],
+            make_row(devices=2, rates=(150, 180), step=0.020),
+            make_row(devices=4, rates=(300, 330), step=0.020),
+            make_row(devices=1, batch=32, mode="per_device", rates=(90, 100), step=0.010),
+            make_row(devices=2, batch=32, mode="per_device", rates=(140, 150), step=0.012),
+            make_row(devices=4, batch=32, mode="per_device", rates=(190, 200), step=0.015),
+            make_row(backend="pt-dp", devices=2, status="unsupported",
+                     error="pt-dp with 2 devices needs 2 CUDA GPUs")]
+
+
+def write_rows(path, rows, extra_lines=()):
+    with open(path, "w") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+        for line in extra_lines:
+            f.write(line + "\n")
+    return path
+
+
+def xbench(*args, cwd=None):
+    return subprocess.run([str(XBENCH), *map(str, args)], capture_output=True, text=True,
+                          timeout=600, cwd=cwd)
+
+
+# --- the numbers -----------------------------------------------------------------------------
+
+def test_ci_for_three_repeats_uses_students_t():
+    stats = summarize([100.0, 110.0, 120.0])
+    assert stats["n"] == 3 and stats["mean"] == pytest.approx(110.0)
+    assert stats["std"] == pytest.approx(10.0)
+    assert stats["ci"] == pytest.approx(4.303 * 10.0 / math.sqrt(3))
+    assert t_quantile(35) == 2.042 and t_quantile(1000) == 1.980
+    assert math.isnan(summarize([5.0])["ci"]) and summarize([])["n"] == 0
+
+
+def test_speedup_efficiency_and_weak_strong_labels(tmp_path):
+    frame, problems = load([write_rows(tmp_path / "r.jsonl", known_rows())])
+    assert problems == []
+    scaling = analysis.scaling(analysis.cell_table(frame)).set_index(["scaling", "devices"])
+    assert scaling.loc[("strong", 1), "rate_1"] == pytest.approx(110.0)
+    assert scaling.loc[("strong", 2), "speedup"] == pytest.approx(180 / 110)
+    assert scaling.loc[("strong", 2), "efficiency"] == pytest.approx(180 / 110 / 2)
+    assert scaling.loc[("strong", 4), "speedup"] == pytest.approx(3.0)
+    assert scaling.loc[("strong", 4), "efficiency"] == pytest.approx(0.75)
+    assert scaling.loc[("weak", 2), "efficiency"] == pytest.approx(0.75)
+    assert scaling.loc[("weak", 4), "speedup"] == pytest.approx(2.0)
+    assert set(scaling.loc["weak", "batch_mode"]) == {"per_device"}
+    assert set(scaling.loc["strong", "batch_mode"]) == {"global"}
+
+
+def test_compute_communication_and_bus_bandwidth(tmp_path):
+    frame, _ = load([write_rows(tmp_path / "r.jsonl", known_rows())])
+    comm = analysis.communication(analysis.cell_table(frame))
+    weak = comm[comm["batch_mode"] == "per_device"].set_index("devices")
+    grad = gradient_bytes("small")
+    assert weak.loc[2, "compute_seconds"] == pytest.approx(0.010)
+    assert weak.loc[2, "comm_seconds"] == pytest.approx(0.002)
+    assert weak.loc[2, "algbw"] == pytest.approx(grad / 0.002)
+    assert weak.loc[2, "busbw"] == pytest.approx(grad / 0.002 * 2 * 1 / 2)   # N = 2: busbw = algbw
+    assert weak.loc[4, "comm_seconds"] == pytest.approx(0.005)
+    assert weak.loc[4, "busbw"] == pytest.approx(grad / 0.005 * 2 * 3 / 4)   # N = 4: 1.5 x algbw
+    assert weak.loc[4, "comm_epoch_seconds"] == pytest.approx(0.005 * SAMPLES / (32 * 4))
+    # Strong scaling on 2 devices has 64 per device: there is no 1-device cell at 64 to compare.
+    assert not ((comm["batch_mode"] == "global") & (comm["devices"] == 2)).any()
+    assert analysis.bus_bandwidth(10.0, 2) == 10.0 and analysis.bus_bandwidth(10.0, 4) == 15.0
+
+
+def test_report_files_hold_the_known_numbers(tmp_path):
+    results = write_rows(tmp_path / "known.jsonl", known_rows())
+    done = xbench("report", results, "--out", tmp_path / "out")
+    assert done.returncode == 0, done.stderr
+    assert f"report: {tmp_path / 'out' / 'index.html'}" in done.stdout
+    assert "small ×1 strong (global 128): 4 devices, speedup 3.00×, efficiency 75%" in done.stdout
+    assert ("small ×1 weak (per-device 32): 4 devices, speedup 2.00×, efficiency 50%"
+            in done.stdout)
+    assert "1 unsupported" in done.stdout and "needs 2 CUDA GPUs" in done.stdout
+    cells = pd.read_csv(tmp_path / "out" / "cells.csv")
+    three = cells[cells["n"] == 3].iloc[0]
+    assert three["epoch2_rate_mean"] == pytest.approx(110.0)
+    assert three["epoch2_rate_std"] == pytest.approx(10.0)
+    assert three["epoch2_rate_ci95_low"] == pytest.approx(110 - 4.303 * 10 / math.sqrt(3))
+    assert three["epoch2_rate_ci95_high"] == pytest.approx(110 + 4.303 * 10 / math.sqrt(3))
+    assert len(cells) == 7 and set(cells["statuses"]) >= {"3 ok", "1 unsupported"}
+    written = {p.name for p in (tmp_path / "out").iterdir()}
+    for name in ("index.html", "summary.md", "cells.csv", "fig5a_rate_vs_devices.png",
+                 "fig5a_rate_vs_devices.svg", "scaling.png", "compute_vs_communication.png",
+                 "accuracy.png", "memory.png", "overhead.png"):
+        assert name in written
+    page = (tmp_path / "out" / "index.html").read_text()
+    assert "ring all-reduce" in page and "busbw = algbw × 2(N−1)/N" in page
+    assert page.count("data:image/png;base64,") == len([n for n in written if n.endswith(".png")])
+    assert "http://" not in page and "https://" not in page
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "| env | backend |" in summary and "![Figure 5a" in summary
+
+
+def test_format_chooses_the_files(tmp_path):
+    results = write_rows(tmp_path / "known.jsonl", known_rows())
+    build_report([results], tmp_path / "out", formats=parse_formats("md,csv"))
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["cells.csv", "summary.md"]
+    with pytest.raises(UserError, match="--format takes a comma list of html, md, png, svg, csv"):
+        parse_formats("html,pdf")
+
+
+def test_where_filters_rows_and_a_bad_query_is_a_clear_error(tmp_path):
+    results = write_rows(tmp_path / "known.jsonl", known_rows())
+    notices, summary, _ = build_report([results], tmp_path / "out", formats=["csv"],
+                                       where="batch_mode == 'per_device' and devices > 1")
+    assert len(pd.read_csv(tmp_path / "out" / "cells.csv")) == 2
+    notices, _, _ = build_report([results], tmp_path / "none", formats=["csv"],
+                                 where="devices > 99")
+    assert "No rows to report match --where 'devices > 99'" in notices[0]
+    for query, problem in (("modell == 'small'", "modell"), ("devices >", "SyntaxError"),
+                           ("devices + 1", "does not give true/false")):
+        with pytest.raises(UserError, match=problem):
+            load([results], query)
+    done = xbench("report", results, "--out", tmp_path / "bad", "--where", "modell == 1")
+    assert done.returncode == 2
+    assert "error: --where 'modell == 1' is not a valid query" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_environments_and_synthetic_rows_are_never_mixed(tmp_path):
+    a = write_rows(tmp_path / "a.jsonl", [make_row(rates=(80, 100), host="node-a")])
+    b = write_rows(tmp_path / "b.jsonl", [make_row(rates=(80, 300), host="node-b"),
+                                         make_row(rates=(80, 50), dataset="synthetic")])
+    notices, summary, written = build_report([a, b], tmp_path / "out", formats=["md", "csv"])
+    assert any("2 environments" in n and "never averaged together" in n for n in notices)
+    assert "3 of 3 measured cells ran once (n = 1)" in notices[0]
+    assert any("SYNTHETIC" in n for n in notices)
+    cells = pd.read_csv(written["csv"])
+    assert sorted(cells["epoch2_rate_mean"]) == [50.0, 100.0, 300.0]
+    markdown = written["md"].read_text()
+    assert "pt-ddp (synthetic)" in markdown and "pt-ddp [env B]" in markdown
+    assert "| A | node-a |" in markdown and "| B | node-b |" in markdown
+
+
+# --- damaged or missing input ------------------------------------------------------------------
+
+def test_empty_results_file_still_writes_an_empty_report(tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    notices, summary, written = build_report([empty], tmp_path / "out")
+    assert notices == ["No rows to report: the report is empty."]
+    assert summary[0] == "0 rows (0 ok, 0 not ok) from empty.jsonl"
+    assert {"html", "md", "csv"} <= set(written)
+    assert "No rows to report" in written["html"].read_text()
+
+
+def test_malformed_and_partial_files_report_what_they_can(tmp_path):
+    good = make_row(devices=1)
+    no_backend = {**make_row(devices=2), "backend": None}
+    bad_devices = {**make_row(devices=4), "devices": "four"}
+    torn = json.dumps(make_row(devices=2))[:80]
+    results = write_rows(tmp_path / "damaged.jsonl", [good, no_backend, bad_devices],
+                         extra_lines=["not json at all", '{"no": "cell key"}', torn])
+    done = xbench("report", results, "--out", tmp_path / "out", "--format", "html,csv")
+    assert done.returncode == 0, done.stderr
+    assert "5 problem(s) in the results files" in done.stderr
+    assert "line 4: not valid JSON" in done.stderr and "line 5: not a result row" in done.stderr
+    assert "line 6: not valid JSON" in done.stderr
+    assert "no backend; row left out" in done.stderr
+    assert "devices not a positive whole number" in done.stderr
+    assert "1 rows (1 ok, 0 not ok)" in done.stdout
+    assert "(needs ok cells on 1 and more devices of the same setup)" in done.stdout
+    page = (tmp_path / "out" / "index.html").read_text()
+    assert "line 4: not valid JSON" in page and 'id="fig5a_rate_vs_devices"' in page
+
+
+def test_missing_results_are_clear_errors(tmp_path):
+    done = xbench("report", tmp_path / "nope.jsonl")
+    assert done.returncode == 2 and "does not exist" in done.stderr
+    done = xbench("report", cwd=tmp_path)
+    assert done.returncode == 2 and "no results file" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_default_is_the_newest_results_file(tmp_path):
+    (tmp_path / "results").mkdir()
+    write_rows(tmp_path / "results" / "old.jsonl", [make_row()])
+    write_rows(tmp_path / "results" / "new.jsonl", [make_row(), make_row(devices=2)])
+    os.utime(tmp_path / "results" / "old.jsonl", (1, 1))
+    done = xbench("report", "--format", "csv", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "from new.jsonl" in done.stdout
+    assert (tmp_path / "reports" / "out" / "new" / "cells.csv").is_file()
+
+
+# --- escaping and the browser ----------------------------------------------------------------
+
+HOSTILE = "<script>console.error('escaped?')</script>"
+
+
+def hostile_rows():
+    """The known rows plus names and errors that are HTML, and a $ that matplotlib reads as math."""
+    return [*known_rows(), make_row(backend=f"x{HOSTILE}$y$", devices=1),
+            make_row(backend="pt-ddp", devices=8, status="failed",
+                     error=f'<img src="nowhere.png" onerror="console.error(1)"> {HOSTILE}')]
+
+
+class DevTools:
+    """Headless Chromium driven over --remote-debugging-pipe (fd 3 in, fd 4 out, NUL-separated
+    JSON): no extra package, and the browser's own events say what loaded and what failed."""
+
+    def __init__(self, profile, timeout=120):
+        to_browser, self.send_fd = os.pipe()
+        self.receive_fd, from_browser = os.pipe()
+        # Above fd 4, so that bash's "3<&a 4>&b" cannot overwrite one end with the other.
+        to_browser, from_browser = (high_fd(to_browser), high_fd(from_browser))
+        command = chromium_command(profile, "--remote-debugging-pipe", "about:blank")
+        self.process = subprocess.Popen(
+            ["bash", "-c", f'exec "$0" "$@" 3<&{to_browser} 4>&{from_browser}', *command],
+            pass_fds=(to_browser, from_browser), stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
+        os.close(to_browser)
+        os.close(from_browser)
+        self.deadline = time.monotonic() + timeout
+        self.buffer, self.events, self.last_id = b"", [], 0
+
+    def close(self):
+        """Ask the browser to quit (so it stops writing its profile); kill it if it does not."""
+        os.write(self.send_fd, json.dumps({"id": 0, "method": "Browser.close"}).encode() + b"\0")
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        os.close(self.send_fd)
+        os.close(self.receive_fd)
+
+    def call(self, method, params=None, session=None):
+        self.last_id += 1
+        message = {"id": self.last_id, "method": method, "params": params or {}}
+        if session:
+            message["sessionId"] = session
+        os.write(self.send_fd, json.dumps(message).encode() + b"\0")
+        while True:
+            reply = self.receive()
+            if reply.get("id") == self.last_id:
+                assert "error" not in reply, (method, reply)
+                return reply["result"]
+
+    def wait_for(self, method):
+        while not any(e["method"] == method for e in self.events):
+            self.receive()
+
+    def receive(self):
+        while b"\0" not in self.buffer:
+            left = self.deadline - time.monotonic()
+            ready = left > 0 and select.select([self.receive_fd], [], [], left)[0]
+            assert ready, "Chromium did not answer in time"
+            chunk = os.read(self.receive_fd, 1 << 16)
+            assert chunk, "Chromium closed the DevTools pipe"
+            self.buffer += chunk
+        raw, self.buffer = self.buffer.split(b"\0", 1)
+        message = json.loads(raw)
+        if "method" in message:
+            self.events.append(message)
+        return message
+
+
+def high_fd(fd):
+    """`fd` moved to a number of 10 or more."""
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD, 10)
+    os.close(fd)
+    return moved
+
+
+def render_in_chromium(page):
+    """(image loaded flags, console errors, number of script elements) of `page` once loaded."""
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as profile:
+        browser = DevTools(profile)
+        try:
+            target = next(t for t in browser.call("Target.getTargets")["targetInfos"]
+                          if t["type"] == "page")
+            session = browser.call("Target.attachToTarget",
+                                   {"targetId": target["targetId"], "flatten": True})["sessionId"]
+            for domain in ("Page", "Runtime", "Log"):
+                browser.call(f"{domain}.enable", session=session)
+            browser.call("Page.navigate", {"url": Path(page).resolve().as_uri()}, session)
+            browser.wait_for("Page.loadEventFired")
+            probe = ("JSON.stringify({images: [...document.images].map(i => i.complete && "
+                     "i.naturalWidth > 0), scripts: document.scripts.length})")
+            found = json.loads(browser.call("Runtime.evaluate", {"expression": probe,
+                                                                  "returnByValue": True},
+                                            session)["result"]["value"])
+        finally:
+            browser.close()
+    errors = [e for e in browser.events
+              if e["method"] == "Runtime.exceptionThrown"
+              or (e["method"] == "Runtime.consoleAPICalled"
+                  and e["params"]["type"] in ("error", "assert"))
+              or (e["method"] == "Log.entryAdded" and e["params"]["entry"]["level"] == "error")]
+    return found["images"], errors, found["scripts"]
+
+
+def test_the_checker_sees_broken_images_and_errors(tmp_path):
+    """The browser check itself: a page with a missing image and a throwing script fails it."""
+    page = tmp_path / "broken.html"
+    page.write_text('<!DOCTYPE html><html><body><img src="missing.png">'
+                    '<img src="data:image/gif;base64,R0lGODlhAQABAAAAACw=">'
+                    '<script>throw new Error("boom")</script></body></html>')
+    images, errors, _ = render_in_chromium(page)
+    assert images == [False, False]
+    assert any("boom" in json.dumps(e) for e in errors)
+    assert any("missing.png" in json.dumps(e) for e in errors)
+
+
+def test_report_page_is_escaped_and_renders_in_chromium_with_every_figure(tmp_path):
+    results = write_rows(tmp_path / "hostile.jsonl", hostile_rows())
+    _, _, written = build_report([results], tmp_path / "out", formats=["html"])
+    page = written["html"].read_text()
+    assert "<script" not in page and '<img src="nowhere' not in page
+    assert "&lt;script&gt;console.error(&#x27;escaped?&#x27;)&lt;/script&gt;" in page
+    assert "&lt;img src=&quot;nowhere.png&quot;" in page
+    images, errors, scripts = render_in_chromium(written["html"])
+    assert len(images) == 10 and all(images)
+    assert errors == []
+    assert scripts == 0
+    shot = screenshot(written["html"], tmp_path / "shot.png", height=800)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# --- a real run ----------------------------------------------------------------------------------
+
+def test_report_of_a_real_run(tmp_path):
+    results = tmp_path / "real.jsonl"
+    grid = xbench("grid", "--preset", "smoke", "--backend", "pt-dp", "--devices", "1,2",
+                  "--max-train-samples", "512", "--data-dir", MNIST, "--results", results)
+    assert grid.returncode == 0, grid.stdout + grid.stderr
+    done = xbench("report", results, "--out", tmp_path / "out", "--format", "html,csv")
+    assert done.returncode == 0, done.stderr
+    assert "2 rows (1 ok, 1 not ok)" in done.stdout
+    assert "small ×1 global 128, 1 device: pt-dp" in done.stdout
+    cells = pd.read_csv(tmp_path / "out" / "cells.csv").set_index("devices")
+    assert cells.loc[1, "n"] == 1 and cells.loc[1, "epoch2_rate_mean"] > 0
+    assert cells.loc[2, "statuses"] == "1 unsupported"
+    images, errors, _ = render_in_chromium(tmp_path / "out" / "index.html")
+    assert images and all(images) and errors == []
