@@ -1,46 +1,22 @@
 """hvd-torch: Horovod's ring all-reduce over PyTorch, N processes started by horovodrun."""
-import shutil
-import sys
-from pathlib import Path
-
-from common.backend import Backend
+from common import horovod
 from pt_backend.base import TorchBackend
-
-HOROVOD_HINT = ("build Horovod for this environment with `make setup` "
-                "(it runs scripts/build_horovod.sh .venv/bin/python)")
-
-
-def horovodrun_command(cell, worker_args):
-    """`horovodrun -np N -H localhost:N --gloo python -m common.worker ...` (both Horovod backends)."""
-    horovodrun = Path(sys.executable).with_name("horovodrun")
-    launcher = str(horovodrun) if horovodrun.exists() else shutil.which("horovodrun") or "horovodrun"
-    return [launcher, "-np", str(cell.devices), "-H", f"localhost:{cell.devices}", "--gloo",
-            sys.executable, "-m", "common.worker", *worker_args]
-
-
-def horovod_details(hvd):
-    """What the row records of Horovod: version, controller, operations, size."""
-    import horovod
-    return {"horovod_version": horovod.__version__,
-            "controller": "gloo" if hvd.gloo_enabled() else "mpi" if hvd.mpi_enabled() else "?",
-            "gpu_operations": "nccl" if hvd.nccl_built() else None, "hvd_size": hvd.size(),
-            "launcher": "horovodrun --gloo"}
 
 
 class HorovodTorchBackend(TorchBackend):
     name = "hvd-torch"
     # The compiled extension, not just the Python package: a Horovod built without PyTorch lacks it.
-    requires = ("torch", "horovod.torch.mpi_lib_v2")
-    install_hint = HOROVOD_HINT
+    requires = ("torch", horovod.EXTENSIONS["PyTorch"])
+    install_hint = horovod.BUILD_HINT
 
     def processes(self, cell):
         return cell.devices
 
     def launch_command(self, cell, worker_args):
-        return horovodrun_command(cell, worker_args)
+        return horovod.horovodrun_command(cell, worker_args)
 
     def describe(self):
-        return Backend.describe(self).replace("horovod.torch.mpi_lib_v2", "horovod")
+        return horovod.describe()
 
     def train(self, job):
         import horovod.torch as hvd
@@ -60,7 +36,7 @@ class HorovodTorchBackend(TorchBackend):
         hvd.broadcast_optimizer_state(optimizer, root_rank=0)
         optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
         return loop.train(job, model, model, optimizer, device, HorovodCollectives(hvd),
-                          {"parallelism": "hvd.DistributedOptimizer", **horovod_details(hvd)})
+                          {"parallelism": "hvd.DistributedOptimizer", **horovod.details(hvd)})
 
 
 class HorovodCollectives:

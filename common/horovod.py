@@ -1,0 +1,50 @@
+"""What both Horovod backends (hvd-torch, hvd-tf) share: the launch, the build check, the details.
+
+No framework is imported here: the frameworks Horovod was built for are read from which of its
+compiled extensions are installed.
+"""
+import importlib.metadata
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
+
+BUILD_HINT = ("build Horovod for this environment with `make setup` "
+              "(it runs scripts/build_horovod.sh .venv/bin/python)")
+EXTENSIONS = {"PyTorch": "horovod.torch.mpi_lib_v2", "TensorFlow": "horovod.tensorflow.mpi_lib"}
+
+
+def built_frameworks():
+    """Frameworks the installed Horovod has extensions for ([] if Horovod is absent)."""
+    found = []
+    for framework, module in EXTENSIONS.items():
+        try:
+            if importlib.util.find_spec(module) is not None:
+                found.append(framework)
+        except (ImportError, ValueError):
+            pass
+    return found
+
+
+def describe():
+    try:
+        version = importlib.metadata.version("horovod")
+    except importlib.metadata.PackageNotFoundError:
+        return "horovod not installed"
+    return f"horovod {version} built for {', '.join(built_frameworks()) or 'no framework'}"
+
+
+def horovodrun_command(cell, worker_args):
+    """`horovodrun -np N -H localhost:N --gloo python -m common.worker ...`."""
+    horovodrun = Path(sys.executable).with_name("horovodrun")
+    launcher = str(horovodrun) if horovodrun.exists() else shutil.which("horovodrun") or "horovodrun"
+    return [launcher, "-np", str(cell.devices), "-H", f"localhost:{cell.devices}", "--gloo",
+            sys.executable, "-m", "common.worker", *worker_args]
+
+
+def details(hvd):
+    """What a row records of Horovod (`hvd`: horovod.torch or horovod.tensorflow, initialised)."""
+    return {"horovod_version": importlib.metadata.version("horovod"),
+            "controller": "gloo" if hvd.gloo_enabled() else "mpi" if hvd.mpi_enabled() else None,
+            "gpu_operations": "nccl" if hvd.nccl_built() else None, "hvd_size": hvd.size(),
+            "launcher": "horovodrun --gloo"}

@@ -1,0 +1,124 @@
+"""Real tf-mirrored runs through the runner on a slice of real MNIST: 1 and 2 logical CPU devices,
+and a pt-ddp row of the same cell to show both backends write the same row; and the tf.data
+pipeline against PyTorch's loader, batch by batch."""
+import numpy as np
+import pytest
+import torch
+
+from common.data import MNIST
+from common.grid import expand
+from common.results import REQUIRED_FIELDS, read_rows
+from common.runner import run_grid
+from pt_backend import train as pt_train
+from tf_backend import train as tf_train
+
+SLICE = 2048
+# What may differ between a tf-mirrored and a pt-ddp row of one cell: backend fields and measurements.
+BACKEND_FIELDS = {"run_id", "cell_key", "started_at", "finished_at", "backend", "framework",
+                  "framework_version", "log", "cell_seconds", "backend_details", "env"}
+MEASUREMENTS = {"epochs", "startup_seconds", "step_time_p50", "step_time_p90", "test_accuracy",
+                "peak_memory_bytes", "peak_memory_per_device"}
+
+
+def grid(mnist_dir, backend, devices):
+    return expand({"name": "test", "backends": [backend], "models": ["small"], "multiples": [1],
+                   "batches": [128], "devices": devices, "max_train_samples": SLICE,
+                   "timeout": 900}, data_dir=mnist_dir)
+
+
+@pytest.fixture(scope="module")
+def rows(mnist_dir, tmp_path_factory):
+    path = tmp_path_factory.mktemp("results") / "tf.jsonl"
+    run_grid(grid(mnist_dir, "tf-mirrored", [1, 2]), path, echo=print)
+    run_grid(grid(mnist_dir, "pt-ddp", [2]), path, echo=print)
+    written, problems = read_rows(path)
+    assert not problems
+    return {(r["backend"], r["devices"]): r for r in written}
+
+
+def test_two_logical_devices_train_one_mirrored_model(rows):
+    row = rows[("tf-mirrored", 2)]
+    assert row["status"] == "ok", row["error"]
+    details = row["backend_details"]
+    assert details["num_replicas_in_sync"] == 2 and details["world_size"] == 1
+    assert details["replica_devices"] == ["/job:localhost/replica:0/task:0/device:CPU:0",
+                                          "/job:localhost/replica:0/task:0/device:CPU:1"]
+    assert details["cross_device_ops"] == "ReductionToOneDevice"
+    digests = details["replica_weight_digests"]
+    assert len(digests) == 2 and digests[0] == digests[1]  # the mirrored copies ended identical
+    assert details["shard_overlap_epoch1"] == 0
+    assert row["per_device_batch"] == 64 and row["global_batch"] == 128
+
+
+def test_one_device_is_the_plain_cpu(rows):
+    row = rows[("tf-mirrored", 1)]
+    assert row["status"] == "ok", row["error"]
+    details = row["backend_details"]
+    assert details["num_replicas_in_sync"] == 1 and details["cross_device_ops"] is None
+    assert details["replica_devices"] == ["/job:localhost/replica:0/task:0/device:CPU:0"]
+    assert len(details["replica_weight_digests"]) == 1
+
+
+@pytest.mark.parametrize("devices", [1, 2])
+def test_rows_have_every_schema_field(rows, devices):
+    row = rows[("tf-mirrored", devices)]
+    assert row["status"] == "ok", row["error"]
+    assert not [f for f in REQUIRED_FIELDS if f not in row]
+    assert not [f for f in REQUIRED_FIELDS if row[f] is None and f != "error"]
+    assert row["framework"] == "tensorflow"
+    packages = row["env"]["packages"]
+    assert row["framework_version"] == packages.get("tensorflow", packages.get("tensorflow-cpu"))
+    assert row["train_samples"] == SLICE and row["dataset"] == "mnist"
+    assert row["params"] == 402_442 and row["device_type"] == "cpu"
+    assert [e["epoch"] for e in row["epochs"]] == [1, 2]
+    for epoch in row["epochs"]:
+        assert epoch["samples"] == SLICE // 128 * 128
+        assert epoch["rate"] == pytest.approx(epoch["samples"] / epoch["seconds"])
+    assert 0 < row["step_time_p50"] <= row["step_time_p90"]
+    assert row["startup_seconds"] > 0 and row["peak_memory_bytes"] > 10 * 2**20
+    details = row["backend_details"]
+    assert row["env"]["threads"] == details["threads_per_process"]
+    assert details["threads"] == {"intra_op": details["threads_per_process"],
+                                  "inter_op": details["threads_per_process"]}
+    assert details["learning_rate_scaled"] is False
+
+
+def test_same_cell_learns_the_same_on_one_and_two_devices(rows):
+    """Same seed, same global batches, gradients of the global batch's mean: one trajectory."""
+    one, two = rows[("tf-mirrored", 1)], rows[("tf-mirrored", 2)]
+    for a, b in zip(one["epochs"], two["epochs"], strict=True):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-4)
+        assert a["accuracy"] == pytest.approx(b["accuracy"], abs=2 / SLICE)
+    assert one["epochs"][1]["loss"] < one["epochs"][0]["loss"]
+    assert one["test_accuracy"] > 0.8  # learning on real digits, not noise
+    assert abs(one["test_accuracy"] - two["test_accuracy"]) < 0.01
+
+
+def test_tf_and_torch_rows_of_one_cell_differ_only_in_backend_fields_and_measurements(rows):
+    tf_row, torch_row = rows[("tf-mirrored", 2)], rows[("pt-ddp", 2)]
+    assert torch_row["status"] == "ok", torch_row["error"]
+    assert tf_row.keys() == torch_row.keys()
+    differing = {k for k in tf_row if tf_row[k] != torch_row[k]}
+    assert differing <= BACKEND_FIELDS | MEASUREMENTS
+    assert tf_row["env"].keys() == torch_row["env"].keys()
+    assert [e.keys() for e in tf_row["epochs"]] == [e.keys() for e in torch_row["epochs"]]
+    assert [e["samples"] for e in tf_row["epochs"]] == [e["samples"] for e in torch_row["epochs"]]
+
+
+def test_tf_data_yields_pytorchs_global_batches(mnist):
+    """Epoch e's global batch k is the same normalised samples in both frameworks (multiple 2)."""
+    data = MNIST(mnist.train_images[:300], mnist.train_labels[:300], mnist.test_images,
+                 mnist.test_labels, mnist.dataset, mnist.source)
+    dataset = pt_train.MNISTTrainSet(data.train_images, data.train_labels, multiple=2)
+    sampler = pt_train.EpochShardSampler(dataset, global_batch=128, seed=7, rank=0, world=1)
+    sampler.set_epoch(2)
+    torch_batches = list(torch.utils.data.DataLoader(dataset, batch_size=128, sampler=sampler,
+                                                     drop_last=True, collate_fn=lambda b: b))
+    pipeline = tf_train.TrainPipeline(data, multiple=2, global_batch=128, seed=7,
+                                      comm=tf_train.Collectives(), threads=1)
+    tf_batches = list(pipeline.dataset(2).as_numpy_iterator())
+    assert len(tf_batches) == len(torch_batches) == 600 // 128 == pipeline.samples_per_epoch // 128
+    for (tf_images, tf_labels), (torch_images, torch_labels) in zip(tf_batches, torch_batches):
+        assert np.array_equal(tf_labels, torch_labels.numpy())
+        torch_nhwc = pt_train.normalise(torch_images).numpy().transpose(0, 2, 3, 1)
+        assert np.abs(tf_images - torch_nhwc).max() < 1e-6

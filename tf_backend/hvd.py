@@ -1,0 +1,64 @@
+"""hvd-tf: Horovod over TensorFlow/Keras 3, N processes started by horovodrun.
+
+The Keras model of tf-mirrored in the same custom loop (under tf.function), one replica per
+process, gradients summed by `hvd.DistributedGradientTape`. Never `horovod.tensorflow.keras`: with
+Keras 3 its DistributedOptimizer runs without error but does not average, and replicas silently
+diverge. Horovod's TensorFlow ops want the `tf.Variable` under each Keras variable (`.value`).
+"""
+from common import horovod
+from tf_backend.base import TensorFlowBackend
+
+
+class HorovodTensorFlowBackend(TensorFlowBackend):
+    name = "hvd-tf"
+    # The compiled extension, not just the Python package: a Horovod built without TF lacks it.
+    requires = ("tensorflow", horovod.EXTENSIONS["TensorFlow"])
+    install_hint = horovod.BUILD_HINT
+
+    def processes(self, cell):
+        return cell.devices
+
+    def launch_command(self, cell, worker_args):
+        return horovod.horovodrun_command(cell, worker_args)
+
+    def describe(self):
+        return horovod.describe()
+
+    def train(self, job):
+        import horovod.tensorflow as hvd
+        import tensorflow as tf
+        from tf_backend import train as loop
+
+        hvd.init()
+        loop.set_threads(job.threads)
+        if loop.device_kind(job.cell.device, job.cell.devices) == "cuda":
+            gpus = tf.config.list_physical_devices("GPU")
+            tf.config.set_visible_devices(gpus[hvd.local_rank()], "GPU")
+        return loop.train(job, tf.distribute.get_strategy(), HorovodCollectives(hvd, tf),
+                          {"parallelism": "hvd.DistributedGradientTape", **horovod.details(hvd)})
+
+
+class HorovodCollectives:
+    """Horovod's collectives, in the shape tf_backend.train.Collectives expects."""
+
+    def __init__(self, hvd, tf):
+        self.hvd, self.tf = hvd, tf
+        self.rank, self.world = hvd.rank(), hvd.size()
+
+    def barrier(self):
+        """horovod.tensorflow has no barrier: a tiny all-reduce waits for every process."""
+        self.hvd.allreduce(self.tf.constant(0.0), op=self.hvd.Sum)
+
+    def gather(self, value):
+        return self.hvd.allgather_object(value)
+
+    def sum(self, array):
+        return self.hvd.allreduce(self.tf.constant(array), op=self.hvd.Sum).numpy()
+
+    def broadcast(self, variables):
+        self.hvd.broadcast_variables([v.value for v in variables], root_rank=0)
+
+    def gradients(self, tape, loss, variables):
+        """Summed, not averaged: each replica's loss is already divided by the global batch."""
+        tape = self.hvd.DistributedGradientTape(tape, op=self.hvd.Sum)
+        return tape.gradient(loss, [v.value for v in variables])
