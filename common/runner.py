@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 LOG_TAIL_LINES = 15
 KILL_GRACE_SECONDS = 5
 ERROR_PRIORITY = ("oom", "unsupported", "failed")  # which rank's error names the cell's status
-DEVICES_PER_CORE = 4  # beyond this a CPU run of N processes (or logical devices) measures only contention
+DEVICES_PER_CORE = 4  # more CPU devices (processes or logical devices) measure only contention
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
@@ -88,8 +88,9 @@ def run_cell(cell, run_id, log_path):
         else:
             row.update(launch(backend, cell, log_path))
             row["log"] = str(log_path)
-    except Exception:  # noqa: BLE001 - e.g. a backend that fails to import: its cells fail, the grid goes on
-        row.update(status="failed", error=f"xbench could not run this cell:\n{traceback.format_exc(limit=-3)}")
+    except Exception:  # noqa: BLE001 - e.g. a backend that fails to import fails its cells, not the grid
+        row.update(status="failed",
+                   error=f"xbench could not run this cell:\n{traceback.format_exc(limit=-3)}")
     row["cell_seconds"] = time.perf_counter() - started
     row["finished_at"] = results.now()
     if not row["env"]:
@@ -155,12 +156,13 @@ def outcome(out_dir, returncode, timed_out, cell, log_path):
         return {"status": errors[0]["status"],
                 "error": errors[0]["error"] if errors[0]["status"] == "unsupported"
                 else f"{errors[0]['error']}\nLast lines of {log_path}:\n{tail}"}
-    return {"status": "failed", "error": f"{exit_description(returncode)}. Last lines of {log_path}:\n{tail}"}
+    return {"status": "failed",
+            "error": f"{exit_description(returncode)}. Last lines of {log_path}:\n{tail}"}
 
 
 def exit_description(returncode):
     if returncode < 0:
-        return f"killed by {signal.Signals(-returncode).name}"
+        return f"killed by signal {-returncode} ({signal.strsignal(-returncode)})"
     return f"exit code {returncode}"
 
 

@@ -1,22 +1,12 @@
 """hvd-torch: Horovod's ring all-reduce over PyTorch, N processes started by horovodrun."""
-from common import horovod
+from common import horovod_support
 from pt_backend.base import TorchBackend
 
 
-class HorovodTorchBackend(TorchBackend):
+class HorovodTorchBackend(horovod_support.HorovodLaunch, TorchBackend):
     name = "hvd-torch"
     # The compiled extension, not just the Python package: a Horovod built without PyTorch lacks it.
-    requires = ("torch", horovod.EXTENSIONS["PyTorch"])
-    install_hint = horovod.BUILD_HINT
-
-    def processes(self, cell):
-        return cell.devices
-
-    def launch_command(self, cell, worker_args):
-        return horovod.horovodrun_command(cell, worker_args)
-
-    def describe(self):
-        return horovod.describe()
+    requires = ("torch", horovod_support.EXTENSIONS["PyTorch"])
 
     def train(self, job):
         import horovod.torch as hvd
@@ -35,8 +25,8 @@ class HorovodTorchBackend(TorchBackend):
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         hvd.broadcast_optimizer_state(optimizer, root_rank=0)
         optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
-        return loop.train(job, model, model, optimizer, device, HorovodCollectives(hvd),
-                          {"parallelism": "hvd.DistributedOptimizer", **horovod.details(hvd)})
+        details = {"parallelism": "hvd.DistributedOptimizer", **horovod_support.details(hvd)}
+        return loop.train(job, model, model, optimizer, device, HorovodCollectives(hvd), details)
 
 
 class HorovodCollectives:

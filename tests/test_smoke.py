@@ -1,26 +1,47 @@
-"""The smoke preset through the real command line: a row for every backend, side by side."""
+"""The smoke preset through the real command line: a row for every backend, one schema for all."""
+import pytest
+
 from common.backend import BACKENDS
-from common.results import read_rows
-from conftest import xbench
+from common.results import REQUIRED_FIELDS
+from conftest import SMOKE_SLICE
 
 
-def test_smoke_grid_has_a_row_for_every_backend(mnist_dir, tmp_path):
-    results = tmp_path / "smoke.jsonl"
-    run = xbench("grid", "--preset", "smoke", "--max-train-samples", 1024, "--data-dir", mnist_dir,
-                 "--results", results, timeout=1800)
-    assert run.returncode == 0, run.stderr
-    rows, problems = read_rows(results)
-    assert not problems
-    by_cell = {(r["backend"], r["devices"]): r for r in rows}
-    assert set(by_cell) == {(b, d) for b in BACKENDS for d in (1, 2)}
-    for (backend, devices), row in by_cell.items():
+def test_smoke_grid_has_a_row_for_every_backend(smoke):
+    assert not smoke.problems
+    assert set(smoke.rows) == {(b, d) for b in BACKENDS for d in (1, 2)}
+    for (backend, devices), row in smoke.rows.items():
         if (backend, devices) == ("pt-dp", 2):
             assert row["status"] == "unsupported"  # DataParallel needs GPUs for N > 1
         else:
             assert row["status"] == "ok", f"{backend} d{devices}: {row['error']}"
-            assert row["epochs"][1]["rate"] > 0 and row["test_accuracy"] > 0.5
     # the printed table names every backend, and the run says where its results are
-    assert all(backend in run.stdout for backend in BACKENDS)
-    assert f"results: {results}" in run.stdout
-    # one network everywhere: same parameter count in every ok row
-    assert {r["params"] for r in rows if r["status"] == "ok"} == {402_442}
+    assert all(backend in smoke.run.stdout for backend in BACKENDS)
+    assert f"results: {smoke.results}" in smoke.run.stdout
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("devices", [1, 2])
+def test_every_ok_row_is_complete_and_consistent(smoke, backend, devices):
+    row = smoke.rows[(backend, devices)]
+    if row["status"] == "unsupported":
+        assert (backend, devices) == ("pt-dp", 2) and row["epochs"] == []
+        return
+    assert [f for f in REQUIRED_FIELDS if f not in row] == []
+    assert [f for f in REQUIRED_FIELDS if row[f] is None and f != "error"] == []
+    assert row["train_samples"] == SMOKE_SLICE and row["dataset"] == "mnist"
+    assert row["params"] == 402_442 and row["device_type"] == "cpu"
+    assert row["global_batch"] == 128 and row["per_device_batch"] == 128 // devices
+    assert [e["epoch"] for e in row["epochs"]] == [1, 2]
+    for epoch in row["epochs"]:
+        assert epoch["samples"] == SMOKE_SLICE // 128 * 128
+        assert epoch["rate"] == pytest.approx(epoch["samples"] / epoch["seconds"])
+        assert epoch["seconds"] == max(epoch["seconds_per_rank"])
+    assert 0 < row["step_time_p50"] <= row["step_time_p90"]
+    assert row["startup_seconds"] > 0 and row["peak_memory_bytes"] > 10 * 2**20
+    assert row["test_accuracy"] > 0.8  # learning real digits, not noise
+    details = row["backend_details"]
+    assert row["env"]["threads"] == details["threads_per_process"]
+    assert details["learning_rate_scaled"] is False
+    assert len(details["replica_weight_digests"]) == devices
+    assert len(set(details["replica_weight_digests"])) == 1  # every replica ended identical
+    assert details["shard_overlap_epoch1"] == 0

@@ -5,24 +5,14 @@ process, gradients summed by `hvd.DistributedGradientTape`. Never `horovod.tenso
 Keras 3 its DistributedOptimizer runs without error but does not average, and replicas silently
 diverge. Horovod's TensorFlow ops want the `tf.Variable` under each Keras variable (`.value`).
 """
-from common import horovod
+from common import horovod_support
 from tf_backend.base import TensorFlowBackend
 
 
-class HorovodTensorFlowBackend(TensorFlowBackend):
+class HorovodTensorFlowBackend(horovod_support.HorovodLaunch, TensorFlowBackend):
     name = "hvd-tf"
     # The compiled extension, not just the Python package: a Horovod built without TF lacks it.
-    requires = ("tensorflow", horovod.EXTENSIONS["TensorFlow"])
-    install_hint = horovod.BUILD_HINT
-
-    def processes(self, cell):
-        return cell.devices
-
-    def launch_command(self, cell, worker_args):
-        return horovod.horovodrun_command(cell, worker_args)
-
-    def describe(self):
-        return horovod.describe()
+    requires = ("tensorflow", horovod_support.EXTENSIONS["TensorFlow"])
 
     def train(self, job):
         import horovod.tensorflow as hvd
@@ -34,8 +24,8 @@ class HorovodTensorFlowBackend(TensorFlowBackend):
         if loop.device_kind(job.cell.device, job.cell.devices) == "cuda":
             gpus = tf.config.list_physical_devices("GPU")
             tf.config.set_visible_devices(gpus[hvd.local_rank()], "GPU")
-        return loop.train(job, tf.distribute.get_strategy(), HorovodCollectives(hvd, tf),
-                          {"parallelism": "hvd.DistributedGradientTape", **horovod.details(hvd)})
+        details = {"parallelism": "hvd.DistributedGradientTape", **horovod_support.details(hvd)}
+        return loop.train(job, tf.distribute.get_strategy(), HorovodCollectives(hvd, tf), details)
 
 
 class HorovodCollectives:

@@ -34,6 +34,20 @@ def describe():
     return f"horovod {version} built for {', '.join(built_frameworks()) or 'no framework'}"
 
 
+class HorovodLaunch:
+    """Mixed into hvd-torch and hvd-tf: N processes, started by horovodrun, needing Horovod's build."""
+    install_hint = BUILD_HINT
+
+    def processes(self, cell):
+        return cell.devices
+
+    def launch_command(self, cell, worker_args):
+        return horovodrun_command(cell, worker_args)
+
+    def describe(self):
+        return describe()
+
+
 def horovodrun_command(cell, worker_args):
     """`horovodrun -np N -H localhost:N --gloo python -m common.worker ...`."""
     horovodrun = Path(sys.executable).with_name("horovodrun")
