@@ -103,7 +103,8 @@ def launch(backend, cell, log_path):
     log_path.parent.mkdir(parents=True, exist_ok=True)
     threads = threads_per_process(backend.processes(cell))
     token = uuid.uuid4().hex
-    with tempfile.TemporaryDirectory(prefix="xbench-") as out_dir:
+    # beside the log, so that what a killed runner could not clean up stays there, not in /tmp
+    with tempfile.TemporaryDirectory(prefix=f"{log_path.stem}-", dir=log_path.parent) as out_dir:
         job_path = Path(out_dir) / "job.json"
         job_path.write_text(json.dumps({"cell": cell.to_dict(), "threads": threads,
                                         "launched_at": time.time()}))

@@ -1,0 +1,430 @@
+"""A grid survives anything one cell does and loses nothing (issue 6), proven with real processes:
+the real `xbench` command line, real torchrun ranks, real MNIST slices.
+
+Every process a test starts carries XBENCH_TEST_MARK=<a fresh id> in its environment (the runner
+passes its environment on to every rank), which is how a test finds its ranks and checks that none
+is left behind, on a machine where other grids may be running too.
+"""
+import fcntl
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from common.backend import cpu_cores
+from common.results import read_rows
+from conftest import REPO, XBENCH
+
+SLOW = 600            # generous limits: the machine is small and shared
+# a 2-rank pt-ddp cell that would train for many minutes: the tests stop it long before
+LONG_CELL = {"backends": ["pt-ddp"], "devices": [2], "max_train_samples": 1024, "epochs": 1000}
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+def write_grid(folder, name="faults", **settings):
+    """A small grid file: the small model on a slice of MNIST (JSON values are valid TOML)."""
+    spec = {"name": name, "backends": ["pt-dp"], "models": ["small"], "multiples": [1],
+            "batches": [128], "devices": [1], "epochs": 2, "max_train_samples": 512,
+            "timeout": SLOW, **settings}
+    path = Path(folder) / f"{name}-{uuid.uuid4().hex[:6]}.toml"
+    path.write_text("".join(f"{key} = {json.dumps(value)}\n" for key, value in spec.items()))
+    return path
+
+
+def environment(mark, **extra):
+    return {**os.environ, "XBENCH_TEST_MARK": mark, **extra}
+
+
+def start_grid(grid, results, mnist_dir, mark, *options, env=None):
+    return subprocess.Popen([*XBENCH, "grid", str(grid), "--data-dir", str(mnist_dir),
+                             "--results", str(results), *map(str, options)],
+                            cwd=REPO, env=env or environment(mark), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def run_grid(grid, results, mnist_dir, mark, *options, env=None):
+    process = start_grid(grid, results, mnist_dir, mark, *options, env=env)
+    stdout, stderr = process.communicate(timeout=SLOW)
+    return process.returncode, stdout, stderr
+
+
+def marked(mark, *needles):
+    """PIDs of live processes whose environment has this test's mark and every `needle` entry."""
+    wanted = {f"XBENCH_TEST_MARK={mark}".encode(), *(n.encode() for n in needles)}
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if wanted <= set((entry / "environ").read_bytes().split(b"\0")):
+                    pids.append(int(entry.name))
+            except OSError:
+                pass
+    return pids
+
+
+def wait_for(what, condition, timeout=SLOW):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"waited {timeout} s for {what}")
+
+
+def training(driver, results, mark, *needles):
+    """(PID, log line) of a worker of this test, with every `needle` in its environment, once its
+    log line says it has loaded the data and started training; fails at once if the grid ends."""
+    def find():
+        assert driver.poll() is None, f"the grid ended first: {driver.communicate()}"
+        logs = "".join(p.read_text(errors="replace") for p in Path(f"{results}.logs").glob("*/*.log"))
+        for pid in marked(mark, *needles):
+            line = re.search(rf"xbench worker {pid}: .*", logs)
+            if line:
+                return pid, line.group(0)
+    return wait_for("a worker to start training", find)
+
+
+def training_rank(driver, results, mark, rank):
+    """PID of rank `rank` of the running pt-ddp cell, a few seconds into its epochs."""
+    pid, _ = training(driver, results, mark, f"RANK={rank}")
+    time.sleep(3)  # model built, process group up: the epochs have begun
+    return pid
+
+
+def assert_none_left(mark, within=60):
+    """Every process of the test ends (a hung rank and torchrun included)."""
+    wait_for("every process of the cell to end", lambda: not marked(mark), timeout=within)
+
+
+@pytest.fixture
+def mark():
+    """A fresh mark; whatever still carries it when the test ends is killed."""
+    value = uuid.uuid4().hex
+    yield value
+    for pid in marked(value):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+# --- two grids writing one results file at once --------------------------------------------------
+
+@pytest.fixture(scope="module")
+def shared_results(mnist_dir, tmp_path_factory):
+    """Two real grids appending to one results file at the same time (in a folder that does not
+    exist yet: the runner makes it). Their two ok rows seed the tests below."""
+    folder = tmp_path_factory.mktemp("shared")
+    results = folder / "new" / "folder" / "results.jsonl"
+    grids = [write_grid(folder, batches=[64]), write_grid(folder, batches=[128])]
+    mark = uuid.uuid4().hex
+    with ThreadPoolExecutor(2) as pool:
+        outputs = list(pool.map(lambda g: run_grid(g, results, mnist_dir, mark), grids))
+    return results, outputs
+
+
+def test_two_grids_append_to_one_file_and_every_row_is_whole(shared_results):
+    results, outputs = shared_results
+    for returncode, stdout, stderr in outputs:
+        assert returncode == 0, stderr
+    rows, problems = read_rows(results)
+    assert problems == []
+    assert sorted(r["global_batch"] for r in rows) == [64, 128]
+    assert all(r["status"] == "ok" for r in rows), [r["error"] for r in rows]
+    assert max(r["started_at"] for r in rows) <= min(r["finished_at"] for r in rows)  # at once
+
+
+def test_concurrent_appends_never_interleave(tmp_path):
+    """Four processes append 40 rows of 200 kB each at once: every line is one whole row."""
+    results = tmp_path / "results.jsonl"
+    code = ("import sys; from common.results import append_row\n"
+            "for i in range(40):\n"
+            "    append_row(sys.argv[1], {'cell_key': sys.argv[2], 'repeat': i, 'status': 'ok',"
+            " 'padding': sys.argv[2] * 200_000})\n")
+    writers = [subprocess.Popen([XBENCH[0], "-c", code, str(results), letter], cwd=REPO)
+               for letter in "abcd"]
+    assert [w.wait(timeout=SLOW) for w in writers] == [0] * 4
+    rows, problems = read_rows(results)
+    assert problems == []
+    assert sorted((r["cell_key"], r["repeat"]) for r in rows) == [(k, i) for k in "abcd" for i in range(40)]
+    assert all(r["padding"] == r["cell_key"] * 200_000 for r in rows)
+
+
+def test_an_append_waits_for_another_writers_lock(tmp_path):
+    """While another process holds the results file's lock, an append blocks on it (the kernel
+    lists it as a waiter in /proc/locks) and writes only once the lock is released."""
+    results = tmp_path / "results.jsonl"
+    results.write_text("")
+    code = ("import sys; from common.results import append_row\n"
+            "append_row(sys.argv[1], {'cell_key': 'k', 'repeat': 0, 'status': 'ok'})\n")
+    with open(results, "a") as holder:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        writer = subprocess.Popen([XBENCH[0], "-c", code, str(results)], cwd=REPO)
+
+        def waiting():
+            assert writer.poll() is None, "the append went ahead without the lock"
+            return re.search(rf"->\s+FLOCK\s+ADVISORY\s+WRITE\s+{writer.pid}\s",
+                             Path("/proc/locks").read_text())
+        wait_for("the append to wait for the lock", waiting)
+        assert results.read_text() == ""
+    assert writer.wait(timeout=SLOW) == 0
+    assert [r["cell_key"] for r in read_rows(results)[0]] == ["k"]
+
+
+# --- a damaged results file ----------------------------------------------------------------------
+
+def test_a_damaged_results_file_keeps_every_other_row_and_takes_new_ones(shared_results, mnist_dir,
+                                                                         tmp_path, mark):
+    results = tmp_path / "results.jsonl"
+    first, last = Path(shared_results[0]).read_text().splitlines()
+    # a garbage line, then the last row torn in half as a crash mid-write would leave it
+    results.write_text(f"{first}\n\x00garbage }}{{ not json\n{last[:len(last) // 2]}")
+    torn = json.loads(last)["global_batch"]
+
+    export = subprocess.run([*XBENCH, "export", str(results), str(tmp_path / "rows.csv")],
+                            cwd=REPO, capture_output=True, text=True, timeout=SLOW)
+    assert export.returncode == 0, export.stderr
+    assert "line 2: not valid JSON" in export.stderr and "line 3: not valid JSON" in export.stderr
+    assert "1 rows" in export.stdout
+
+    # appending still works: resume reruns only the cell whose row was torn
+    returncode, stdout, stderr = run_grid(write_grid(tmp_path, batches=[64, 128]), results,
+                                          mnist_dir, mark)
+    assert returncode == 0, stderr
+    assert "line 3: not valid JSON" in stdout  # the runner says what it skipped
+    assert stdout.count("done in") == 1
+    rows, problems = read_rows(results)
+    assert [p.split(": ")[1] for p in problems] == ["line 2", "line 3"]
+    assert [(r["global_batch"], r["status"]) for r in rows] == [(json.loads(first)["global_batch"], "ok"),
+                                                                (torn, "ok")]
+
+
+# --- Ctrl-C / SIGTERM of the grid, resume and --force --------------------------------------------
+
+def interrupt(driver, results, mark, sig):
+    """Send `sig` to the grid while a cell trains: exit 130, no process left, no row written.
+    Returns the interrupted worker's log line."""
+    before = results.read_bytes()
+    _, line = training(driver, results, mark)
+    driver.send_signal(sig)
+    stdout, stderr = driver.communicate(timeout=SLOW)
+    assert driver.returncode == 130, stderr
+    assert "interrupted: the running cell was stopped" in stderr and "Traceback" not in stderr
+    assert_none_left(mark, within=30)
+    assert results.read_bytes() == before  # no row, no half row
+    return line
+
+
+def test_ctrl_c_and_sigterm_stop_the_cell_resume_runs_the_rest_force_reruns(shared_results,
+                                                                            mnist_dir, tmp_path, mark):
+    results = tmp_path / "results.jsonl"
+    shutil.copy(shared_results[0], results)  # ok rows for batches 64 and 128
+    grid = write_grid(tmp_path, batches=[32, 64, 128])
+
+    line = interrupt(start_grid(grid, results, mnist_dir, mark), results, mark, signal.SIGINT)
+    assert "b32" in line
+
+    returncode, stdout, stderr = run_grid(grid, results, mnist_dir, mark)  # --resume is the default
+    assert returncode == 0, stderr
+    assert stdout.count("(use --force to run it again)") == 2
+    rows, problems = read_rows(results)
+    assert problems == [] and sorted(r["global_batch"] for r in rows) == [32, 64, 128]
+    assert all(r["status"] == "ok" for r in rows)
+
+    # --force starts a cell that has an ok row; SIGTERM stops it like Ctrl-C does
+    forced = start_grid(grid, results, mnist_dir, mark, "--force", "--batch", "64")
+    assert "b64" in interrupt(forced, results, mark, signal.SIGTERM)
+
+
+# --- a rank killed, a runner killed, a rank hung ------------------------------------------------
+
+def test_a_killed_rank_fails_its_cell_and_a_killed_runner_leaves_nothing(shared_results, mnist_dir,
+                                                                          tmp_path, mark):
+    """SIGKILL rank 1 of a 2-process pt-ddp cell mid-training: that cell is 'failed' with the last
+    lines of its log and the next cell starts. SIGKILL the runner during that next cell: its
+    processes end too (they die with the runner), and every row written before is intact."""
+    results = tmp_path / "results.jsonl"
+    shutil.copy(shared_results[0], results)
+    before = results.read_text()
+    driver = start_grid(write_grid(tmp_path, batches=[128, 64], **LONG_CELL), results, mnist_dir, mark)
+
+    os.kill(training_rank(driver, results, mark, rank=1), signal.SIGKILL)
+    wait_for("the failed row", lambda: len(results.read_text().splitlines()) == 3)
+    training_rank(driver, results, mark, rank=1)  # the grid went on: the next cell trains
+    driver.kill()
+    driver.communicate(timeout=SLOW)
+    assert_none_left(mark)
+
+    assert results.read_text().startswith(before)
+    rows, problems = read_rows(results)
+    assert problems == [] and len(rows) == 3
+    failed = rows[-1]
+    assert (failed["status"], failed["global_batch"], failed["devices"]) == ("failed", 128, 2)
+    assert "Last lines of" in failed["error"] and "SIGKILL" in failed["error"]
+    assert failed["cell_seconds"] < SLOW  # ended well within its timeout, by itself
+
+
+def test_a_hung_rank_is_a_timeout_and_its_whole_group_is_killed(mnist_dir, tmp_path, mark):
+    """SIGSTOP rank 1 (it stops taking part in all-reduce): rank 0 waits in the collective until
+    the cell's timeout, then every process of the cell is killed."""
+    results = tmp_path / "results.jsonl"
+    driver = start_grid(write_grid(tmp_path, timeout=45, **LONG_CELL), results, mnist_dir, mark)
+    os.kill(training_rank(driver, results, mark, rank=1), signal.SIGSTOP)
+    stdout, stderr = driver.communicate(timeout=SLOW)
+    assert driver.returncode == 0, stderr
+    assert_none_left(mark, within=10)
+    [row] = read_rows(results)[0]
+    assert row["status"] == "timeout", row["error"]
+    assert "timeout of 45 s" in row["error"] and row["cell_seconds"] >= 45
+
+
+# --- out of memory -------------------------------------------------------------------------------
+
+def test_out_of_memory_is_a_clean_result_and_the_sweep_goes_on(mnist_dir, tmp_path, mark):
+    """With 700 MB for training per worker, a global batch of 8192 on 2 ranks cannot fit (its
+    first convolution's output and that output's ReLU are 400 MB each per rank): the cell is 'oom'
+    with its batch and devices; the next, smaller batch runs fine (it needs about 400 MB)."""
+    results = tmp_path / "results.jsonl"
+    grid = write_grid(tmp_path, backends=["pt-ddp"], devices=[2], batches=[8192, 128],
+                      max_train_samples=8192, memory_limit_mb=700)
+    returncode, stdout, stderr = run_grid(grid, results, mnist_dir, mark)
+    assert returncode == 0, stderr
+    oom, ok = read_rows(results)[0]
+    assert oom["status"] == "oom", oom["error"]
+    assert "can't allocate memory" in oom["error"]
+    assert (oom["global_batch"], oom["per_device_batch"], oom["devices"]) == (8192, 4096, 2)
+    assert oom["memory_limit_mb"] == 700
+    assert ok["status"] == "ok", ok["error"]
+    assert "OOM: RuntimeError" in stdout
+
+
+# --- a backend that is not installed -------------------------------------------------------------
+
+HIDE_PACKAGES = '''"""Test helper: TensorFlow and Horovod look uninstalled to this interpreter and its children
+(None in sys.modules: find_spec says absent, import raises ModuleNotFoundError)."""
+import sys
+
+sys.modules.update(dict.fromkeys(["tensorflow", "horovod"]))
+'''
+
+
+def test_a_missing_backend_makes_unsupported_rows_and_the_rest_runs(mnist_dir, tmp_path, mark):
+    hide = tmp_path / "hide"
+    hide.mkdir()
+    (hide / "sitecustomize.py").write_text(HIDE_PACKAGES)
+    results = tmp_path / "results.jsonl"
+    grid = write_grid(tmp_path, backends=["tf-mirrored", "hvd-torch", "hvd-tf", "pt-dp"])
+    returncode, stdout, stderr = run_grid(grid, results, mnist_dir, mark,
+                                          env=environment(mark, PYTHONPATH=str(hide)))
+    assert returncode == 0, stderr
+    rows = {r["backend"]: r for r in read_rows(results)[0]}
+    for name, module in (("tf-mirrored", "tensorflow"), ("hvd-torch", "horovod"), ("hvd-tf", "horovod")):
+        assert rows[name]["status"] == "unsupported", rows[name]["error"]
+        assert module in rows[name]["error"] and "install" in rows[name]["error"]
+    assert rows["pt-dp"]["status"] == "ok", rows["pt-dp"]["error"]
+
+
+def test_more_gpus_than_the_machine_has_are_unsupported_rows(mnist_dir, tmp_path, mark):
+    """16 CUDA devices: no CI machine has them (a CPU one has none)."""
+    results = tmp_path / "results.jsonl"
+    returncode, stdout, stderr = run_grid(write_grid(tmp_path, devices=[16], device="cuda"),
+                                          results, mnist_dir, mark)
+    assert returncode == 0, stderr
+    [row] = read_rows(results)[0]
+    assert row["status"] == "unsupported" and "CUDA" in row["error"], row["error"]
+
+
+# --- bad input: one clear message, exit 2, no traceback ------------------------------------------
+
+BAD_GRIDS = {
+    "unknown backend": ({"backends": ["pt-dpp"]}, "unknown backend 'pt-dpp' (did you mean 'pt-dp'?)"),
+    "unknown model": ({"models": ["smal"]}, "unknown model 'smal' (did you mean 'small'?)"),
+    "unknown key": ({"batch": [128]}, "unknown key 'batch' (did you mean 'batches'?)"),
+    "zero batch": ({"batches": [0]}, "'batches' must be positive, got 0"),
+    "negative devices": ({"devices": [-2]}, "'devices' must be positive, got -2"),
+    "fractional batch": ({"batches": [12.5]}, "'batches' must be a whole number, got 12.5"),
+    "text epochs": ({"epochs": "2"}, "'epochs' must be a whole number, got '2'"),
+    "negative memory limit": ({"memory_limit_mb": -1}, "'memory_limit_mb' must be positive"),
+    "indivisible batch": ({"batches": [100], "devices": [3]}, "batch 100 on 3 devices does not"),
+}
+
+
+@pytest.mark.parametrize("settings, message", BAD_GRIDS.values(), ids=BAD_GRIDS.keys())
+def test_a_bad_grid_file_is_one_clear_message(settings, message, mnist_dir, tmp_path):
+    grid = write_grid(tmp_path, **settings)
+    returncode, stdout, stderr = run_grid(grid, tmp_path / "r.jsonl", mnist_dir, "bad-input")
+    assert (returncode, "Traceback" in stderr) == (2, False), stderr
+    assert message in stderr
+
+
+BAD_COMMANDS = {  # {tmp} is the test's folder, where `bad_files` put a few broken things
+    "not TOML": (["{tmp}/not.toml"], "not.toml is not valid TOML"),
+    "binary grid file": (["{tmp}/binary.toml"], "binary.toml is not valid TOML"),
+    "unknown preset": (["--preset", "smoek"], "no preset 'smoek' (did you mean 'smoke'?)"),
+    "batch not a number": (["--preset", "smoke", "--batch", "1.5"],
+                           "'1.5' is not a comma-separated list of whole numbers"),
+    "more CPU devices than the cores can carry": (
+        ["--preset", "smoke", "--backend", "pt-ddp", "--devices", 4 * cpu_cores() + 1,
+         "--batch-mode", "per_device"],
+        f"--devices {4 * cpu_cores() + 1} is more than this machine can run on CPU"),
+    "results folder is a file": (["--preset", "smoke", "--results", "{tmp}/a-file/r.jsonl"],
+                                 "a-file is a file, not a folder"),
+    "results in a read-only place": (["--preset", "smoke", "--results", "/sys/r.jsonl"],
+                                     "cannot write the results file /sys/r.jsonl"),
+    "results folder cannot be made": (["--preset", "smoke", "--results", "/proc/xbench/r.jsonl"],
+                                      "cannot create the folder /proc/xbench for the results file"),
+}
+
+
+@pytest.fixture
+def bad_files(tmp_path):
+    (tmp_path / "not.toml").write_text("backends = [pt-dp")
+    (tmp_path / "binary.toml").write_bytes(b"\xff\xfe\x00\x01")
+    (tmp_path / "a-file").write_text("")
+    return tmp_path
+
+
+@pytest.mark.parametrize("arguments, message", BAD_COMMANDS.values(), ids=BAD_COMMANDS.keys())
+def test_a_bad_command_is_one_clear_message(arguments, message, mnist_dir, bad_files):
+    """Tests run as root, whom chmod does not stop: /sys and /proc stand in for read-only folders."""
+    arguments = [str(a).format(tmp=bad_files) for a in arguments]
+    if "--results" not in arguments:
+        arguments += ["--results", str(bad_files / "r.jsonl")]
+    done = subprocess.run([*XBENCH, "grid", *arguments, "--data-dir", str(mnist_dir)],
+                          cwd=REPO, capture_output=True, text=True, timeout=SLOW)
+    assert (done.returncode, "Traceback" in done.stderr) == (2, False), done.stderr
+    assert message in done.stderr
+
+
+def flip_a_byte(path):
+    data = bytearray(path.read_bytes())
+    data[100] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def truncate(path):
+    path.write_bytes(path.read_bytes()[:1000])
+
+
+@pytest.mark.parametrize("damage", [flip_a_byte, truncate])
+def test_damaged_mnist_is_one_clear_message(damage, mnist_dir, tmp_path):
+    folder = tmp_path / "mnist"
+    shutil.copytree(mnist_dir, folder)
+    damage(folder / "train-labels-idx1-ubyte.gz")
+    done = subprocess.run([*XBENCH, "grid", "--preset", "smoke", "--data-dir", str(folder),
+                           "--results", str(tmp_path / "r.jsonl")],
+                          cwd=REPO, capture_output=True, text=True, timeout=SLOW)
+    assert (done.returncode, "Traceback" in done.stderr) == (2, False), done.stderr
+    assert "train-labels-idx1-ubyte.gz is corrupt" in done.stderr
+    assert f"xbench data download --to {folder}" in done.stderr
+    assert not (tmp_path / "r.jsonl").exists()  # nothing ran, nothing was written
