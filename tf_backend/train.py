@@ -93,14 +93,18 @@ class TrainPipeline:
         return rank_indices(self.samples, self.global_batch, self.seed, epoch, self.comm.rank,
                             self.comm.world)
 
-    def dataset(self, epoch):
+    def dataset(self, epochs):
+        """All the epochs' batches in one dataset, so that one iterator serves the whole run:
+        creating and destroying a (multi-device) iterator per epoch cost seconds, at random,
+        inside the epoch times (TF 2.21, logical CPU devices)."""
         def load(index):
             index = index % self.base
             return normalise(tf.gather(self.images, index)), tf.gather(self.labels, index)
 
         options = tf.data.Options()
         options.threading.private_threadpool_size = self.threads
-        return (tf.data.Dataset.from_tensor_slices(self.indices(epoch))
+        order = np.concatenate([self.indices(epoch) for epoch in range(1, epochs + 1)])
+        return (tf.data.Dataset.from_tensor_slices(order)
                 .batch(self.global_batch // self.comm.world, drop_remainder=True)
                 .map(load, num_parallel_calls=tf.data.AUTOTUNE)
                 .prefetch(tf.data.AUTOTUNE)
@@ -182,9 +186,9 @@ def train(job, strategy, comm, details):
     epoch 1 and covers process start, imports, device set-up, reading the data and building the
     model, optimizer and input pipeline. Tracing the tf.function train step (and tf.data's first
     iterator) happens at the first batch, so it falls in epoch 1, as torch's one-time costs do;
-    epoch 2 is the steady state. An epoch requests exactly its batches: asking a multi-device
-    iterator for one past the last took 3 to 70 s on logical CPU devices (TF 2.21), a cost no
-    PyTorch epoch has. Per-step times are the host clock between step calls: exact on the CPU,
+    epoch 2 is the steady state. One iterator serves every epoch, and an epoch requests exactly
+    its batches: asking a multi-device iterator for one past the last, or replacing it, took 3 to
+    70 s on logical CPU devices (TF 2.21), a cost no PyTorch epoch has. Per-step times are the host clock between step calls: exact on the CPU,
     where a step returns when it is done; on a GPU they time the host's dispatch (TF has no
     event timer like CUDA events), so there the synchronised epoch times are the measure.
     Returns the result fields on rank 0, None on the other ranks.
@@ -205,9 +209,9 @@ def train(job, strategy, comm, details):
         strategy.run(replica_step, args=(images, labels))
 
     kind = "cuda" if tf.config.get_visible_devices("GPU") else "cpu"
-    epochs, startup, step_seconds = [], None, []
+    batches = strategy.experimental_distribute_dataset(pipeline.dataset(cell.epochs))
+    iterator, epochs, startup, step_seconds = None, [], None, []
     for epoch in range(1, cell.epochs + 1):
-        batches = strategy.experimental_distribute_dataset(pipeline.dataset(epoch))
         totals.reset()
         comm.barrier()
         if startup is None:
@@ -215,7 +219,7 @@ def train(job, strategy, comm, details):
         clock = EpochClock(tf.test.experimental.sync_devices)
         clock.start()
         marks = [time.perf_counter()]
-        iterator = iter(batches)
+        iterator = iterator or iter(batches)  # created in epoch 1's time, as PyTorch's loader is
         for _ in range(pipeline.steps_per_epoch):
             train_step(*next(iterator))
             marks.append(time.perf_counter())
