@@ -1,6 +1,7 @@
 """The environment a row was measured in (printed with the numbers, as PyTorch's DDP benchmark does)."""
 import importlib.metadata
 import platform
+import resource
 import socket
 import subprocess
 from pathlib import Path
@@ -48,3 +49,8 @@ def cpu_name():
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def peak_rss_bytes():
+    """This process's peak resident memory: the memory figure of a CPU run."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -1,9 +1,10 @@
 """Grid files (TOML) -> validated cells. A cell is one configuration to train and time."""
 import dataclasses
 import itertools
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+
+import tomllib
 
 from common.backend import BACKENDS
 from common.errors import UserError, did_you_mean

@@ -9,6 +9,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from common.collectives import SingleProcess
+
 BUILD_HINT = ("build Horovod for this environment with `make setup` "
               "(it runs scripts/build_horovod.sh .venv/bin/python)")
 EXTENSIONS = {"PyTorch": "horovod.torch.mpi_lib_v2", "TensorFlow": "horovod.tensorflow.mpi_lib"}
@@ -62,3 +64,15 @@ def details(hvd):
             "controller": "gloo" if hvd.gloo_enabled() else "mpi" if hvd.mpi_enabled() else None,
             "gpu_operations": "nccl" if hvd.nccl_built() else None, "hvd_size": hvd.size(),
             "launcher": "horovodrun --gloo"}
+
+
+class HorovodProcesses(SingleProcess):
+    """What Horovod's PyTorch and TensorFlow modules (`hvd`, initialised) offer alike; the
+    backends add the collectives whose calls differ."""
+
+    def __init__(self, hvd):
+        self.hvd = hvd
+        self.rank, self.world = hvd.rank(), hvd.size()
+
+    def gather(self, value):
+        return self.hvd.allgather_object(value)

@@ -19,6 +19,7 @@ class DistributedDataParallelBackend(TorchBackend):
         import torch
         import torch.distributed as dist
         from torch.nn.parallel import DistributedDataParallel
+
         from pt_backend import train as loop
         from pt_backend.models import build_optimizer
 

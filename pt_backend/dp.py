@@ -1,4 +1,5 @@
 """pt-dp: torch.nn.DataParallel, one process driving N GPUs (the blog's PyTorch backend)."""
+from common.collectives import SingleProcess
 from common.errors import Unsupported
 from pt_backend.base import TorchBackend
 
@@ -8,6 +9,7 @@ class DataParallelBackend(TorchBackend):
 
     def train(self, job):
         import torch
+
         from pt_backend import train as loop
         from pt_backend.models import build_optimizer
 
@@ -22,5 +24,5 @@ class DataParallelBackend(TorchBackend):
         device_ids = list(range(job.cell.devices)) if kind == "cuda" else None
         wrapped = torch.nn.DataParallel(model, device_ids=device_ids)
         return loop.train(job, model, wrapped, build_optimizer(wrapped.parameters()), device,
-                          loop.Collectives(),
+                          SingleProcess(),
                           {"parallelism": "torch.nn.DataParallel", "device_ids": device_ids})

@@ -11,6 +11,7 @@ class HorovodTorchBackend(horovod_support.HorovodLaunch, TorchBackend):
     def train(self, job):
         import horovod.torch as hvd
         import torch
+
         from pt_backend import train as loop
         from pt_backend.models import build_optimizer
 
@@ -29,18 +30,9 @@ class HorovodTorchBackend(horovod_support.HorovodLaunch, TorchBackend):
         return loop.train(job, model, model, optimizer, device, HorovodCollectives(hvd), details)
 
 
-class HorovodCollectives:
-    """Horovod's collectives, in the shape pt_backend.train.Collectives expects."""
-
-    def __init__(self, hvd):
-        self.hvd = hvd
-        self.rank, self.world = hvd.rank(), hvd.size()
-
+class HorovodCollectives(horovod_support.HorovodProcesses):
     def barrier(self):
         self.hvd.barrier()
-
-    def gather(self, value):
-        return self.hvd.allgather_object(value)
 
     def sum(self, tensor):
         return self.hvd.allreduce(tensor, op=self.hvd.Sum)

@@ -1,9 +1,9 @@
 """The PyTorch training loop shared by pt-dp, pt-ddp and hvd-torch.
 
-A backend wraps the model its own way and passes the `Collectives` its ranks talk through; the
+A backend wraps the model its own way and passes the collectives its ranks talk through
+(common.collectives); the
 loop, the input pipeline and the timing are the same for all three, so their numbers compare.
 """
-import resource
 import time
 
 import numpy as np
@@ -11,9 +11,10 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
 
+from common.collectives import SingleProcess
 from common.consistency import shard_overlap, weights_digest
 from common.data import MEAN, STD, rank_indices
-from common.env import cpu_name
+from common.env import cpu_name, peak_rss_bytes
 from common.errors import Unsupported
 from common.timing import EpochClock, epoch_record, step_percentiles
 from pt_backend.models import build_model
@@ -21,22 +22,7 @@ from pt_backend.models import build_model
 EVAL_BATCH = 1000
 
 
-class Collectives:
-    """How the ranks of one cell talk; this base is the single-process case (pt-dp)."""
-    rank, world = 0, 1
-
-    def barrier(self):
-        pass
-
-    def gather(self, value):
-        """Every rank's `value` (a picklable Python object), as a list in rank order."""
-        return [value]
-
-    def sum(self, tensor):
-        return tensor
-
-
-class TorchDistributed(Collectives):
+class TorchDistributed(SingleProcess):
     """torch.distributed's default process group (pt-ddp)."""
 
     def __init__(self):
@@ -142,7 +128,7 @@ def peak_memory(device):
     if device.type == "cuda":
         return [torch.cuda.max_memory_allocated(i) for i in range(torch.cuda.device_count())
                 if torch.cuda.max_memory_allocated(i) > 0]
-    return [resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024]
+    return [peak_rss_bytes()]
 
 
 def new_model(job, device):
@@ -189,7 +175,7 @@ def train(job, model, wrapped, optimizer, device, comm, details):
             correct += (logits.argmax(1) == y).sum()
             steps.mark()
         seconds = clock.stop()
-        totals = comm.sum(torch.stack([loss_sum, correct.double()]).cpu())
+        totals = comm.sum(torch.stack([loss_sum, correct.double()])).cpu()  # nccl sums on the device
         samples = len(sampler) * comm.world
         epochs.append(epoch_record(epoch, comm.gather(seconds), samples, totals[0], totals[1]))
         if epoch == cell.epochs:

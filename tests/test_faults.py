@@ -18,10 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from conftest import REPO, XBENCH
 
 from common.backend import cpu_cores
 from common.results import read_rows
-from conftest import REPO, XBENCH
 
 SLOW = 600            # generous limits: the machine is small and shared
 # a 2-rank pt-ddp cell that would train for many minutes: the tests stop it long before

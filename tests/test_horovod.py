@@ -1,8 +1,8 @@
 """hvd-torch and hvd-tf, from the smoke run: 2 processes launched by horovodrun over gloo."""
 import pytest
+from conftest import xbench
 
 from common import horovod_support
-from conftest import xbench
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,8 @@ from unittest.mock import patch
 import pandas as pd
 import pytest
 
-from common.errors import UserError
 from common.backend import BACKENDS
+from common.errors import UserError
 from common.grid import expand
 from common.models import gradient_bytes
 from common.results import base_row

@@ -1,9 +1,9 @@
 """The smoke preset through the real command line: a row for every backend, one schema for all."""
 import pytest
+from conftest import SMOKE_SLICE
 
 from common.backend import BACKENDS
 from common.results import REQUIRED_FIELDS
-from conftest import SMOKE_SLICE
 
 
 def test_smoke_grid_has_a_row_for_every_backend(smoke):

@@ -3,10 +3,10 @@ row of the same cell; and the tf.data pipeline against PyTorch's loader, batch b
 import numpy as np
 import pytest
 import torch
+from conftest import SMOKE_SLICE as SLICE
 
 from common.data import MNIST
 from pt_backend import train as pt_train
-from conftest import SMOKE_SLICE as SLICE
 from tf_backend import train as tf_train
 
 # What may differ between a tf-mirrored and a pt-ddp row of one cell: backend fields and measurements.

@@ -6,7 +6,13 @@ import pytest
 import tensorflow as tf
 import torch
 
-from common.models import MODELS, Flatten, flops_per_sample, layer_shapes, parameter_count
+from common.models import (
+    MODELS,
+    Flatten,
+    flops_per_sample,
+    layer_shapes,
+    parameter_count,
+)
 from pt_backend import models as pt_models
 from pt_backend import train as pt_train
 from tf_backend import models as tf_models

@@ -17,6 +17,7 @@ class HorovodTensorFlowBackend(horovod_support.HorovodLaunch, TensorFlowBackend)
     def train(self, job):
         import horovod.tensorflow as hvd
         import tensorflow as tf
+
         from tf_backend import train as loop
 
         hvd.init()
@@ -28,19 +29,16 @@ class HorovodTensorFlowBackend(horovod_support.HorovodLaunch, TensorFlowBackend)
         return loop.train(job, tf.distribute.get_strategy(), HorovodCollectives(hvd, tf), details)
 
 
-class HorovodCollectives:
-    """Horovod's collectives, in the shape tf_backend.train.Collectives expects."""
+class HorovodCollectives(horovod_support.HorovodProcesses):
+    """Horovod's collectives, with the extras tf_backend.train.Collectives has."""
 
     def __init__(self, hvd, tf):
-        self.hvd, self.tf = hvd, tf
-        self.rank, self.world = hvd.rank(), hvd.size()
+        super().__init__(hvd)
+        self.tf = tf
 
     def barrier(self):
         """horovod.tensorflow has no barrier: a tiny all-reduce waits for every process."""
         self.hvd.allreduce(self.tf.constant(0.0), op=self.hvd.Sum)
-
-    def gather(self, value):
-        return self.hvd.allgather_object(value)
 
     def sum(self, array):
         return self.hvd.allreduce(self.tf.constant(array), op=self.hvd.Sum).numpy()

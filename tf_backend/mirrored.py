@@ -16,6 +16,7 @@ class MirroredBackend(TensorFlowBackend):
 
     def train(self, job):
         import tensorflow as tf
+
         from tf_backend import train as loop
 
         loop.set_threads(job.threads)

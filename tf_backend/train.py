@@ -5,16 +5,16 @@ A backend passes the `tf.distribute` strategy that holds the replicas of its pro
 processes, one replica each). Data order, loss, timing and the result row follow
 pt_backend/train.py, so a TensorFlow row and a PyTorch row of one cell compare.
 """
-import resource
 import time
 
 import keras
 import numpy as np
 import tensorflow as tf
 
+from common.collectives import SingleProcess
 from common.consistency import shard_overlap, weights_digest
 from common.data import MEAN, STD, rank_indices
-from common.env import cpu_name
+from common.env import cpu_name, peak_rss_bytes
 from common.errors import Unsupported
 from common.timing import EpochClock, epoch_record, step_percentiles
 from tf_backend.models import build_model, build_optimizer, parameter_count
@@ -22,21 +22,10 @@ from tf_backend.models import build_model, build_optimizer, parameter_count
 EVAL_BATCH = 1000
 
 
-class Collectives:
-    """How the processes of one cell talk; this base is the single-process case (tf-mirrored),
-    whose replicas the strategy already keeps in step."""
-    rank, world = 0, 1
-
-    def barrier(self):
-        pass
-
-    def gather(self, value):
-        """Every process's `value` (a picklable Python object), as a list in rank order."""
-        return [value]
-
-    def sum(self, array):
-        """A numpy array summed over the processes."""
-        return array
+class Collectives(SingleProcess):
+    """The single-process case (tf-mirrored, whose replicas the strategy keeps in step), plus what
+    a TensorFlow loop needs of the processes besides common.collectives: a start from rank 0's
+    variables, and gradients combined across processes."""
 
     def broadcast(self, variables):
         """Make every process start from rank 0's values (one process: nothing to do)."""
@@ -169,7 +158,7 @@ def peak_memory(kind):
     if kind == "cuda":
         return [tf.config.experimental.get_memory_info(f"GPU:{i}")["peak"]
                 for i in range(len(tf.config.list_logical_devices("GPU")))]
-    return [resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024]
+    return [peak_rss_bytes()]
 
 
 def replica_digests(strategy, variables):
@@ -188,9 +177,10 @@ def train(job, strategy, comm, details):
     iterator) happens at the first batch, so it falls in epoch 1, as torch's one-time costs do;
     epoch 2 is the steady state. One iterator serves every epoch, and an epoch requests exactly
     its batches: asking a multi-device iterator for one past the last, or replacing it, took 3 to
-    70 s on logical CPU devices (TF 2.21), a cost no PyTorch epoch has. Per-step times are the host clock between step calls: exact on the CPU,
-    where a step returns when it is done; on a GPU they time the host's dispatch (TF has no
-    event timer like CUDA events), so there the synchronised epoch times are the measure.
+    70 s on logical CPU devices (TF 2.21), a cost no PyTorch epoch has. Per-step times are the
+    host clock between step calls: exact on the CPU, where a step returns when it is done; on a
+    GPU they time the host's dispatch (TF has no event timer like CUDA events), so there the
+    synchronised epoch times are the measure.
     Returns the result fields on rank 0, None on the other ranks.
     """
     cell = job.cell
