@@ -1,20 +1,30 @@
 """The one contract every backend follows, and the registry of backends by name.
 
-A backend is a small class (Lightning's strategies are the model): it says whether it can run here,
-how its process(es) are launched, and, inside each launched process, how to train one cell.
+A backend is a small class (Lightning's strategies are the model): it says whether it can run
+here, how its process(es) are launched, and, inside each launched process, how it places and wraps
+the model. The framework base classes (pt_backend.base.TorchBackend,
+tf_backend.base.TensorFlowBackend) do the common set-up and run the framework's training loop;
+a backend class says only what makes it different.
+
 The registry holds import paths, not classes, so that `common` never imports a framework: the
 class is imported only when a cell of that backend is asked for.
 """
+from __future__ import annotations
+
 import abc
 import importlib
 import importlib.metadata
 import importlib.util
 import os
 import sys
-import time
-from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
 
-from common.errors import UserError, did_you_mean
+from common.errors import Unsupported, UserError, did_you_mean
+
+if TYPE_CHECKING:
+    from common.grid import Cell
+    from common.schema import Measurement
+    from common.training import Job
 
 BACKENDS = {
     "pt-dp": "pt_backend.dp:DataParallelBackend",
@@ -25,67 +35,81 @@ BACKENDS = {
 }
 
 
-@dataclass
-class Job:
-    """What each launched process is given: the cell, its data, its share of the cores, and the
-    wall-clock time (`time.time()`) at which the runner launched it (start-up is counted from it)."""
-    cell: object
-    data: object
-    threads: int
-    launched_at: float
-
-    def startup_seconds(self):
-        return time.time() - self.launched_at
-
-
 class Backend(abc.ABC):
-    """Base class: subclasses set the class attributes and implement `train`."""
+    """Base class: subclasses set the class attributes and the hooks they need."""
 
-    name = ""
-    framework = ""            # "torch" or "tensorflow"
-    requires = ()             # importable modules this backend needs
-    install_hint = ""         # what to run when one of them is missing
+    name: ClassVar[str] = ""
+    framework: ClassVar[str] = ""             # "torch" or "tensorflow"
+    requires: ClassVar[tuple[str, ...]] = ()  # importable modules this backend needs
+    install_hint: ClassVar[str] = ""          # what to run when one of them is missing
 
-    def missing(self):
+    # --- in the runner: can it run here, and how is it launched --------------------------------
+
+    def missing(self) -> str | None:
         """Why this backend cannot run in this installation, or None if it can."""
         absent = [m for m in self.requires if not _importable(m)]
         if absent:
             return f"{', '.join(absent)} not installed; {self.install_hint}"
         return None
 
-    def describe(self):
+    def describe(self) -> str:
         """One line on what this backend will use here (its packages' versions)."""
         return ", ".join(f"{m} {_version(m)}" for m in self.requires)
 
-    def processes(self, cell):
-        """Processes one cell runs in (threads are shared out between them)."""
+    def processes(self, cell: Cell) -> int:
+        """Processes one cell runs in (the cores are shared out between them)."""
         return 1
 
-    def launch_command(self, cell, worker_args):
+    def launch_command(self, cell: Cell, worker_args: list[str]) -> list[str]:
         """The command line that starts this cell's process(es); each runs `common.worker`."""
         return [sys.executable, "-m", "common.worker", *worker_args]
 
+    # --- in each launched process --------------------------------------------------------------
+
+    def devices_per_process(self, cell: Cell) -> int:
+        """Devices one process drives: all of them for a one-process backend, else one."""
+        return cell.devices // self.processes(cell)
+
+    def unsupported_reason(self, cell: Cell, device_kind: str) -> str | None:
+        """Why this backend cannot run `cell` on `device_kind` ("cpu" or "cuda"), or None."""
+        return None
+
+    def choose_device(self, cell: Cell, gpus_seen: int, seen_by: str) -> str:
+        """'cuda' or 'cpu' for this cell, given the GPUs the framework sees; Unsupported if the
+        cell asks for what this machine lacks, or this backend cannot do it there."""
+        if cell.device == "cuda" and gpus_seen == 0:
+            raise Unsupported(f"the cell asks for device 'cuda' but {seen_by} sees no CUDA device")
+        kind = "cpu" if cell.device == "cpu" or gpus_seen == 0 else "cuda"
+        if kind == "cuda" and gpus_seen < cell.devices:
+            raise Unsupported(f"the cell needs {cell.devices} CUDA devices; {seen_by} sees "
+                              f"{gpus_seen}")
+        reason = self.unsupported_reason(cell, kind)
+        if reason:
+            raise Unsupported(reason)
+        return kind
+
+    def details(self) -> dict:
+        """What this backend records of itself in the row: what ran, how it was launched."""
+        return {}
+
     @abc.abstractmethod
-    def train(self, job):
-        """Train `job.cell` inside a launched process.
+    def train(self, job: Job) -> Measurement | None:
+        """Train `job.cell` inside a launched process: the measurement on the reporting rank,
+        None on the others. Raises `common.errors.Unsupported` when this machine cannot run it."""
 
-        Returns the measurements (a dict of result-row fields) on the reporting rank and None on
-        the others. Raise `common.errors.Unsupported` when this machine cannot run the cell.
-        """
-
-    def is_out_of_memory(self, error):
+    def is_out_of_memory(self, error: BaseException) -> bool:
         """True if `error` is this framework's out-of-memory error."""
         return isinstance(error, MemoryError)
 
 
-def _importable(module):
+def _importable(module: str) -> bool:
     try:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):
         return False
 
 
-def _version(module):
+def _version(module: str) -> str:
     top = module.split(".")[0]
     for distribution in (top, f"{top}-cpu"):
         try:
@@ -95,20 +119,27 @@ def _version(module):
     return "?"
 
 
-def get_backend(name):
-    """The backend registered under `name` (a clear error for unknown names)."""
+def check_backend_name(name: str) -> str:
+    """`name` if a backend is registered under it, else a clear error with a near miss."""
     if name not in BACKENDS:
         raise UserError(f"unknown backend '{name}'{did_you_mean(name, BACKENDS)}; "
                         f"choose from {', '.join(BACKENDS)}")
-    module, cls = BACKENDS[name].split(":")
-    return getattr(importlib.import_module(module), cls)()
+    return name
 
 
-def cpu_cores():
+def get_backend(name: str) -> Backend:
+    """The backend registered under `name`."""
+    module, cls = BACKENDS[check_backend_name(name)].split(":")
+    backend = getattr(importlib.import_module(module), cls)()
+    assert backend.name == name, f"{BACKENDS[name]} says it is '{backend.name}', not '{name}'"
+    return backend
+
+
+def cpu_cores() -> int:
     """Cores this process may use (respects taskset / cgroup affinity)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def threads_per_process(processes):
+def threads_per_process(processes: int) -> int:
     """N processes share the cores: max(1, cores // N) threads each."""
     return max(1, cpu_cores() // processes)

@@ -1,20 +1,42 @@
-"""How the processes of one cell talk, in the one shape both training loops use.
+"""How the processes of one cell talk: one interface, and its one-process implementation.
 
-`SingleProcess` is the cell that runs in one process (pt-dp, tf-mirrored): nothing to exchange.
-Multi-process backends (pt-ddp, Horovod) subclass it with their framework's collectives.
+Each framework or library has its own class in its backend package, each with its own name:
+`pt_backend.ddp.TorchDistributedCollectives`, `pt_backend.hvd.HorovodTorchCollectives`, and the
+TensorFlow ones under `tf_backend.collectives.TensorFlowCollectives` (which adds what only a
+TensorFlow loop needs).
 """
+import abc
+from typing import Any
 
 
-class SingleProcess:
-    rank, world = 0, 1
+class Collectives(abc.ABC):
+    """What a training loop asks of the processes of its cell. Rank 0 reports the measurement."""
 
-    def barrier(self):
+    rank: int = 0
+    world: int = 1
+
+    @abc.abstractmethod
+    def barrier(self) -> None:
         """Wait until every process has got here."""
 
-    def gather(self, value):
+    @abc.abstractmethod
+    def gather(self, value: Any) -> list[Any]:
         """Every process's `value` (a picklable Python object), as a list in rank order."""
+
+    @abc.abstractmethod
+    def sum(self, values: Any) -> Any:
+        """A framework tensor (or numpy array) summed over the processes, in the same type."""
+
+
+class OneProcess(Collectives):
+    """A cell that runs in one process (pt-dp, tf-mirrored, the single-device references):
+    there is no one to wait for or to exchange with."""
+
+    def barrier(self) -> None:
+        pass
+
+    def gather(self, value: Any) -> list[Any]:
         return [value]
 
-    def sum(self, values):
-        """A framework tensor or numpy array, summed over the processes."""
+    def sum(self, values: Any) -> Any:
         return values

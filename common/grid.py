@@ -6,7 +6,7 @@ from pathlib import Path
 
 import tomllib
 
-from common.backend import BACKENDS
+from common.backend import check_backend_name
 from common.errors import UserError, did_you_mean
 from common.models import MODELS
 
@@ -52,30 +52,30 @@ class Cell:
     repeat: int = 0
 
     @property
-    def global_batch(self):
+    def global_batch(self) -> int:
         return self.batch if self.batch_mode == "global" else self.batch * self.devices
 
     @property
-    def per_device_batch(self):
+    def per_device_batch(self) -> int:
         return self.batch // self.devices if self.batch_mode == "global" else self.batch
 
     @property
-    def key(self):
+    def key(self) -> str:
         """Identifies the configuration (not the repeat): resume and reports group by it."""
         cap = f"|cap{self.max_train_samples}" if self.max_train_samples else ""
         return (f"{self.backend}|{self.model}|x{self.multiple}|{self.batch_mode}-b{self.batch}"
                 f"|d{self.devices}|e{self.epochs}|seed{self.seed}|{self.data}{cap}|{self.device}")
 
     @property
-    def label(self):
+    def label(self) -> str:
         return (f"{self.backend} {self.model} x{self.multiple} b{self.global_batch} "
                 f"d{self.devices} r{self.repeat}")
 
-    def to_dict(self):
+    def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, values):
+    def from_dict(cls, values: dict) -> "Cell":
         return cls(**values)
 
 
@@ -105,7 +105,7 @@ def preset_path(name):
     return path
 
 
-def expand(spec, overrides=None, data_dir=None):
+def expand(spec: dict, overrides: dict | None = None, data_dir=None) -> list[Cell]:
     """Validate the spec (with command-line overrides applied) and return its cells in run order."""
     spec = {**DEFAULTS, **spec, **{k: v for k, v in (overrides or {}).items() if v is not None}}
     for key in AXES:
@@ -156,9 +156,7 @@ def _check_value(key, value, kind):
 
 def _check_choices(values, settings):
     for name in values["backends"]:
-        if name not in BACKENDS:
-            raise UserError(f"unknown backend '{name}'{did_you_mean(name, BACKENDS)}; "
-                            f"choose from {', '.join(BACKENDS)}")
+        check_backend_name(name)
     for name in values["models"]:
         if name not in MODELS:
             raise UserError(f"unknown model '{name}'{did_you_mean(name, MODELS)}; "

@@ -9,8 +9,6 @@ import shutil
 import sys
 from pathlib import Path
 
-from common.collectives import SingleProcess
-
 BUILD_HINT = ("build Horovod for this environment with `make setup` "
               "(it runs scripts/build_horovod.sh .venv/bin/python)")
 EXTENSIONS = {"PyTorch": "horovod.torch.mpi_lib_v2", "TensorFlow": "horovod.tensorflow.mpi_lib"}
@@ -66,9 +64,9 @@ def details(hvd):
             "launcher": "horovodrun --gloo"}
 
 
-class HorovodProcesses(SingleProcess):
-    """What Horovod's PyTorch and TensorFlow modules (`hvd`, initialised) offer alike; the
-    backends add the collectives whose calls differ."""
+class HorovodGather:
+    """Mixed into both Horovod collectives classes: what horovod.torch and horovod.tensorflow
+    (`hvd`, initialised) offer alike. Each backend adds the collectives whose calls differ."""
 
     def __init__(self, hvd):
         self.hvd = hvd

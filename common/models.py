@@ -1,4 +1,5 @@
-"""The benchmark models as framework-free layer specs (DESIGN.md "The models").
+"""The benchmark models as framework-free layer specs: the blog post's two MNIST CNNs, built
+identically in PyTorch and Keras ("same" padding, PyTorch's padding=1).
 
 Both backends build their networks from these specs, so PyTorch and Keras cannot drift apart;
 parameter counts and FLOPs are computed here from the spec, never hard-coded.

@@ -1,4 +1,4 @@
-"""The result schema (one JSON object per cell and repeat) and the results file (JSON Lines).
+"""The results file: one result row (common.schema) per line, JSON Lines.
 
 Each append is one whole line written by one write() under an exclusive lock, then fsynced, so two
 grids can share a file and a signal cannot split a row. A line torn by a crash (or a line damaged by
@@ -13,48 +13,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from common.errors import UserError
-from common.models import flops_per_sample, parameter_count
-
-SCHEMA_VERSION = 1
-STATUSES = ("ok", "failed", "timeout", "oom", "unsupported")
-REQUIRED_FIELDS = (
-    "schema_version", "run_id", "grid", "cell_key", "repeat", "status", "error", "started_at",
-    "finished_at", "backend", "framework", "framework_version", "model", "params",
-    "flops_per_sample", "dataset", "dataset_source", "dataset_multiple", "train_samples",
-    "batch_mode", "global_batch", "per_device_batch", "devices", "device_type", "device_name",
-    "epochs", "startup_seconds", "step_time_p50", "step_time_p90", "test_accuracy",
-    "peak_memory_bytes", "env",
-)
+from common.schema import row_problem
 
 
 def new_run_id():
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
-
-
-def now():
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def base_row(cell, run_id):
-    """The row of a cell before it runs: identity and configuration, no measurements yet
-    (the runner fills in the framework once it has the backend)."""
-    return {
-        "schema_version": SCHEMA_VERSION, "run_id": run_id, "grid": cell.grid,
-        "cell_key": cell.key, "repeat": cell.repeat, "status": None, "error": None,
-        "started_at": now(), "finished_at": None,
-        "backend": cell.backend, "framework": None, "framework_version": None,
-        "model": cell.model, "params": parameter_count(cell.model),
-        "flops_per_sample": flops_per_sample(cell.model),
-        "dataset": cell.data, "dataset_source": None, "dataset_multiple": cell.multiple,
-        "max_train_samples": cell.max_train_samples, "train_samples": None,
-        "batch_mode": cell.batch_mode, "global_batch": cell.global_batch,
-        "per_device_batch": cell.per_device_batch, "devices": cell.devices,
-        "device_type": None, "device_name": None, "seed": cell.seed,
-        "memory_limit_mb": cell.memory_limit_mb or None,
-        "epochs": [], "startup_seconds": None, "step_time_p50": None, "step_time_p90": None,
-        "test_accuracy": None, "peak_memory_bytes": None, "peak_memory_per_device": None,
-        "cell_seconds": None, "backend_details": {}, "env": {},
-    }
 
 
 def check_writable(path):
@@ -99,7 +62,8 @@ def append_row(path, row):
 
 
 def read_rows(path):
-    """(rows, problems): every well-formed row, and 'line N: what is wrong' for the others."""
+    """(rows, problems): every valid row, and '<path>: line N: what is wrong' for the others
+    (common.schema.row_problem is the one judge of a row)."""
     rows, problems = [], []
     with open(path, encoding="utf-8", errors="replace") as f:
         for number, line in enumerate(f, 1):
@@ -110,8 +74,9 @@ def read_rows(path):
             except json.JSONDecodeError as e:
                 problems.append(f"{path}: line {number}: not valid JSON ({e.msg}); line skipped")
                 continue
-            if not isinstance(row, dict) or "status" not in row or "cell_key" not in row:
-                problems.append(f"{path}: line {number}: not a result row; line skipped")
+            problem = row_problem(row)
+            if problem:
+                problems.append(f"{path}: line {number}: not a result row: {problem}; line skipped")
                 continue
             rows.append(row)
     return rows, problems

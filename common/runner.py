@@ -21,6 +21,7 @@ from pathlib import Path
 from common import env, results
 from common.backend import cpu_cores, get_backend, threads_per_process
 from common.errors import UserError
+from common.schema import Measurement, make_row, now
 
 REPO = Path(__file__).resolve().parent.parent
 LOG_TAIL_LINES = 15
@@ -77,29 +78,27 @@ def completed_cells(results_path, echo=print):
 
 def run_cell(cell, run_id, log_path):
     """One cell, start to end: its result row, whatever happened."""
-    row = results.base_row(cell, run_id)
-    started = time.perf_counter()
+    started_at, started = now(), time.perf_counter()
+    framework, log, outcome = None, None, {}
     try:
         backend = get_backend(cell.backend)
-        row["framework"] = backend.framework
+        framework = backend.framework
         reason = backend.missing()
         if reason:
-            row.update(status="unsupported", error=reason)
+            outcome = {"status": "unsupported", "error": reason}
         else:
-            row.update(launch(backend, cell, log_path))
-            row["log"] = str(log_path)
+            outcome, log = launch(backend, cell, log_path), str(log_path)
     except Exception:  # noqa: BLE001 - e.g. a backend that fails to import fails its cells, not the grid
-        row.update(status="failed",
-                   error=f"xbench could not run this cell:\n{traceback.format_exc(limit=-3)}")
-    row["cell_seconds"] = time.perf_counter() - started
-    row["finished_at"] = results.now()
-    if not row["env"]:
-        row["env"] = env.capture()
-    return row
+        outcome = {"status": "failed",
+                   "error": f"xbench could not run this cell:\n{traceback.format_exc(limit=-3)}"}
+    return make_row(cell, run_id, started_at, outcome["status"], outcome.get("error"), framework,
+                    outcome.get("measurement"), outcome.get("env") or env.capture(), log,
+                    time.perf_counter() - started)
 
 
 def launch(backend, cell, log_path):
-    """Start the cell's process group, wait for it (or its timeout), and read what it left."""
+    """Start the cell's process group, wait for it (or its timeout), and read what it left:
+    {status, error} or {status, measurement, env}."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     threads = threads_per_process(backend.processes(cell))
     token = uuid.uuid4().hex
@@ -145,7 +144,9 @@ def outcome(out_dir, returncode, timed_out, cell, log_path):
     """The row fields for what a finished (or killed) cell left behind."""
     result_file = out_dir / "result.json"
     if result_file.is_file() and returncode == 0:
-        return {"status": "ok", **json.loads(result_file.read_text())}
+        result = json.loads(result_file.read_text())
+        return {"status": "ok", "measurement": Measurement.from_dict(result["measurement"]),
+                "env": result["env"]}
     errors = [json.loads(p.read_text()) for p in sorted(out_dir.glob("error-*.json"))]
     errors.sort(key=lambda e: ERROR_PRIORITY.index(e["status"]))
     tail = log_tail(log_path)

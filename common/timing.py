@@ -1,32 +1,52 @@
-"""What a number means (DESIGN.md "Measuring"): wall-clock epochs, synced at every boundary.
+"""What a time means: wall-clock epochs, the device synchronised at every boundary, the epoch's
+time that of the slowest rank; per-step times for percentiles.
 
-The backends call `EpochClock` with their framework's device sync; the arithmetic of turning the
-times of every rank into one epoch record lives here once.
+The framework loops pass their device sync and, on GPUs, their event timer; the arithmetic of
+turning the times of every rank into one epoch record lives here once.
 """
 import time
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 
 class EpochClock:
-    """Wall clock for one epoch: starts when the first batch is requested, stops after the last
-    optimizer step has finished (the device is synchronised before each reading)."""
+    """Wall clock (`time.perf_counter`, never CPU time) for one epoch: starts when the first batch
+    is requested, stops after the last optimizer step has finished (the device is synchronised
+    before each reading)."""
 
-    def __init__(self, sync=lambda: None):
+    def __init__(self, sync: Callable[[], None] = lambda: None):
         self.sync = sync
         self.started = self.stopped = None
 
-    def start(self):
+    def start(self) -> None:
         self.sync()
         self.started = time.perf_counter()
 
-    def stop(self):
+    def stop(self) -> float:
         self.sync()
         self.stopped = time.perf_counter()
         return self.stopped - self.started
 
 
-def epoch_record(epoch, seconds_per_rank, samples, loss_sum, correct):
+class StepTimer:
+    """Per-step times from the host clock, marked after each step: exact on the CPU, where a step
+    returns when its work is done. A GPU loop uses its framework's event timer instead, so that
+    timing a step never adds a host synchronisation."""
+
+    def __init__(self):
+        self.marks = [time.perf_counter()]
+
+    def mark(self) -> None:
+        self.marks.append(time.perf_counter())
+
+    def seconds(self) -> list[float]:
+        """The steps' durations; call after the epoch's final sync."""
+        return np.diff(self.marks).tolist()
+
+
+def epoch_record(epoch: int, seconds_per_rank: Sequence[float], samples: int, loss_sum: float,
+                 correct: float) -> dict:
     """One epoch of the result row; its time is the slowest rank's (the epoch ends when all have)."""
     seconds = max(seconds_per_rank)
     return {"epoch": epoch, "seconds": seconds, "samples": int(samples),
@@ -35,8 +55,8 @@ def epoch_record(epoch, seconds_per_rank, samples, loss_sum, correct):
             "seconds_per_rank": [float(s) for s in seconds_per_rank]}
 
 
-def step_percentiles(step_seconds):
-    """p50 / p90 of the per-step times gathered from every rank (epoch 2: the steady state)."""
+def step_percentiles(step_seconds: Sequence[float]) -> dict:
+    """p50 / p90 of the per-step times gathered from every rank (last epoch: the steady state)."""
     if len(step_seconds) == 0:
         return {"step_time_p50": None, "step_time_p90": None}
     p50, p90 = np.percentile(np.asarray(step_seconds, dtype=float), [50, 90])

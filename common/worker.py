@@ -1,7 +1,7 @@
 """Entry point of every launched process: `python -m common.worker JOB_JSON OUT_DIR`.
 
 Each rank loads the data and calls its backend's `train`. The reporting rank writes `result.json`
-atomically; a rank that fails writes `error-<pid>.json` saying how (oom, unsupported or failed),
+(its common.schema.Measurement and the environment) atomically; a rank that fails writes `error-<pid>.json` saying how (oom, unsupported or failed),
 then exits non-zero so the launcher (torchrun, horovodrun) ends the group.
 """
 import importlib
@@ -15,9 +15,10 @@ from pathlib import Path
 
 from common import data as data_module
 from common import env
-from common.backend import Job, get_backend
+from common.backend import get_backend
 from common.errors import Unsupported, UserError
 from common.grid import Cell
+from common.training import Job
 
 
 def write_json(path, payload):
@@ -52,7 +53,7 @@ def main(job_path, out_dir):
             limit_memory(cell.memory_limit_mb, backend.framework)
         print(f"xbench worker {os.getpid()}: {len(job.data.train_images)} training images loaded; "
               f"training {cell.label}", file=sys.stderr, flush=True)
-        result = backend.train(job)
+        measurement = backend.train(job)
     except Unsupported as e:
         write_json(out_dir / f"error-{os.getpid()}.json", {"status": "unsupported", "error": str(e)})
         return 3
@@ -65,9 +66,9 @@ def main(job_path, out_dir):
         write_json(out_dir / f"error-{os.getpid()}.json", {"status": status, "error": text})
         traceback.print_exc()
         return 1
-    if result is not None:
-        result["env"] = env.capture(job.threads)
-        write_json(out_dir / "result.json", result)
+    if measurement is not None:
+        write_json(out_dir / "result.json", {"measurement": measurement.to_dict(),
+                                             "env": env.capture(job.threads)})
     return 0
 
 

@@ -1,5 +1,21 @@
-"""What the three PyTorch backends have in common (kept free of a torch import at module level)."""
+"""What the PyTorch backends share: the set-up every one of them does, and the hooks by which each
+says how it starts its processes, places and wraps the model, and wraps the optimizer.
+
+torch is imported only inside methods that run in a launched worker, so the runner can list and
+launch these backends without importing it.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from common.backend import Backend
+from common.collectives import Collectives, OneProcess
+
+if TYPE_CHECKING:
+    import torch
+
+    from common.schema import Measurement
+    from common.training import Job
 
 
 class TorchBackend(Backend):
@@ -7,6 +23,49 @@ class TorchBackend(Backend):
     requires = ("torch",)
     install_hint = "install PyTorch with `make setup` (or `pip install torch` into the environment)"
 
-    def is_out_of_memory(self, error):
+    # --- hooks ---------------------------------------------------------------------------------
+
+    def start_processes(self, device_kind: str) -> Collectives:
+        """Join this cell's other processes (a process group, Horovod); one process by default."""
+        return OneProcess()
+
+    def stop_processes(self) -> None:
+        """Leave what `start_processes` joined."""
+
+    def local_rank(self) -> int:
+        """This process's index on its machine (which GPUs it drives)."""
+        return 0
+
+    def wrap_model(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+        """The model as this backend parallelises it (the loop trains the wrapper)."""
+        return model
+
+    def wrap_optimizer(self, optimizer: torch.optim.Optimizer,
+                       model: torch.nn.Module) -> torch.optim.Optimizer:
+        """The optimizer, wrapped where the backend averages gradients itself."""
+        return optimizer
+
+    # --- the common set-up ---------------------------------------------------------------------
+
+    def train(self, job: Job) -> Measurement | None:
+        import torch
+
+        from pt_backend.train import TorchLoop
+
+        self.cell = job.cell
+        torch.set_num_threads(job.threads)
+        kind = self.choose_device(job.cell, torch.cuda.device_count(), "torch")
+        comm = self.start_processes(kind)
+        try:
+            if kind == "cuda":
+                device = torch.device("cuda", self.local_rank() * self.devices_per_process(job.cell))
+                torch.cuda.set_device(device)
+            else:
+                device = torch.device("cpu")
+            return TorchLoop(job, comm, self, device).run()
+        finally:
+            self.stop_processes()
+
+    def is_out_of_memory(self, error: BaseException) -> bool:
         from pt_backend.train import is_out_of_memory
         return is_out_of_memory(error)

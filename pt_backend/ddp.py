@@ -2,6 +2,7 @@
 import os
 import sys
 
+from common.collectives import Collectives
 from pt_backend.base import TorchBackend
 
 
@@ -15,28 +16,46 @@ class DistributedDataParallelBackend(TorchBackend):
         return [sys.executable, "-m", "torch.distributed.run", "--standalone",
                 f"--nproc-per-node={cell.devices}", "-m", "common.worker", *worker_args]
 
-    def train(self, job):
-        import torch
+    def start_processes(self, device_kind):
         import torch.distributed as dist
-        from torch.nn.parallel import DistributedDataParallel
+        self.process_group = "nccl" if device_kind == "cuda" else "gloo"
+        dist.init_process_group(self.process_group)
+        return TorchDistributedCollectives()
 
-        from pt_backend import train as loop
-        from pt_backend.models import build_optimizer
-
-        loop.set_threads(job.threads)
-        kind = loop.resolve_device(job.cell.device, job.cell.devices)
-        local_rank = int(os.environ["LOCAL_RANK"])
-        if kind == "cuda":
-            torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank) if kind == "cuda" else torch.device("cpu")
-        process_group = "nccl" if kind == "cuda" else "gloo"
-        dist.init_process_group(process_group)
-        try:
-            model = loop.new_model(job, device)
-            wrapped = DistributedDataParallel(model, device_ids=[local_rank] if kind == "cuda" else None)
-            return loop.train(job, model, wrapped, build_optimizer(wrapped.parameters()), device,
-                              loop.TorchDistributed(),
-                              {"parallelism": "DistributedDataParallel", "process_group": process_group,
-                               "launcher": "torchrun --standalone"})
-        finally:
+    def stop_processes(self):
+        import torch.distributed as dist
+        if dist.is_initialized():
             dist.destroy_process_group()
+
+    def local_rank(self):
+        return int(os.environ["LOCAL_RANK"])
+
+    def wrap_model(self, model, device):
+        from torch.nn.parallel import DistributedDataParallel
+        return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
+                                       else None)
+
+    def details(self):
+        return {"parallelism": "DistributedDataParallel", "process_group": self.process_group,
+                "launcher": "torchrun --standalone"}
+
+
+class TorchDistributedCollectives(Collectives):
+    """torch.distributed's default process group."""
+
+    def __init__(self):
+        import torch.distributed as dist
+        self.dist = dist
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+
+    def barrier(self):
+        self.dist.barrier()
+
+    def gather(self, value):
+        values = [None] * self.world
+        self.dist.all_gather_object(values, value)
+        return values
+
+    def sum(self, tensor):
+        self.dist.all_reduce(tensor)
+        return tensor

@@ -1,46 +1,17 @@
-"""The PyTorch training loop shared by pt-dp, pt-ddp and hvd-torch.
+"""The PyTorch training loop of pt-dp, pt-ddp and hvd-torch: the hooks of common.training's loop.
 
-A backend wraps the model its own way and passes the collectives its ranks talk through
-(common.collectives); the
-loop, the input pipeline and the timing are the same for all three, so their numbers compare.
+The backend wraps the model and the optimizer its own way (pt_backend.base's hooks); the input
+pipeline, the step and the measurements are the same for all three, so their numbers compare.
 """
-import time
-
 import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
 
-from common.collectives import SingleProcess
-from common.consistency import shard_overlap, weights_digest
 from common.data import MEAN, STD, rank_indices
 from common.env import cpu_name, peak_rss_bytes
-from common.errors import Unsupported
-from common.timing import EpochClock, epoch_record, step_percentiles
-from pt_backend.models import build_model
-
-EVAL_BATCH = 1000
-
-
-class TorchDistributed(SingleProcess):
-    """torch.distributed's default process group (pt-ddp)."""
-
-    def __init__(self):
-        import torch.distributed as dist
-        self.dist = dist
-        self.rank, self.world = dist.get_rank(), dist.get_world_size()
-
-    def barrier(self):
-        self.dist.barrier()
-
-    def gather(self, value):
-        values = [None] * self.world
-        self.dist.all_gather_object(values, value)
-        return values
-
-    def sum(self, tensor):
-        self.dist.all_reduce(tensor)
-        return tensor
+from common.training import EVAL_BATCH, TrainingLoop
+from pt_backend.models import build_model, build_optimizer
 
 
 class MNISTTrainSet(torch.utils.data.Dataset):
@@ -83,136 +54,114 @@ def normalise(images):
     return images.unsqueeze(1).float().div_(255).sub_(MEAN).div_(STD)
 
 
-def resolve_device(requested, devices):
-    """'cuda' or 'cpu' for this cell; Unsupported if it asks for GPUs this machine lacks."""
-    gpus = torch.cuda.device_count()
-    if requested == "cuda" and gpus == 0:
-        raise Unsupported("the cell asks for device 'cuda' but torch sees no CUDA device")
-    if requested == "cpu" or gpus == 0:
-        return "cpu"
-    if gpus < devices:
-        raise Unsupported(f"the cell needs {devices} CUDA devices; this machine has {gpus}")
-    return "cuda"
+class CudaStepTimer:
+    """Per-step times from CUDA events: no host synchronisation inside the epoch."""
 
-
-def set_threads(threads):
-    torch.set_num_threads(threads)
-
-
-class StepTimer:
-    """Per-step times with no host synchronisation: CUDA events on GPU, the clock on CPU
-    (where every step already ends on the host)."""
-
-    def __init__(self, device):
-        self.cuda = device.type == "cuda"
-        self.marks = []
+    def __init__(self):
+        self.events = []
         self.mark()
 
     def mark(self):
-        if self.cuda:
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-            self.marks.append(event)
-        else:
-            self.marks.append(time.perf_counter())
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        self.events.append(event)
 
     def seconds(self):
-        """Call after the epoch's final sync."""
+        return [a.elapsed_time(b) / 1000 for a, b in zip(self.events, self.events[1:])]
+
+
+class TorchLoop(TrainingLoop):
+    """`backend` (a pt_backend.base.TorchBackend) wraps the model and optimizer on `device`."""
+
+    def __init__(self, job, comm, backend, device):
+        super().__init__(job, comm, backend)
+        self.device = device
+        self.cuda = device.type == "cuda"
+
+    def set_up(self):
+        cell = self.cell
+        torch.manual_seed(cell.seed)  # the same initial weights on every rank
+        self.model = build_model(cell.model).to(self.device)
+        self.wrapped = self.backend.wrap_model(self.model, self.device)
+        self.optimizer = self.backend.wrap_optimizer(build_optimizer(self.wrapped.parameters()),
+                                                     self.model)
+        self.dataset = MNISTTrainSet(self.job.data.train_images, self.job.data.train_labels,
+                                     cell.multiple)
+        self.sampler = EpochShardSampler(self.dataset, cell.global_batch, cell.seed,
+                                         self.comm.rank, self.comm.world)
+        self.loader = DataLoader(self.dataset, batch_size=cell.global_batch // self.comm.world,
+                                 sampler=self.sampler, drop_last=True, collate_fn=_as_is,
+                                 pin_memory=self.cuda)
+        self.loss_fn = nn.CrossEntropyLoss()
+        self.loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        self.correct = torch.zeros((), dtype=torch.int64, device=self.device)
+
+    def sync(self):
         if self.cuda:
-            return [a.elapsed_time(b) / 1000 for a, b in zip(self.marks, self.marks[1:])]
-        return np.diff(self.marks).tolist()
+            torch.cuda.synchronize()
 
+    def step_timer(self):
+        return CudaStepTimer() if self.cuda else super().step_timer()
 
-def peak_memory(device):
-    """Peak bytes of this rank: allocated on its GPU(s), else the process's peak RSS."""
-    if device.type == "cuda":
-        return [torch.cuda.max_memory_allocated(i) for i in range(torch.cuda.device_count())
-                if torch.cuda.max_memory_allocated(i) > 0]
-    return [peak_rss_bytes()]
+    def batches(self, epoch):
+        self.sampler.set_epoch(epoch)
+        return self.loader
 
+    def train_step(self, batch):
+        images, labels = batch
+        x = normalise(images.to(self.device, non_blocking=True))
+        y = labels.to(self.device, non_blocking=True)
+        self.optimizer.zero_grad()  # set_to_none, the default since torch 2.0
+        logits = self.wrapped(x)
+        loss = self.loss_fn(logits, y)
+        loss.backward()
+        self.optimizer.step()
+        self.loss_sum += loss.detach() * len(y)
+        self.correct += (logits.argmax(1) == y).sum()
 
-def new_model(job, device):
-    """A fresh model, identically initialised on every rank from the cell's seed."""
-    torch.manual_seed(job.cell.seed)
-    return build_model(job.cell.model).to(device)
+    def reset_totals(self):
+        self.loss_sum.zero_()
+        self.correct.zero_()
 
+    def totals(self):
+        return torch.stack([self.loss_sum, self.correct.double()])  # nccl sums on the device
 
-def train(job, model, wrapped, optimizer, device, comm, details):
-    """Train `wrapped` (the model as the backend parallelises it) with `optimizer` (Adam, wrapped
-    by the backend where it averages gradients itself) for the cell's epochs.
+    @property
+    def samples_per_epoch(self):
+        return len(self.sampler) * self.comm.world
 
-    Returns the result fields on rank 0, None on the other ranks.
-    """
-    cell = job.cell
-    dataset = MNISTTrainSet(job.data.train_images, job.data.train_labels, cell.multiple)
-    sampler = EpochShardSampler(dataset, cell.global_batch, cell.seed, comm.rank, comm.world)
-    per_process_batch = cell.global_batch // comm.world
-    loader = DataLoader(dataset, batch_size=per_process_batch, sampler=sampler, drop_last=True,
-                        collate_fn=_as_is, pin_memory=device.type == "cuda")
-    loss_fn = nn.CrossEntropyLoss()
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    def rank_indices(self, epoch):
+        self.sampler.set_epoch(epoch)
+        return np.asarray(list(self.sampler))
 
-    epochs, startup, step_seconds = [], None, []
-    for epoch in range(1, cell.epochs + 1):
-        sampler.set_epoch(epoch)
-        comm.barrier()
-        if startup is None:
-            startup = job.startup_seconds()
-        clock = EpochClock(sync)
-        clock.start()
-        steps = StepTimer(device)
-        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-        correct = torch.zeros((), dtype=torch.int64, device=device)
-        for images, labels in loader:
-            x = normalise(images.to(device, non_blocking=True))
-            y = labels.to(device, non_blocking=True)
-            optimizer.zero_grad()  # set_to_none, the default since torch 2.0
-            logits = wrapped(x)
-            loss = loss_fn(logits, y)
-            loss.backward()
-            optimizer.step()
-            loss_sum += loss.detach() * len(y)
-            correct += (logits.argmax(1) == y).sum()
-            steps.mark()
-        seconds = clock.stop()
-        totals = comm.sum(torch.stack([loss_sum, correct.double()])).cpu()  # nccl sums on the device
-        samples = len(sampler) * comm.world
-        epochs.append(epoch_record(epoch, comm.gather(seconds), samples, totals[0], totals[1]))
-        if epoch == cell.epochs:
-            step_seconds = [s for rank in comm.gather(steps.seconds()) for s in rank]
+    def replica_weights(self):
+        return [[p.detach().cpu().numpy() for p in self.model.parameters()]]
 
-    memory = [m for rank in comm.gather(peak_memory(device)) for m in rank]
-    digests = comm.gather(weights_digest(p.detach().cpu().numpy() for p in model.parameters()))
-    sampler.set_epoch(1)
-    overlap = shard_overlap(comm.gather(list(sampler)))
-    if comm.rank != 0:
-        return None
-    return {
-        "framework_version": torch.__version__,
-        "params": sum(p.numel() for p in model.parameters() if p.requires_grad),
-        "dataset": job.data.dataset, "dataset_source": job.data.source,
-        "train_samples": len(dataset), "device_type": device.type,
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name(),
-        "epochs": epochs, "startup_seconds": startup, **step_percentiles(step_seconds),
-        "test_accuracy": evaluate(model, job.data, device),
-        "peak_memory_bytes": max(memory), "peak_memory_per_device": memory,
-        "backend_details": {"world_size": comm.world, "threads_per_process": job.threads,
-                            "learning_rate_scaled": False, "replica_weight_digests": digests,
-                            "shard_overlap_epoch1": overlap, **details},
-    }
+    def peak_memory(self):
+        if self.cuda:
+            return [torch.cuda.max_memory_allocated(i) for i in range(torch.cuda.device_count())
+                    if torch.cuda.max_memory_allocated(i) > 0]
+        return [peak_rss_bytes()]
 
+    @torch.no_grad()
+    def evaluate(self):
+        """Accuracy on the whole test set (the unwrapped model)."""
+        data = self.job.data
+        self.model.eval()
+        correct = 0
+        for start in range(0, len(data.test_images), EVAL_BATCH):
+            images = torch.from_numpy(data.test_images[start:start + EVAL_BATCH]).to(self.device)
+            labels = torch.from_numpy(data.test_labels[start:start + EVAL_BATCH].astype(np.int64))
+            correct += (self.model(normalise(images)).argmax(1).cpu() == labels).sum().item()
+        self.model.train()
+        return correct / len(data.test_images)
 
-@torch.no_grad()
-def evaluate(model, data, device):
-    """Accuracy on the whole test set (rank 0, unwrapped model)."""
-    model.eval()
-    correct = 0
-    for start in range(0, len(data.test_images), EVAL_BATCH):
-        images = torch.from_numpy(data.test_images[start:start + EVAL_BATCH]).to(device)
-        labels = torch.from_numpy(data.test_labels[start:start + EVAL_BATCH].astype(np.int64)).to(device)
-        correct += (model(normalise(images)).argmax(1) == labels).sum().item()
-    model.train()
-    return correct / len(data.test_images)
+    def describe(self):
+        return {"framework_version": torch.__version__,
+                "params": sum(p.numel() for p in self.model.parameters() if p.requires_grad),
+                "train_samples": len(self.dataset), "device_type": self.device.type,
+                "device_name": (torch.cuda.get_device_name(self.device) if self.cuda
+                                else cpu_name())}
 
 
 def is_out_of_memory(error):

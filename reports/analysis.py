@@ -33,6 +33,11 @@ def backend_order(name):
     return (names.index(name), "") if name in names else (len(names), str(name))
 
 
+def batch_kind(batch_mode):
+    """How a batch of this batch_mode is counted: 'per-device' or 'global'."""
+    return "per-device" if batch_mode == "per_device" else "global"
+
+
 def devices_text(count):
     return f"{count} device" + ("" if count == 1 else "s")
 

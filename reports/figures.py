@@ -69,8 +69,7 @@ def fixed_text(values):
     parts = []
     for column, value in values.items():
         if column == "batch":
-            mode = values.get("batch_mode")
-            parts.append(f"{'per-device' if mode == 'per_device' else 'global'} batch {value}")
+            parts.append(f"{analysis.batch_kind(values.get('batch_mode'))} batch {value}")
         elif column == "dataset_multiple":
             parts.append(f"dataset ×{value}")
         elif column == "devices":
@@ -81,7 +80,7 @@ def fixed_text(values):
 
 
 def batch_label(batch_mode):
-    return f"{'per-device' if batch_mode == 'per_device' else 'global'} batch (samples)"
+    return f"{analysis.batch_kind(batch_mode)} batch (samples)"
 
 
 def panels(count, width=4.6, height=3.4, columns=3):
@@ -224,7 +223,7 @@ def scaling_figure(scaling):
             ax.set_title(plain(f"model {model}: {kind} scaling"))
     legend(figure, list(axes))
     return (fixed_text(fixed) + f"{kind.capitalize()} scaling: the "
-            f"{'per-device' if kind == 'weak' else 'global'} batch is fixed as devices grow. "
+            f"{analysis.batch_kind(fixed.get('batch_mode'))} batch is fixed as devices grow. "
             "R = mean epoch-2 rate; dashed: ideal."), figure
 
 

@@ -1,7 +1,8 @@
 """Results files -> one pandas frame of rows, each tagged with the environment it was measured in.
 
-Rows are read only through `common.results.read_rows`; a line or row the report cannot use becomes
-a problem (reported, never fatal), so a damaged file still gives a report of what it holds.
+Rows are read only through `common.results.read_rows`, which validates each against the schema; a
+line that is not a valid row becomes a problem (reported, never fatal), so a damaged file still
+gives a report of what it holds.
 """
 import json
 from pathlib import Path
@@ -10,11 +11,10 @@ import numpy as np
 import pandas as pd
 
 from common.errors import UserError
-from common.results import STATUSES, flat_table, read_rows
+from common.results import flat_table, read_rows
 
 CONFIG_FIELDS = ("backend", "model", "dataset", "dataset_multiple", "batch_mode", "global_batch",
                  "per_device_batch", "devices")
-WHOLE_NUMBERS = ("dataset_multiple", "global_batch", "per_device_batch", "devices")
 # Rows agreeing on all of these come from the same machine and software: only they are averaged.
 ENVIRONMENT_FIELDS = ("host", "cpu_count", "python", "packages")
 NUMBERS = ("epoch1_rate", "epoch2_rate", "epoch1_seconds", "epoch2_seconds", "epoch2_samples",
@@ -40,30 +40,8 @@ def load(paths, where=None):
         except OSError as e:
             raise UserError(f"cannot read the results file {path}: {e.strerror}") from None
         problems += file_problems
-        for row in file_rows:
-            problem = row_problem(row)
-            if problem:
-                problems.append(f"{path}: row {row.get('cell_key')} repeat {row.get('repeat')}: "
-                                f"{problem}; row left out")
-            else:
-                rows.append({**row, "source": Path(path).name})
+        rows += [{**row, "source": Path(path).name} for row in file_rows]
     return select(rows_frame(rows), where), problems
-
-
-def row_problem(row):
-    """Why the report cannot use this row, or None."""
-    missing = [field for field in CONFIG_FIELDS if row.get(field) is None]
-    if missing:
-        return f"no {', '.join(missing)}"
-    if row["status"] not in STATUSES:
-        return f"unknown status {row['status']!r}"
-    bad = [f for f in WHOLE_NUMBERS if isinstance(row[f], bool) or not isinstance(row[f], int)
-           or row[f] < 1]
-    if bad:
-        return f"{', '.join(bad)} not a positive whole number"
-    if not isinstance(row.get("epochs") or [], list) or not isinstance(row.get("env") or {}, dict):
-        return "'epochs' is not a list or 'env' not an object"
-    return None
 
 
 def rows_frame(rows):

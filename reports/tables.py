@@ -34,7 +34,7 @@ def interval(mean, half):
 
 
 def batch_text(cell):
-    return f"{'per-device' if cell['batch_mode'] == 'per_device' else 'global'} {cell['batch']}"
+    return f"{analysis.batch_kind(cell['batch_mode'])} {cell['batch']}"
 
 
 def column(field, show=str):

@@ -1,4 +1,4 @@
-"""A grid survives anything one cell does and loses nothing (issue 6), proven with real processes:
+"""A grid survives anything one cell does and loses nothing, proven with real processes:
 the real `xbench` command line, real torchrun ranks, real MNIST slices.
 
 Every process a test starts carries XBENCH_TEST_MARK=<a fresh id> in its environment (the runner
@@ -118,6 +118,16 @@ def mark():
             pass
 
 
+# A valid failed row (common.schema), made in a subprocess: hand_row(run id, repeat, error text).
+HAND_ROW = """from common.grid import expand
+from common.schema import make_row, now
+def hand_row(run_id, repeat, error):
+    cell = expand({"name": "hand", "backends": ["pt-dp"], "models": ["small"], "multiples": [1],
+                   "batches": [128], "devices": [1], "repeats": repeat + 1})[repeat]
+    return make_row(cell, run_id, now(), "failed", error, None, None, {}, None, 0.0)
+"""
+
+
 # --- two grids writing one results file at once --------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -147,17 +157,16 @@ def test_two_grids_append_to_one_file_and_every_row_is_whole(shared_results):
 def test_concurrent_appends_never_interleave(tmp_path):
     """Four processes append 40 rows of 200 kB each at once: every line is one whole row."""
     results = tmp_path / "results.jsonl"
-    code = ("import sys; from common.results import append_row\n"
+    code = (f"import sys; from common.results import append_row\n{HAND_ROW}\n"
             "for i in range(40):\n"
-            "    append_row(sys.argv[1], {'cell_key': sys.argv[2], 'repeat': i, 'status': 'ok',"
-            " 'padding': sys.argv[2] * 200_000})\n")
+            "    append_row(sys.argv[1], hand_row(sys.argv[2], i, sys.argv[2] * 200_000))\n")
     writers = [subprocess.Popen([XBENCH[0], "-c", code, str(results), letter], cwd=REPO)
                for letter in "abcd"]
     assert [w.wait(timeout=SLOW) for w in writers] == [0] * 4
     rows, problems = read_rows(results)
     assert problems == []
-    assert sorted((r["cell_key"], r["repeat"]) for r in rows) == [(k, i) for k in "abcd" for i in range(40)]
-    assert all(r["padding"] == r["cell_key"] * 200_000 for r in rows)
+    assert sorted((r["run_id"], r["repeat"]) for r in rows) == [(k, i) for k in "abcd" for i in range(40)]
+    assert all(r["error"] == r["run_id"] * 200_000 for r in rows)
 
 
 def test_an_append_waits_for_another_writers_lock(tmp_path):
@@ -165,8 +174,8 @@ def test_an_append_waits_for_another_writers_lock(tmp_path):
     lists it as a waiter in /proc/locks) and writes only once the lock is released."""
     results = tmp_path / "results.jsonl"
     results.write_text("")
-    code = ("import sys; from common.results import append_row\n"
-            "append_row(sys.argv[1], {'cell_key': 'k', 'repeat': 0, 'status': 'ok'})\n")
+    code = (f"import sys; from common.results import append_row\n{HAND_ROW}\n"
+            "append_row(sys.argv[1], hand_row('k', 0, 'held'))\n")
     with open(results, "a") as holder:
         fcntl.flock(holder, fcntl.LOCK_EX)
         writer = subprocess.Popen([XBENCH[0], "-c", code, str(results)], cwd=REPO)
@@ -178,7 +187,7 @@ def test_an_append_waits_for_another_writers_lock(tmp_path):
         wait_for("the append to wait for the lock", waiting)
         assert results.read_text() == ""
     assert writer.wait(timeout=SLOW) == 0
-    assert [r["cell_key"] for r in read_rows(results)[0]] == ["k"]
+    assert [r["run_id"] for r in read_rows(results)[0]] == ["k"]
 
 
 # --- a damaged results file ----------------------------------------------------------------------

@@ -18,8 +18,8 @@ import pytest
 from common.backend import BACKENDS
 from common.errors import UserError
 from common.grid import expand
-from common.models import gradient_bytes
-from common.results import base_row
+from common.models import gradient_bytes, parameter_count
+from common import schema
 from reports import analysis, build_report, parse_formats
 from reports.load import load
 from reports.screenshot import chromium_command, screenshot
@@ -38,21 +38,19 @@ def make_row(backend="pt-ddp", devices=1, batch=128, mode="global", rates=(80.0,
             "device": "cpu", "repeats": repeat + 1}
     with patch.dict(BACKENDS, {backend: "hand:Made"}):  # hostile names are not registered
         cell = expand(spec)[repeat]
-    row = base_row(cell, "hand-run")
-    row.update(status=status, error=error, env={"host": host, "cpu_count": 2, "threads": 2,
-                                                "python": "3.11.7", "packages": {"torch": "2.13.0"},
-                                                "git_commit": None})
-    if status == "ok":
-        row.update(
-            framework="torch", framework_version="2.13.0", train_samples=SAMPLES,
-            device_type="cpu", device_name="CPU",
-            epochs=[{"epoch": e, "seconds": SAMPLES / r, "samples": SAMPLES, "rate": r,
-                     "loss": 1.0 / e, "accuracy": 0.5 + 0.2 * e, "seconds_per_rank": [SAMPLES / r]}
-                    for e, r in enumerate(rates, 1)],
-            startup_seconds=3.0, step_time_p50=step, step_time_p90=step, test_accuracy=0.9,
-            peak_memory_per_device=[(300 if i == 0 else 200) * 2**20 for i in range(devices)],
-            peak_memory_bytes=300 * 2**20)
-    return row
+    env = {"host": host, "cpu_count": 2, "threads": 2, "python": "3.11.7",
+           "packages": {"torch": "2.13.0"}, "git_commit": None}
+    measurement = None if status != "ok" else schema.Measurement(
+        framework_version="2.13.0", params=parameter_count(model), dataset_source="hand-made",
+        train_samples=SAMPLES, device_type="cpu", device_name="CPU",
+        epochs=[{"epoch": e, "seconds": SAMPLES / r, "samples": SAMPLES, "rate": r,
+                 "loss": 1.0 / e, "accuracy": 0.5 + 0.2 * e, "seconds_per_rank": [SAMPLES / r]}
+                for e, r in enumerate(rates, 1)],
+        startup_seconds=3.0, step_time_p50=step, step_time_p90=step, test_accuracy=0.9,
+        peak_memory_per_device=[(300 if i == 0 else 200) * 2**20 for i in range(devices)],
+        backend_details={})
+    return schema.make_row(cell, "hand-run", schema.now(), status, error, "torch", measurement, env,
+                           None, 1.0)
 
 
 def known_rows():
@@ -220,8 +218,8 @@ def test_malformed_and_partial_files_report_what_they_can(tmp_path):
     assert "5 problem(s) in the results files" in done.stderr
     assert "line 4: not valid JSON" in done.stderr and "line 5: not a result row" in done.stderr
     assert "line 6: not valid JSON" in done.stderr
-    assert "no backend; row left out" in done.stderr
-    assert "devices not a positive whole number" in done.stderr
+    assert "line 2: not a result row: 'backend' is null in a row with status 'ok'" in done.stderr
+    assert "line 3: not a result row: 'devices' is str, not int" in done.stderr
     assert "1 rows (1 ok, 0 not ok)" in done.stdout
     assert "(needs ok cells on 1 and more devices of the same setup)" in done.stdout
     page = (tmp_path / "out" / "index.html").read_text()

@@ -3,7 +3,8 @@ import pytest
 from conftest import SMOKE_SLICE
 
 from common.backend import BACKENDS
-from common.results import REQUIRED_FIELDS
+from common.schema import FIELDS, row_problem
+from common.table import format_rows
 
 
 def test_smoke_grid_has_a_row_for_every_backend(smoke):
@@ -14,9 +15,15 @@ def test_smoke_grid_has_a_row_for_every_backend(smoke):
             assert row["status"] == "unsupported"  # DataParallel needs GPUs for N > 1
         else:
             assert row["status"] == "ok", f"{backend} d{devices}: {row['error']}"
-    # the printed table names every backend, and the run says where its results are
-    assert all(backend in smoke.run.stdout for backend in BACKENDS)
-    assert f"results: {smoke.results}" in smoke.run.stdout
+
+
+def test_the_printed_table_has_its_header_and_one_line_per_cell(smoke):
+    lines = smoke.run.stdout.splitlines()
+    start = lines.index(format_rows([]))  # the header alone
+    table = lines[start + 1:start + 1 + len(smoke.rows)]
+    assert lines[start + 1 + len(smoke.rows)] == f"results: {smoke.results}"
+    printed = {(line.split()[0], int(line.split()[4])): line.split()[6] for line in table}
+    assert printed == {key: row["status"] for key, row in smoke.rows.items()}
 
 
 @pytest.mark.parametrize("backend", list(BACKENDS))
@@ -26,8 +33,8 @@ def test_every_ok_row_is_complete_and_consistent(smoke, backend, devices):
     if row["status"] == "unsupported":
         assert (backend, devices) == ("pt-dp", 2) and row["epochs"] == []
         return
-    assert [f for f in REQUIRED_FIELDS if f not in row] == []
-    assert [f for f in REQUIRED_FIELDS if row[f] is None and f != "error"] == []
+    assert row_problem(row) is None and list(row) == list(FIELDS)
+    assert [f for f in FIELDS if row[f] is None] == ["error", "memory_limit_mb"]
     assert row["train_samples"] == SMOKE_SLICE and row["dataset"] == "mnist"
     assert row["params"] == 402_442 and row["device_type"] == "cpu"
     assert row["global_batch"] == 128 and row["per_device_batch"] == 128 // devices

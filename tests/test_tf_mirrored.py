@@ -8,6 +8,7 @@ from conftest import SMOKE_SLICE as SLICE
 from common.data import MNIST
 from pt_backend import train as pt_train
 from tf_backend import train as tf_train
+from tf_backend.collectives import OneTensorFlowProcess
 
 # What may differ between a tf-mirrored and a pt-ddp row of one cell: backend fields and measurements.
 BACKEND_FIELDS = {"run_id", "cell_key", "started_at", "finished_at", "backend", "framework",
@@ -86,7 +87,7 @@ def test_tf_data_yields_pytorchs_global_batches(mnist):
     torch_batches = list(torch.utils.data.DataLoader(dataset, batch_size=128, sampler=sampler,
                                                      drop_last=True, collate_fn=lambda b: b))
     pipeline = tf_train.TrainPipeline(data, multiple=2, global_batch=128, seed=7,
-                                      comm=tf_train.Collectives(), threads=1)
+                                      comm=OneTensorFlowProcess(), threads=1)
     tf_batches = list(pipeline.dataset(epochs=2).as_numpy_iterator())[pipeline.steps_per_epoch:]
     assert len(tf_batches) == len(torch_batches) == 600 // 128 == pipeline.samples_per_epoch // 128
     for (tf_images, tf_labels), (torch_images, torch_labels) in zip(tf_batches, torch_batches):

@@ -1,5 +1,21 @@
-"""What the two TensorFlow backends have in common (kept free of a TensorFlow import at module level)."""
+"""What the TensorFlow backends share: the set-up every one of them does, and the hooks by which
+each says how it starts its processes and which tf.distribute strategy holds its replicas.
+
+TensorFlow is imported only inside methods that run in a launched worker, so the runner can list
+and launch these backends without importing it.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from common.backend import Backend
+from tf_backend.collectives import OneTensorFlowProcess, TensorFlowCollectives
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+    from common.schema import Measurement
+    from common.training import Job
 
 
 class TensorFlowBackend(Backend):
@@ -8,6 +24,41 @@ class TensorFlowBackend(Backend):
     install_hint = ("install TensorFlow with `make setup`, or `pip install -e '.[tf]'` into the "
                     "environment (the CPU wheel, tensorflow-cpu)")
 
-    def is_out_of_memory(self, error):
+    # --- hooks ---------------------------------------------------------------------------------
+
+    def start_processes(self) -> TensorFlowCollectives:
+        """Join this cell's other processes (Horovod); one process by default."""
+        return OneTensorFlowProcess()
+
+    def local_rank(self) -> int:
+        """This process's index on its machine (which GPUs it drives)."""
+        return 0
+
+    def make_strategy(self, device_kind: str) -> tf.distribute.Strategy:
+        """The strategy whose replicas this process trains (TensorFlow's default: one device)."""
+        import tensorflow as tf
+        return tf.distribute.get_strategy()
+
+    # --- the common set-up ---------------------------------------------------------------------
+
+    def train(self, job: Job) -> Measurement | None:
+        import tensorflow as tf
+
+        from tf_backend.train import TensorFlowLoop, set_threads
+
+        self.cell = job.cell
+        comm = self.start_processes()
+        set_threads(job.threads)  # before TensorFlow initialises its devices
+        gpus = tf.config.list_physical_devices("GPU")
+        kind = self.choose_device(job.cell, len(gpus), "TensorFlow")
+        if kind == "cuda":
+            first = self.local_rank() * self.devices_per_process(job.cell)
+            tf.config.set_visible_devices(gpus[first:first + self.devices_per_process(job.cell)],
+                                          "GPU")
+        else:
+            tf.config.set_visible_devices([], "GPU")
+        return TensorFlowLoop(job, comm, self, self.make_strategy(kind)).run()
+
+    def is_out_of_memory(self, error: BaseException) -> bool:
         from tf_backend.train import is_out_of_memory
         return is_out_of_memory(error)

@@ -7,6 +7,7 @@ diverge. Horovod's TensorFlow ops want the `tf.Variable` under each Keras variab
 """
 from common import horovod_support
 from tf_backend.base import TensorFlowBackend
+from tf_backend.collectives import TensorFlowCollectives
 
 
 class HorovodTensorFlowBackend(horovod_support.HorovodLaunch, TensorFlowBackend):
@@ -14,24 +15,21 @@ class HorovodTensorFlowBackend(horovod_support.HorovodLaunch, TensorFlowBackend)
     # The compiled extension, not just the Python package: a Horovod built without TF lacks it.
     requires = ("tensorflow", horovod_support.EXTENSIONS["TensorFlow"])
 
-    def train(self, job):
+    def start_processes(self):
         import horovod.tensorflow as hvd
         import tensorflow as tf
-
-        from tf_backend import train as loop
-
         hvd.init()
-        loop.set_threads(job.threads)
-        if loop.device_kind(job.cell.device, job.cell.devices) == "cuda":
-            gpus = tf.config.list_physical_devices("GPU")
-            tf.config.set_visible_devices(gpus[hvd.local_rank()], "GPU")
-        details = {"parallelism": "hvd.DistributedGradientTape", **horovod_support.details(hvd)}
-        return loop.train(job, tf.distribute.get_strategy(), HorovodCollectives(hvd, tf), details)
+        self.hvd = hvd
+        return HorovodTensorFlowCollectives(hvd, tf)
+
+    def local_rank(self):
+        return self.hvd.local_rank()
+
+    def details(self):
+        return {"parallelism": "hvd.DistributedGradientTape", **horovod_support.details(self.hvd)}
 
 
-class HorovodCollectives(horovod_support.HorovodProcesses):
-    """Horovod's collectives, with the extras tf_backend.train.Collectives has."""
-
+class HorovodTensorFlowCollectives(horovod_support.HorovodGather, TensorFlowCollectives):
     def __init__(self, hvd, tf):
         super().__init__(hvd)
         self.tf = tf

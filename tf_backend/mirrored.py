@@ -4,9 +4,7 @@ On GPUs the replicas are N GPUs and gradients are all-reduced with NCCL. On a CP
 they are N logical CPU devices of the one physical CPU (sharing this process's thread pools);
 NcclAllReduce has no CPU kernel there, so gradients are summed with ReductionToOneDevice
 (reduce on the first device, copy back to the others). One device is the plain device (CPU or
-GPU) under TensorFlow's default strategy, with no MirroredStrategy: that is the 1-device baseline a
-user compares 2 and 4 devices against (a one-device MirroredStrategy doubled the step time of the
-small model on CPU).
+GPU) under TensorFlow's default strategy, with no MirroredStrategy.
 """
 from tf_backend.base import TensorFlowBackend
 
@@ -14,21 +12,14 @@ from tf_backend.base import TensorFlowBackend
 class MirroredBackend(TensorFlowBackend):
     name = "tf-mirrored"
 
-    def train(self, job):
+    def make_strategy(self, device_kind):
         import tensorflow as tf
-
-        from tf_backend import train as loop
-
-        loop.set_threads(job.threads)
-        replicas = job.cell.devices
-        on_gpus = loop.device_kind(job.cell.device, replicas) == "cuda"
-        if on_gpus:
-            tf.config.set_visible_devices(tf.config.list_physical_devices("GPU")[:replicas], "GPU")
-        if replicas == 1:  # the plain device: the baseline that 2 and 4 devices must beat
-            return loop.train(job, tf.distribute.get_strategy(), loop.Collectives(),
-                              {"parallelism": "none (one device, TensorFlow's default strategy)",
-                               "cross_device_ops": None})
-        if on_gpus:
+        replicas = self.cell.devices
+        if replicas == 1:
+            self.described = {"parallelism": "none (one device, TensorFlow's default strategy)",
+                              "cross_device_ops": None}
+            return tf.distribute.get_strategy()
+        if device_kind == "cuda":
             devices = [f"/gpu:{i}" for i in range(replicas)]
             cross_device_ops = tf.distribute.NcclAllReduce()
         else:
@@ -37,7 +28,9 @@ class MirroredBackend(TensorFlowBackend):
                 cpu, [tf.config.LogicalDeviceConfiguration()] * replicas)
             devices = [f"/cpu:{i}" for i in range(replicas)]
             cross_device_ops = tf.distribute.ReductionToOneDevice()
-        strategy = tf.distribute.MirroredStrategy(devices, cross_device_ops=cross_device_ops)
-        return loop.train(job, strategy, loop.Collectives(), {
-            "parallelism": "tf.distribute.MirroredStrategy",
-            "cross_device_ops": type(cross_device_ops).__name__})
+        self.described = {"parallelism": "tf.distribute.MirroredStrategy",
+                          "cross_device_ops": type(cross_device_ops).__name__}
+        return tf.distribute.MirroredStrategy(devices, cross_device_ops=cross_device_ops)
+
+    def details(self):
+        return self.described

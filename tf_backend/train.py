@@ -1,39 +1,18 @@
-"""The TensorFlow training loop shared by tf-mirrored and hvd-tf.
+"""The TensorFlow training loop of tf-mirrored and hvd-tf: the hooks of common.training's loop.
 
-A backend passes the `tf.distribute` strategy that holds the replicas of its process and the
-`Collectives` its processes talk through (tf-mirrored: one process, N replicas; hvd-tf: N
-processes, one replica each). Data order, loss, timing and the result row follow
-pt_backend/train.py, so a TensorFlow row and a PyTorch row of one cell compare.
+The backend gives the `tf.distribute` strategy that holds the replicas of its process and the
+collectives its processes talk through (tf-mirrored: one process, N replicas; hvd-tf: N
+processes, one replica each). Data order, loss and step follow the PyTorch loop, so a TensorFlow
+row and a PyTorch row of one cell compare.
 """
-import time
-
 import keras
 import numpy as np
 import tensorflow as tf
 
-from common.collectives import SingleProcess
-from common.consistency import shard_overlap, weights_digest
 from common.data import MEAN, STD, rank_indices
 from common.env import cpu_name, peak_rss_bytes
-from common.errors import Unsupported
-from common.timing import EpochClock, epoch_record, step_percentiles
+from common.training import EVAL_BATCH, TrainingLoop
 from tf_backend.models import build_model, build_optimizer, parameter_count
-
-EVAL_BATCH = 1000
-
-
-class Collectives(SingleProcess):
-    """The single-process case (tf-mirrored, whose replicas the strategy keeps in step), plus what
-    a TensorFlow loop needs of the processes besides common.collectives: a start from rank 0's
-    variables, and gradients combined across processes."""
-
-    def broadcast(self, variables):
-        """Make every process start from rank 0's values (one process: nothing to do)."""
-
-    def gradients(self, tape, loss, variables):
-        """This replica's gradients, summed over the processes (the loss is already divided by the
-        global batch). Keras' optimizer then sums them over the strategy's replicas."""
-        return tape.gradient(loss, variables)
 
 
 class EpochTotals:
@@ -138,130 +117,110 @@ def set_threads(threads):
     tf.config.threading.set_inter_op_parallelism_threads(threads)
 
 
-def device_kind(requested, gpus_needed):
-    """'cuda' or 'cpu' for this cell (on the CPU, GPUs are hidden from TensorFlow); Unsupported if
-    it asks for GPUs this machine lacks. Call before TensorFlow initialises its devices."""
-    gpus = tf.config.list_physical_devices("GPU")
-    if requested == "cuda" and not gpus:
-        raise Unsupported("the cell asks for device 'cuda' but TensorFlow sees no GPU "
-                          "(tensorflow-cpu, the wheel `make setup` installs, has none)")
-    if requested == "cpu" or not gpus:
-        tf.config.set_visible_devices([], "GPU")
-        return "cpu"
-    if len(gpus) < gpus_needed:
-        raise Unsupported(f"the cell needs {gpus_needed} GPUs; TensorFlow sees {len(gpus)}")
-    return "cuda"
-
-
-def peak_memory(kind):
-    """Peak bytes of this process: per visible GPU from TensorFlow's allocator, else peak RSS."""
-    if kind == "cuda":
-        return [tf.config.experimental.get_memory_info(f"GPU:{i}")["peak"]
-                for i in range(len(tf.config.list_logical_devices("GPU")))]
-    return [peak_rss_bytes()]
-
-
-def replica_digests(strategy, variables):
-    """One weights digest per replica of this process, from each variable's per-replica copies."""
-    copies = [strategy.experimental_local_results(v.value) for v in variables]
-    return [weights_digest(values[replica].numpy() for values in copies)
-            for replica in range(strategy.num_replicas_in_sync)]
-
-
-def train(job, strategy, comm, details):
-    """Train the cell's model on `strategy`'s replicas for the cell's epochs.
-
-    Timing as in pt_backend.train: start-up (`job.startup_seconds()`) is read at the start of
-    epoch 1 and covers process start, imports, device set-up, reading the data and building the
-    model, optimizer and input pipeline. Tracing the tf.function train step (and tf.data's first
+class TensorFlowLoop(TrainingLoop):
+    """Train on `strategy`'s replicas. Tracing the tf.function train step (and tf.data's first
     iterator) happens at the first batch, so it falls in epoch 1, as torch's one-time costs do;
     epoch 2 is the steady state. One iterator serves every epoch, and an epoch requests exactly
     its batches: asking a multi-device iterator for one past the last, or replacing it, took 3 to
     70 s on logical CPU devices (TF 2.21), a cost no PyTorch epoch has. Per-step times are the
     host clock between step calls: exact on the CPU, where a step returns when it is done; on a
     GPU they time the host's dispatch (TF has no event timer like CUDA events), so there the
-    synchronised epoch times are the measure.
-    Returns the result fields on rank 0, None on the other ranks.
-    """
-    cell = job.cell
-    keras.utils.set_random_seed(cell.seed)
-    with strategy.scope():
-        model = build_model(cell.model)
-        optimizer = build_optimizer()
-        optimizer.build(model.trainable_variables)
-        totals = EpochTotals()
-    comm.broadcast(model.variables + optimizer.variables)
-    pipeline = TrainPipeline(job.data, cell.multiple, cell.global_batch, cell.seed, comm, job.threads)
-    replica_step = make_replica_step(model, optimizer, comm, cell.global_batch, totals)
+    synchronised epoch times are the measure."""
 
-    @tf.function
-    def train_step(images, labels):
-        strategy.run(replica_step, args=(images, labels))
+    def __init__(self, job, comm, backend, strategy):
+        super().__init__(job, comm, backend)
+        self.strategy = strategy
+        self.kind = "cuda" if tf.config.get_visible_devices("GPU") else "cpu"
 
-    kind = "cuda" if tf.config.get_visible_devices("GPU") else "cpu"
-    batches = strategy.experimental_distribute_dataset(pipeline.dataset(cell.epochs))
-    iterator, epochs, startup, step_seconds = None, [], None, []
-    for epoch in range(1, cell.epochs + 1):
-        totals.reset()
-        comm.barrier()
-        if startup is None:
-            startup = job.startup_seconds()
-        clock = EpochClock(tf.test.experimental.sync_devices)
-        clock.start()
-        marks = [time.perf_counter()]
-        iterator = iterator or iter(batches)  # created in epoch 1's time, as PyTorch's loader is
-        for _ in range(pipeline.steps_per_epoch):
-            train_step(*next(iterator))
-            marks.append(time.perf_counter())
-        seconds = clock.stop()
-        loss_sum, correct = comm.sum(totals.read())
-        epochs.append(epoch_record(epoch, comm.gather(seconds), pipeline.samples_per_epoch,
-                                   loss_sum, correct))
-        if epoch == cell.epochs:
-            step_seconds = [s for rank in comm.gather(np.diff(marks).tolist()) for s in rank]
+    def set_up(self):
+        cell = self.cell
+        keras.utils.set_random_seed(cell.seed)
+        with self.strategy.scope():
+            self.model = build_model(cell.model)
+            self.optimizer = build_optimizer()
+            self.optimizer.build(self.model.trainable_variables)
+            self.epoch_totals = EpochTotals()
+        self.comm.broadcast(self.model.variables + self.optimizer.variables)
+        self.pipeline = TrainPipeline(self.job.data, cell.multiple, cell.global_batch, cell.seed,
+                                      self.comm, self.job.threads)
+        replica_step = make_replica_step(self.model, self.optimizer, self.comm, cell.global_batch,
+                                         self.epoch_totals)
 
-    memory = [m for rank in comm.gather(peak_memory(kind)) for m in rank]
-    digests = [d for rank in comm.gather(replica_digests(strategy, model.weights)) for d in rank]
-    overlap = shard_overlap(comm.gather(pipeline.indices(1).tolist()))
-    if comm.rank != 0:
-        return None
-    return {
-        "framework_version": tf.__version__,
-        "params": parameter_count(model),
-        "dataset": job.data.dataset, "dataset_source": job.data.source,
-        "train_samples": pipeline.samples, "device_type": kind,
-        "device_name": device_name(kind),
-        "epochs": epochs, "startup_seconds": startup, **step_percentiles(step_seconds),
-        "test_accuracy": evaluate(model, job.data),
-        "peak_memory_bytes": max(memory), "peak_memory_per_device": memory,
-        "backend_details": {
-            "world_size": comm.world,
-            "num_replicas_in_sync": comm.world * strategy.num_replicas_in_sync,
-            "replica_devices": [w.device for w in
-                                strategy.experimental_local_results(model.weights[0].value)],
-            "threads_per_process": job.threads,
+        @tf.function
+        def train_step(images, labels):
+            self.strategy.run(replica_step, args=(images, labels))
+
+        self.step = train_step
+        self.distributed = self.strategy.experimental_distribute_dataset(
+            self.pipeline.dataset(cell.epochs))
+        self.iterator = None
+
+    def sync(self):
+        tf.test.experimental.sync_devices()
+
+    def batches(self, epoch):
+        """Exactly this epoch's batches from the one iterator (a generator: the iterator is made
+        when epoch 1 asks for its first batch, inside its time, as PyTorch's loader is)."""
+        self.iterator = self.iterator or iter(self.distributed)
+        for _ in range(self.pipeline.steps_per_epoch):
+            yield next(self.iterator)
+
+    def train_step(self, batch):
+        self.step(*batch)
+
+    def reset_totals(self):
+        self.epoch_totals.reset()
+
+    def totals(self):
+        return self.epoch_totals.read()
+
+    @property
+    def samples_per_epoch(self):
+        return self.pipeline.samples_per_epoch
+
+    def rank_indices(self, epoch):
+        return self.pipeline.indices(epoch)
+
+    def replica_weights(self):
+        """Each replica's copy of every weight (mirrored variables hold one per replica)."""
+        copies = [self.strategy.experimental_local_results(v.value) for v in self.model.weights]
+        return [[values[replica].numpy() for values in copies]
+                for replica in range(self.strategy.num_replicas_in_sync)]
+
+    def peak_memory(self):
+        if self.kind == "cuda":
+            return [tf.config.experimental.get_memory_info(f"GPU:{i}")["peak"]
+                    for i in range(len(tf.config.list_logical_devices("GPU")))]
+        return [peak_rss_bytes()]
+
+    def evaluate(self):
+        """Accuracy on the whole test set (mirrored weights are read from the first replica)."""
+        data = self.job.data
+        model = self.model
+        predict = tf.function(lambda images: tf.argmax(model(normalise(images), training=False), 1))
+        correct = 0
+        for start in range(0, len(data.test_images), EVAL_BATCH):
+            predicted = predict(data.test_images[start:start + EVAL_BATCH]).numpy()
+            correct += int(np.sum(predicted == data.test_labels[start:start + EVAL_BATCH]))
+        return correct / len(data.test_images)
+
+    def describe(self):
+        return {
+            "framework_version": tf.__version__, "params": parameter_count(self.model),
+            "train_samples": self.pipeline.samples, "device_type": self.kind,
+            "device_name": self.device_name(),
+            "num_replicas_in_sync": self.comm.world * self.strategy.num_replicas_in_sync,
+            "replica_devices": [w.device for w in self.strategy.experimental_local_results(
+                self.model.weights[0].value)],
             "threads": {"intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
                         "inter_op": tf.config.threading.get_inter_op_parallelism_threads()},
-            "keras_version": keras.__version__, "learning_rate_scaled": False,
-            "replica_weight_digests": digests, "shard_overlap_epoch1": overlap, **details},
-    }
+            "keras_version": keras.__version__}
 
-
-def device_name(kind):
-    if kind == "cuda":
-        gpu = tf.config.get_visible_devices("GPU")[0]
-        return tf.config.experimental.get_device_details(gpu).get("device_name", gpu.name)
-    return cpu_name()
-
-
-def evaluate(model, data):
-    """Accuracy on the whole test set (rank 0; mirrored weights are read from the first replica)."""
-    predict = tf.function(lambda images: tf.argmax(model(normalise(images), training=False), 1))
-    correct = 0
-    for start in range(0, len(data.test_images), EVAL_BATCH):
-        predicted = predict(data.test_images[start:start + EVAL_BATCH]).numpy()
-        correct += int(np.sum(predicted == data.test_labels[start:start + EVAL_BATCH]))
-    return correct / len(data.test_images)
+    def device_name(self):
+        if self.kind == "cuda":
+            gpu = tf.config.get_visible_devices("GPU")[0]
+            return tf.config.experimental.get_device_details(gpu).get("device_name", gpu.name)
+        return cpu_name()
 
 
 def is_out_of_memory(error):

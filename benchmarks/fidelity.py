@@ -1,10 +1,10 @@
 """Fidelity benchmark: does xbench's PyTorch loop cost anything a plain loop would not?
 
-Runs the same model, batch and data through xbench's loop (pt_backend.train, as pt-dp runs it) and
-through a minimal hand-written loop, alternately in one process, and prints the ratio of their
+Runs the same model, batch and data through xbench's PyTorch loop (the pt-dp backend, in this
+process) and through a minimal hand-written loop, alternately, and prints the ratio of their
 epoch-2 rates (best and median of the rounds). Target: >= 0.97.
 
-    python -m pt_backend.fidelity --data-dir ../shared/data/mnist [--model small --batch 128]
+    python benchmarks/fidelity.py --data-dir ../shared/data/mnist [--model small --batch 128]
 """
 import argparse
 import statistics
@@ -13,19 +13,16 @@ import time
 import torch
 import torch.nn.functional as F
 
-from common.backend import Job, cpu_cores
-from common.collectives import SingleProcess
+from common.backend import cpu_cores, get_backend
 from common.data import MEAN, STD, epoch_order, load_mnist
 from common.grid import Cell
-from pt_backend import train as loop
+from common.training import Job
 from pt_backend.models import build_model, build_optimizer
 
 
 def xbench_rate(cell, data, threads):
-    model = loop.new_model(Job(cell, data, threads, time.time()), torch.device("cpu"))
-    result = loop.train(Job(cell, data, threads, time.time()), model, model,
-                        build_optimizer(model.parameters()), torch.device("cpu"), SingleProcess(), {})
-    return result["epochs"][1]["rate"]
+    measurement = get_backend(cell.backend).train(Job(cell, data, threads, time.time()))
+    return measurement.epochs[1]["rate"]
 
 
 def minimal_rate(cell, data):
@@ -58,7 +55,7 @@ def main():
     args = parser.parse_args()
 
     threads = cpu_cores()
-    loop.set_threads(threads)
+    torch.set_num_threads(threads)
     data = load_mnist(args.data_dir)
     data.train_images, data.train_labels = data.train_images[:args.samples], data.train_labels[:args.samples]
     cell = Cell(grid="fidelity", backend="pt-dp", model=args.model, multiple=1, batch=args.batch,

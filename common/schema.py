@@ -1,0 +1,171 @@
+"""The result row: what a training loop measures (`Measurement`), the one function that makes a row
+of it (`make_row`, called by the runner alone), and the one validator every reader uses
+(`row_problem`: resume, export and the report).
+
+The field list below is written once and used to write, to validate on read, and by the tests.
+"""
+import dataclasses
+import math
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from common.models import flops_per_sample, parameter_count
+
+SCHEMA_VERSION = 1
+STATUSES = ("ok", "failed", "timeout", "oom", "unsupported")
+
+NUMBER = (int, float)
+TEXT = (str,)
+WHOLE = (int,)
+
+
+@dataclass
+class Measurement:
+    """What every training loop returns on its reporting rank (rank 0): what ran, what it
+    measured, and the evidence that it trained what it claims."""
+    framework_version: str
+    params: int                       # counted on the framework's built model
+    dataset_source: str
+    train_samples: int
+    device_type: str                  # "cpu" or "cuda"
+    device_name: str
+    epochs: list[dict]                # common.timing.epoch_record, one per epoch
+    startup_seconds: float
+    step_time_p50: float | None
+    step_time_p90: float | None
+    test_accuracy: float
+    peak_memory_per_device: list[int]
+    backend_details: dict
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "Measurement":
+        return cls(**{f.name: values[f.name] for f in dataclasses.fields(cls)})
+
+
+# name -> (JSON types a value may have, or None for null; when it must not be null)
+IDENTITY = {
+    "schema_version": (WHOLE, "always"), "run_id": (TEXT, "always"), "grid": (TEXT, "always"),
+    "cell_key": (TEXT, "always"), "repeat": (WHOLE, "always"), "status": (TEXT, "always"),
+    "error": (TEXT, "not ok"), "started_at": (TEXT, "always"), "finished_at": (TEXT, "always"),
+}
+CONFIGURATION = {
+    "backend": (TEXT, "always"), "framework": (TEXT, "ok"), "model": (TEXT, "always"),
+    "params": (WHOLE, "always"), "flops_per_sample": (WHOLE, "always"),
+    "dataset": (TEXT, "always"), "dataset_multiple": (WHOLE, "always"),
+    "max_train_samples": (WHOLE, "always"), "batch_mode": (TEXT, "always"),
+    "global_batch": (WHOLE, "always"), "per_device_batch": (WHOLE, "always"),
+    "devices": (WHOLE, "always"), "seed": (WHOLE, "always"), "memory_limit_mb": (WHOLE, "never"),
+}
+MEASUREMENTS = {
+    "framework_version": (TEXT, "ok"), "dataset_source": (TEXT, "ok"),
+    "train_samples": (WHOLE, "ok"), "device_type": (TEXT, "ok"), "device_name": (TEXT, "ok"),
+    "epochs": ((list,), "always"), "startup_seconds": (NUMBER, "ok"),
+    "step_time_p50": (NUMBER, "ok"), "step_time_p90": (NUMBER, "ok"),
+    "test_accuracy": (NUMBER, "ok"), "peak_memory_bytes": (WHOLE, "ok"),
+    "peak_memory_per_device": ((list,), "ok"), "backend_details": ((dict,), "always"),
+}
+RUN = {"cell_seconds": (NUMBER, "always"), "log": (TEXT, "never"), "env": ((dict,), "always")}
+FIELDS = {**IDENTITY, **CONFIGURATION, **MEASUREMENTS, **RUN}
+AT_LEAST_ONE = ("dataset_multiple", "global_batch", "per_device_batch", "devices", "params")
+EPOCH_FIELDS = {"epoch": WHOLE, "seconds": NUMBER, "samples": WHOLE, "rate": NUMBER,
+                "loss": NUMBER, "accuracy": NUMBER, "seconds_per_rank": (list,)}
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def make_row(cell, run_id: str, started_at: str, status: str, error: str | None,
+             framework: str | None, measurement: Measurement | None, env: dict,
+             log: str | None, cell_seconds: float) -> dict:
+    """The result row of one run of `cell` (a common.grid.Cell): identity, the cell's
+    configuration, the measurement when the run was ok, and how the run went."""
+    measured = measurement.to_dict() if measurement else {}
+    memory = measured.get("peak_memory_per_device")
+    row = {
+        "schema_version": SCHEMA_VERSION, "run_id": run_id, "grid": cell.grid,
+        "cell_key": cell.key, "repeat": cell.repeat, "status": status, "error": error,
+        "started_at": started_at, "finished_at": now(),
+        "backend": cell.backend, "framework": framework, "model": cell.model,
+        "params": measured.get("params", parameter_count(cell.model)),
+        "flops_per_sample": flops_per_sample(cell.model), "dataset": cell.data,
+        "dataset_multiple": cell.multiple, "max_train_samples": cell.max_train_samples,
+        "batch_mode": cell.batch_mode, "global_batch": cell.global_batch,
+        "per_device_batch": cell.per_device_batch, "devices": cell.devices, "seed": cell.seed,
+        "memory_limit_mb": cell.memory_limit_mb or None,
+        **{name: measured.get(name) for name in MEASUREMENTS},
+        "epochs": measured.get("epochs", []),
+        "peak_memory_bytes": max(memory) if memory else None,
+        "backend_details": measured.get("backend_details", {}),
+        "cell_seconds": cell_seconds, "log": log, "env": env,
+    }
+    assert row.keys() == FIELDS.keys(), set(row) ^ set(FIELDS)
+    return row
+
+
+def row_problem(row: Any) -> str | None:
+    """Why `row` is not a result row of this schema (None if it is one). Unknown extra fields
+    are allowed; a missing field, a value of the wrong type, or a version this xbench does not
+    read are not."""
+    if not isinstance(row, dict):
+        return "not a JSON object"
+    version = row.get("schema_version")
+    if version != SCHEMA_VERSION:
+        return (f"schema_version {version!r} is not {SCHEMA_VERSION}, the version this xbench "
+                f"reads; report it with the xbench that wrote it")
+    status = row.get("status")
+    if status not in STATUSES:
+        return f"status {status!r} is not one of {', '.join(STATUSES)}"
+    for name, (kinds, required) in FIELDS.items():
+        if name not in row:
+            return f"no '{name}' field"
+        value = row[name]
+        if value is None:
+            if not _may_be_null(required, status):
+                return f"'{name}' is null in a row with status {status!r}"
+            continue
+        if not _is(value, kinds):
+            return f"'{name}' is {type(value).__name__}, not {' or '.join(k.__name__ for k in kinds)}"
+    small = [name for name in AT_LEAST_ONE if row[name] < 1]
+    if small:
+        return f"{', '.join(small)} below 1"
+    if row["repeat"] < 0:
+        return "'repeat' is negative"
+    for index, epoch in enumerate(row["epochs"], 1):
+        problem = _epoch_problem(epoch)
+        if problem:
+            return f"epoch entry {index}: {problem}"
+    if status == "ok" and not row["epochs"]:
+        return "an ok row with no epochs"
+    return None
+
+
+def _may_be_null(required: str, status: str) -> bool:
+    return (required == "never" or (required == "ok" and status != "ok")
+            or (required == "not ok" and status == "ok"))
+
+
+def _is(value, kinds) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, float) and not math.isfinite(value):
+        return False
+    return isinstance(value, kinds)
+
+
+def _epoch_problem(epoch) -> str | None:
+    if not isinstance(epoch, dict):
+        return "not an object"
+    for name, kinds in EPOCH_FIELDS.items():
+        value = epoch.get(name)
+        if value is None and name == "rate":
+            continue
+        if not _is(value, kinds):
+            return f"'{name}' is {type(value).__name__}, not {' or '.join(k.__name__ for k in kinds)}"
+    if not all(_is(s, NUMBER) for s in epoch["seconds_per_rank"]):
+        return "'seconds_per_rank' holds something that is not a number"
+    return None
