@@ -27,8 +27,10 @@ if TYPE_CHECKING:
     from common.training import Job
 
 BACKENDS = {
+    "pt-single": "pt_backend.single:SingleDeviceTorchBackend",
     "pt-dp": "pt_backend.dp:DataParallelBackend",
     "pt-ddp": "pt_backend.ddp:DistributedDataParallelBackend",
+    "tf-single": "tf_backend.single:SingleDeviceTensorFlowBackend",
     "tf-mirrored": "tf_backend.mirrored:MirroredBackend",
     "hvd-torch": "pt_backend.hvd:HorovodTorchBackend",
     "hvd-tf": "tf_backend.hvd:HorovodTensorFlowBackend",
@@ -40,6 +42,7 @@ class Backend(abc.ABC):
 
     name: ClassVar[str] = ""
     framework: ClassVar[str] = ""             # "torch" or "tensorflow"
+    spans_devices: ClassVar[bool] = True      # False: a single-device reference, 1 device only
     requires: ClassVar[tuple[str, ...]] = ()  # importable modules this backend needs
     install_hint: ClassVar[str] = ""          # what to run when one of them is missing
 
@@ -84,6 +87,8 @@ class Backend(abc.ABC):
             raise Unsupported(f"the cell needs {cell.devices} CUDA devices; {seen_by} sees "
                               f"{gpus_seen}")
         reason = self.unsupported_reason(cell, kind)
+        if not self.spans_devices and cell.devices > 1:
+            reason = f"{self.name} is a single-device reference: it runs on 1 device only"
         if reason:
             raise Unsupported(reason)
         return kind
@@ -127,12 +132,17 @@ def check_backend_name(name: str) -> str:
     return name
 
 
-def get_backend(name: str) -> Backend:
-    """The backend registered under `name`."""
+def backend_class(name: str) -> type[Backend]:
+    """The class registered under `name` (importing its module imports no framework)."""
     module, cls = BACKENDS[check_backend_name(name)].split(":")
-    backend = getattr(importlib.import_module(module), cls)()
-    assert backend.name == name, f"{BACKENDS[name]} says it is '{backend.name}', not '{name}'"
-    return backend
+    found = getattr(importlib.import_module(module), cls)
+    assert found.name == name, f"{BACKENDS[name]} says it is '{found.name}', not '{name}'"
+    return found
+
+
+def get_backend(name: str) -> Backend:
+    """A backend of the class registered under `name`."""
+    return backend_class(name)()
 
 
 def cpu_cores() -> int:
@@ -140,6 +150,3 @@ def cpu_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def threads_per_process(processes: int) -> int:
-    """N processes share the cores: max(1, cores // N) threads each."""
-    return max(1, cpu_cores() // processes)

@@ -55,6 +55,12 @@ def main():
 @click.option("--device", type=click.Choice(grid_module.DEVICE_KINDS), help="Force cpu or cuda.")
 @click.option("--seed", type=int, help="Seed of the model and the data order.")
 @click.option("--timeout", type=int, help="Seconds a cell may run before it is killed.")
+@click.option("--contention-limit", type=float,
+              help="Share of the cores (0-1) that other processes and steal may use during a "
+                   "timed epoch before its row is marked contended (default 0.25).")
+@click.option("--compute-references/--no-compute-references", default=None,
+              help="Add (default) or leave out the 1-device runs at the N-device cells' "
+                   "per-device batch and threads that compute vs communication needs.")
 @click.option("--memory-limit-mb", type=int,
               help="Memory each worker may allocate for training, on top of its framework and "
                    "data (emulates a smaller device: a batch that does not fit is an 'oom' row).")
@@ -64,8 +70,8 @@ def main():
               help="Skip cells that already have an ok row in the results file (default), or rerun all.")
 @click.option("--dry-run", is_flag=True, help="List the cells, run nothing.")
 def grid(grid_file, preset, backend, model, multiple, batch, devices, epochs, repeat, batch_mode,
-         max_train_samples, data, data_dir, device, seed, timeout, memory_limit_mb, results_path,
-         resume, dry_run):
+         max_train_samples, data, data_dir, device, seed, timeout, contention_limit,
+         compute_references, memory_limit_mb, results_path, resume, dry_run):
     """Run a grid of cells (a grid file, or --preset), one result row per cell and repeat."""
     if bool(grid_file) == bool(preset):
         raise UserError("give a grid file or --preset NAME (not both), e.g. `xbench grid --preset smoke`")
@@ -73,7 +79,8 @@ def grid(grid_file, preset, backend, model, multiple, batch, devices, epochs, re
     overrides = {"backends": backend, "models": model, "multiples": multiple, "batches": batch,
                  "devices": devices, "epochs": epochs, "repeats": repeat, "batch_mode": batch_mode,
                  "max_train_samples": max_train_samples, "data": data, "device": device,
-                 "seed": seed, "timeout": timeout, "memory_limit_mb": memory_limit_mb}
+                 "seed": seed, "timeout": timeout, "memory_limit_mb": memory_limit_mb,
+                 "contention_limit": contention_limit, "compute_references": compute_references}
     cells = grid_module.expand(spec, overrides, data_dir)
     results_path = Path(results_path or DEFAULT_RESULTS_DIR / f"{spec['name']}.jsonl")
     if dry_run:
@@ -153,7 +160,9 @@ def export(results_file, target):
               help="What to write, comma-separated: html, md, png, svg, csv.")
 @click.option("--where",
               help="Keep only the rows matching a pandas query, e.g. \"model == 'small'\".")
-def report(results_files, out, formats, where):
+@click.option("--include-contended", is_flag=True,
+              help="Use runs marked contended in the numbers and verdicts (left out by default).")
+def report(results_files, out, formats, where, include_contended):
     """Figures, tables and one HTML page from results files (default: the newest in results/)."""
     import reports
     from reports.load import newest_results
@@ -161,7 +170,7 @@ def report(results_files, out, formats, where):
     paths = [Path(p) for p in results_files] or [newest_results(DEFAULT_RESULTS_DIR)]
     out = Path(out or Path("reports/out") / paths[0].stem)
     notices, summary, written = reports.build_report(paths, out, reports.parse_formats(formats),
-                                                     where)
+                                                     where, include_contended)
     for line in notices:
         click.secho(line, fg="yellow", err=True)
     click.echo("\n".join(shorten(summary)))

@@ -33,10 +33,10 @@ def git_commit():
         return None
 
 
-def capture(threads=None):
+def capture():
     return {"host": socket.gethostname(), "platform": platform.platform(),
             "cpu": platform.processor() or platform.machine(), "cpu_count": cpu_cores(),
-            "threads": threads, "python": platform.python_version(),
+            "python": platform.python_version(),
             "packages": package_versions(), "git_commit": git_commit()}
 
 

@@ -1,11 +1,14 @@
-"""Evidence, recorded in every row, that data-parallel training was what it claims to be:
-every replica ends with the same weights, and no two ranks trained on the same sample."""
+"""Evidence, recorded in every row, that data-parallel training was what it claims to be, taken
+from what the replicas actually did: the weights each ended with, and the sample indices each
+consumed in each epoch (read from the batches it trained on, never recomputed from the sampler).
+"""
 import hashlib
+from collections.abc import Iterable
 
 import numpy as np
 
 
-def weights_digest(arrays):
+def weights_digest(arrays: Iterable[np.ndarray]) -> str:
     """SHA-256 of the weights (float32, in the given order): equal digests, identical replicas."""
     h = hashlib.sha256()
     for array in arrays:
@@ -13,7 +16,32 @@ def weights_digest(arrays):
     return h.hexdigest()[:16]
 
 
-def shard_overlap(index_lists):
-    """How many samples more than one rank trained on (0 for a correct sharding)."""
-    seen = np.concatenate([np.asarray(ix) for ix in index_lists]) if index_lists else np.array([])
-    return int(len(seen) - len(np.unique(seen)))
+def indices_digest(indices: np.ndarray) -> str:
+    """SHA-256 of sample indices in the order given."""
+    return hashlib.sha256(np.ascontiguousarray(indices, dtype=np.int64).tobytes()).hexdigest()[:16]
+
+
+def sample_evidence(consumed: list[list[np.ndarray]], steps: int) -> dict:
+    """From `consumed[replica][epoch]` (the indices each replica trained on in its `steps` steps
+    of the epoch, in order; all replicas of all processes in rank order):
+
+    - replica_sample_digests: per replica, per epoch, the digest of what it consumed;
+    - global_batches_digests: per epoch, the digest of the global batches (each step's indices
+      over all replicas, sorted): equal across backends and device counts of one cell exactly
+      when they trained on the same samples in the same global batches;
+    - shard_overlap: per epoch, samples trained by more than one replica (0 when sharded right);
+    - samples_trained: per epoch, distinct samples trained.
+    """
+    epochs = len(consumed[0]) if consumed else 0
+    global_digests, overlap, trained = [], [], []
+    for epoch in range(epochs):
+        arrays = [np.asarray(replica[epoch], dtype=np.int64) for replica in consumed]
+        together = np.concatenate(arrays)
+        unique = len(np.unique(together))
+        overlap.append(int(len(together) - unique))
+        trained.append(int(unique))
+        per_step = np.concatenate([a.reshape(steps, -1) for a in arrays], axis=1)
+        global_digests.append(indices_digest(np.sort(per_step, axis=1)))
+    return {"replica_sample_digests": [[indices_digest(e) for e in replica] for replica in consumed],
+            "global_batches_digests": global_digests, "shard_overlap": overlap,
+            "samples_trained": trained}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import tomllib
 
-from common.backend import check_backend_name
+from common.backend import backend_class, check_backend_name, cpu_cores
 from common.errors import UserError, did_you_mean
 from common.models import MODELS
 
@@ -22,12 +22,18 @@ AXIS_OPTIONS = {"backends": "--backend", "models": "--model", "multiples": "--mu
 SETTINGS = {
     "name": str, "description": str, "epochs": int, "repeats": int, "batch_mode": str,
     "seed": int, "timeout": int, "max_train_samples": int, "data": str, "device": str,
-    "memory_limit_mb": int,
+    "memory_limit_mb": int, "contention_limit": float, "compute_references": bool,
 }
 DEFAULTS = {
     "description": "", "epochs": 2, "repeats": 1, "batch_mode": "global", "seed": 0,
     "timeout": 3600, "max_train_samples": 0, "data": "mnist", "device": "auto",
     "memory_limit_mb": 0,  # 0: no limit; else the memory each worker may allocate for training
+    # An epoch in which other processes and steal used more than this share of the machine's
+    # cores makes its row `contended`.
+    "contention_limit": 0.25,
+    # Add, for every N-device cell, the 1-device run at its per-device batch and its threads per
+    # device: the compute reference that compute vs communication is measured against.
+    "compute_references": True,
 }
 
 
@@ -48,7 +54,10 @@ class Cell:
     device: str
     timeout: int
     memory_limit_mb: int = 0
+    contention_limit: float = DEFAULTS["contention_limit"]
+    threads: int = 0  # compute threads per device; 0: the cores shared out over the devices
     data_dir: str | None = None
+    reference_for: tuple[str, ...] = ()  # a compute reference: the keys of the cells it serves
     repeat: int = 0
 
     @property
@@ -63,20 +72,23 @@ class Cell:
     def key(self) -> str:
         """Identifies the configuration (not the repeat): resume and reports group by it."""
         cap = f"|cap{self.max_train_samples}" if self.max_train_samples else ""
+        threads = f"|t{self.threads}" if self.threads else ""
         return (f"{self.backend}|{self.model}|x{self.multiple}|{self.batch_mode}-b{self.batch}"
-                f"|d{self.devices}|e{self.epochs}|seed{self.seed}|{self.data}{cap}|{self.device}")
+                f"|d{self.devices}|e{self.epochs}|seed{self.seed}|{self.data}{cap}|{self.device}"
+                f"{threads}")
 
     @property
     def label(self) -> str:
+        threads = f" t{self.threads}" if self.threads else ""
         return (f"{self.backend} {self.model} x{self.multiple} b{self.global_batch} "
-                f"d{self.devices} r{self.repeat}")
+                f"d{self.devices}{threads} r{self.repeat}")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, values: dict) -> "Cell":
-        return cls(**values)
+        return cls(**{**values, "reference_for": tuple(values.get("reference_for", ()))})
 
 
 def read_grid_file(path):
@@ -117,20 +129,59 @@ def expand(spec: dict, overrides: dict | None = None, data_dir=None) -> list[Cel
                 if key in spec}
     _check_choices(values, settings)
 
-    cells = []
+    configurations = []
     for backend, model, multiple, batch, devices in itertools.product(
             values["backends"], values["models"], values["multiples"], values["batches"],
             values["devices"]):
-        for repeat in range(settings["repeats"]):
-            cells.append(Cell(
-                grid=settings["name"], backend=backend, model=model, multiple=multiple,
-                batch=batch, devices=devices, epochs=settings["epochs"],
-                batch_mode=settings["batch_mode"], seed=settings["seed"],
-                max_train_samples=settings["max_train_samples"], data=settings["data"],
-                device=settings["device"], timeout=settings["timeout"],
-                memory_limit_mb=settings["memory_limit_mb"],
-                data_dir=str(data_dir) if data_dir else None, repeat=repeat))
-    return cells
+        if devices > 1 and not backend_class(backend).spans_devices:
+            continue  # a single-device reference has no N-device cells
+        configurations.append(Cell(
+            grid=settings["name"], backend=backend, model=model, multiple=multiple,
+            batch=batch, devices=devices, epochs=settings["epochs"],
+            batch_mode=settings["batch_mode"], seed=settings["seed"],
+            max_train_samples=settings["max_train_samples"], data=settings["data"],
+            device=settings["device"], timeout=settings["timeout"],
+            memory_limit_mb=settings["memory_limit_mb"],
+            contention_limit=settings["contention_limit"],
+            data_dir=str(data_dir) if data_dir else None))
+    if not configurations:
+        raise UserError(f"no cells: {', '.join(values['backends'])} run on one device only, and "
+                        f"--devices {','.join(map(str, values['devices']))} has no 1")
+    if settings["compute_references"]:
+        configurations += compute_references(configurations)
+    # Repeat by repeat: every configuration once, then again, so that a drift in what else the
+    # machine does spreads over all of them instead of falling on one configuration's repeats.
+    return [dataclasses.replace(c, repeat=r) for r in range(settings["repeats"])
+            for c in configurations]
+
+
+def compute_references(cells: list[Cell]) -> list[Cell]:
+    """For every N-device cell: the same backend on 1 device at the N-device cell's per-device
+    batch and compute threads per device (on a CPU, N ranks share the cores, so each has fewer
+    threads than a 1-device run). Compute vs communication compares the two. A reference already
+    in the grid is not added again; each says which cells it serves (`reference_for`), so the
+    runner can skip one whose cells cannot run here."""
+    have = {c.key for c in cells}
+    added = {}
+    for cell in cells:
+        if cell.devices == 1:
+            continue
+        threads = threads_per_device(cell)
+        reference = dataclasses.replace(
+            cell, devices=1, batch=cell.per_device_batch,
+            threads=0 if threads == threads_per_device(dataclasses.replace(cell, devices=1))
+            else threads)
+        if reference.key in have:
+            continue
+        served = added.get(reference.key, reference).reference_for
+        added[reference.key] = dataclasses.replace(reference, reference_for=(*served, cell.key))
+    return list(added.values())
+
+
+def threads_per_device(cell: Cell) -> int:
+    """Compute threads each device of `cell` gets: its pinned count, else the cores shared out
+    over its devices, at least 1."""
+    return cell.threads or max(1, cpu_cores() // cell.devices)
 
 
 def _check_axis(key, value, kind):
@@ -141,7 +192,14 @@ def _check_axis(key, value, kind):
 
 
 def _check_value(key, value, kind):
-    if kind is int:
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise UserError(f"'{key}' must be true or false, got {value!r}")
+    elif kind is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            raise UserError(f"'{key}' must be a number from 0 to 1 (a share of the cores), got "
+                            f"{value!r}; fix it in the grid file or with --{key.replace('_', '-')}")
+    elif kind is int:
         option = AXIS_OPTIONS.get(key, "--repeat" if key == "repeats" else "--" + key.replace("_", "-"))
         if isinstance(value, bool) or not isinstance(value, int):
             raise UserError(f"'{key}' must be a whole number, got {value!r}; fix it in the grid "

@@ -58,10 +58,13 @@ def horovodrun_command(cell, worker_args):
 
 def details(hvd):
     """What a row records of Horovod (`hvd`: horovod.torch or horovod.tensorflow, initialised)."""
-    return {"horovod_version": importlib.metadata.version("horovod"),
-            "controller": "gloo" if hvd.gloo_enabled() else "mpi" if hvd.mpi_enabled() else None,
+    controller = "gloo" if hvd.gloo_enabled() else "mpi" if hvd.mpi_enabled() else None
+    reduction = (("none", "Horovod skips its all-reduce at size 1") if hvd.size() == 1 else
+                 ("all-reduce", f"Horovod's ring all-reduce over {controller}"))
+    return {"horovod_version": importlib.metadata.version("horovod"), "controller": controller,
             "gpu_operations": "nccl" if hvd.nccl_built() else None, "hvd_size": hvd.size(),
-            "launcher": "horovodrun --gloo"}
+            "launcher": "horovodrun --gloo", "reduction": reduction[0],
+            "reduction_detail": reduction[1]}
 
 
 class HorovodGather:

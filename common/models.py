@@ -4,7 +4,10 @@ identically in PyTorch and Keras ("same" padding, PyTorch's padding=1).
 Both backends build their networks from these specs, so PyTorch and Keras cannot drift apart;
 parameter counts and FLOPs are computed here from the spec, never hard-coded.
 """
+import math
 from dataclasses import dataclass
+
+import numpy as np
 
 INPUT_SHAPE = (1, 28, 28)  # channels, height, width
 NUM_CLASSES = 10
@@ -90,6 +93,31 @@ def flops_per_sample(name):
         elif isinstance(layer, Dense):
             total += 2 * layer.in_features * layer.out_features
     return total
+
+
+WEIGHTS_STREAM = 0  # the random stream of the initial weights; common.data's epoch orders use 1, 2, ...
+
+
+def initial_weights(name: str, seed: int) -> list[np.ndarray]:
+    """Every trainable tensor of the model, in PyTorch's parameter order and layout (each layer's
+    weight, then its bias; conv weights (out, in, kh, kw), dense weights (out, in)), drawn once with
+    numpy from the seed, from PyTorch's default distribution U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
+
+    Every backend of every framework loads these, so all backends of a cell start from the same
+    weights and, given the same samples in the same global batches, follow one trajectory."""
+    rng = np.random.default_rng([seed, WEIGHTS_STREAM])
+    tensors = []
+    for layer, _ in layer_shapes(name):
+        if isinstance(layer, Conv):
+            shape = (layer.out_channels, layer.in_channels, layer.kernel, layer.kernel)
+        elif isinstance(layer, Dense):
+            shape = (layer.out_features, layer.in_features)
+        else:
+            continue
+        bound = 1 / math.sqrt(math.prod(shape[1:]))
+        tensors += [rng.uniform(-bound, bound, shape).astype(np.float32),
+                    rng.uniform(-bound, bound, shape[0]).astype(np.float32)]
+    return tensors
 
 
 def gradient_bytes(name, bytes_per_value=4):

@@ -82,22 +82,31 @@ def read_rows(path):
     return rows, problems
 
 
+FLATTENED = {"env": "env_", "backend_details": "detail_"}  # one column per key, prefixed
+
+
 def flat_table(rows):
-    """Rows as flat records (epoch fields as epoch1_rate, ...) for CSV / Parquet / pandas."""
+    """Rows as flat records for CSV / Parquet / pandas: epoch fields as epoch1_rate, ...;
+    env and backend_details one column per key; other lists and objects as JSON text."""
     flat = []
     for row in rows:
-        record = {k: v for k, v in row.items() if k not in ("epochs", "env", "backend_details")}
-        for epoch in row.get("epochs") or []:
-            for field in ("seconds", "samples", "rate", "loss", "accuracy"):
-                record[f"epoch{epoch['epoch']}_{field}"] = epoch.get(field)
-        for key, value in (row.get("env") or {}).items():
-            record[f"env_{key}"] = json.dumps(value) if isinstance(value, (dict, list)) else value
-        for key, value in (row.get("backend_details") or {}).items():
-            record[f"detail_{key}"] = json.dumps(value) if isinstance(value, (dict, list)) else value
-        if isinstance(record.get("peak_memory_per_device"), list):
-            record["peak_memory_per_device"] = json.dumps(record["peak_memory_per_device"])
+        record = {}
+        for key, value in row.items():
+            if key == "epochs":
+                for epoch in value:
+                    for field in ("seconds", "samples", "rate", "loss", "accuracy"):
+                        record[f"epoch{epoch['epoch']}_{field}"] = epoch.get(field)
+                    record[f"epoch{epoch['epoch']}_contended"] = epoch["contention"]["contended"]
+            elif key in FLATTENED:
+                record.update({FLATTENED[key] + k: _scalar(v) for k, v in value.items()})
+            else:
+                record[key] = _scalar(value)
         flat.append(record)
     return flat
+
+
+def _scalar(value):
+    return json.dumps(value) if isinstance(value, (dict, list)) else value
 
 
 def export(rows, path):

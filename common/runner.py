@@ -19,8 +19,9 @@ import uuid
 from pathlib import Path
 
 from common import env, results
-from common.backend import cpu_cores, get_backend, threads_per_process
+from common.backend import cpu_cores, get_backend
 from common.errors import UserError
+from common.grid import threads_per_device
 from common.schema import Measurement, make_row, now
 
 REPO = Path(__file__).resolve().parent.parent
@@ -36,7 +37,9 @@ def run_grid(cells, results_path, resume=True, echo=print):
     check_devices(cells)
     results.check_writable(results_path)
     echo(f"{len(cells)} cells -> {results_path}")
-    done = completed_cells(results_path, echo) if resume else set()
+    earlier = earlier_rows(results_path, echo)
+    done = {(r["cell_key"], r["repeat"]) for r in earlier if r["status"] == "ok"} if resume else set()
+    statuses = {r["cell_key"]: r["status"] for r in earlier}
     run_id = results.new_run_id()
     log_dir = Path(f"{results_path}.logs") / run_id
     rows = []
@@ -46,8 +49,12 @@ def run_grid(cells, results_path, resume=True, echo=print):
             if (cell.key, cell.repeat) in done:
                 echo(f"{prefix}: done in {results_path} already (use --force to run it again)")
                 continue
-            row = run_cell(cell, run_id, log_dir / f"{number:03d}.log")
+            if cell.reference_for and all(statuses.get(k) == "unsupported" for k in cell.reference_for):
+                row = unneeded_reference(cell, run_id)
+            else:
+                row = run_cell(cell, run_id, log_dir / f"{number:03d}.log")
             results.append_row(results_path, row)
+            statuses[cell.key] = row["status"]
             rows.append(row)
             echo(f"{prefix}: {progress_line(row)}")
     return rows
@@ -66,14 +73,23 @@ def check_devices(cells):
             f"most {limit} devices here, or --device cuda on a machine with that many GPUs")
 
 
-def completed_cells(results_path, echo=print):
-    """(cell key, repeat) of every ok row; damaged lines are reported, then ignored."""
+def earlier_rows(results_path, echo=print):
+    """The valid rows already in the results file; damaged lines are reported, then ignored."""
     if not Path(results_path).is_file():
-        return set()
+        return []
     rows, problems = results.read_rows(results_path)
     for problem in problems:
         echo(problem)
-    return {(r["cell_key"], r.get("repeat", 0)) for r in rows if r.get("status") == "ok"}
+    return rows
+
+
+def unneeded_reference(cell, run_id):
+    """The row of a compute reference whose N-device cells are all unsupported here: it is not
+    run (it would measure a comparison that cannot be made)."""
+    return make_row(cell, run_id, now(), "unsupported",
+                    f"not run: the compute reference of {', '.join(cell.reference_for)}, which "
+                    f"cannot run here", None, None, env.capture(), None, 0.0,
+                    threads_per_device(cell))
 
 
 def run_cell(cell, run_id, log_path):
@@ -93,22 +109,23 @@ def run_cell(cell, run_id, log_path):
                    "error": f"xbench could not run this cell:\n{traceback.format_exc(limit=-3)}"}
     return make_row(cell, run_id, started_at, outcome["status"], outcome.get("error"), framework,
                     outcome.get("measurement"), outcome.get("env") or env.capture(), log,
-                    time.perf_counter() - started)
+                    time.perf_counter() - started, threads_per_device(cell))
 
 
 def launch(backend, cell, log_path):
     """Start the cell's process group, wait for it (or its timeout), and read what it left:
     {status, error} or {status, measurement, env}."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    threads = threads_per_process(backend.processes(cell))
+    threads = threads_per_device(cell)
     token = uuid.uuid4().hex
     # beside the log, so that what a killed runner could not clean up stays there, not in /tmp
     with tempfile.TemporaryDirectory(prefix=f"{log_path.stem}-", dir=log_path.parent) as out_dir:
         job_path = Path(out_dir) / "job.json"
-        job_path.write_text(json.dumps({"cell": cell.to_dict(), "threads": threads,
+        job_path.write_text(json.dumps({"cell": cell.to_dict(), "threads_per_device": threads,
                                         "launched_at": time.time()}))
         command = backend.launch_command(cell, [str(job_path), out_dir])
-        environment = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1",
+        process_threads = threads * backend.devices_per_process(cell)
+        environment = {**os.environ, "OMP_NUM_THREADS": str(process_threads), "PYTHONUNBUFFERED": "1",
                        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
                        "XBENCH_CELL": token}
         with open(log_path, "w") as log:
@@ -216,7 +233,18 @@ def progress_line(row):
         return f"{row['status'].upper()}: {first[0] if first else ''}"
     last = row["epochs"][-1]
     return (f"ok  epoch {last['epoch']}: {last['rate']:,.0f} samples/s, {last['seconds']:.2f} s; "
-            f"start-up {row['startup_seconds']:.1f} s; test accuracy {row['test_accuracy']:.4f}")
+            f"start-up {row['startup_seconds']:.1f} s; test accuracy {row['test_accuracy']:.4f}"
+            + (f"  {contention_mark(row)}" if row["contended"] else ""))
+
+
+def contention_mark(row):
+    """'CONTENDED: ...' for a row whose timed epochs shared the machine beyond its limit."""
+    worst = max(row["epochs"], key=lambda e: (e["contention"]["other_cpu_share"] or 0)
+                + (e["contention"]["steal_share"] or 0))["contention"]
+    gpus = worst.get("other_gpu_processes")
+    return (f"CONTENDED: other processes used {worst['other_cpu_share'] or 0:.0%} and steal "
+            f"{worst['steal_share'] or 0:.0%} of the cores (limit {row['contention_limit']:.0%})"
+            + (f", {gpus} other GPU process(es)" if gpus else ""))
 
 
 @contextlib.contextmanager

@@ -12,12 +12,17 @@ from typing import Any
 
 from common.models import flops_per_sample, parameter_count
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# What rows of older versions lack; they are reported and left out, never mixed with these.
+OLDER_VERSIONS = {1: "schema 1 rows come from an xbench whose 1-device cells of tf-mirrored ran no "
+                    "MirroredStrategy, whose frameworks started from different initial weights, "
+                    "and which recorded no contention; run the grid again"}
 STATUSES = ("ok", "failed", "timeout", "oom", "unsupported")
 
 NUMBER = (int, float)
 TEXT = (str,)
 WHOLE = (int,)
+BOOL = (bool,)
 
 
 @dataclass
@@ -36,7 +41,10 @@ class Measurement:
     step_time_p90: float | None
     test_accuracy: float
     peak_memory_per_device: list[int]
-    backend_details: dict
+    threads: dict                     # per device (the budget) and per process (as set)
+    contended: bool                   # another load used the machine in a timed epoch
+    evidence: dict                    # digests of weights and of the samples each replica took
+    backend_details: dict             # what the backend says of itself
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -59,6 +67,8 @@ CONFIGURATION = {
     "max_train_samples": (WHOLE, "always"), "batch_mode": (TEXT, "always"),
     "global_batch": (WHOLE, "always"), "per_device_batch": (WHOLE, "always"),
     "devices": (WHOLE, "always"), "seed": (WHOLE, "always"), "memory_limit_mb": (WHOLE, "never"),
+    "threads_per_device": (WHOLE, "always"), "threads_pinned": (BOOL, "always"),
+    "contention_limit": (NUMBER, "always"),
 }
 MEASUREMENTS = {
     "framework_version": (TEXT, "ok"), "dataset_source": (TEXT, "ok"),
@@ -66,13 +76,15 @@ MEASUREMENTS = {
     "epochs": ((list,), "always"), "startup_seconds": (NUMBER, "ok"),
     "step_time_p50": (NUMBER, "ok"), "step_time_p90": (NUMBER, "ok"),
     "test_accuracy": (NUMBER, "ok"), "peak_memory_bytes": (WHOLE, "ok"),
-    "peak_memory_per_device": ((list,), "ok"), "backend_details": ((dict,), "always"),
+    "peak_memory_per_device": ((list,), "ok"), "threads": ((dict,), "ok"),
+    "contended": (BOOL, "ok"), "evidence": ((dict,), "ok"), "backend_details": ((dict,), "always"),
 }
 RUN = {"cell_seconds": (NUMBER, "always"), "log": (TEXT, "never"), "env": ((dict,), "always")}
 FIELDS = {**IDENTITY, **CONFIGURATION, **MEASUREMENTS, **RUN}
 AT_LEAST_ONE = ("dataset_multiple", "global_batch", "per_device_batch", "devices", "params")
 EPOCH_FIELDS = {"epoch": WHOLE, "seconds": NUMBER, "samples": WHOLE, "rate": NUMBER,
-                "loss": NUMBER, "accuracy": NUMBER, "seconds_per_rank": (list,)}
+                "loss": NUMBER, "accuracy": NUMBER, "seconds_per_rank": (list,),
+                "contention": (dict,)}
 
 
 def now() -> str:
@@ -81,9 +93,10 @@ def now() -> str:
 
 def make_row(cell, run_id: str, started_at: str, status: str, error: str | None,
              framework: str | None, measurement: Measurement | None, env: dict,
-             log: str | None, cell_seconds: float) -> dict:
+             log: str | None, cell_seconds: float, threads_per_device: int) -> dict:
     """The result row of one run of `cell` (a common.grid.Cell): identity, the cell's
-    configuration, the measurement when the run was ok, and how the run went."""
+    configuration (with the compute threads per device it ran with), the measurement when the
+    run was ok, and how the run went."""
     measured = measurement.to_dict() if measurement else {}
     memory = measured.get("peak_memory_per_device")
     row = {
@@ -97,6 +110,8 @@ def make_row(cell, run_id: str, started_at: str, status: str, error: str | None,
         "batch_mode": cell.batch_mode, "global_batch": cell.global_batch,
         "per_device_batch": cell.per_device_batch, "devices": cell.devices, "seed": cell.seed,
         "memory_limit_mb": cell.memory_limit_mb or None,
+        "threads_per_device": threads_per_device, "threads_pinned": bool(cell.threads),
+        "contention_limit": cell.contention_limit,
         **{name: measured.get(name) for name in MEASUREMENTS},
         "epochs": measured.get("epochs", []),
         "peak_memory_bytes": max(memory) if memory else None,
@@ -114,6 +129,8 @@ def row_problem(row: Any) -> str | None:
     if not isinstance(row, dict):
         return "not a JSON object"
     version = row.get("schema_version")
+    if version in OLDER_VERSIONS:
+        return OLDER_VERSIONS[version]
     if version != SCHEMA_VERSION:
         return (f"schema_version {version!r} is not {SCHEMA_VERSION}, the version this xbench "
                 f"reads; report it with the xbench that wrote it")
@@ -151,7 +168,7 @@ def _may_be_null(required: str, status: str) -> bool:
 
 def _is(value, kinds) -> bool:
     if isinstance(value, bool):
-        return False
+        return bool in kinds
     if isinstance(value, float) and not math.isfinite(value):
         return False
     return isinstance(value, kinds)

@@ -14,22 +14,29 @@ import numpy as np
 
 from common.backend import Backend
 from common.collectives import Collectives
+from common.contention import ContentionProbe, epoch_contention
 from common.data import MNIST
-from common.evidence import shard_overlap, weights_digest
+from common.evidence import sample_evidence, weights_digest
 from common.grid import Cell
 from common.schema import Measurement
 from common.timing import EpochClock, StepTimer, epoch_record, step_percentiles
 
 EVAL_BATCH = 1000  # test images per forward pass when measuring test accuracy
+# The thread budget of every device in every backend, besides its compute threads (the cores
+# shared out over the devices): one inter-op thread and one input-pipeline thread. A process
+# driving k devices gets k times each.
+INTER_OP_PER_DEVICE = 1
+INPUT_PIPELINE_PER_DEVICE = 1
 
 
 @dataclass
 class Job:
-    """What each launched process is given: the cell, its data, its share of the cores, and the
-    wall-clock time (`time.time()`) at which the runner launched it (start-up is counted from it)."""
+    """What each launched process is given: the cell, its data, the compute threads of each of its
+    devices, and the wall-clock time (`time.time()`) at which the runner launched it (start-up is
+    counted from it)."""
     cell: Cell
     data: MNIST
-    threads: int
+    threads_per_device: int
     launched_at: float
 
     def startup_seconds(self) -> float:
@@ -61,7 +68,13 @@ class TrainingLoop(abc.ABC):
 
     @abc.abstractmethod
     def train_step(self, batch) -> None:
-        """One optimizer step on `batch`, adding its loss sum and correct count to the totals."""
+        """One optimizer step on `batch`, adding its loss sum and correct count to the totals and
+        keeping the sample indices each replica consumed (read from the batch)."""
+
+    @abc.abstractmethod
+    def consumed(self) -> list[np.ndarray]:
+        """Per replica of this process, the sample indices it trained on since the last call
+        (the epoch just timed), in order; called after the epoch's clock stopped."""
 
     @abc.abstractmethod
     def reset_totals(self) -> None:
@@ -74,12 +87,8 @@ class TrainingLoop(abc.ABC):
 
     @property
     @abc.abstractmethod
-    def samples_per_epoch(self) -> int:
-        """Samples one epoch trains on, over all processes (the incomplete last batch dropped)."""
-
-    @abc.abstractmethod
-    def rank_indices(self, epoch: int) -> np.ndarray:
-        """The sample indices this process trains on in `epoch`."""
+    def steps_per_epoch(self) -> int:
+        """Optimizer steps in one epoch (global batches; the incomplete last one dropped)."""
 
     @abc.abstractmethod
     def replica_weights(self) -> list[Iterable[np.ndarray]]:
@@ -98,18 +107,30 @@ class TrainingLoop(abc.ABC):
         """framework_version, params, train_samples, device_type, device_name, and the
         framework's own backend details."""
 
+    @abc.abstractmethod
+    def thread_pools(self) -> dict:
+        """The process's thread pools as the framework reports them: intra_op, inter_op,
+        input_pipeline."""
+
+    def gpu_indices(self) -> list[int]:
+        """The GPUs this process drives (whose other users are watched); none on the CPU."""
+        return []
+
     # --- the loop ----------------------------------------------------------------------------
 
     def run(self) -> Measurement | None:
         """Train for the cell's epochs; the measurement on rank 0, None on the other ranks."""
         self.set_up()
-        epochs, startup, step_seconds = [], None, []
+        probe = ContentionProbe(self.comm.rank == 0, self.gpu_indices())
+        samples = self.steps_per_epoch * self.cell.global_batch
+        epochs, consumed, startup, step_seconds = [], [], None, []
         for epoch in range(1, self.cell.epochs + 1):
             batches = self.batches(epoch)
             self.reset_totals()
             self.comm.barrier()
             if startup is None:
                 startup = self.job.startup_seconds()
+            probe.start()
             clock = EpochClock(self.sync)
             clock.start()
             timer = self.step_timer()
@@ -117,18 +138,25 @@ class TrainingLoop(abc.ABC):
                 self.train_step(batch)
                 timer.mark()
             seconds = clock.stop()
+            watched = probe.stop()
+            consumed.append(self.consumed())
             loss_sum, correct = (float(v) for v in self.comm.sum(self.totals()))
-            epochs.append(epoch_record(epoch, self.comm.gather(seconds), self.samples_per_epoch,
-                                       loss_sum, correct))
+            ranks = self.comm.gather((seconds, watched))
+            record = epoch_record(epoch, [s for s, _ in ranks], samples, loss_sum, correct)
+            record["contention"] = epoch_contention([w for _, w in ranks],
+                                                    self.cell.contention_limit)
+            epochs.append(record)
             if epoch == self.cell.epochs:
                 step_seconds = _flat(self.comm.gather(timer.seconds()))
 
         memory = _flat(self.comm.gather(self.peak_memory()))
         digests = _flat(self.comm.gather([weights_digest(w) for w in self.replica_weights()]))
-        overlap = shard_overlap(self.comm.gather(self.rank_indices(1).tolist()))
+        by_replica = [list(epochs_of_replica) for epochs_of_replica in zip(*consumed)]
+        replicas = _flat(self.comm.gather(by_replica))
         if self.comm.rank != 0:
             return None
         described = self.describe()
+        per_device = self.job.threads_per_device
         return Measurement(
             framework_version=described.pop("framework_version"),
             params=described.pop("params"), dataset_source=self.job.data.source,
@@ -136,9 +164,13 @@ class TrainingLoop(abc.ABC):
             device_type=described.pop("device_type"), device_name=described.pop("device_name"),
             epochs=epochs, startup_seconds=startup, **step_percentiles(step_seconds),
             test_accuracy=self.evaluate(), peak_memory_per_device=memory,
-            backend_details={"world_size": self.comm.world, "threads_per_process": self.job.threads,
-                             "learning_rate_scaled": False, "replica_weight_digests": digests,
-                             "shard_overlap_epoch1": overlap, **described,
+            threads={"per_device": {"compute": per_device, "inter_op": INTER_OP_PER_DEVICE,
+                                    "input_pipeline": INPUT_PIPELINE_PER_DEVICE},
+                     "per_process": self.thread_pools()},
+            contended=any(e["contention"]["contended"] for e in epochs),
+            evidence={"replica_weight_digests": digests,
+                      **sample_evidence(replicas, self.steps_per_epoch)},
+            backend_details={"world_size": self.comm.world, **described,
                              **self.backend.details()})
 
 

@@ -47,8 +47,8 @@ def main(job_path, out_dir):
     cell = Cell.from_dict(spec["cell"])
     backend = get_backend(cell.backend)
     try:
-        job = Job(cell=cell, data=data_module.load(cell), threads=spec["threads"],
-                  launched_at=spec["launched_at"])
+        job = Job(cell=cell, data=data_module.load(cell),
+                  threads_per_device=spec["threads_per_device"], launched_at=spec["launched_at"])
         if cell.memory_limit_mb:
             limit_memory(cell.memory_limit_mb, backend.framework)
         print(f"xbench worker {os.getpid()}: {len(job.data.train_images)} training images loaded; "
@@ -68,7 +68,7 @@ def main(job_path, out_dir):
         return 1
     if measurement is not None:
         write_json(out_dir / "result.json", {"measurement": measurement.to_dict(),
-                                             "env": env.capture(job.threads)})
+                                             "env": env.capture()})
     return 0
 
 

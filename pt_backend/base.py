@@ -50,15 +50,19 @@ class TorchBackend(Backend):
     def train(self, job: Job) -> Measurement | None:
         import torch
 
+        from common.training import INTER_OP_PER_DEVICE
         from pt_backend.train import TorchLoop
 
         self.cell = job.cell
-        torch.set_num_threads(job.threads)
+        devices = self.devices_per_process(job.cell)
+        torch.set_num_threads(job.threads_per_device * devices)
+        if torch.get_num_interop_threads() != INTER_OP_PER_DEVICE * devices:  # settable once
+            torch.set_num_interop_threads(INTER_OP_PER_DEVICE * devices)
         kind = self.choose_device(job.cell, torch.cuda.device_count(), "torch")
         comm = self.start_processes(kind)
         try:
             if kind == "cuda":
-                device = torch.device("cuda", self.local_rank() * self.devices_per_process(job.cell))
+                device = torch.device("cuda", self.local_rank() * devices)
                 torch.cuda.set_device(device)
             else:
                 device = torch.device("cpu")

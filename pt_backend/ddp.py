@@ -36,8 +36,12 @@ class DistributedDataParallelBackend(TorchBackend):
                                        else None)
 
     def details(self):
+        import torch.distributed as dist
+        group = " (a group of one)" if dist.get_world_size() == 1 else ""
         return {"parallelism": "DistributedDataParallel", "process_group": self.process_group,
-                "launcher": "torchrun --standalone"}
+                "launcher": "torchrun --standalone", "reduction": "all-reduce",
+                "reduction_detail": f"DDP's bucketed all-reduce over {self.process_group}{group}, "
+                                    f"overlapped with the backward pass"}
 
 
 class TorchDistributedCollectives(Collectives):

@@ -20,4 +20,12 @@ class DataParallelBackend(TorchBackend):
         return torch.nn.DataParallel(model, device_ids=self.device_ids)
 
     def details(self):
-        return {"parallelism": "torch.nn.DataParallel", "device_ids": self.device_ids}
+        if not self.device_ids:
+            reduction = "none", "DataParallel without device_ids calls the module directly"
+        elif len(self.device_ids) == 1:
+            reduction = "none", "DataParallel on one GPU calls the module; there are no replicas"
+        else:
+            reduction = ("reduce-to-one", "replicates the module to every GPU each step and "
+                         "reduces the gradients onto the first GPU (not a ring)")
+        return {"parallelism": "torch.nn.DataParallel", "device_ids": self.device_ids,
+                "reduction": reduction[0], "reduction_detail": reduction[1]}

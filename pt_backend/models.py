@@ -2,10 +2,11 @@
 import torch
 from torch import nn
 
-from common.models import ADAM, MODELS, Conv, Dense, Flatten, MaxPool
+from common.models import ADAM, MODELS, Conv, Dense, Flatten, MaxPool, initial_weights
 
 
-def build_model(name):
+def build_model(name, seed=0):
+    """The model `name` with the initial weights every backend starts from (common.models)."""
     layers = []
     for layer in MODELS[name]:
         if isinstance(layer, Conv):
@@ -19,7 +20,12 @@ def build_model(name):
             layers.append(nn.Linear(layer.in_features, layer.out_features))
             if layer.relu:
                 layers.append(nn.ReLU())
-    return nn.Sequential(*layers)
+    model = nn.Sequential(*layers)
+    with torch.no_grad():
+        for parameter, value in zip(model.parameters(), initial_weights(name, seed), strict=True):
+            assert parameter.shape == value.shape, (name, parameter.shape, value.shape)
+            parameter.copy_(torch.from_numpy(value))
+    return model
 
 
 def build_optimizer(parameters):

@@ -26,9 +26,11 @@ class MNISTTrainSet(torch.utils.data.Dataset):
         return self.samples
 
     def __getitems__(self, indices):
-        """A whole batch in one indexing operation (DataLoader calls this instead of __getitem__)."""
-        index = torch.as_tensor(indices) % len(self.images)
-        return self.images[index], self.labels[index]
+        """A whole batch in one indexing operation (DataLoader calls this instead of __getitem__),
+        with the sample indices it holds (the evidence of what was trained on)."""
+        index = torch.as_tensor(indices)
+        base = index % len(self.images)
+        return self.images[base], self.labels[base], index
 
 
 class EpochShardSampler(DistributedSampler):
@@ -80,8 +82,7 @@ class TorchLoop(TrainingLoop):
 
     def set_up(self):
         cell = self.cell
-        torch.manual_seed(cell.seed)  # the same initial weights on every rank
-        self.model = build_model(cell.model).to(self.device)
+        self.model = build_model(cell.model, cell.seed).to(self.device)
         self.wrapped = self.backend.wrap_model(self.model, self.device)
         self.optimizer = self.backend.wrap_optimizer(build_optimizer(self.wrapped.parameters()),
                                                      self.model)
@@ -93,6 +94,7 @@ class TorchLoop(TrainingLoop):
                                  sampler=self.sampler, drop_last=True, collate_fn=_as_is,
                                  pin_memory=self.cuda)
         self.loss_fn = nn.CrossEntropyLoss()
+        self.taken = []
         self.loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         self.correct = torch.zeros((), dtype=torch.int64, device=self.device)
 
@@ -108,7 +110,8 @@ class TorchLoop(TrainingLoop):
         return self.loader
 
     def train_step(self, batch):
-        images, labels = batch
+        images, labels, indices = batch
+        self.taken.append(indices)
         x = normalise(images.to(self.device, non_blocking=True))
         y = labels.to(self.device, non_blocking=True)
         self.optimizer.zero_grad()  # set_to_none, the default since torch 2.0
@@ -126,13 +129,13 @@ class TorchLoop(TrainingLoop):
     def totals(self):
         return torch.stack([self.loss_sum, self.correct.double()])  # nccl sums on the device
 
-    @property
-    def samples_per_epoch(self):
-        return len(self.sampler) * self.comm.world
+    def consumed(self):
+        taken, self.taken = self.taken, []
+        return [torch.cat(taken).numpy() if taken else np.zeros(0, np.int64)]
 
-    def rank_indices(self, epoch):
-        self.sampler.set_epoch(epoch)
-        return np.asarray(list(self.sampler))
+    @property
+    def steps_per_epoch(self):
+        return len(self.loader)
 
     def replica_weights(self):
         return [[p.detach().cpu().numpy() for p in self.model.parameters()]]
@@ -155,6 +158,16 @@ class TorchLoop(TrainingLoop):
             correct += (self.model(normalise(images)).argmax(1).cpu() == labels).sum().item()
         self.model.train()
         return correct / len(data.test_images)
+
+    def thread_pools(self):
+        return {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads(),
+                "input_pipeline": max(1, self.loader.num_workers)}  # 0 workers: the main thread
+
+    def gpu_indices(self):
+        if not self.cuda:
+            return []
+        return list(range(self.device.index,
+                          self.device.index + self.backend.devices_per_process(self.cell)))
 
     def describe(self):
         return {"framework_version": torch.__version__,

@@ -4,13 +4,13 @@ Reads only the results files (through common.results) and needs no ML framework:
 and matplotlib. `build_report` is the whole pipeline; the CLI only parses options and prints.
 """
 from datetime import datetime, timezone
-from html import escape
 from pathlib import Path
 
 from common.errors import UserError
 from reports import analysis, figures, page, tables
 from reports.load import load
 from reports.stats import CI_METHOD
+from reports.verdicts import verdicts
 
 FORMATS = ("html", "md", "png", "svg", "csv")
 SECTIONS = [
@@ -20,10 +20,16 @@ SECTIONS = [
         "costs."], ["fig5a_rate_vs_devices", "fig5b_rate_vs_batch", "fig5c_epoch2_time_by_multiple",
                     "fig5d_epoch1_vs_epoch2", "fig5e_rate_vs_multiple"], []),
     ("Scaling", [
-        "Speedup = R(N)/R(1) of the mean epoch-2 rate against the 1-device cell of the same setup; "
-        "efficiency = speedup / N. Strong scaling: the global batch is fixed (batch_mode global); "
-        "weak scaling: the per-device batch is fixed (batch_mode per_device)."],
-     ["scaling"], ["scaling"]),
+        "Speedup = R(N)/R(1) of the epoch-2 rate (samples / mean epoch time) against the same "
+        "backend's own 1-device cell of the same setup (its 1-device run goes through the same "
+        "parallel machinery), with Fieller's 95% interval; efficiency = speedup / N. An "
+        "efficiency above 100% is marked SUSPECT, not reported as a result. Strong scaling: the "
+        "global batch is fixed (batch_mode global); weak scaling: the per-device batch is fixed "
+        "(batch_mode per_device)."], ["scaling"], ["scaling"]),
+    ("What the parallel machinery costs at one device", [
+        "Each backend's 1-device rate over its framework's single-device reference with no "
+        "parallel wrapper (pt-single, tf-single), in the same setup: below 1× the wrapper costs "
+        "time even when there is nothing to parallelise."], [], ["wrapper"]),
     ("Compute vs communication", [analysis.COMMUNICATION_ASSUMPTION],
      ["compute_vs_communication"], ["communication"]),
     ("Accuracy", [
@@ -36,7 +42,9 @@ SECTIONS = [
     ("Start-up and first-epoch overhead", [
         "Start-up: from launching the cell's process(es) to the first batch. First-epoch "
         "overhead: epoch-1 time minus epoch-2 time."], ["overhead"], ["overhead"]),
-    ("Cells", [CI_METHOD + "."], [], ["cells", "not_ok"]),
+    ("Cells", [CI_METHOD + ". Contended runs are left out of every number unless the report "
+               "was made with --include-contended; the runs column counts them."], [],
+     ["cells", "not_ok"]),
     ("Environment", [
         "What ran where, from the rows. Rows from different machines or software versions are "
         "separate environments and are never averaged together."], [], ["environment"]),
@@ -53,20 +61,21 @@ def parse_formats(text):
     return chosen
 
 
-def build_report(paths, out, formats=FORMATS, where=None):
+def build_report(paths, out, formats=FORMATS, where=None, include_contended=False):
     """Write the report of the results files `paths` into `out`.
 
     Returns (notices, summary lines, {kind: path written}); notices say what is wrong or must be
     known (damaged lines, mixed environments, synthetic data), and never stop the report.
     """
     paths = [Path(p) for p in paths]
-    frame, problems = load(paths, where)
+    frame, problems = load(paths, where, include_contended)
     cells = analysis.cell_table(frame)
     scaling = analysis.scaling(cells)
     communication = analysis.communication(cells)
     failures = analysis.failures(frame)
     notices = tables.notices(frame, cells, problems, where)
-    summary = tables.summary(frame, cells, scaling, failures, [p.name for p in paths])
+    verdict_lines = verdicts(cells, frame, include_contended)
+    summary = tables.summary(frame, verdict_lines, failures, [p.name for p in paths])
     table_set = report_tables(frame, cells, scaling, communication, failures)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -87,13 +96,13 @@ def build_report(paths, out, formats=FORMATS, where=None):
             f"Generated {generated} by xbench report."]
     if "html" in formats:
         written["html"] = out / "index.html"
-        written["html"].write_text(page.html("xbench report", meta, summary, notices, SECTIONS,
-                                             pngs, table_set), encoding="utf-8")
+        written["html"].write_text(page.html("xbench report", meta, verdict_lines, notices,
+                                             SECTIONS, pngs, table_set), encoding="utf-8")
     if "md" in formats:
         written["md"] = out / "summary.md"
         figure_links = pngs if "png" in formats else {}
-        written["md"].write_text(markdown_page(meta, notices, summary, figure_links, table_set),
-                                 encoding="utf-8")
+        written["md"].write_text(markdown_page(meta, notices, verdict_lines, figure_links,
+                                               table_set), encoding="utf-8")
     if "csv" in formats:
         written["csv"] = out / "cells.csv"
         tables.cells_csv(cells).to_csv(written["csv"], index=False)
@@ -107,6 +116,8 @@ def report_tables(frame, cells, scaling, communication, failures):
                   tables.cells_table(cells)),
         "not_ok": ("Runs that did not finish ok", tables.failures_table(failures)),
         "scaling": ("Speedup and efficiency", tables.scaling_table(scaling)),
+        "wrapper": ("Rate at one device against no parallel wrapper",
+                    tables.wrapper_table(analysis.wrapper_cost(cells))),
         "communication": ("Compute, exposed communication and all-reduce bandwidth",
                           tables.communication_table(communication)),
         "accuracy": ("Loss and accuracy per epoch, test accuracy", tables.accuracy_table(cells)),
@@ -116,11 +127,14 @@ def report_tables(frame, cells, scaling, communication, failures):
     }
 
 
-def markdown_page(meta, notices, summary, figure_links, table_set):
-    """summary.md: the notices and summary, then each section's text, figures (where written as
-    PNG) and tables."""
-    parts = ["# xbench report", *meta, *[f"> **{escape(n)}**" for n in notices],
-             "```\n" + "\n".join(summary) + "\n```"]
+def markdown_page(meta, notices, verdict_lines, figure_links, table_set):
+    """summary.md: the notices and verdicts, then each section's text, figures (where written as
+    PNG) and tables. Everything from the results is escaped (tables.markdown_text)."""
+    text = tables.markdown_text
+    parts = ["# xbench report", *map(text, meta), *[f"> **{text(n)}**" for n in notices],
+             "## What the results say",
+             "\n".join(f"- {text(line.strip())}" if line.startswith("  ") else f"\n**{text(line)}**"
+                       for line in verdict_lines)]
     for heading, paragraphs, figure_names, table_names in SECTIONS:
         parts += [f"## {heading}", *paragraphs]
         for name in figure_names:

@@ -1,30 +1,37 @@
 """The numbers of the report, from the frame of rows (reports.load): one place for every formula.
 
 Repeats of a configuration are averaged only within one environment (machine and versions); the
-environment label is part of every grouping key below.
+environment label is part of every grouping key below. Only `usable` rows (ok, and not contended
+unless asked) enter the statistics. A rate is samples / mean epoch time; every ratio of rates is
+a ratio of mean epoch times with Fieller's interval (reports.stats).
 """
+import math
+
 import numpy as np
 import pandas as pd
 
-from common.backend import BACKENDS
+from common.backend import BACKENDS, backend_class
 from common.models import MODELS, gradient_bytes
-from reports.stats import summarize
+from reports.stats import difference_of_means, ratio_of_means, summarize
 
 CONFIG = ["env", "series", "backend", "dataset", "model", "dataset_multiple", "batch_mode", "batch",
           "global_batch", "per_device_batch", "devices"]
 # Besides the axes in CONFIG, what must agree for two cells to be compared (speedup, baselines).
 SETUP = ["env", "series", "backend", "dataset", "model", "dataset_multiple", "seed",
          "max_train_samples", "epochs_run", "device_type"]
-METRICS = ["epoch1_rate", "epoch2_rate", "epoch2_seconds", "step_time_p50", "startup_seconds",
-           "first_epoch_overhead", "test_accuracy", "last_loss", "last_accuracy",
-           "peak_memory_bytes"]
+METRICS = ["step_time_p50", "startup_seconds", "first_epoch_overhead", "test_accuracy",
+           "last_loss", "last_accuracy", "peak_memory_bytes"]
 COMMUNICATION_ASSUMPTION = (
     "Compute per step = the median epoch-2 step time of the same backend on 1 device at the same "
-    "per-device batch; exposed communication = the N-device step time minus that. Bandwidth "
-    "assumes a ring all-reduce of one float32 gradient per parameter (nccl-tests convention): "
-    "algbw = gradient bytes / communication time, busbw = algbw × 2(N−1)/N. Communication that "
-    "overlaps compute is not seen, so the time is what training waits for, not all the time the "
-    "all-reduce takes; where the N-device step is not slower, no bandwidth is shown.")
+    "per-device batch and the same compute threads per device (on a CPU the N ranks share the "
+    "cores, so the 1-device run of the grid, which has them all, is not the reference; the grid "
+    "adds a 1-device run at the ranks' threads); exposed communication = the N-device step time "
+    "minus that. Bandwidth only for backends whose gradients are all-reduced (nccl-tests "
+    "convention: algbw = gradient bytes / communication time, busbw = algbw × 2(N−1)/N); a "
+    "reduction to one device (tf-mirrored on CPU, DataParallel) is labelled as such and gets no "
+    "bus bandwidth. Communication that overlaps compute is not seen, so the time is what "
+    "training waits for, not all the time the all-reduce takes; where the N-device step is not "
+    "slower, no bandwidth is shown.")
 
 
 def backend_order(name):
@@ -42,39 +49,80 @@ def devices_text(count):
     return f"{count} device" + ("" if count == 1 else "s")
 
 
+def single_device_reference(framework):
+    """The registered backend with no parallel wrapper for `framework` (None if there is none)."""
+    return next((name for name in BACKENDS if not backend_class(name).spans_devices
+                 and backend_class(name).framework == framework), None)
+
+
 def cell_table(frame):
-    """One row per configuration and environment: its statuses, and n / mean / std / 95% CI of
-    every metric over the repeats that ran ok."""
+    """One row per configuration and environment: its statuses, and over its usable repeats the
+    rate (samples / mean epoch time, with the interval of that mean) and n / mean / std / 95% CI
+    of every other metric. The repeats' epoch times are kept for the ratios."""
     records = []
     for (_, key), group in frame.groupby(["env", "cell_key"], sort=False):
-        ok = group[group["status"] == "ok"]
+        ok = group[group["usable"]]
         first = (ok if len(ok) else group).iloc[0]
         record = {column: first.get(column) for column in CONFIG}
         record.update(cell_key=key, scaling=scaling_kind(first["batch_mode"]),
                       seed=first.get("seed"), max_train_samples=first.get("max_train_samples"),
                       epochs_run=first["last_epoch"], device_type=first["device_type"],
-                      device_name=first["device_name"], n=len(ok), runs=len(group),
-                      statuses=", ".join(f"{count} {status}" for status, count
-                                         in group["status"].value_counts().items()),
+                      device_name=first["device_name"], framework=first.get("framework"),
+                      threads_per_device=first.get("threads_per_device"),
+                      threads_pinned=bool(first.get("threads_pinned")),
+                      reduction=first.get("reduction"), n=len(ok), runs=len(group),
+                      contended_runs=int((group["status"].eq("ok") & group["contended"]).sum()),
+                      statuses=statuses_text(group),
                       steps_per_epoch=first["epoch2_samples"] / first["global_batch"],
+                      epoch2_samples=first["epoch2_samples"],
                       memory_per_device=mean_per_device(ok["memory_per_device"]),
-                      epoch_means=epoch_means(ok["epoch_list"]))
+                      epoch_means=epoch_means(ok["epoch_list"]),
+                      global_digests=sorted({d for d in ok["global_digests"] if d}),
+                      shard_overlap=int(ok["shard_overlap"].max()) if len(ok) else 0,
+                      replicas_agree=bool(ok["replicas_agree"].all()),
+                      test_accuracy_values=ok["test_accuracy"].dropna().tolist())
+        for epoch in (1, 2):
+            seconds = ok[f"epoch{epoch}_seconds"].dropna().tolist()
+            samples = first[f"epoch{epoch}_samples"]
+            time = summarize(seconds)
+            record.update({f"epoch{epoch}_seconds_values": seconds,
+                           f"epoch{epoch}_seconds": time["mean"],
+                           f"epoch{epoch}_seconds_ci": time["ci"],
+                           f"epoch{epoch}_rate": samples / time["mean"],
+                           f"epoch{epoch}_rate_low": samples / (time["mean"] + time["ci"]),
+                           f"epoch{epoch}_rate_high": samples / (time["mean"] - time["ci"])
+                           if time["ci"] < time["mean"] else math.inf})
         for metric in METRICS:
-            stats = summarize(ok[metric])
-            record.update({metric: stats["mean"], f"{metric}_std": stats["std"],
-                           f"{metric}_ci": stats["ci"]})
+            summary = summarize(ok[metric])
+            record.update({metric: summary["mean"], f"{metric}_std": summary["std"],
+                           f"{metric}_ci": summary["ci"]})
         records.append(record)
-    columns = [*CONFIG, "cell_key", "scaling", "seed", "max_train_samples", "epochs_run",
-               "device_type", "device_name", "n", "runs", "statuses", "steps_per_epoch",
-               "memory_per_device", "epoch_means",
-               *[f"{m}{s}" for m in METRICS for s in ("", "_std", "_ci")]]
-    table = pd.DataFrame(records, columns=columns)
+    table = pd.DataFrame(records, columns=CELL_COLUMNS)
     if table.empty:
         return table
     table["_order"] = table["backend"].map(backend_order)
     return (table.sort_values(["env", "_order", "dataset", "model", "dataset_multiple",
-                               "batch_mode", "batch", "devices"])
+                               "batch_mode", "batch", "devices", "threads_pinned"])
             .drop(columns="_order").reset_index(drop=True))
+
+
+CELL_COLUMNS = [
+    *CONFIG, "cell_key", "scaling", "seed", "max_train_samples", "epochs_run", "device_type",
+    "device_name", "framework", "threads_per_device", "threads_pinned", "reduction", "n", "runs",
+    "contended_runs", "statuses", "steps_per_epoch", "epoch2_samples", "memory_per_device",
+    "epoch_means", "global_digests", "shard_overlap", "replicas_agree", "test_accuracy_values",
+    *[f"epoch{e}_{field}" for e in (1, 2) for field in (
+        "seconds_values", "seconds", "seconds_ci", "rate", "rate_low", "rate_high")],
+    *[f"{m}{suffix}" for m in METRICS for suffix in ("", "_std", "_ci")]]
+
+
+def statuses_text(group):
+    """'3 ok (1 contended), 1 timeout'."""
+    parts = []
+    for status, count in group["status"].value_counts().items():
+        contended = int((group["status"].eq(status) & group["contended"]).sum())
+        parts.append(f"{count} {status}" + (f" ({contended} contended)" if contended else ""))
+    return ", ".join(parts)
 
 
 def scaling_kind(batch_mode):
@@ -84,8 +132,11 @@ def scaling_kind(batch_mode):
 
 
 def measured(cells):
-    """The cells with at least one ok repeat."""
-    return cells[cells["n"] > 0]
+    """The cells of the grid's own configurations with at least one usable repeat (compute
+    references, which run at pinned threads, are used only for compute vs communication)."""
+    if cells.empty:
+        return cells
+    return cells[(cells["n"] > 0) & ~cells["threads_pinned"].astype(bool)]
 
 
 def mean_per_device(lists):
@@ -116,27 +167,44 @@ def failures(frame):
 
 
 def scaling(cells):
-    """Speedup R(N)/R(1) of the epoch-2 rate and efficiency speedup/N, against the 1-device cell
-    of the same setup and batch; strong scaling when the global batch is fixed, weak when the
-    per-device batch is."""
+    """Speedup R(N)/R(1) of the epoch-2 rate and efficiency speedup/N, each with its 95% interval,
+    against the 1-device cell of the same setup and batch; strong scaling when the global batch
+    is fixed, weak when the per-device batch is. Efficiency above 100% is marked suspect."""
     family = [*SETUP, "batch_mode", "batch"]
-    ok = measured(cells).dropna(subset=["epoch2_rate"])
-    out = ok.merge(baseline(ok, family, "epoch2_rate", "rate_1"), on=family)
-    out["speedup"] = out["epoch2_rate"] / out["rate_1"]
-    out["efficiency"] = out["speedup"] / out["devices"]
+    ok = measured(cells)
+    if ok.empty:
+        return pd.DataFrame(columns=[*CONFIG, "speedup", "efficiency", "scaling", "suspect"])
+    ones = ok[ok["devices"] == 1][[*family, "n", "epoch2_rate", "epoch2_seconds_values",
+                                   "epoch2_samples"]]
+    out = ok.merge(ones, on=family, suffixes=("", "_ref"))
+    out["speedup_ratio"] = [ratio_of_means(t1, tn).scaled(sn / s1) for t1, tn, sn, s1 in zip(
+        out["epoch2_seconds_values_ref"], out["epoch2_seconds_values"], out["epoch2_samples"],
+        out["epoch2_samples_ref"])]
+    out["speedup"] = [r.value for r in out["speedup_ratio"]]
+    out["efficiency_ratio"] = [r.scaled(1 / n) for r, n in zip(out["speedup_ratio"],
+                                                                out["devices"])]
+    out["efficiency"] = [r.value for r in out["efficiency_ratio"]]
+    out["suspect"] = out["efficiency"] > 1
+    out["rate_1"] = out["epoch2_rate_ref"]
     return out
 
 
 def communication(cells):
-    """Per N > 1 and per-device batch: compute, exposed communication, algbw and busbw (see
+    """Per N > 1: compute (the 1-device step at the same per-device batch and threads per
+    device), exposed communication, and for all-reducing backends algbw and busbw (see
     COMMUNICATION_ASSUMPTION)."""
-    keys = [*SETUP, "per_device_batch"]
-    ok = measured(cells).dropna(subset=["step_time_p50"])
-    out = ok[ok["devices"] > 1].merge(baseline(ok, keys, "step_time_p50", "compute_seconds"),
-                                      on=keys)
+    keys = [*SETUP, "per_device_batch", "threads_per_device"]
+    usable = cells[cells["n"] > 0].dropna(subset=["step_time_p50"]) if not cells.empty else cells
+    if usable.empty:
+        return pd.DataFrame(columns=[*CONFIG, "compute_seconds", "comm_seconds", "busbw"])
+    ones = usable[usable["devices"] == 1][[*keys, "step_time_p50", "threads_pinned"]]
+    many = measured(usable)
+    out = many[many["devices"] > 1].merge(ones, on=keys, suffixes=("", "_ref"))
+    out = out.rename(columns={"step_time_p50_ref": "compute_seconds"})
     out["comm_seconds"] = out["step_time_p50"] - out["compute_seconds"]
     out["gradient_bytes"] = [gradient_bytes(m) if m in MODELS else np.nan for m in out["model"]]
-    exposed = out["comm_seconds"].where(out["comm_seconds"] > 0)
+    exposed = out["comm_seconds"].where((out["comm_seconds"] > 0)
+                                        & (out["reduction"] == "all-reduce"))
     out["algbw"] = out["gradient_bytes"] / exposed
     out["busbw"] = bus_bandwidth(out["algbw"], out["devices"])
     out["compute_epoch_seconds"] = out["compute_seconds"] * out["steps_per_epoch"]
@@ -144,29 +212,77 @@ def communication(cells):
     return out
 
 
-def baseline(cells, keys, metric, name):
-    """`metric` of the 1-device cells as column `name`, one row per `keys` (the mean if two
-    1-device cells share them, e.g. batch mode global and per_device of the same batch)."""
-    ones = cells[cells["devices"] == 1]
-    return ones.groupby(keys, dropna=False, as_index=False)[metric].mean().rename(
-        columns={metric: name})
-
-
 def bus_bandwidth(algbw, devices):
     """busbw = algbw * 2(N-1)/N: the bytes each link carries in a ring all-reduce (nccl-tests)."""
     return algbw * 2 * (devices - 1) / devices
 
 
-def best_per_family(cells):
-    """For each configuration apart from the backend: the backend with the highest epoch-2 rate."""
-    family = [c for c in [*CONFIG, "seed", "max_train_samples", "epochs_run", "device_type"]
-              if c not in ("series", "backend")]
-    ok = measured(cells).dropna(subset=["epoch2_rate"])
-    rows = []
-    for _, group in ok.groupby(family, dropna=False, sort=False):
-        best = group.loc[group["epoch2_rate"].idxmax()]
-        rows.append({**best.to_dict(), "compared": len(group)})
-    return pd.DataFrame(rows)
+def wrapper_cost(cells):
+    """At one device: each backend's epoch-2 rate over its framework's single-device reference
+    (no parallel wrapper) in the same setup, with its interval: what the parallel machinery
+    costs (below 1) when there is nothing to parallelise."""
+    ok = measured(cells)
+    if ok.empty:
+        return pd.DataFrame(columns=[*CONFIG, "reference", "ratio"])
+    ones = ok[ok["devices"] == 1].copy()
+    ones["reference"] = ones["framework"].map(single_device_reference)
+    family = [c for c in SETUP if c not in ("series", "backend")] + ["batch_mode", "batch"]
+    references = ones[ones["backend"] == ones["reference"]][
+        [*family, "backend", "epoch2_seconds_values", "epoch2_rate"]].rename(
+        columns={"backend": "reference"})
+    out = ones[ones["backend"] != ones["reference"]].merge(references, on=[*family, "reference"],
+                                                           suffixes=("", "_ref"))
+    out["ratio"] = [ratio_of_means(ref, mine) for ref, mine in
+                    zip(out["epoch2_seconds_values_ref"], out["epoch2_seconds_values"])]
+    return out
+
+
+def accuracy_change(cells):
+    """Per setup and batch: test accuracy on N devices minus on 1 device, with Welch's interval
+    (the case study's question: do more devices cost accuracy?)."""
+    family = [*SETUP, "batch_mode", "batch"]
+    ok = measured(cells)
+    if ok.empty:
+        return pd.DataFrame(columns=[*CONFIG, "difference"])
+    ones = ok[ok["devices"] == 1][[*family, "test_accuracy", "test_accuracy_values"]]
+    out = ok[ok["devices"] > 1].merge(ones, on=family, suffixes=("", "_ref"))
+    out["difference"] = [difference_of_means(many, one) for many, one in
+                         zip(out["test_accuracy_values"], out["test_accuracy_values_ref"])]
+    return out
+
+
+def evidence_problems(cells):
+    """What the rows' evidence says went wrong: replicas that ended with different weights,
+    samples trained by more than one replica, and backends or device counts of one cell that
+    trained on different samples (their global batches' digests differ)."""
+    lines = []
+    usable = cells[cells["n"] > 0] if not cells.empty else cells
+    for _, cell in usable.iterrows():
+        if not cell["replicas_agree"]:
+            lines.append(f"EVIDENCE: {cell['cell_key']}: its replicas ended with different "
+                         f"weights: they did not train one model")
+        if cell["shard_overlap"]:
+            lines.append(f"EVIDENCE: {cell['cell_key']}: {cell['shard_overlap']} samples were "
+                         f"trained by more than one replica in an epoch")
+    same_work = ["env", "dataset", "model", "dataset_multiple", "global_batch", "seed",
+                 "max_train_samples", "epochs_run"]
+    for _, group in (usable.groupby(same_work, dropna=False) if len(usable) else []):
+        digests = {d for ds in group["global_digests"] for d in ds}
+        if len(digests) > 1:
+            lines.append(f"EVIDENCE: {', '.join(sorted(set(group['series'])))} on "
+                         f"{group.iloc[0]['model']} global batch {group.iloc[0]['global_batch']}: "
+                         f"not every run trained on the same samples in the same global batches "
+                         f"({len(digests)} different sample digests)")
+    return lines
+
+
+def families(cells):
+    """The cells grouped by what a user decides for: model, data, batch (everything but the
+    backend and the device count)."""
+    keys = ["env", "dataset", "model", "dataset_multiple", "batch_mode", "batch", "seed",
+            "max_train_samples", "epochs_run", "device_type"]
+    ok = measured(cells)
+    return [] if ok.empty else list(ok.groupby(keys, dropna=False, sort=False))
 
 
 def environments(frame):
@@ -180,7 +296,7 @@ def environments(frame):
             "devices_seen": _distinct(f"{kind}: {name}" for kind, name
                                       in zip(group["device_type"], group["device_name"])
                                       if isinstance(name, str)),
-            "threads": _distinct(r.get("threads") for r in group["env_record"]),
+            "threads": _distinct(group["threads_per_device"]),
             "python": env.get("python"),
             "packages": ", ".join(f"{k} {v}" for k, v in sorted(packages.items())),
             "git_commit": _distinct(r.get("git_commit") for r in group["env_record"]),

@@ -8,6 +8,7 @@ are 95% CIs (reports.stats) and appear only where a cell has more than one repea
 import io
 
 import matplotlib
+import numpy as np
 from matplotlib.figure import Figure
 
 from common.backend import BACKENDS
@@ -106,13 +107,29 @@ def by_series(cells):
         yield series, style, rows
 
 
+def error_bars(rows, y):
+    """The 95% interval of `y` as matplotlib's (below, above) error bars, or None: from a rate's
+    bounds, a ratio's interval (speedup, efficiency) or a mean's half-width."""
+    if f"{y}_low" in rows:
+        below, above = rows[y] - rows[f"{y}_low"], rows[f"{y}_high"] - rows[y]
+    elif f"{y}_ratio" in rows:
+        below = [r.value - r.low for r in rows[f"{y}_ratio"]]
+        above = [r.high - r.value for r in rows[f"{y}_ratio"]]
+    elif f"{y}_ci" in rows:
+        below = above = rows[f"{y}_ci"]
+    else:
+        return None
+    bars = np.array([below, above], dtype=float)
+    bars[~np.isfinite(bars)] = np.nan
+    return None if np.isnan(bars).all() else bars
+
+
 def lines(ax, cells, x, y, xlabel, ylabel):
-    """One line per series of y (mean, with its CI as error bars) against x."""
+    """One line per series of y (mean, with its 95% interval as error bars) against x."""
     for series, style, rows in by_series(cells):
         rows = rows.sort_values(x)
-        error = rows.get(f"{y}_ci")
-        ax.errorbar(rows[x], rows[y], yerr=None if error is None or error.isna().all() else error,
-                    capsize=3, label=plain(series), **style)
+        ax.errorbar(rows[x], rows[y], yerr=error_bars(rows, y), capsize=3, label=plain(series),
+                    **style)
     values = sorted(cells[x].dropna().unique())
     ax.set_xticks(values, [plain(v) for v in values])
     ax.set_xlabel(xlabel)
@@ -186,9 +203,8 @@ def epoch1_vs_epoch2(cells):
         for j, epoch in enumerate((1, 2)):
             offset = (2 * i + j + 0.5) * width - 0.4
             positions = [devices.index(d) + offset for d in rows["devices"]]
-            error = rows[f"epoch{epoch}_rate_ci"]
             ax.bar(positions, rows[f"epoch{epoch}_rate"], width,
-                   yerr=None if error.isna().all() else error, capsize=3,
+                   yerr=error_bars(rows, f"epoch{epoch}_rate"), capsize=3,
                    color=style["color"], alpha=0.45 if epoch == 1 else 1.0,
                    hatch="//" if epoch == 1 else None, edgecolor=style["color"],
                    label=plain(f"{name}, epoch {epoch}"))

@@ -17,7 +17,8 @@ CONFIG_FIELDS = ("backend", "model", "dataset", "dataset_multiple", "batch_mode"
                  "per_device_batch", "devices")
 # Rows agreeing on all of these come from the same machine and software: only they are averaged.
 ENVIRONMENT_FIELDS = ("host", "cpu_count", "python", "packages")
-NUMBERS = ("epoch1_rate", "epoch2_rate", "epoch1_seconds", "epoch2_seconds", "epoch2_samples",
+NUMBERS = ("epoch1_rate", "epoch2_rate", "epoch1_seconds", "epoch2_seconds", "epoch1_samples",
+           "epoch2_samples", "threads_per_device",
            "step_time_p50", "startup_seconds", "test_accuracy", "peak_memory_bytes")
 
 
@@ -30,9 +31,10 @@ def newest_results(folder):
     return files[-1]
 
 
-def load(paths, where=None):
-    """(frame, problems): the usable rows of every file (filtered by `where`), and what was
-    wrong with the others."""
+def load(paths, where=None, include_contended=False):
+    """(frame, problems): the valid rows of every file (filtered by `where`), and what was
+    wrong with the others. A row's `usable` says whether its measurements enter the statistics:
+    it ran ok and was not contended (unless `include_contended`)."""
     rows, problems = [], []
     for path in paths:
         try:
@@ -41,13 +43,14 @@ def load(paths, where=None):
             raise UserError(f"cannot read the results file {path}: {e.strerror}") from None
         problems += file_problems
         rows += [{**row, "source": Path(path).name} for row in file_rows]
-    return select(rows_frame(rows), where), problems
+    return select(rows_frame(rows, include_contended), where), problems
 
 
-def rows_frame(rows):
+def rows_frame(rows, include_contended=False):
     """One record per row: the flat fields, plus env label, series label, batch and epoch extras."""
     frame = pd.DataFrame(flat_table(rows), columns=None if rows else ["status", "cell_key"])
-    for column in (*CONFIG_FIELDS, "error", "repeat", "device_type", "device_name", *NUMBERS):
+    for column in (*CONFIG_FIELDS, "error", "repeat", "device_type", "device_name",
+                   "threads_pinned", "framework", "seed", "max_train_samples", *NUMBERS):
         if column not in frame:
             frame[column] = None
     for column in NUMBERS:
@@ -69,6 +72,16 @@ def rows_frame(rows):
     frame["env_record"] = [row.get("env") or {} for row in rows]
     frame["series"] = [series_label(b, d, e, len(labels))
                        for b, d, e in zip(frame["backend"], frame["dataset"], frame["env"])]
+    frame["contended"] = [bool(row.get("contended")) for row in rows]
+    frame["usable"] = (frame["status"] == "ok") & (include_contended
+                                                   | ~frame["contended"].astype(bool))
+    frame["reduction"] = [(row.get("backend_details") or {}).get("reduction") for row in rows]
+    evidence = [row.get("evidence") or {} for row in rows]
+    frame["global_digests"] = [tuple(e.get("global_batches_digests") or ()) or None
+                               for e in evidence]
+    frame["shard_overlap"] = [max(e.get("shard_overlap") or [0]) for e in evidence]
+    frame["replicas_agree"] = [len(set(e.get("replica_weight_digests") or [])) <= 1
+                               for e in evidence]
     return frame
 
 

@@ -13,7 +13,7 @@ STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1400px; padding: 0 1em;
        color: #222; line-height: 1.4; }
 h1 { margin-bottom: 0.2em; } h2 { border-bottom: 1px solid #ccc; margin-top: 2em; }
-pre.summary { background: #f6f8fa; padding: 1em; overflow-x: auto; white-space: pre-wrap; }
+.verdicts { background: #f6f8fa; padding: 0.5em 1em; } .verdicts li { margin: 0.2em 0; }
 .warning { background: #fff4e5; border-left: 4px solid #f0a020; padding: 0.5em 1em; }
 figure { margin: 1.5em 0; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
 figcaption { color: #555; font-size: 0.9em; }
@@ -26,12 +26,13 @@ td { max-width: 50em; overflow-wrap: anywhere; }
 """
 
 
-def html(title, meta_lines, summary_lines, warnings, sections, figures, tables):
-    """The whole page. `sections`: [(heading, paragraphs, figure names, table names)];
+def html(title, meta_lines, verdict_lines, warnings, sections, figures, tables):
+    """The whole page. `verdict_lines`: reports.verdicts (a heading line per family, its findings
+    indented); `sections`: [(heading, paragraphs, figure names, table names)];
     `figures`: {name: (title, caption, png bytes)}; `tables`: {name: (title, DataFrame of text)}."""
     body = [f"<h1>{escape(title)}</h1>", *[f"<p>{escape(line)}</p>" for line in meta_lines]]
     body += [f'<p class="warning">{escape(w)}</p>' for w in warnings]
-    body.append(f'<pre class="summary">{escape(chr(10).join(summary_lines))}</pre>')
+    body += ['<h2 id="verdicts">What the results say</h2>', verdicts_html(verdict_lines)]
     for heading, paragraphs, figure_names, table_names in sections:
         body.append(f"<h2>{escape(heading)}</h2>")
         body += [f"<p>{escape(p)}</p>" for p in paragraphs]
@@ -46,6 +47,25 @@ def html(title, meta_lines, summary_lines, warnings, sections, figures, tables):
             f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
             f"<title>{escape(title)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n"
             + "\n".join(body) + "\n</body>\n</html>\n")
+
+
+def verdicts_html(lines):
+    """Family headings with their findings as lists; warnings stand out."""
+    parts, open_list = [], False
+    for line in lines:
+        finding = line.startswith("  ")
+        if finding and not open_list:
+            parts.append("<ul>")
+        if not finding and open_list:
+            parts.append("</ul>")
+        open_list = finding
+        if finding:
+            parts.append(f"<li>{escape(line.strip())}</li>")
+        elif line.startswith("WARNING"):
+            parts.append(f'<p class="warning">{escape(line)}</p>')
+        else:
+            parts.append(f'<p class="family"><strong>{escape(line)}</strong></p>')
+    return '<div class="verdicts">' + "".join(parts) + ("</ul>" if open_list else "") + "</div>"
 
 
 def figure_html(name, figure):

@@ -1,32 +1,31 @@
-"""Dispersion of repeats, computed here once: mean, sample std, and a 95% confidence interval.
+"""The statistics of the report, in one place, on scipy: the mean of repeats with its 95%
+interval, the ratio of two means with Fieller's 95% interval, and how many repeats would settle a
+comparison the data cannot yet decide.
 
-The interval is mean +- t * std / sqrt(n), with t the 0.975 quantile of Student's t for n - 1
-degrees of freedom, read from the standard table below (scipy is not a dependency). Between table
-entries the next smaller tabulated df is used, which widens the interval slightly (conservative).
+A rate is samples / mean epoch time, so every ratio of rates (a speedup, "A is faster than B") is
+a ratio of mean epoch times, and its interval comes from the epoch times of the repeats.
 """
 import math
+from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats
 
-T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-         9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120,
-         17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086, 21: 2.080, 22: 2.074, 23: 2.069, 24: 2.064,
-         25: 2.060, 26: 2.056, 27: 2.052, 28: 2.048, 29: 2.045, 30: 2.042, 40: 2.021, 60: 2.000,
-         120: 1.980}
-CI_METHOD = ("95% CI = mean ± t·s/√n over the n ok repeats, t = Student's t 0.975 quantile for "
-             "n−1 degrees of freedom (a table; between entries the next smaller df, slightly "
-             "wider); no interval for n = 1")
+LEVEL = 0.95
+CI_METHOD = ("95% CI of a mean = mean ± t·s/√n over the n repeats (Student's t, scipy); of a "
+             "ratio of means (rates, speedups) = Fieller's interval with Welch's degrees of "
+             "freedom; no interval for n = 1")
+MAX_REPEATS = 50
 
 
-def t_quantile(df):
-    """Two-sided 95% Student's t critical value for `df` >= 1 degrees of freedom."""
-    return T_975[max(d for d in T_975 if d <= df)]
-
-
-def summarize(values):
-    """{n, mean, std, ci} of the finite values; std and ci (the half-width) are NaN for n < 2."""
+def finite(values) -> np.ndarray:
     values = np.asarray([v for v in values if v is not None], dtype=float)
-    values = values[np.isfinite(values)]
+    return values[np.isfinite(values)]
+
+
+def summarize(values) -> dict:
+    """{n, mean, std, ci}: ci is the half-width of the 95% interval of the mean (NaN for n < 2)."""
+    values = finite(values)
     n = len(values)
     if n == 0:
         return {"n": 0, "mean": math.nan, "std": math.nan, "ci": math.nan}
@@ -34,4 +33,91 @@ def summarize(values):
         return {"n": 1, "mean": float(values[0]), "std": math.nan, "ci": math.nan}
     std = float(values.std(ddof=1))
     return {"n": n, "mean": float(values.mean()), "std": std,
-            "ci": t_quantile(n - 1) * std / math.sqrt(n)}
+            "ci": float(stats.t.ppf(0.5 + LEVEL / 2, n - 1)) * std / math.sqrt(n)}
+
+
+@dataclass
+class Ratio:
+    """mean(a) / mean(b) with its 95% interval [low, high]; NaN bounds when there is no interval
+    (fewer than 2 repeats on a side), infinite ones when the denominator's mean is not surely
+    away from 0."""
+    value: float
+    low: float
+    high: float
+    n: tuple[int, int]
+
+    @property
+    def has_interval(self) -> bool:
+        return not (math.isnan(self.low) or math.isnan(self.high))
+
+    def above(self, threshold: float) -> bool:
+        return self.has_interval and self.low > threshold
+
+    def below(self, threshold: float) -> bool:
+        return self.has_interval and self.high < threshold
+
+    def scaled(self, factor: float) -> "Ratio":
+        return Ratio(self.value * factor, self.low * factor, self.high * factor, self.n)
+
+
+def ratio_of_means(a, b) -> Ratio:
+    """Fieller's 95% interval of mean(a) / mean(b) for independent samples a and b."""
+    a, b = finite(a), finite(b)
+    if len(a) == 0 or len(b) == 0 or b.mean() == 0:
+        return Ratio(math.nan, math.nan, math.nan, (len(a), len(b)))
+    ma, mb = a.mean(), b.mean()
+    r = ma / mb
+    if len(a) < 2 or len(b) < 2:
+        return Ratio(float(r), math.nan, math.nan, (len(a), len(b)))
+    low, high = fieller(ma, mb, a.var(ddof=1), b.var(ddof=1), len(a), len(b))
+    return Ratio(float(r), low, high, (len(a), len(b)))
+
+
+def fieller(ma: float, mb: float, sa2: float, sb2: float, na: int, nb: int) -> tuple[float, float]:
+    """Fieller's 95% interval of ma / mb from the means, sample variances and sizes of two
+    independent samples (infinite when mb is not surely away from 0)."""
+    r = ma / mb
+    va, vb = sa2 / na, sb2 / nb
+    if va == 0 and vb == 0:
+        return float(r), float(r)
+    t = stats.t.ppf(0.5 + LEVEL / 2, welch_df(va, r * r * vb, na, nb))
+    g = t * t * vb / (mb * mb)
+    if g >= 1:
+        return -math.inf, math.inf
+    half = t / mb * math.sqrt(va * (1 - g) + r * r * vb)
+    return float((r - half) / (1 - g)), float((r + half) / (1 - g))
+
+
+def welch_df(va: float, vb: float, na: int, nb: int) -> float:
+    """Welch-Satterthwaite degrees of freedom of a sum of two variances of means."""
+    denominator = va * va / (na - 1) + vb * vb / (nb - 1)
+    return (va + vb) ** 2 / denominator if denominator > 0 else float(na + nb - 2)
+
+
+def repeats_to_settle(a, b, threshold: float = 1.0) -> int | None:
+    """Repeats per side at which, if the means and spreads stay as observed, the interval of
+    mean(a)/mean(b) would no longer contain `threshold`; None if even MAX_REPEATS would not (or
+    there is no spread yet to extrapolate from)."""
+    a, b = finite(a), finite(b)
+    if len(a) < 2 or len(b) < 2:
+        return None
+    for n in range(max(len(a), len(b)) + 1, MAX_REPEATS + 1):
+        low, high = fieller(a.mean(), b.mean(), a.var(ddof=1), b.var(ddof=1), n, n)
+        if not low <= threshold <= high:
+            return n
+    return None
+
+
+def difference_of_means(a, b) -> tuple[float, float, float]:
+    """mean(a) - mean(b) with Welch's 95% interval (NaN bounds without 2 repeats a side;
+    the point itself when neither side varies)."""
+    a, b = finite(a), finite(b)
+    if len(a) == 0 or len(b) == 0:
+        return math.nan, math.nan, math.nan
+    d = float(a.mean() - b.mean())
+    if len(a) < 2 or len(b) < 2:
+        return d, math.nan, math.nan
+    if a.var() == 0 and b.var() == 0:
+        return d, d, d
+    interval = stats.ttest_ind(a, b, equal_var=False).confidence_interval(LEVEL)
+    return d, float(interval.low), float(interval.high)

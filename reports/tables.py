@@ -1,5 +1,6 @@
 """The report's tables (as text, ready for HTML and Markdown), cells.csv, and the text summary."""
 import math
+import re
 from html import escape
 
 import pandas as pd
@@ -33,6 +34,25 @@ def interval(mean, half):
     return f"[{num(mean - half)}, {num(mean + half)}]"
 
 
+def bounds(low, high):
+    """'[low, high]' of an interval, '—' where there is none."""
+    if any(v is None or math.isnan(v) for v in (low, high)):
+        return "—"
+    return f"[{num(low)}, {num(high)}]"
+
+
+def ratio_text(ratio, percent=False):
+    """A reports.stats.Ratio as '1.23× [1.10, 1.37]' (or in percent)."""
+    show = (lambda v: f"{v:.0%}") if percent else (lambda v: f"{v:.2f}×")
+    if math.isnan(ratio.value):
+        return "—"
+    if not ratio.has_interval:
+        return show(ratio.value)
+    low, high = (show(v) if math.isfinite(v) else ("−∞" if v < 0 else "∞")
+                 for v in (ratio.low, ratio.high))
+    return f"{show(ratio.value)} [{low}, {high}]"
+
+
 def batch_text(cell):
     return f"{analysis.batch_kind(cell['batch_mode'])} {cell['batch']}"
 
@@ -52,16 +72,18 @@ CELL = [*WHO, ("batch", batch_text), ("devices", column("devices"))]
 
 
 def cells_table(cells):
-    """Every cell: mean, std, 95% CI and n of the epoch-1 and epoch-2 rates."""
-    rates = [entry for epoch in (1, 2) for entry in (
-        (f"epoch-{epoch} rate (samples/s)", column(f"epoch{epoch}_rate", num)),
-        (f"epoch-{epoch} std", column(f"epoch{epoch}_rate_std", num)),
-        (f"epoch-{epoch} 95% CI", lambda c, e=epoch: interval(c[f"epoch{e}_rate"],
-                                                             c[f"epoch{e}_rate_ci"])))]
+    """Every cell: n, the epoch-1 and epoch-2 rates (samples / mean epoch time) with the 95%
+    interval of the epoch-2 rate, the epoch-2 time's mean and std, test accuracy, the runs."""
     return table(cells, [*WHO, ("multiple", lambda c: f"×{c['dataset_multiple']}"),
                          ("batch", batch_text), ("global batch", column("global_batch")),
                          ("per-device batch", column("per_device_batch")),
-                         ("devices", column("devices")), ("n", column("n")), *rates,
+                         ("devices", column("devices")),
+                         ("threads/device", column("threads_per_device", num)),
+                         ("n", column("n")),
+                         ("epoch-1 rate (samples/s)", column("epoch1_rate", num)),
+                         ("epoch-2 rate (samples/s)", column("epoch2_rate", num)),
+                         ("epoch-2 rate 95% CI", lambda c: bounds(c["epoch2_rate_low"],
+                                                                  c["epoch2_rate_high"])),
                          ("epoch-2 time (s)", column("epoch2_seconds", num)),
                          ("test accuracy", lambda c: num(c["test_accuracy"], 4)),
                          ("runs", column("statuses"))])
@@ -70,13 +92,15 @@ def cells_table(cells):
 def cells_csv(cells):
     """cells.csv: the cells as numbers, for other tools."""
     frame = cells[["env", "cell_key", "backend", "dataset", "model", "dataset_multiple",
-                   "batch_mode", "global_batch", "per_device_batch", "devices", "n", "runs",
-                   "statuses"]].copy()
-    for metric in ("epoch1_rate", "epoch2_rate", "epoch2_seconds", "test_accuracy"):
-        frame[f"{metric}_mean"] = cells[metric]
-        frame[f"{metric}_std"] = cells[f"{metric}_std"]
-        frame[f"{metric}_ci95_low"] = cells[metric] - cells[f"{metric}_ci"]
-        frame[f"{metric}_ci95_high"] = cells[metric] + cells[f"{metric}_ci"]
+                   "batch_mode", "global_batch", "per_device_batch", "devices",
+                   "threads_per_device", "n", "runs", "statuses"]].copy()
+    for epoch in (1, 2):
+        frame[f"epoch{epoch}_rate"] = cells[f"epoch{epoch}_rate"]
+        frame[f"epoch{epoch}_rate_ci95_low"] = cells[f"epoch{epoch}_rate_low"]
+        frame[f"epoch{epoch}_rate_ci95_high"] = cells[f"epoch{epoch}_rate_high"]
+        frame[f"epoch{epoch}_seconds_mean"] = cells[f"epoch{epoch}_seconds"]
+    frame["test_accuracy_mean"] = cells["test_accuracy"]
+    frame["test_accuracy_ci95"] = cells["test_accuracy_ci"]
     return frame
 
 
@@ -87,28 +111,48 @@ def failures_table(failures):
 
 
 def scaling_table(scaling):
-    return table(scaling, [*WHO, ("multiple", lambda s: f"×{s['dataset_multiple']}"),
-                           ("scaling", column("scaling")), ("batch held fixed", batch_text),
-                           ("devices", column("devices")),
-                           ("epoch-2 rate (samples/s)", column("epoch2_rate", num)),
-                           ("1-device rate (samples/s)", column("rate_1", num)),
-                           ("speedup", lambda s: f"{s['speedup']:.2f}×"),
-                           ("efficiency", lambda s: f"{s['efficiency']:.0%}")])
+    def efficiency(row):
+        text = ratio_text(row["efficiency_ratio"], percent=True)
+        return f"SUSPECT (above 100%): {text}" if row["suspect"] else text
+    return table(scaling[scaling["devices"] > 1], [
+        *WHO, ("multiple", lambda s: f"×{s['dataset_multiple']}"), ("scaling", column("scaling")),
+        ("batch held fixed", batch_text), ("devices", column("devices")),
+        ("n (N / 1 device)", lambda s: f"{s['n']} / {s['n_ref']}"),
+        ("epoch-2 rate (samples/s)", column("epoch2_rate", num)),
+        ("1-device rate (samples/s)", column("rate_1", num)),
+        ("speedup, 95% CI", lambda s: ratio_text(s["speedup_ratio"])),
+        ("efficiency, 95% CI", efficiency)])
 
 
 def communication_table(communication):
     def times(field, scale):
         return lambda c: num(c[field] * scale)
+
+    def busbw(c):
+        if c["reduction"] != "all-reduce":
+            return f"— ({c['reduction']}: no bus bandwidth)"
+        return num(c["busbw"] * 1e-9)
     return table(communication, [
         *WHO, ("scaling", column("scaling")), ("devices N", column("devices")),
         ("per-device batch", column("per_device_batch")),
+        ("threads/device", column("threads_per_device", num)),
+        ("reduction", column("reduction")),
         ("step (ms)", times("step_time_p50", 1000)),
         ("compute (ms/step)", times("compute_seconds", 1000)),
         ("exposed comm (ms/step)", times("comm_seconds", 1000)),
         ("compute (s/epoch)", times("compute_epoch_seconds", 1)),
         ("comm (s/epoch)", times("comm_epoch_seconds", 1)),
         ("gradient (MiB)", times("gradient_bytes", 1 / MIB)),
-        ("algbw (GB/s)", times("algbw", 1e-9)), ("busbw (GB/s)", times("busbw", 1e-9))])
+        ("algbw (GB/s)", lambda c: num(c["algbw"] * 1e-9) if c["reduction"] == "all-reduce"
+         else "—"), ("busbw (GB/s)", busbw)])
+
+
+def wrapper_table(wrapper):
+    return table(wrapper, [*WHO, ("batch", batch_text),
+                           ("reference (no wrapper)", column("reference")),
+                           ("rate (samples/s)", column("epoch2_rate", num)),
+                           ("reference rate (samples/s)", column("epoch2_rate_ref", num)),
+                           ("rate / reference, 95% CI", lambda w: ratio_text(w["ratio"]))])
 
 
 def accuracy_table(cells):
@@ -149,16 +193,26 @@ def environment_table(environments):
                                         "git_commit": "git commit"}).astype(str)
 
 
+MARKDOWN_SPECIALS = re.compile(r"([\\`*_\[\]#|~])")
+BLOCK_START = re.compile(r"^(\d+(?=[.)](\s|$))|)([-+=>.)])")
+
+
+def markdown_text(value):
+    """Text from the results as inert Markdown: HTML escaped, the characters that make emphasis,
+    code, links, images, headings or table cells backslash-escaped, a list or quote marker at its
+    start escaped, line breaks as spaces (so no text can open a fence, a heading, a link or an
+    image, or end its table cell)."""
+    flat = MARKDOWN_SPECIALS.sub(r"\\\1", escape(" ".join(str(value).split()), quote=False))
+    return BLOCK_START.sub(r"\1\\\3", flat)
+
+
 def markdown(frame):
-    """A GitHub-flavoured Markdown table; cells escaped (HTML and pipes) so they stay text."""
+    """A GitHub-flavoured Markdown table of inert text (markdown_text)."""
     if frame.empty:
         return "_(none)_"
-
-    def cell(value):
-        return escape(str(value)).replace("|", "\\|").replace("\n", " ")
-    lines = ["| " + " | ".join(cell(c) for c in frame.columns) + " |",
+    lines = ["| " + " | ".join(markdown_text(c) for c in frame.columns) + " |",
              "|" + "---|" * len(frame.columns)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |"
+    lines += ["| " + " | ".join(markdown_text(v) for v in row) + " |"
               for row in frame.itertuples(index=False)]
     return "\n".join(lines)
 
@@ -176,6 +230,7 @@ def notices(frame, cells, problems, where):
         lines.append(f"{single} of {len(measured)} measured cells ran once (n = 1): "
                      f"no spread, no confidence interval; run grids with --repeat 3 or more "
                      f"before trusting differences.")
+    lines += analysis.evidence_problems(cells)
     environments = frame["env"].nunique()
     if environments > 1:
         lines.append(f"Rows come from {environments} environments (machines or versions differ): "
@@ -193,27 +248,12 @@ def notices(frame, cells, problems, where):
     return lines
 
 
-def summary(frame, cells, scaling, failures, sources):
-    """The text summary (a list of lines): best backend per cell family, efficiency at the
-    largest device count, and the runs that were not ok."""
+def summary(frame, verdict_lines, failures, sources):
+    """The text summary (a list of lines): the verdicts, and the runs that were not ok."""
     ok = int((frame["status"] == "ok").sum())
-    several = frame["env"].nunique() > 1
-    lines = [f"{len(frame)} rows ({ok} ok, {len(frame) - ok} not ok) from {', '.join(sources)}"]
-    best = analysis.best_per_family(cells)
-    lines.append("Best backend per cell family (highest mean epoch-2 rate):")
-    lines += [f"  {b['model']} ×{b['dataset_multiple']} {batch_text(b)}, "
-              f"{analysis.devices_text(b['devices'])}{f' [env {b.env}]' if several else ''}: "
-              f"{b['series']} "
-              f"{num(b['epoch2_rate'])} samples/s (of {b['compared']} backends)"
-              for _, b in best.iterrows()] or ["  (no cell ran ok)"]
-    lines.append("Scaling efficiency at the largest device count:")
-    largest = (scaling[scaling["devices"] > 1].sort_values("devices")
-               .groupby([*analysis.SETUP, "batch_mode", "batch"], dropna=False).tail(1))
-    lines += [f"  {s['series']} {s['model']} ×{s['dataset_multiple']} {s['scaling']} "
-              f"({batch_text(s)}): {analysis.devices_text(s['devices'])}, "
-              f"speedup {s['speedup']:.2f}×, efficiency {s['efficiency']:.0%}"
-              for _, s in largest.iterrows()] or [
-        "  (needs ok cells on 1 and more devices of the same setup)"]
+    lines = [f"{len(frame)} rows ({ok} ok, {len(frame) - ok} not ok) from {', '.join(sources)}",
+             "Verdicts (95% intervals; a comparison is stated only where its interval supports "
+             "it):", *["  " + line for line in verdict_lines]]
     lines.append(f"Runs not ok: {len(failures)}" + (": " + ", ".join(
         f"{n} {s}" for s, n in failures["status"].value_counts().items()) if len(failures) else ""))
     lines += [f"  {f['cell_key']} r{f['repeat']}: {f['status']}: {first_line(f['error'])}"

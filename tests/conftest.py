@@ -1,13 +1,16 @@
 """Shared fixtures. Tests read real MNIST from ../shared/data/mnist (or $XBENCH_TEST_DATA); never download."""
+import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+SLOW = 600  # generous limits: the machine is small and shared
 MNIST_DIR = Path(os.environ.get("XBENCH_TEST_DATA", REPO.parent / "shared" / "data" / "mnist"))
 XBENCH = [sys.executable, "-m", "common.cli"]
 
@@ -37,12 +40,27 @@ SMOKE_SLICE = 2048
 @pytest.fixture(scope="session")
 def smoke(mnist_dir, tmp_path_factory):
     """The smoke preset, run once through the real command line on 2,048 real MNIST images: every
-    backend on 1 and 2 devices. The tests of each backend read their rows from it."""
+    backend on 1 and (where it spans devices) 2 devices, then the compute references (1 device at
+    the 2-device ranks' per-device batch and threads). The tests of each backend read their rows
+    from it: `rows[(backend, devices)]` the grid's cells, `references[backend]` the references."""
     from common.results import read_rows
     results = tmp_path_factory.mktemp("smoke") / "smoke.jsonl"
     run = xbench("grid", "--preset", "smoke", "--max-train-samples", SMOKE_SLICE,
                  "--data-dir", mnist_dir, "--results", results, timeout=1800)
     assert run.returncode == 0, run.stderr
     rows, problems = read_rows(results)
-    return SimpleNamespace(run=run, results=results, problems=problems,
-                           rows={(r["backend"], r["devices"]): r for r in rows})
+    return SimpleNamespace(
+        run=run, results=results, problems=problems, all=rows,
+        rows={(r["backend"], r["devices"]): r for r in rows if not r["threads_pinned"]},
+        references={r["backend"]: r for r in rows if r["threads_pinned"]})
+
+
+def write_grid(folder, name="faults", **settings):
+    """A small grid file: the small model on a slice of MNIST, no compute references unless
+    asked (JSON values are valid TOML)."""
+    spec = {"name": name, "backends": ["pt-dp"], "models": ["small"], "multiples": [1],
+            "batches": [128], "devices": [1], "epochs": 2, "max_train_samples": 512,
+            "timeout": SLOW, "compute_references": False, **settings}
+    path = Path(folder) / f"{name}-{uuid.uuid4().hex[:6]}.toml"
+    path.write_text("".join(f"{key} = {json.dumps(value)}\n" for key, value in spec.items()))
+    return path

@@ -18,27 +18,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import REPO, XBENCH
+from conftest import REPO, SLOW, XBENCH, write_grid
 
 from common.backend import cpu_cores
 from common.results import read_rows
 
-SLOW = 600            # generous limits: the machine is small and shared
 # a 2-rank pt-ddp cell that would train for many minutes: the tests stop it long before
 LONG_CELL = {"backends": ["pt-ddp"], "devices": [2], "max_train_samples": 1024, "epochs": 1000}
 
 
 # --- helpers -------------------------------------------------------------------------------------
-
-def write_grid(folder, name="faults", **settings):
-    """A small grid file: the small model on a slice of MNIST (JSON values are valid TOML)."""
-    spec = {"name": name, "backends": ["pt-dp"], "models": ["small"], "multiples": [1],
-            "batches": [128], "devices": [1], "epochs": 2, "max_train_samples": 512,
-            "timeout": SLOW, **settings}
-    path = Path(folder) / f"{name}-{uuid.uuid4().hex[:6]}.toml"
-    path.write_text("".join(f"{key} = {json.dumps(value)}\n" for key, value in spec.items()))
-    return path
-
 
 def environment(mark, **extra):
     return {**os.environ, "XBENCH_TEST_MARK": mark, **extra}
@@ -124,7 +113,7 @@ from common.schema import make_row, now
 def hand_row(run_id, repeat, error):
     cell = expand({"name": "hand", "backends": ["pt-dp"], "models": ["small"], "multiples": [1],
                    "batches": [128], "devices": [1], "repeats": repeat + 1})[repeat]
-    return make_row(cell, run_id, now(), "failed", error, None, None, {}, None, 0.0)
+    return make_row(cell, run_id, now(), "failed", error, None, None, {}, None, 0.0, 1)
 """
 
 

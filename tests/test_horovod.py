@@ -17,11 +17,18 @@ def test_every_rank_ends_with_the_same_weights(rows, backend):
     assert row["status"] == "ok", row["error"]
     details = row["backend_details"]
     assert details["hvd_size"] == 2 and details["controller"] == "gloo"
-    assert details["horovod_version"] == "0.28.1"
-    digests = details["replica_weight_digests"]
+    assert details["horovod_version"] == "0.28.1" and details["reduction"] == "all-reduce"
+    digests = row["evidence"]["replica_weight_digests"]
     assert len(digests) == 2 and digests[0] == digests[1]
-    assert details["shard_overlap_epoch1"] == 0
+    assert row["evidence"]["shard_overlap"] == [0, 0]
     assert len(row["epochs"][1]["seconds_per_rank"]) == 2
+
+
+@pytest.mark.parametrize("backend", ["hvd-torch", "hvd-tf"])
+def test_size_one_says_horovod_skips_its_all_reduce(smoke, backend):
+    details = smoke.rows[(backend, 1)]["backend_details"]
+    assert details["hvd_size"] == 1 and details["reduction"] == "none"
+    assert "skips its all-reduce at size 1" in details["reduction_detail"]
 
 
 @pytest.mark.parametrize("horovod_backend, native", [("hvd-torch", "pt-ddp"), ("hvd-tf", "tf-mirrored")])

@@ -1,8 +1,9 @@
 """The model specs: small 402,442 and large 4,104,202 parameters (the PyTorch code of the blog post
 the grid comes from), and FLOPs counted by torch equal to the spec's."""
+import numpy as np
 import pytest
 
-from common.models import MODELS, flops_per_sample, gradient_bytes, parameter_count
+from common.models import MODELS, flops_per_sample, gradient_bytes, initial_weights, parameter_count
 from pt_backend.models import build_model, describe
 
 
@@ -23,3 +24,17 @@ def test_torch_flop_counter_agrees_with_the_spec(name):
 def test_small_model_flops_by_hand():
     # conv: 2 * 9 * 1 * 32 * 28 * 28; dense: 2 * 6272 * 64 + 2 * 64 * 10
     assert flops_per_sample("small") == 2 * 9 * 32 * 784 + 2 * 6272 * 64 + 2 * 640
+
+
+def test_initial_weights_follow_torch_default_bounds_and_the_seed():
+    """U(+-1/sqrt(fan_in)) for weights and biases, as torch's Conv2d and Linear; one draw per seed."""
+    conv_weight, conv_bias, dense_weight, dense_bias, *_ = initial_weights("small", seed=0)
+    for weight, bias, fan_in in ((conv_weight, conv_bias, 9), (dense_weight, dense_bias, 6272)):
+        bound = 1 / np.sqrt(fan_in)
+        assert np.abs(weight).max() <= bound and np.abs(bias).max() <= bound
+        assert weight.std() == pytest.approx(bound / np.sqrt(3), rel=0.1)  # uniform, not Glorot
+        assert weight.dtype == np.float32
+    assert conv_weight.shape == (32, 1, 3, 3) and dense_weight.shape == (64, 6272)
+    again, other = initial_weights("small", seed=0), initial_weights("small", seed=1)
+    assert all(np.array_equal(a, b) for a, b in zip(again, initial_weights("small", 0)))
+    assert not np.array_equal(again[0], other[0])

@@ -12,12 +12,12 @@ def test_ddp_two_processes_train_one_model_over_gloo(rows):
     assert row["status"] == "ok", row["error"]
     details = row["backend_details"]
     assert details["world_size"] == 2 and details["process_group"] == "gloo"
-    assert details["launcher"] == "torchrun --standalone"
-    digests = details["replica_weight_digests"]
+    assert details["launcher"] == "torchrun --standalone" and details["reduction"] == "all-reduce"
+    digests = row["evidence"]["replica_weight_digests"]
     assert len(digests) == 2 and digests[0] == digests[1]  # both ranks end with identical weights
-    assert details["shard_overlap_epoch1"] == 0            # ranks saw disjoint shards
+    assert row["evidence"]["shard_overlap"] == [0, 0]      # ranks saw disjoint shards
     assert len(row["epochs"][0]["seconds_per_rank"]) == 2  # the slowest rank's time is the epoch's
-    assert rows[("pt-ddp", 2)]["env"]["threads"] == max(1, rows[("pt-ddp", 1)]["env"]["threads"] // 2)
+    assert row["threads_per_device"] == max(1, rows[("pt-ddp", 1)]["threads_per_device"] // 2)
     assert row["env"]["packages"]["torch"].startswith("2.13")
 
 

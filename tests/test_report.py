@@ -3,6 +3,7 @@ the page rendered in headless Chromium (checked through the DevTools protocol)."
 import fcntl
 import json
 import math
+import re
 import os
 import select
 import subprocess
@@ -10,20 +11,19 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from unittest.mock import patch
 
+import numpy as np
 import pandas as pd
 import pytest
 
-from common.backend import BACKENDS
 from common.errors import UserError
-from common.grid import expand
+from common.grid import Cell
 from common.models import gradient_bytes, parameter_count
 from common import schema
 from reports import analysis, build_report, parse_formats
 from reports.load import load
 from reports.screenshot import chromium_command, screenshot
-from reports.stats import summarize, t_quantile
+from reports.stats import summarize
 
 MNIST = Path(__file__).resolve().parents[2] / "shared/data/mnist"
 XBENCH = Path(sys.executable).parent / "xbench"
@@ -31,26 +31,40 @@ SAMPLES = 4096
 
 
 def make_row(backend="pt-ddp", devices=1, batch=128, mode="global", rates=(80.0, 100.0), step=0.01,
-             repeat=0, status="ok", error=None, host="node-a", dataset="mnist", model="small"):
+             repeat=0, status="ok", error=None, host="node-a", dataset="mnist", model="small",
+             contended=False, reduction="all-reduce", test_accuracy=0.9, framework="torch",
+             threads=0):
     """A result row as the runner writes it, with the given measurements."""
-    spec = {"name": "hand", "backends": [backend], "models": [model], "multiples": [1],
-            "batches": [batch], "devices": [devices], "batch_mode": mode, "data": dataset,
-            "device": "cpu", "repeats": repeat + 1}
-    with patch.dict(BACKENDS, {backend: "hand:Made"}):  # hostile names are not registered
-        cell = expand(spec)[repeat]
-    env = {"host": host, "cpu_count": 2, "threads": 2, "python": "3.11.7",
+    cell = Cell(grid="hand", backend=backend, model=model, multiple=1, batch=batch,
+                devices=devices, epochs=len(rates), batch_mode=mode, seed=0, max_train_samples=0,
+                data=dataset, device="cpu", timeout=600, threads=threads, repeat=repeat)
+    env = {"host": host, "cpu_count": 2, "python": "3.11.7",
            "packages": {"torch": "2.13.0"}, "git_commit": None}
+    contention = {"other_cpu_share": 0.5 if contended else 0.0, "steal_share": 0.0,
+                  "load_1m": 1.0, "other_gpu_processes": None, "cpu_per_wall_per_rank": [1.0],
+                  "contended": contended}
     measurement = None if status != "ok" else schema.Measurement(
         framework_version="2.13.0", params=parameter_count(model), dataset_source="hand-made",
         train_samples=SAMPLES, device_type="cpu", device_name="CPU",
         epochs=[{"epoch": e, "seconds": SAMPLES / r, "samples": SAMPLES, "rate": r,
-                 "loss": 1.0 / e, "accuracy": 0.5 + 0.2 * e, "seconds_per_rank": [SAMPLES / r]}
-                for e, r in enumerate(rates, 1)],
-        startup_seconds=3.0, step_time_p50=step, step_time_p90=step, test_accuracy=0.9,
+                 "loss": 1.0 / e, "accuracy": 0.5 + 0.2 * e, "seconds_per_rank": [SAMPLES / r],
+                 "contention": contention} for e, r in enumerate(rates, 1)],
+        startup_seconds=3.0, step_time_p50=step, step_time_p90=step, test_accuracy=test_accuracy,
         peak_memory_per_device=[(300 if i == 0 else 200) * 2**20 for i in range(devices)],
-        backend_details={})
-    return schema.make_row(cell, "hand-run", schema.now(), status, error, "torch", measurement, env,
-                           None, 1.0)
+        threads={"per_device": {"compute": 1, "inter_op": 1, "input_pipeline": 1},
+                 "per_process": {"intra_op": 1, "inter_op": 1, "input_pipeline": 1}},
+        contended=contended,
+        evidence={"replica_weight_digests": ["w"] * devices, "global_batches_digests": ["g"],
+                  "shard_overlap": [0], "samples_trained": [SAMPLES],
+                  "replica_sample_digests": [["s"]] * devices},
+        backend_details={"reduction": reduction})
+    return schema.make_row(cell, "hand-run", schema.now(), status, error, framework, measurement,
+                           env, None, 1.0, 1)
+
+
+def harmonic(*rates):
+    """The rate of repeats at these rates: samples / mean epoch time."""
+    return 1 / np.mean([1 / r for r in rates])
 
 
 def known_rows():
@@ -87,8 +101,7 @@ def test_ci_for_three_repeats_uses_students_t():
     stats = summarize([100.0, 110.0, 120.0])
     assert stats["n"] == 3 and stats["mean"] == pytest.approx(110.0)
     assert stats["std"] == pytest.approx(10.0)
-    assert stats["ci"] == pytest.approx(4.303 * 10.0 / math.sqrt(3))
-    assert t_quantile(35) == 2.042 and t_quantile(1000) == 1.980
+    assert stats["ci"] == pytest.approx(4.3026527 * 10.0 / math.sqrt(3))  # t(0.975, 2 df)
     assert math.isnan(summarize([5.0])["ci"]) and summarize([])["n"] == 0
 
 
@@ -96,11 +109,13 @@ def test_speedup_efficiency_and_weak_strong_labels(tmp_path):
     frame, problems = load([write_rows(tmp_path / "r.jsonl", known_rows())])
     assert problems == []
     scaling = analysis.scaling(analysis.cell_table(frame)).set_index(["scaling", "devices"])
-    assert scaling.loc[("strong", 1), "rate_1"] == pytest.approx(110.0)
-    assert scaling.loc[("strong", 2), "speedup"] == pytest.approx(180 / 110)
-    assert scaling.loc[("strong", 2), "efficiency"] == pytest.approx(180 / 110 / 2)
-    assert scaling.loc[("strong", 4), "speedup"] == pytest.approx(3.0)
-    assert scaling.loc[("strong", 4), "efficiency"] == pytest.approx(0.75)
+    one = harmonic(100, 110, 120)  # rate = samples / mean epoch time, not the mean of rates
+    assert scaling.loc[("strong", 1), "rate_1"] == pytest.approx(one)
+    assert scaling.loc[("strong", 2), "speedup"] == pytest.approx(180 / one)
+    assert scaling.loc[("strong", 2), "efficiency"] == pytest.approx(180 / one / 2)
+    assert scaling.loc[("strong", 4), "speedup"] == pytest.approx(330 / one)
+    assert scaling.loc[("strong", 4), "efficiency"] == pytest.approx(330 / one / 4)
+    assert not scaling.loc[("strong", 4), "speedup_ratio"].has_interval  # one 4-device run
     assert scaling.loc[("weak", 2), "efficiency"] == pytest.approx(0.75)
     assert scaling.loc[("weak", 4), "speedup"] == pytest.approx(2.0)
     assert set(scaling.loc["weak", "batch_mode"]) == {"per_device"}
@@ -129,16 +144,16 @@ def test_report_files_hold_the_known_numbers(tmp_path):
     done = xbench("report", results, "--out", tmp_path / "out")
     assert done.returncode == 0, done.stderr
     assert f"report: {tmp_path / 'out' / 'index.html'}" in done.stdout
-    assert "small ×1 strong (global 128): 4 devices, speedup 3.00×, efficiency 75%" in done.stdout
-    assert ("small ×1 weak (per-device 32): 4 devices, speedup 2.00×, efficiency 50%"
-            in done.stdout)
+    assert ("pt-ddp on 4 devices: speedup 3.02×, efficiency 75%; inconclusive: one run on a side "
+            "has no interval (run --repeat 3)" in done.stdout)
     assert "1 unsupported" in done.stdout and "needs 2 CUDA GPUs" in done.stdout
     cells = pd.read_csv(tmp_path / "out" / "cells.csv")
     three = cells[cells["n"] == 3].iloc[0]
-    assert three["epoch2_rate_mean"] == pytest.approx(110.0)
-    assert three["epoch2_rate_std"] == pytest.approx(10.0)
-    assert three["epoch2_rate_ci95_low"] == pytest.approx(110 - 4.303 * 10 / math.sqrt(3))
-    assert three["epoch2_rate_ci95_high"] == pytest.approx(110 + 4.303 * 10 / math.sqrt(3))
+    seconds = summarize([SAMPLES / r for r in (100, 110, 120)])
+    assert three["epoch2_rate"] == pytest.approx(harmonic(100, 110, 120))
+    assert three["epoch2_seconds_mean"] == pytest.approx(seconds["mean"])
+    assert three["epoch2_rate_ci95_low"] == pytest.approx(SAMPLES / (seconds["mean"] + seconds["ci"]))
+    assert three["epoch2_rate_ci95_high"] == pytest.approx(SAMPLES / (seconds["mean"] - seconds["ci"]))
     assert len(cells) == 7 and set(cells["statuses"]) >= {"3 ok", "1 unsupported"}
     written = {p.name for p in (tmp_path / "out").iterdir()}
     for name in ("index.html", "summary.md", "cells.csv", "fig5a_rate_vs_devices.png",
@@ -146,11 +161,68 @@ def test_report_files_hold_the_known_numbers(tmp_path):
                  "accuracy.png", "memory.png", "overhead.png"):
         assert name in written
     page = (tmp_path / "out" / "index.html").read_text()
-    assert "ring all-reduce" in page and "busbw = algbw × 2(N−1)/N" in page
+    assert "gets no bus bandwidth" in page and "busbw = algbw × 2(N−1)/N" in page
     assert page.count("data:image/png;base64,") == len([n for n in written if n.endswith(".png")])
     assert "http://" not in page and "https://" not in page
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert "| env | backend |" in summary and "![Figure 5a" in summary
+
+
+def repeated(backend, devices, rates, **kwargs):
+    return [make_row(backend=backend, devices=devices, rates=(r, r), repeat=i, **kwargs)
+            for i, r in enumerate(rates)]
+
+
+def test_verdicts_state_what_the_intervals_support_and_mark_the_suspect(tmp_path):
+    """pt-ddp: 1 device ~100 samples/s, 2 devices ~190 (3 repeats each): 2 devices pay off.
+    hvd-torch: 2 devices ~240 against ~100 on one: efficiency above 100% is SUSPECT. pt-dp and
+    pt-ddp at 1 device are within each other's noise: inconclusive. tf-mirrored's reduction to
+    one device gets no bus bandwidth."""
+    rows = [*repeated("pt-ddp", 1, (98, 100, 102), step=0.010),
+            *repeated("pt-ddp", 2, (188, 190, 192), step=0.012),
+            *repeated("hvd-torch", 1, (99, 100, 101)), *repeated("hvd-torch", 2, (238, 240, 242)),
+            *repeated("pt-dp", 1, (90, 105, 110)),
+            *repeated("tf-mirrored", 1, (99, 100, 101), step=0.010, framework="tensorflow",
+                      reduction="none"),
+            *repeated("tf-mirrored", 2, (150, 151, 152), step=0.014, framework="tensorflow",
+                      reduction="reduce-to-one"),
+            # compute references: 1 device at the 2-device cells' 64 per device and 1 thread
+            make_row(backend="pt-ddp", batch=64, step=0.008, threads=1),
+            make_row(backend="tf-mirrored", batch=64, step=0.008, threads=1,
+                     framework="tensorflow", reduction="none")]
+    results = write_rows(tmp_path / "r.jsonl", rows)
+    _, summary, written = build_report([results], tmp_path / "out", formats=["md"])
+    text = "\n".join(summary)
+    assert "pt-ddp on 2 devices: speedup 1.90× [1." in text and "efficiency 95%: pays off" in text
+    assert "hvd-torch on 2 devices: speedup 2.40×" in text
+    assert "efficiency SUSPECT (120%, above 100%" in text and "not taken as a result" in text
+    assert "fastest on 2 devices: hvd-torch is fastest (hvd-torch 240 samples/s vs pt-ddp 190: 1.26× [" in text
+    assert "test accuracy: the same on every device count, in every backend (0.9000" in text
+    fastest_one = next(line for line in summary if "fastest on 1 device" in line)
+    assert "inconclusive" in fastest_one
+    assert "2 devices at best (hvd-torch) vs 1 device at best" in text
+    comm = analysis.communication(analysis.cell_table(load([results])[0])).set_index("backend")
+    assert comm.loc["pt-ddp", "compute_seconds"] == pytest.approx(0.008)
+    assert comm.loc["pt-ddp", "busbw"] == pytest.approx(gradient_bytes("small") / 0.004)
+    assert math.isnan(comm.loc["tf-mirrored", "busbw"])
+    assert "reduce-to-one: no bus bandwidth" in written["md"].read_text()
+
+
+def test_contended_runs_are_left_out_unless_asked(tmp_path):
+    rows = [*repeated("pt-ddp", 1, (98, 100, 102)),
+            *repeated("pt-ddp", 2, (188, 190, 192)),
+            make_row(backend="pt-ddp", devices=2, rates=(20, 20), repeat=3, contended=True)]
+    results = write_rows(tmp_path / "r.jsonl", rows)
+    _, summary, written = build_report([results], tmp_path / "out", formats=["csv"])
+    text = "\n".join(summary)
+    assert "1 run(s) were contended" in text and "left out of every number and verdict" in text
+    cells = pd.read_csv(written["csv"]).set_index("devices")
+    assert cells.loc[2, "n"] == 3 and cells.loc[2, "statuses"] == "4 ok (1 contended)"
+    assert cells.loc[2, "epoch2_rate"] == pytest.approx(harmonic(188, 190, 192))
+    _, summary, written = build_report([results], tmp_path / "all", formats=["csv"],
+                                       include_contended=True)
+    assert "included at your request" in "\n".join(summary)
+    assert pd.read_csv(written["csv"]).set_index("devices").loc[2, "n"] == 4
 
 
 def test_format_chooses_the_files(tmp_path):
@@ -188,9 +260,9 @@ def test_environments_and_synthetic_rows_are_never_mixed(tmp_path):
     assert "3 of 3 measured cells ran once (n = 1)" in notices[0]
     assert any("SYNTHETIC" in n for n in notices)
     cells = pd.read_csv(written["csv"])
-    assert sorted(cells["epoch2_rate_mean"]) == [50.0, 100.0, 300.0]
+    assert sorted(cells["epoch2_rate"]) == [50.0, 100.0, 300.0]
     markdown = written["md"].read_text()
-    assert "pt-ddp (synthetic)" in markdown and "pt-ddp [env B]" in markdown
+    assert "pt-ddp (synthetic)" in markdown and "pt-ddp \\[env B\\]" in markdown
     assert "| A | node-a |" in markdown and "| B | node-b |" in markdown
 
 
@@ -221,7 +293,7 @@ def test_malformed_and_partial_files_report_what_they_can(tmp_path):
     assert "line 2: not a result row: 'backend' is null in a row with status 'ok'" in done.stderr
     assert "line 3: not a result row: 'devices' is str, not int" in done.stderr
     assert "1 rows (1 ok, 0 not ok)" in done.stdout
-    assert "(needs ok cells on 1 and more devices of the same setup)" in done.stdout
+    assert "fastest on 1 device: only pt-ddp ran" in done.stdout
     page = (tmp_path / "out" / "index.html").read_text()
     assert "line 4: not valid JSON" in page and 'id="fig5a_rate_vs_devices"' in page
 
@@ -382,17 +454,49 @@ def test_report_page_is_escaped_and_renders_in_chromium_with_every_figure(tmp_pa
 
 # --- a real run ----------------------------------------------------------------------------------
 
-def test_report_of_a_real_run(tmp_path):
+def test_report_of_a_real_run_of_single_runs_draws_no_verdict(tmp_path):
     results = tmp_path / "real.jsonl"
-    grid = xbench("grid", "--preset", "smoke", "--backend", "pt-dp", "--devices", "1,2",
+    grid = xbench("grid", "--preset", "smoke", "--backend", "pt-single,pt-dp", "--devices", "1,2",
                   "--max-train-samples", "512", "--data-dir", MNIST, "--results", results)
     assert grid.returncode == 0, grid.stdout + grid.stderr
     done = xbench("report", results, "--out", tmp_path / "out", "--format", "html,csv")
     assert done.returncode == 0, done.stderr
-    assert "2 rows (1 ok, 1 not ok)" in done.stdout
-    assert "small ×1 global 128, 1 device: pt-dp" in done.stdout
-    cells = pd.read_csv(tmp_path / "out" / "cells.csv").set_index("devices")
-    assert cells.loc[1, "n"] == 1 and cells.loc[1, "epoch2_rate_mean"] > 0
-    assert cells.loc[2, "statuses"] == "1 unsupported"
+    # pt-single and pt-dp on 1 device; pt-dp on 2 and its compute reference cannot run on a CPU
+    assert "4 rows (2 ok, 2 not ok)" in done.stdout
+    fastest = next(line for line in done.stdout.splitlines() if "fastest on 1 device" in line)
+    assert "inconclusive: one run on a side has no interval (run --repeat 3)" in fastest
+    assert " is fastest" not in done.stdout and "pays off" not in done.stdout
+    cells = pd.read_csv(tmp_path / "out" / "cells.csv").set_index(["backend", "devices",
+                                                                    "global_batch"])
+    assert cells.loc[("pt-dp", 1, 128), "n"] == 1 and cells.loc[("pt-dp", 1, 128), "epoch2_rate"] > 0
+    assert cells.loc[("pt-dp", 2, 128), "statuses"] == "1 unsupported"
+    assert cells.loc[("pt-dp", 1, 64), "statuses"] == "1 unsupported"  # its compute reference
     images, errors, _ = render_in_chromium(tmp_path / "out" / "index.html")
     assert images and all(images) and errors == []
+
+
+INTERVAL = re.compile(r"(\d+\.\d+)× \[(-?\d+\.\d+|−∞), (\d+\.\d+|∞)\]")
+
+
+def test_report_of_three_repeats_states_only_what_its_intervals_support(tmp_path):
+    """pt-single and pt-ddp on one device, 3 repeats each (alternated): every comparison is
+    either stated with an interval that excludes 1, or inconclusive with what would settle it."""
+    results = tmp_path / "repeated.jsonl"
+    grid = xbench("grid", "--preset", "smoke", "--backend", "pt-single,pt-ddp", "--devices", "1",
+                  "--repeat", "3", "--max-train-samples", "512", "--data-dir", MNIST,
+                  "--results", results)
+    assert grid.returncode == 0, grid.stdout + grid.stderr
+    done = xbench("report", results, "--out", tmp_path / "out", "--format", "md")
+    assert done.returncode == 0, done.stderr
+    verdicts = [line for line in done.stdout.splitlines()
+                if "fastest on 1 device" in line or "the rate of pt-single" in line]
+    assert len(verdicts) == 2, done.stdout
+    for line in verdicts:
+        low, high = (float(v.replace("−∞", "-inf").replace("∞", "inf"))
+                     for v in INTERVAL.search(line).groups()[1:])
+        if low > 1 or high < 1:
+            assert "inconclusive" not in line, line
+            assert any(word in line for word in (" is fastest", "costs time", "faster than")), line
+        else:
+            assert "inconclusive: " in line and ("repeats each would settle it" in line
+                                                 or "within the noise" in line), line

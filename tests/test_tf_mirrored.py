@@ -12,9 +12,9 @@ from tf_backend.collectives import OneTensorFlowProcess
 
 # What may differ between a tf-mirrored and a pt-ddp row of one cell: backend fields and measurements.
 BACKEND_FIELDS = {"run_id", "cell_key", "started_at", "finished_at", "backend", "framework",
-                  "framework_version", "log", "cell_seconds", "backend_details", "env"}
+                  "framework_version", "log", "cell_seconds", "backend_details", "env", "threads"}
 MEASUREMENTS = {"epochs", "startup_seconds", "step_time_p50", "step_time_p90", "test_accuracy",
-                "peak_memory_bytes", "peak_memory_per_device"}
+                "peak_memory_bytes", "peak_memory_per_device", "contended", "evidence"}
 
 
 @pytest.fixture(scope="module")
@@ -30,29 +30,33 @@ def test_two_logical_devices_train_one_mirrored_model(rows):
     assert details["replica_devices"] == ["/job:localhost/replica:0/task:0/device:CPU:0",
                                           "/job:localhost/replica:0/task:0/device:CPU:1"]
     assert details["cross_device_ops"] == "ReductionToOneDevice"
-    digests = details["replica_weight_digests"]
+    assert details["reduction"] == "reduce-to-one"  # not a ring: no ring bus bandwidth for it
+    digests = row["evidence"]["replica_weight_digests"]
     assert len(digests) == 2 and digests[0] == digests[1]  # the mirrored copies ended identical
-    assert details["shard_overlap_epoch1"] == 0
+    assert row["evidence"]["shard_overlap"] == [0, 0]
+    # both replicas of the one process recorded what they consumed, and they differ
+    assert len(set(row["evidence"]["replica_sample_digests"][0]) |
+               set(row["evidence"]["replica_sample_digests"][1])) == 4
     assert row["per_device_batch"] == 64 and row["global_batch"] == 128
 
 
-def test_one_device_is_the_plain_cpu(rows):
+def test_one_device_is_a_one_device_mirrored_strategy(rows):
     row = rows[("tf-mirrored", 1)]
     assert row["status"] == "ok", row["error"]
     details = row["backend_details"]
-    assert details["num_replicas_in_sync"] == 1 and details["cross_device_ops"] is None
+    assert details["parallelism"] == "tf.distribute.MirroredStrategy"
+    assert details["num_replicas_in_sync"] == 1 and details["reduction"] == "none"
     assert details["replica_devices"] == ["/job:localhost/replica:0/task:0/device:CPU:0"]
-    assert len(details["replica_weight_digests"]) == 1
+    assert len(row["evidence"]["replica_weight_digests"]) == 1
+    plain = rows[("tf-single", 1)]["backend_details"]
+    assert plain["parallelism"].startswith("none") and "cross_device_ops" not in plain
 
 
-def test_tensorflow_threads_and_version_are_recorded(rows):
+def test_tensorflow_version_is_recorded(rows):
     row = rows[("tf-mirrored", 2)]
     assert row["framework"] == "tensorflow"
     packages = row["env"]["packages"]
     assert row["framework_version"] == packages.get("tensorflow", packages.get("tensorflow-cpu"))
-    details = row["backend_details"]
-    assert details["threads"] == {"intra_op": details["threads_per_process"],
-                                  "inter_op": details["threads_per_process"]}
 
 
 def test_same_cell_learns_the_same_on_one_and_two_devices(rows):
@@ -78,7 +82,8 @@ def test_tf_and_torch_rows_of_one_cell_differ_only_in_backend_fields_and_measure
 
 
 def test_tf_data_yields_pytorchs_global_batches(mnist):
-    """Epoch e's global batch k is the same normalised samples in both frameworks (multiple 2)."""
+    """Epoch e's global batch k is the same samples, normalised the same, in both frameworks
+    (multiple 2), and both pipelines hand the loop the same sample indices."""
     data = MNIST(mnist.train_images[:300], mnist.train_labels[:300], mnist.test_images,
                  mnist.test_labels, mnist.dataset, mnist.source)
     dataset = pt_train.MNISTTrainSet(data.train_images, data.train_labels, multiple=2)
@@ -89,8 +94,10 @@ def test_tf_data_yields_pytorchs_global_batches(mnist):
     pipeline = tf_train.TrainPipeline(data, multiple=2, global_batch=128, seed=7,
                                       comm=OneTensorFlowProcess(), threads=1)
     tf_batches = list(pipeline.dataset(epochs=2).as_numpy_iterator())[pipeline.steps_per_epoch:]
-    assert len(tf_batches) == len(torch_batches) == 600 // 128 == pipeline.samples_per_epoch // 128
-    for (tf_images, tf_labels), (torch_images, torch_labels) in zip(tf_batches, torch_batches):
+    assert len(tf_batches) == len(torch_batches) == 600 // 128 == pipeline.steps_per_epoch
+    for (tf_images, tf_labels, tf_indices), (torch_images, torch_labels, torch_indices) in zip(
+            tf_batches, torch_batches):
+        assert np.array_equal(tf_indices, torch_indices.numpy())  # the evidence both record
         assert np.array_equal(tf_labels, torch_labels.numpy())
         torch_nhwc = pt_train.normalise(torch_images).numpy().transpose(0, 2, 3, 1)
         assert np.abs(tf_images - torch_nhwc).max() < 1e-6

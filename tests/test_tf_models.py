@@ -1,18 +1,11 @@
-"""The Keras models are PyTorch's models: equal parameters and FLOPs, and with the same weights the
-same logits, loss and Adam step on a real MNIST batch."""
-import keras
+"""The Keras models are PyTorch's models: equal parameters and FLOPs, the same initial weights, and
+the same logits, loss and Adam step on a real MNIST batch."""
 import numpy as np
 import pytest
 import tensorflow as tf
 import torch
 
-from common.models import (
-    MODELS,
-    Flatten,
-    flops_per_sample,
-    layer_shapes,
-    parameter_count,
-)
+from common.models import MODELS, flops_per_sample, initial_weights, parameter_count
 from pt_backend import models as pt_models
 from pt_backend import train as pt_train
 from tf_backend import models as tf_models
@@ -38,45 +31,22 @@ def test_keras_flops_equal_torch_flops_and_the_spec(name):
     assert keras_side["framework"].startswith("Keras 3.") and "TF 2." in keras_side["framework"]
 
 
-def test_keras_init_follows_torch_default_bounds():
-    """U(+-1/sqrt(fan_in)) for kernels and biases, as torch's Conv2d and Linear."""
-    keras.utils.set_random_seed(0)
-    conv, _, _, dense, _ = tf_models.build_model("small").layers
-    for layer, fan_in in ((conv, 9), (dense, 14 * 14 * 32)):
-        bound = 1 / np.sqrt(fan_in)
-        kernel, bias = layer.kernel.numpy(), layer.bias.numpy()
-        assert np.abs(kernel).max() <= bound and np.abs(bias).max() <= bound
-        assert kernel.std() == pytest.approx(bound / np.sqrt(3), rel=0.1)  # uniform, not Glorot
-        assert np.abs(bias).max() > 0  # drawn, not Keras' zeros
-
-
-def copy_torch_weights(name, torch_model, keras_model):
-    """Load the torch model's weights into the Keras model: OIHW -> HWIO conv kernels, (out, in) ->
-    (in, out) dense kernels, and for the first dense layer the flatten order (C, H, W) -> (H, W, C)."""
-    torch_layers = [m for m in torch_model if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
-    keras_layers = [layer for layer in keras_model.layers if layer.weights]
-    channels, height, width = next(shape for layer, shape in layer_shapes(name)
-                                   if isinstance(layer, Flatten))
-    first_dense = True
-    for torch_layer, keras_layer in zip(torch_layers, keras_layers, strict=True):
-        weight = torch_layer.weight.detach().numpy()
-        if isinstance(torch_layer, torch.nn.Conv2d):
-            kernel = weight.transpose(2, 3, 1, 0)
-        elif first_dense:
-            kernel = (weight.reshape(-1, channels, height, width).transpose(2, 3, 1, 0)
-                      .reshape(height * width * channels, -1))
-            first_dense = False
-        else:
-            kernel = weight.T
-        keras_layer.set_weights([kernel, torch_layer.bias.detach().numpy()])
+@pytest.mark.parametrize("name", list(MODELS))
+def test_both_frameworks_start_from_the_weights_drawn_in_common(name):
+    """Every tensor of the torch model is common.models.initial_weights'; the Keras model holds
+    the same values in its layout, so both compute the same function from the first step."""
+    torch_model, keras_model = pt_models.build_model(name, seed=5), tf_models.build_model(name, 5)
+    drawn = initial_weights(name, 5)
+    for parameter, value in zip(torch_model.parameters(), drawn, strict=True):
+        assert np.array_equal(parameter.detach().numpy(), value)
+    for held, value in zip(keras_model.get_weights(), tf_models.keras_layout(name, drawn),
+                           strict=True):
+        assert np.array_equal(held, value)
 
 
 @pytest.mark.parametrize("name", list(MODELS))
 def test_same_weights_give_the_same_logits_loss_and_adam_step(name, mnist):
-    torch.manual_seed(0)
-    torch_model = pt_models.build_model(name)
-    keras_model = tf_models.build_model(name)
-    copy_torch_weights(name, torch_model, keras_model)
+    torch_model, keras_model = pt_models.build_model(name, seed=0), tf_models.build_model(name, 0)
     images, labels = mnist.train_images[:BATCH].copy(), mnist.train_labels[:BATCH]
     torch_images = pt_train.normalise(torch.from_numpy(images))
     torch_labels = torch.from_numpy(labels.astype(np.int64))
@@ -100,7 +70,7 @@ def test_same_weights_give_the_same_logits_loss_and_adam_step(name, mnist):
     torch_optimizer.step()
     totals = tf_train.EpochTotals()
     tf_train.make_replica_step(keras_model, tf_models.build_optimizer(), OneTensorFlowProcess(),
-                               BATCH, totals)(keras_images, keras_labels)
+                               BATCH, totals)(keras_images, keras_labels, tf.range(BATCH))
     loss_after = torch_loss().item()
     # The issue asks for 1e-3; they agree to ~1e-7. Keras' stock Adam (epsilon placed before
     # the bias correction) misses by 1.3e-3, so 1e-4 keeps that difference out.

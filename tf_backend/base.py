@@ -44,17 +44,18 @@ class TensorFlowBackend(Backend):
     def train(self, job: Job) -> Measurement | None:
         import tensorflow as tf
 
+        from common.training import INTER_OP_PER_DEVICE
         from tf_backend.train import TensorFlowLoop, set_threads
 
         self.cell = job.cell
+        devices = self.devices_per_process(job.cell)
         comm = self.start_processes()
-        set_threads(job.threads)  # before TensorFlow initialises its devices
+        set_threads(job.threads_per_device * devices, INTER_OP_PER_DEVICE * devices)
         gpus = tf.config.list_physical_devices("GPU")
         kind = self.choose_device(job.cell, len(gpus), "TensorFlow")
         if kind == "cuda":
-            first = self.local_rank() * self.devices_per_process(job.cell)
-            tf.config.set_visible_devices(gpus[first:first + self.devices_per_process(job.cell)],
-                                          "GPU")
+            first = self.local_rank() * devices
+            tf.config.set_visible_devices(gpus[first:first + devices], "GPU")
         else:
             tf.config.set_visible_devices([], "GPU")
         return TensorFlowLoop(job, comm, self, self.make_strategy(kind)).run()

@@ -1,44 +1,70 @@
 """The Keras networks and optimizer, built from common.models' specs (channels last: NHWC,
-"same" padding).
-
-Weights and biases are drawn from the distributions PyTorch's layers use by default,
-U(-1/sqrt(fan_in), 1/sqrt(fan_in)), so the two frameworks start from equally good networks and
-their accuracies compare (Keras' own Glorot/zeros default would be a different starting point).
+"same" padding), starting from the same initial weights as the PyTorch networks.
 """
 import math
 
 import keras
+import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from common.models import ADAM, INPUT_SHAPE, MODELS, Conv, Dense, Flatten, MaxPool
+from common.models import (
+    ADAM,
+    INPUT_SHAPE,
+    MODELS,
+    Conv,
+    Dense,
+    Flatten,
+    MaxPool,
+    initial_weights,
+    layer_shapes,
+)
 
 
-def _torch_default_init(fan_in):
-    """Keyword arguments for a layer whose kernel and bias follow PyTorch's default init."""
-    bound = 1 / math.sqrt(fan_in)
-    return {"kernel_initializer": keras.initializers.VarianceScaling(1 / 3, "fan_in", "uniform"),
-            "bias_initializer": keras.initializers.RandomUniform(-bound, bound)}
-
-
-def build_model(name):
-    """The model `name`; seed it first (keras.utils.set_random_seed) for a reproducible start."""
+def build_model(name, seed=0):
+    """The model `name` with the initial weights every backend starts from (common.models),
+    converted from PyTorch's layout to Keras'."""
     channels, height, width = INPUT_SHAPE
     layers = [keras.Input((height, width, channels))]
     for layer in MODELS[name]:
         if isinstance(layer, Conv):
-            layers.append(keras.layers.Conv2D(
-                layer.out_channels, layer.kernel, padding="same", activation="relu",
-                **_torch_default_init(layer.in_channels * layer.kernel ** 2)))
+            layers.append(keras.layers.Conv2D(layer.out_channels, layer.kernel, padding="same",
+                                              activation="relu", kernel_initializer="zeros"))
         elif isinstance(layer, MaxPool):
             layers.append(keras.layers.MaxPooling2D(layer.size))
         elif isinstance(layer, Flatten):
             layers.append(keras.layers.Flatten())
         elif isinstance(layer, Dense):
-            layers.append(keras.layers.Dense(
-                layer.out_features, activation="relu" if layer.relu else None,
-                **_torch_default_init(layer.in_features)))
-    return keras.Sequential(layers, name=name)
+            layers.append(keras.layers.Dense(layer.out_features,
+                                             activation="relu" if layer.relu else None,
+                                             kernel_initializer="zeros"))
+    model = keras.Sequential(layers, name=name)
+    model.set_weights(keras_layout(name, initial_weights(name, seed)))
+    return model
+
+
+def keras_layout(name, tensors):
+    """PyTorch-layout weights (common.models.initial_weights) in Keras' layout: conv kernels
+    OIHW -> HWIO, dense kernels (out, in) -> (in, out), and for the dense layer after the
+    flatten the rows reordered from PyTorch's (C, H, W) flatten order to Keras' (H, W, C)."""
+    converted, values = [], iter(tensors)
+    flattened = None
+    for layer, shape in layer_shapes(name):
+        if isinstance(layer, Flatten):
+            flattened = shape
+        if not isinstance(layer, (Conv, Dense)):
+            continue
+        weight, bias = next(values), next(values)
+        if isinstance(layer, Conv):
+            kernel = weight.transpose(2, 3, 1, 0)
+        elif flattened is not None:
+            c, h, w = flattened
+            kernel = weight.reshape(-1, c, h, w).transpose(2, 3, 1, 0).reshape(h * w * c, -1)
+            flattened = None
+        else:
+            kernel = weight.T
+        converted += [np.ascontiguousarray(kernel), bias]
+    return converted
 
 
 class TorchAdam(keras.optimizers.Adam):

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from common.data import MEAN, STD, rank_indices
 from common.env import cpu_name, peak_rss_bytes
-from common.training import EVAL_BATCH, TrainingLoop
+from common.training import EVAL_BATCH, INPUT_PIPELINE_PER_DEVICE, TrainingLoop
 from tf_backend.models import build_model, build_optimizer, parameter_count
 
 
@@ -39,7 +39,9 @@ class EpochTotals:
 class TrainPipeline:
     """tf.data over the uint8 arrays, in common.data's seeded per-epoch order: this process's
     share of each global batch, gathered by index (a k-times multiple is index % base size),
-    normalised in the pipeline and prefetched; the strategy splits it over its replicas."""
+    normalised in the pipeline and prefetched, with the sample indices it holds (the evidence of
+    what was trained on); the strategy splits it over its replicas. `threads`: the pipeline's
+    private thread pool."""
 
     def __init__(self, data, multiple, global_batch, seed, comm, threads):
         self.images = tf.constant(data.train_images)
@@ -53,10 +55,6 @@ class TrainPipeline:
         """Global batches per epoch (the incomplete last one dropped)."""
         return self.samples // self.global_batch
 
-    @property
-    def samples_per_epoch(self):
-        return self.steps_per_epoch * self.global_batch
-
     def indices(self, epoch):
         return rank_indices(self.samples, self.global_batch, self.seed, epoch, self.comm.rank,
                             self.comm.world)
@@ -66,8 +64,8 @@ class TrainPipeline:
         creating and destroying a (multi-device) iterator per epoch cost seconds, at random,
         inside the epoch times (TF 2.21, logical CPU devices)."""
         def load(index):
-            index = index % self.base
-            return normalise(tf.gather(self.images, index)), tf.gather(self.labels, index)
+            base = index % self.base
+            return normalise(tf.gather(self.images, base)), tf.gather(self.labels, base), index
 
         options = tf.data.Options()
         options.threading.private_threadpool_size = self.threads
@@ -99,7 +97,7 @@ def make_replica_step(model, optimizer, comm, global_batch, totals):
     loss sum / the global batch, so gradients summed over every replica are those of the global
     batch's mean loss: the same step as on one device."""
 
-    def replica_step(images, labels):
+    def replica_step(images, labels, indices):
         with tf.GradientTape() as tape:
             logits = model(images, training=True)
             losses = cross_entropy(labels, logits)
@@ -107,14 +105,15 @@ def make_replica_step(model, optimizer, comm, global_batch, totals):
         gradients = comm.gradients(tape, loss, model.trainable_variables)
         optimizer.apply_gradients(zip(gradients, model.trainable_variables))
         totals.add(tf.reduce_sum(losses), correct_count(labels, logits))
+        return indices
 
     return replica_step
 
 
-def set_threads(threads):
-    """Size TensorFlow's pools to this process's cores; call before TensorFlow initialises."""
-    tf.config.threading.set_intra_op_parallelism_threads(threads)
-    tf.config.threading.set_inter_op_parallelism_threads(threads)
+def set_threads(intra_op, inter_op):
+    """Size TensorFlow's pools; call before TensorFlow initialises."""
+    tf.config.threading.set_intra_op_parallelism_threads(intra_op)
+    tf.config.threading.set_inter_op_parallelism_threads(inter_op)
 
 
 class TensorFlowLoop(TrainingLoop):
@@ -134,26 +133,26 @@ class TensorFlowLoop(TrainingLoop):
 
     def set_up(self):
         cell = self.cell
-        keras.utils.set_random_seed(cell.seed)
         with self.strategy.scope():
-            self.model = build_model(cell.model)
+            self.model = build_model(cell.model, cell.seed)
             self.optimizer = build_optimizer()
             self.optimizer.build(self.model.trainable_variables)
             self.epoch_totals = EpochTotals()
         self.comm.broadcast(self.model.variables + self.optimizer.variables)
         self.pipeline = TrainPipeline(self.job.data, cell.multiple, cell.global_batch, cell.seed,
-                                      self.comm, self.job.threads)
+                                      self.comm, INPUT_PIPELINE_PER_DEVICE * self.replicas)
         replica_step = make_replica_step(self.model, self.optimizer, self.comm, cell.global_batch,
                                          self.epoch_totals)
 
         @tf.function
-        def train_step(images, labels):
-            self.strategy.run(replica_step, args=(images, labels))
+        def train_step(images, labels, indices):
+            return self.strategy.run(replica_step, args=(images, labels, indices))
 
         self.step = train_step
         self.distributed = self.strategy.experimental_distribute_dataset(
             self.pipeline.dataset(cell.epochs))
         self.iterator = None
+        self.taken = []
 
     def sync(self):
         tf.test.experimental.sync_devices()
@@ -166,7 +165,12 @@ class TensorFlowLoop(TrainingLoop):
             yield next(self.iterator)
 
     def train_step(self, batch):
-        self.step(*batch)
+        self.taken.append(self.strategy.experimental_local_results(self.step(*batch)))
+
+    def consumed(self):
+        taken, self.taken = self.taken, []
+        return [np.concatenate([step[replica].numpy() for step in taken]) if taken
+                else np.zeros(0, np.int64) for replica in range(self.replicas)]
 
     def reset_totals(self):
         self.epoch_totals.reset()
@@ -175,11 +179,13 @@ class TensorFlowLoop(TrainingLoop):
         return self.epoch_totals.read()
 
     @property
-    def samples_per_epoch(self):
-        return self.pipeline.samples_per_epoch
+    def steps_per_epoch(self):
+        return self.pipeline.steps_per_epoch
 
-    def rank_indices(self, epoch):
-        return self.pipeline.indices(epoch)
+    @property
+    def replicas(self):
+        """Replicas in this process."""
+        return self.strategy.num_replicas_in_sync
 
     def replica_weights(self):
         """Each replica's copy of every weight (mirrored variables hold one per replica)."""
@@ -212,9 +218,18 @@ class TensorFlowLoop(TrainingLoop):
             "num_replicas_in_sync": self.comm.world * self.strategy.num_replicas_in_sync,
             "replica_devices": [w.device for w in self.strategy.experimental_local_results(
                 self.model.weights[0].value)],
-            "threads": {"intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
-                        "inter_op": tf.config.threading.get_inter_op_parallelism_threads()},
             "keras_version": keras.__version__}
+
+    def thread_pools(self):
+        return {"intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
+                "inter_op": tf.config.threading.get_inter_op_parallelism_threads(),
+                "input_pipeline": self.pipeline.threads}
+
+    def gpu_indices(self):
+        if self.kind != "cuda":
+            return []
+        first = self.backend.local_rank() * self.replicas
+        return list(range(first, first + self.replicas))
 
     def device_name(self):
         if self.kind == "cuda":

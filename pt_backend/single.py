@@ -1,0 +1,12 @@
+"""pt-single: PyTorch with no parallel wrapper on one device: the reference that tells what pt-dp,
+pt-ddp and hvd-torch cost at one device."""
+from pt_backend.base import TorchBackend
+
+
+class SingleDeviceTorchBackend(TorchBackend):
+    name = "pt-single"
+    spans_devices = False
+
+    def details(self):
+        return {"parallelism": "none (the plain module on one device)", "reduction": "none",
+                "reduction_detail": "no parallel wrapper"}

@@ -1,0 +1,178 @@
+"""The verdicts at the top of the report: for each model, data and batch, which backend is fastest
+at each device count and whether adding devices pays off, each stated only where its 95% interval
+says so, otherwise "inconclusive" with the repeats that would settle it; whether more devices
+changed accuracy; and warnings for what the verdicts leave out.
+"""
+import math
+
+from reports import analysis
+from reports.stats import ratio_of_means, repeats_to_settle
+
+MIN_REPEATS = 3
+
+
+def family_title(cells):
+    first = cells.iloc[0]
+    return (f"{first['model']} ×{first['dataset_multiple']} {first['dataset']}, "
+            f"{analysis.batch_kind(first['batch_mode'])} batch {first['batch']} "
+            f"({analysis.scaling_kind(first['batch_mode'])} scaling), {first['device_type']}"
+            + (f" [env {first['env']}]" if first.get("env") not in (None, "A") else ""))
+
+
+def interval_text(ratio, unit="×"):
+    if not ratio.has_interval:
+        return f"{ratio.value:.2f}{unit}"
+    return f"{ratio.value:.2f}{unit} [{ratio.low:.2f}, {ratio.high:.2f}]"
+
+
+def undecided(a_seconds, b_seconds, threshold=1.0):
+    """Why a comparison cannot be stated yet, and what would settle it."""
+    if min(len(a_seconds), len(b_seconds)) < 2:
+        return "inconclusive: one run on a side has no interval (run --repeat 3)"
+    needed = repeats_to_settle(a_seconds, b_seconds, threshold)
+    return ("inconclusive: " + (f"about {needed} repeats each would settle it" if needed else
+                                "within the noise of these runs; more repeats are unlikely to "
+                                "settle it"))
+
+
+def fastest(cells, devices):
+    """A line on the fastest backend at `devices`, against the runner-up."""
+    here = cells[cells["devices"] == devices].sort_values("epoch2_rate", ascending=False)
+    if here.empty:
+        return None
+    best = here.iloc[0]
+    head = f"{analysis.devices_text(devices)}: "
+    if len(here) == 1:
+        return head + f"only {best['series']} ran ({best['epoch2_rate']:,.0f} samples/s)"
+    second = here.iloc[1]
+    ratio = ratio_of_means(second["epoch2_seconds_values"], best["epoch2_seconds_values"])
+    versus = (f"{best['series']} {best['epoch2_rate']:,.0f} samples/s vs {second['series']} "
+              f"{second['epoch2_rate']:,.0f}: {interval_text(ratio)}")
+    if ratio.above(1):
+        return head + f"{best['series']} is fastest ({versus})"
+    return head + f"{versus}; " + undecided(second["epoch2_seconds_values"],
+                                            best["epoch2_seconds_values"])
+
+
+def pays_off(scaled):
+    """A line per backend and device count on its speedup over its own 1-device run."""
+    lines = []
+    for _, row in scaled[scaled["devices"] > 1].iterrows():
+        ratio, efficiency = row["speedup_ratio"], row["efficiency_ratio"]
+        head = (f"{row['series']} on {analysis.devices_text(row['devices'])}: speedup "
+                f"{interval_text(ratio)}, efficiency ")
+        head += (f"SUSPECT ({efficiency.value:.0%}, above 100%: the 1-device baseline or the "
+                 f"machine was disturbed)" if row["suspect"] else f"{efficiency.value:.0%}")
+        if row["suspect"]:
+            lines.append(f"{head}: not taken as a result")
+        elif ratio.above(1):
+            lines.append(f"{head}: pays off")
+        elif ratio.below(1):
+            lines.append(f"{head}: does not pay off (slower than 1 device)")
+        else:
+            lines.append(f"{head}; " + undecided(row["epoch2_seconds_values_ref"],
+                                                 row["epoch2_seconds_values"]))
+    return lines
+
+
+def more_devices(cells):
+    """The decision itself: the fastest N-device cell against the fastest 1-device cell,
+    whatever their backends."""
+    ones = cells[cells["devices"] == 1]
+    if ones.empty:
+        return []
+    one = ones.loc[ones["epoch2_rate"].idxmax()]
+    lines = []
+    for devices in sorted(d for d in cells["devices"].unique() if d > 1):
+        here = cells[cells["devices"] == devices]
+        best = here.loc[here["epoch2_rate"].idxmax()]
+        ratio = ratio_of_means(one["epoch2_seconds_values"], best["epoch2_seconds_values"])
+        ratio = ratio.scaled(best["epoch2_samples"] / one["epoch2_samples"])
+        head = (f"{analysis.devices_text(devices)} at best ({best['series']}) vs 1 device at "
+                f"best ({one['series']}): {interval_text(ratio)}")
+        if ratio.above(1):
+            lines.append(f"{head}: {devices} devices pay off here")
+        elif ratio.below(1):
+            lines.append(f"{head}: {devices} devices do not pay off here (slower than 1)")
+        else:
+            lines.append(f"{head}; " + undecided(one["epoch2_seconds_values"],
+                                                 best["epoch2_seconds_values"]))
+    return lines
+
+
+def wrapper_lines(wrapper):
+    lines = []
+    for _, row in wrapper.iterrows():
+        ratio = row["ratio"]
+        head = (f"{row['series']} at 1 device: {interval_text(ratio)} the rate of "
+                f"{row['reference']} (no parallel wrapper)")
+        if ratio.below(1):
+            lines.append(f"{head}: its machinery costs time at 1 device")
+        elif ratio.above(1):
+            lines.append(f"{head}: faster than no wrapper")
+        else:
+            lines.append(f"{head}; " + undecided(row["epoch2_seconds_values_ref"],
+                                                 row["epoch2_seconds_values"]))
+    return lines
+
+
+def accuracy_lines(changes):
+    differences = [row["difference"][0] for _, row in changes.iterrows()
+                   if not math.isnan(row["difference"][0])]
+    if differences and max(abs(d) for d in differences) < 5e-5:
+        return ["test accuracy: the same on every device count, in every backend "
+                f"({changes.iloc[0]['test_accuracy_ref']:.4f}; one seed)"]
+    lines = []
+    for _, row in changes.iterrows():
+        d, low, high = row["difference"]
+        if math.isnan(d):
+            continue
+        points = f"{d * 100:+.2f} points"
+        if math.isnan(low):
+            judged = "one run each, one seed: no interval"
+        elif low == high:
+            judged = "identical repeats (one seed): exact for this seed, seed-to-seed spread unmeasured"
+        elif low > 0 or high < 0:
+            judged = f"[{low * 100:+.2f}, {high * 100:+.2f}]: a real change"
+        else:
+            judged = f"[{low * 100:+.2f}, {high * 100:+.2f}]: no detectable change"
+        lines.append(f"{row['series']} on {analysis.devices_text(row['devices'])} vs 1: test "
+                     f"accuracy {row['test_accuracy']:.4f} vs {row['test_accuracy_ref']:.4f}, "
+                     f"{points} ({judged})")
+    return lines
+
+
+def verdicts(cells, frame, include_contended=False):
+    """The verdict lines: per family a heading and indented findings, then warnings."""
+    scaled, changes = analysis.scaling(cells), analysis.accuracy_change(cells)
+    wrapper = analysis.wrapper_cost(cells)
+    lines = []
+    for _, family in analysis.families(cells):
+        lines.append(f"{family_title(family)}:")
+        keys = set(family["cell_key"])
+        for devices in sorted(family["devices"].unique()):
+            lines.append("  fastest on " + fastest(family, devices))
+        lines += ["  " + line for line in more_devices(family)]
+        lines += ["  " + line for line in pays_off(scaled[scaled["cell_key"].isin(keys)])]
+        lines += ["  " + line for line in wrapper_lines(wrapper[wrapper["cell_key"].isin(keys)])]
+        lines += ["  " + line for line in accuracy_lines(changes[changes["cell_key"].isin(keys)])]
+    if not lines:
+        lines.append("No verdict: no cell has a usable run.")
+    return lines + warnings(cells, frame, include_contended)
+
+
+def warnings(cells, frame, include_contended):
+    lines = []
+    contended = frame[frame["status"].eq("ok") & frame["contended"]]
+    if len(contended):
+        lines.append(f"WARNING: {len(contended)} run(s) were contended (other processes used "
+                     f"more than their cell's limit of the cores while it was timed): "
+                     + ("included at your request (--include-contended)" if include_contended
+                        else "left out of every number and verdict above"))
+    measured = analysis.measured(cells)
+    few = measured[measured["n"] < MIN_REPEATS]
+    if len(few):
+        lines.append(f"WARNING: {len(few)} of {len(measured)} cells have fewer than "
+                     f"{MIN_REPEATS} usable repeats: their comparisons stay inconclusive or rest "
+                     f"on little; run the grid with --repeat {MIN_REPEATS} or more")
+    return lines

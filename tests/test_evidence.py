@@ -1,0 +1,99 @@
+"""What every number carries, with real processes: the samples each replica actually trained on
+(a deliberately wrong order is caught), and the other load on the machine while it was timed (a
+busy loop beside a cell marks it contended; a quiet cell is not)."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import REPO, SLOW, XBENCH, write_grid
+
+from common.data import rank_indices
+from common.evidence import sample_evidence
+from common.results import read_rows
+from reports import build_report
+
+SAMPLES = 1024
+# In every process (sitecustomize runs at start-up): each rank is dealt rank 0's shard, the bug of
+# a sampler that was never told its rank.
+WRONG_ORDER = '''import common.data as data
+
+real_rank_indices = data.rank_indices
+
+
+def every_rank_takes_rank_0s_shard(samples, global_batch, seed, epoch, rank, world):
+    return real_rank_indices(samples, global_batch, seed, epoch, 0, world)
+
+
+data.rank_indices = every_rank_takes_rank_0s_shard
+'''
+
+
+def grid(mnist_dir, folder, *options, env=None, **settings):
+    """Run a small grid in `folder`; (rows, stdout, results file)."""
+    folder.mkdir(exist_ok=True)
+    results = folder / "results.jsonl"
+    done = subprocess.run([*XBENCH, "grid", str(write_grid(folder, **settings)),
+                           "--data-dir", str(mnist_dir), "--results", str(results), *options],
+                          cwd=REPO, capture_output=True, text=True, timeout=SLOW, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return read_rows(results)[0], done.stdout, results
+
+
+def correct_global_digests(global_batch, epochs=2):
+    order = [[rank_indices(SAMPLES, global_batch, 0, e, 0, 1) for e in range(1, epochs + 1)]]
+    return sample_evidence(order, SAMPLES // global_batch)["global_batches_digests"]
+
+
+@pytest.mark.parametrize("backend", ["pt-ddp", "hvd-tf"])
+def test_a_wrong_sample_order_is_seen_in_the_evidence(backend, mnist_dir, tmp_path):
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(WRONG_ORDER)
+    env = {**os.environ, "PYTHONPATH": f"{hook}:{REPO}"}
+    [row], _, results = grid(mnist_dir, tmp_path, env=env, backends=[backend], devices=[2],
+                             max_train_samples=SAMPLES)
+    assert row["status"] == "ok", row["error"]
+    evidence = row["evidence"]
+    assert evidence["shard_overlap"] == [SAMPLES // 2, SAMPLES // 2]  # both ranks: one shard
+    assert evidence["samples_trained"] == [SAMPLES // 2] * 2
+    assert evidence["global_batches_digests"] != correct_global_digests(128)
+    notices, _, _ = build_report([results], tmp_path / "out", formats=["md"])
+    assert any(f"EVIDENCE: {row['cell_key']}: {SAMPLES // 2} samples were trained by more than one "
+               f"replica" in n for n in notices)
+
+
+def test_a_right_sample_order_matches_the_order_every_backend_is_dealt(mnist_dir, tmp_path):
+    [row], _, _ = grid(mnist_dir, tmp_path, backends=["pt-ddp"], devices=[2],
+                       max_train_samples=SAMPLES)
+    assert row["evidence"]["global_batches_digests"] == correct_global_digests(128)
+    assert row["evidence"]["shard_overlap"] == [0, 0]
+
+
+def busy_loops(count):
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+
+
+def test_a_busy_loop_beside_a_cell_marks_it_contended_and_a_quiet_cell_is_not(mnist_dir, tmp_path):
+    settings = {"backends": ["pt-single"], "max_train_samples": 2048, "repeats": 1}
+    [quiet], quiet_out, _ = grid(mnist_dir, tmp_path / "quiet", **settings)
+    loops = busy_loops(2)  # two of this machine's cores, or a share of a larger machine's
+    try:
+        [busy], busy_out, busy_results = grid(mnist_dir, tmp_path / "busy", **settings)
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
+    assert quiet["status"] == busy["status"] == "ok"
+    assert quiet["contended"] is False and "CONTENDED" not in quiet_out
+    for epoch in quiet["epochs"]:
+        assert epoch["contention"]["other_cpu_share"] < quiet["contention_limit"]
+    assert busy["contended"] is True and "CONTENDED: other processes used" in busy_out
+    shares = [e["contention"]["other_cpu_share"] for e in busy["epochs"]]
+    assert max(shares) > busy["contention_limit"]
+    assert all(0 < r < 4 for e in busy["epochs"] for r in e["contention"]["cpu_per_wall_per_rank"])
+    assert np.isfinite(busy["epochs"][0]["contention"]["load_1m"])
+    _, summary, written = build_report([busy_results], tmp_path / "report", formats=["csv"])
+    assert "1 run(s) were contended" in "\n".join(summary)
+    assert "No verdict: no cell has a usable run." in "\n".join(summary)
