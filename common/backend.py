@@ -15,11 +15,14 @@ import abc
 import importlib
 import importlib.metadata
 import importlib.util
+import math
 import os
 import sys
 from typing import TYPE_CHECKING, ClassVar
 
+from common.data import TRAIN_SAMPLES
 from common.errors import Unsupported, UserError, did_you_mean
+from common.models import activations_per_sample, parameter_count
 
 if TYPE_CHECKING:
     from common.grid import Cell
@@ -45,6 +48,9 @@ class Backend(abc.ABC):
     spans_devices: ClassVar[bool] = True      # False: a single-device reference, 1 device only
     requires: ClassVar[tuple[str, ...]] = ()  # importable modules this backend needs
     install_hint: ClassVar[str] = ""          # what to run when one of them is missing
+    # A process's framework, libraries and data before training (peak RSS of the small model's
+    # smoke cells on CPU: 420-460 MB with PyTorch, 690-750 MB with TensorFlow).
+    framework_memory_mb: ClassVar[int] = 0
 
     # --- in the runner: can it run here, and how is it launched --------------------------------
 
@@ -72,6 +78,20 @@ class Backend(abc.ABC):
     def devices_per_process(self, cell: Cell) -> int:
         """Devices one process drives: all of them for a one-process backend, else one."""
         return cell.devices // self.processes(cell)
+
+    def memory_estimate(self, cell: Cell) -> int:
+        """Bytes of this machine's memory the cell's processes need, before it runs (on a GPU
+        the model and activations live on the device; counted here as if on the CPU, the
+        conservative case): per process, the framework and data, the sample order and the
+        recorded indices, and per device the model with its gradients and Adam's two moments
+        and the activations of its batch kept for the backward pass, their gradients and a
+        workspace as large."""
+        samples = min(TRAIN_SAMPLES[cell.data], cell.max_train_samples or math.inf) * cell.multiple
+        per_device = (parameter_count(cell.model) * 4 * 4
+                      + cell.per_device_batch * activations_per_sample(cell.model) * 4 * 3)
+        per_process = (self.framework_memory_mb * 2**20 + samples * 8 * (cell.epochs + 2)
+                       + per_device * self.devices_per_process(cell))
+        return int(per_process * self.processes(cell))
 
     def unsupported_reason(self, cell: Cell, device_kind: str) -> str | None:
         """Why this backend cannot run `cell` on `device_kind` ("cpu" or "cuda"), or None."""

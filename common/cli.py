@@ -1,4 +1,5 @@
 """The `xbench` command: run grids, list models and backends, get the data, make reports."""
+import dataclasses
 import importlib
 import sys
 from pathlib import Path
@@ -14,6 +15,10 @@ from common.runner import run_grid
 from common.table import format_rows
 
 DEFAULT_RESULTS_DIR = Path("results")
+# A grid exits 0 when every cell ended ok, oom or unsupported (each a result); this code when a
+# cell failed or timed out; 2 on bad input (nothing ran); 130 when interrupted.
+EXIT_CELLS_FAILED = 3
+UNFINISHED = ("failed", "timeout")
 FRAMEWORK_MODELS = {"PyTorch": "pt_backend.models:describe", "Keras": "tf_backend.models:describe"}
 
 
@@ -81,21 +86,29 @@ def grid(grid_file, preset, backend, model, multiple, batch, devices, epochs, re
                  "max_train_samples": max_train_samples, "data": data, "device": device,
                  "seed": seed, "timeout": timeout, "memory_limit_mb": memory_limit_mb,
                  "contention_limit": contention_limit, "compute_references": compute_references}
-    cells = grid_module.expand(spec, overrides, data_dir)
-    results_path = Path(results_path or DEFAULT_RESULTS_DIR / f"{spec['name']}.jsonl")
+    cells = grid_module.expand(spec, overrides)
+    # Every path is resolved here, once: the cells run in other working directories.
+    results_path = results.check_results_path(
+        results_path or DEFAULT_RESULTS_DIR / f"{spec['name']}.jsonl")
     if dry_run:
         for cell in cells:
             click.echo(f"{cell.label}  [{cell.key}]")
         click.echo(f"{len(cells)} cells; would append to {results_path}")
         return
-    if cells[0].data == "mnist":
-        data_module.load_mnist(cells[0].data_dir)  # fail now, not in every cell, if it is missing
+    if cells[0].data == "mnist":  # fail now, not in every cell, if it is missing or damaged
+        folder = data_module.mnist_folder(data_dir)
+        cells = [dataclasses.replace(cell, data_dir=folder) for cell in cells]
     else:
         click.secho("SYNTHETIC DATA: random MNIST-shaped images; rates are real, accuracy is "
                     "meaningless; rows say dataset=synthetic", fg="yellow", err=True)
     rows = run_grid(cells, results_path, resume=resume, echo=click.echo)
     click.echo(format_rows(rows))
     click.echo(f"results: {results_path}")
+    not_finished = [r for r in rows if r["status"] in UNFINISHED]
+    if not_finished:
+        click.secho(f"{len(not_finished)} cell(s) {' or '.join(UNFINISHED)}: see their rows' "
+                    f"errors and logs; exit code {EXIT_CELLS_FAILED}", fg="red", err=True)
+        sys.exit(EXIT_CELLS_FAILED)
 
 
 @main.command("models")

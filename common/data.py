@@ -15,6 +15,8 @@ import numpy as np
 from common.errors import UserError
 
 MEAN, STD = 0.1307, 0.3081  # of the training pixels after /255
+TRAIN_SAMPLES = {"mnist": 60000, "synthetic": 60000}  # the base training set of each data kind
+TEST_SAMPLES = 10000
 
 # MD5 of each file as torchvision checks it: the .gz release and its gunzipped IDX file.
 IDX_FILES = {
@@ -69,7 +71,14 @@ def load_mnist(data_dir=None):
                     f"  {looked}\n{HOW_TO_GET}")
 
 
-def synthetic_mnist(seed=0, train=60000, test=10000):
+def mnist_folder(data_dir=None) -> str:
+    """The absolute folder MNIST is read from (checksums verified): resolved once, where the user
+    gave it, so that every cell reads exactly that folder whatever its working directory."""
+    source = Path(load_mnist(data_dir).source)
+    return str(source if source.is_dir() else source.parent)
+
+
+def synthetic_mnist(seed=0, train=TRAIN_SAMPLES["synthetic"], test=TEST_SAMPLES):
     """Random MNIST-shaped data: timings only, accuracy means nothing. Rows say dataset=synthetic."""
     rng = np.random.default_rng(seed)
     return MNIST(rng.integers(0, 256, (train, 28, 28), dtype=np.uint8),

@@ -1,12 +1,16 @@
 """Grid files (TOML) -> validated cells. A cell is one configuration to train and time."""
 import dataclasses
 import itertools
+import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import tomllib
 
 from common.backend import backend_class, check_backend_name, cpu_cores
+from common.data import TRAIN_SAMPLES
 from common.errors import UserError, did_you_mean
 from common.models import MODELS
 
@@ -35,6 +39,26 @@ DEFAULTS = {
     # device: the compute reference that compute vs communication is measured against.
     "compute_references": True,
 }
+
+
+# The largest value each whole-number setting can mean, and why.
+LIMITS = {
+    "devices": (4096, "no machine or cluster cell here has more devices"),
+    "multiples": (100, "the blog's largest dataset is 8x; at 100x one epoch is 6 million samples, "
+                       "whose sample order alone takes hundreds of MB per process"),
+    "epochs": (1000, "a benchmark needs 2 (epoch 1 warms up) and the lab 5"),
+    "repeats": (1000, "a few repeats give the intervals; thousands only take time"),
+    "seed": (2**32 - 1, "seeds are 32-bit in every framework"),
+    "timeout": (30 * 24 * 3600, "30 days is the longest timeout a cell may have"),
+    "max_train_samples": (max(TRAIN_SAMPLES.values()), "no training set here is larger"),
+    "memory_limit_mb": (lambda: machine_memory_mb(), "that is this machine's memory"),
+}
+MAX_CELLS = 100_000
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+def machine_memory_mb() -> int:
+    return psutil.virtual_memory().total // 2**20
 
 
 @dataclass(frozen=True)
@@ -128,6 +152,7 @@ def expand(spec: dict, overrides: dict | None = None, data_dir=None) -> list[Cel
     settings = {key: _check_value(key, spec[key], kind) for key, kind in SETTINGS.items()
                 if key in spec}
     _check_choices(values, settings)
+    _check_sizes(values, settings)
 
     configurations = []
     for backend, model, multiple, batch, devices in itertools.product(
@@ -185,10 +210,16 @@ def threads_per_device(cell: Cell) -> int:
 
 
 def _check_axis(key, value, kind):
+    """The axis' values, each checked, duplicates dropped (first occurrence kept): a value given
+    twice is one configuration, not two."""
     items = value if isinstance(value, list) else [value]
     if not items:
         raise UserError(f"'{key}' is empty; give at least one value")
-    return [_check_value(key, item, kind) for item in items]
+    return list(dict.fromkeys(_check_value(key, item, kind) for item in items))
+
+
+def _option(key):
+    return AXIS_OPTIONS.get(key, "--repeat" if key == "repeats" else "--" + key.replace("_", "-"))
 
 
 def _check_value(key, value, kind):
@@ -200,16 +231,47 @@ def _check_value(key, value, kind):
             raise UserError(f"'{key}' must be a number from 0 to 1 (a share of the cores), got "
                             f"{value!r}; fix it in the grid file or with --{key.replace('_', '-')}")
     elif kind is int:
-        option = AXIS_OPTIONS.get(key, "--repeat" if key == "repeats" else "--" + key.replace("_", "-"))
         if isinstance(value, bool) or not isinstance(value, int):
             raise UserError(f"'{key}' must be a whole number, got {value!r}; fix it in the grid "
-                            f"file or with {option}")
+                            f"file or with {_option(key)}")
         if value < 0 or (value == 0 and key not in ("max_train_samples", "seed", "memory_limit_mb")):
             raise UserError(f"'{key}' must be positive, got {value}; fix it in the grid file or "
-                            f"with {option}")
+                            f"with {_option(key)}")
+        limit, why = LIMITS.get(key, (None, None))
+        limit = limit() if callable(limit) else limit
+        if limit is not None and value > limit:
+            shown = (f"is a {len(str(value))}-digit number," if value >= 10 ** 18
+                     else f"{value:,} is")
+            raise UserError(f"'{key}' {shown} more than {limit:,}: {why}; fix it in the grid "
+                            f"file or with {_option(key)}")
     elif not isinstance(value, str):
         raise UserError(f"'{key}' must be text, got {value!r}")
+    elif "\0" in value:
+        raise UserError(f"'{key}' must not contain a NUL character")
     return value
+
+
+def _check_sizes(values, settings):
+    """A name that is a file name, a grid that fits in memory, batches no larger than the
+    training set."""
+    if not NAME.match(settings["name"]):
+        raise UserError(f"grid name {settings['name']!r} must be letters, digits, '.', '_' or '-' "
+                        f"(it names the results file results/<name>.jsonl), starting with a "
+                        f"letter or digit")
+    cells = math.prod(len(v) for v in values.values()) * settings["repeats"]
+    if cells > MAX_CELLS:
+        raise UserError(f"the grid has {cells:,} cells (axes x repeats); at most {MAX_CELLS:,}: "
+                        f"narrow an axis or lower --repeat")
+    base = min(TRAIN_SAMPLES[settings["data"]], settings["max_train_samples"] or math.inf)
+    for batch, devices, multiple in itertools.product(values["batches"], values["devices"],
+                                                      values["multiples"]):
+        global_batch = batch if settings["batch_mode"] == "global" else batch * devices
+        if global_batch > base * multiple:
+            raise UserError(
+                f"a global batch of {global_batch:,} (batch {batch:,} on {devices} devices, "
+                f"batch_mode {settings['batch_mode']}) is larger than the training set of "
+                f"{base * multiple:,} samples ({base:,} images x {multiple}): no epoch would have "
+                f"one step; lower --batch or raise --multiple / --max-train-samples")
 
 
 def _check_choices(values, settings):

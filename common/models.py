@@ -120,6 +120,20 @@ def initial_weights(name: str, seed: int) -> list[np.ndarray]:
     return tensors
 
 
+def activations_per_sample(name):
+    """Values one sample's forward pass produces and keeps for the backward pass: the input and
+    every layer's output (a conv's and a dense layer's ReLU is a tensor of its own)."""
+    total = math.prod(INPUT_SHAPE)
+    for layer, shape in layer_shapes(name):
+        if isinstance(layer, Conv):
+            total += 2 * layer.out_channels * shape[1] * shape[2]
+        elif isinstance(layer, MaxPool):
+            total += shape[0] * (shape[1] // layer.size) * (shape[2] // layer.size)
+        elif isinstance(layer, Dense):
+            total += layer.out_features * (2 if layer.relu else 1)
+    return total
+
+
 def gradient_bytes(name, bytes_per_value=4):
     """Bytes all-reduced per step: one float32 gradient per parameter."""
     return parameter_count(name) * bytes_per_value

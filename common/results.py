@@ -1,13 +1,18 @@
 """The results file: one result row (common.schema) per line, JSON Lines.
 
 Each append is one whole line written by one write() under an exclusive lock, then fsynced, so two
-grids can share a file and a signal cannot split a row. A line torn by a crash (or a line damaged by
-hand) is reported by line number when the file is read, every other row is kept, and the next append
-starts on a fresh line.
+grids can share a file and their rows never interleave. A write can still be cut short (SIGKILL or
+a power cut in the middle of a large row): a torn line, like any damaged line, is reported by line
+number when the file is read and skipped (resume runs its cell again), every other row is kept,
+and the next append starts on a fresh line.
 """
+import contextlib
+import errno
 import fcntl
 import json
 import os
+import sys
+import tempfile
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
@@ -20,9 +25,21 @@ def new_run_id():
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
 
 
-def check_writable(path):
-    """Fail before any cell runs if the results file cannot be written (missing folders are made)."""
-    path = Path(path)
+def check_results_path(path) -> Path:
+    """The results file as an absolute path, checked before any cell runs: a regular file (or one
+    to be made) that is not a link, in a folder that exists or can be made and written; its log
+    folder `<results>.logs` likewise."""
+    text = str(path)
+    if "\0" in text:
+        raise UserError("the --results path contains a NUL character")
+    path = Path(os.path.abspath(text))
+    for target, kind in ((path, "file"), (Path(f"{path}.logs"), "folder")):
+        if target.is_symlink():
+            raise UserError(f"{target} is a symbolic link; xbench writes only to a real {kind}: "
+                            f"give the path it points to, or another --results path")
+        if target.exists() and not (target.is_file() if kind == "file" else target.is_dir()):
+            raise UserError(f"{target} exists and is not a regular {kind} (a device, a pipe or "
+                            f"a socket cannot hold results); choose another --results path")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -31,34 +48,62 @@ def check_writable(path):
         raise UserError(f"cannot create the folder {path.parent} for the results file: {reason}; "
                         f"choose another --results path") from None
     try:
-        with open(path, "a"):
-            pass
+        if path.exists():
+            os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW))
+        else:  # a file made and removed again: nothing is left behind if the grid stops early
+            tempfile.TemporaryFile(dir=path.parent).close()
     except OSError as e:
         raise UserError(f"cannot write the results file {path}: {e.strerror}; choose another "
                         f"--results path in a folder you can write to") from None
+    return path
 
 
 def append_row(path, row):
-    """Append one row as one line: locked, written by a single write() (so a signal cannot split
-    it), fsynced. A torn last line left by a crashed writer is ended first, so it stays one
-    reported bad line and does not swallow this row."""
+    """Append one row as one line: under an exclusive lock, by a single write(), then fsynced.
+    A torn last line left by a crashed writer is ended first, so it stays one reported bad line
+    and does not swallow this row. If the line cannot be written whole (a full disk, a file size
+    limit), what was written of it is cut off again and the row is kept in a side file, named in
+    the error, so that no trained cell is lost."""
     line = (json.dumps(row, default=str) + "\n").encode()
     try:
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            size = os.fstat(fd).st_size
-            if size and os.pread(fd, 1, size - 1) != b"\n":
-                line = b"\n" + line
-            if os.write(fd, line) != len(line):
-                raise OSError("short write (is the disk full?)")
-            os.fsync(fd)
-        finally:
-            os.close(fd)  # closing releases the lock
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)
     except OSError as e:
-        raise UserError(f"cannot append to the results file {path}: {e.strerror or e}; the rows "
-                        f"already in it are intact; fix the cause and run the same command again "
-                        f"(it resumes)") from None
+        raise UserError(f"cannot open the results file {path}: {e.strerror}; "
+                        f"{keep_unwritten(path, line)}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            line = b"\n" + line
+        try:
+            if os.write(fd, line) != len(line):
+                raise OSError(errno.ENOSPC, "a short write (is the disk full?)")
+            os.fsync(fd)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)
+            raise UserError(f"cannot append to the results file {path}: {e.strerror or e}; the "
+                            f"rows already in it are intact; {keep_unwritten(path, line)}") from None
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def keep_unwritten(path, line):
+    """Save a row the results file could not take: beside it, else in the temporary folder, else
+    on standard error. Returns what to tell the user."""
+    for side in (Path(f"{path}.unsaved.jsonl"),
+                 Path(tempfile.gettempdir()) / f"xbench-unsaved-{os.getpid()}.jsonl"):
+        try:
+            with open(side, "ab") as f:
+                f.write(line.lstrip(b"\n"))
+                f.flush()
+                os.fsync(f.fileno())
+            return (f"the row was kept in {side}: once the cause is fixed, append it to the "
+                    f"results (cat {side} >> {path}) or run the same command again (it resumes)")
+        except OSError:
+            continue
+    sys.stderr.write(line.decode())
+    return "the row could not be saved anywhere and was printed on standard error above"
 
 
 def read_rows(path):
@@ -73,6 +118,10 @@ def read_rows(path):
                 row = json.loads(line)
             except json.JSONDecodeError as e:
                 problems.append(f"{path}: line {number}: not valid JSON ({e.msg}); line skipped")
+                continue
+            except RecursionError:
+                problems.append(f"{path}: line {number}: nested too deeply to be a result row; "
+                                f"line skipped")
                 continue
             problem = row_problem(row)
             if problem:
@@ -109,13 +158,27 @@ def _scalar(value):
     return json.dumps(value) if isinstance(value, (dict, list)) else value
 
 
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_safe(frame):
+    """A copy of `frame` whose text cells a spreadsheet will not run as formulas: a cell that
+    starts with = + - @ or a tab gets a leading apostrophe (OWASP's advice for CSV injection)."""
+    frame = frame.copy()
+    for column in frame.columns:
+        if any(isinstance(v, str) for v in frame[column]):
+            frame[column] = [f"'{v}" if isinstance(v, str) and v.startswith(FORMULA_START) else v
+                             for v in frame[column]]
+    return frame
+
+
 def export(rows, path):
     """Write rows to .csv or .parquet (pandas; pyarrow for Parquet)."""
     import pandas as pd
     frame = pd.DataFrame(flat_table(rows))
     path = Path(path)
     if path.suffix == ".csv":
-        frame.to_csv(path, index=False)
+        csv_safe(frame).to_csv(path, index=False)
     elif path.suffix == ".parquet":
         frame.to_parquet(path, index=False)
     else:

@@ -18,7 +18,10 @@ import traceback
 import uuid
 from pathlib import Path
 
+import psutil
+
 from common import env, results
+from common.claims import Claims
 from common.backend import cpu_cores, get_backend
 from common.errors import UserError
 from common.grid import threads_per_device
@@ -30,30 +33,50 @@ KILL_GRACE_SECONDS = 5
 ERROR_PRIORITY = ("oom", "unsupported", "failed")  # which rank's error names the cell's status
 DEVICES_PER_CORE = 4  # more CPU devices (processes or logical devices) measure only contention
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+MEMORY_SHARE = 0.9  # of the memory available when a cell starts, shared out over its processes
 
 
 def run_grid(cells, results_path, resume=True, echo=print):
     """Run every cell not already done; return the rows written by this run."""
+    results_path = results.check_results_path(results_path)
     check_devices(cells)
-    results.check_writable(results_path)
     echo(f"{len(cells)} cells -> {results_path}")
     earlier = earlier_rows(results_path, echo)
-    done = {(r["cell_key"], r["repeat"]) for r in earlier if r["status"] == "ok"} if resume else set()
     statuses = {r["cell_key"]: r["status"] for r in earlier}
+    done_before = {(r["cell_key"], r["repeat"]) for r in earlier if r["status"] == "ok"}
+    claims = Claims(results_path)
+
+    def done():
+        """Cells with an ok row in the results file now (another grid may have added some)."""
+        if not resume or not results_path.exists():
+            return set()
+        return {(r["cell_key"], r["repeat"]) for r in results.read_rows(results_path)[0]
+                if r["status"] == "ok"}
+
     run_id = results.new_run_id()
     log_dir = Path(f"{results_path}.logs") / run_id
     rows = []
     with _stop_on_signals():
         for number, cell in enumerate(cells, 1):
             prefix = f"[{number}/{len(cells)}] {cell.label}"
-            if (cell.key, cell.repeat) in done:
+            taken = ("done" if resume and (cell.key, cell.repeat) in done_before
+                     else claims.claim(cell.key, cell.repeat, done))
+            if taken == "done":
                 echo(f"{prefix}: done in {results_path} already (use --force to run it again)")
                 continue
-            if cell.reference_for and all(statuses.get(k) == "unsupported" for k in cell.reference_for):
-                row = unneeded_reference(cell, run_id)
-            else:
-                row = run_cell(cell, run_id, log_dir / f"{number:03d}.log")
-            results.append_row(results_path, row)
+            if taken:
+                echo(f"{prefix}: skipped: {taken}")
+                continue
+            try:
+                if cell.reference_for and all(statuses.get(k) == "unsupported"
+                                              for k in cell.reference_for):
+                    row = unneeded_reference(cell, run_id)
+                else:
+                    row = run_cell(cell, run_id, log_dir / f"{number:03d}.log")
+                results.append_row(results_path, row)
+            finally:
+                with _signals_held():
+                    claims.release(cell.key, cell.repeat)
             statuses[cell.key] = row["status"]
             rows.append(row)
             echo(f"{prefix}: {progress_line(row)}")
@@ -99,9 +122,17 @@ def run_cell(cell, run_id, log_path):
     try:
         backend = get_backend(cell.backend)
         framework = backend.framework
-        reason = backend.missing()
+        reason, needed = backend.missing(), backend.memory_estimate(cell)
+        machine = psutil.virtual_memory().total
         if reason:
             outcome = {"status": "unsupported", "error": reason}
+        elif needed > machine:
+            outcome = {"status": "oom",
+                       "error": f"not started: this cell needs about {needed / 2**30:,.1f} GiB "
+                                f"(model, activations of its batch, framework and data, for each "
+                                f"of its {backend.processes(cell)} process(es)), and this machine "
+                                f"has {machine / 2**30:,.1f} GiB; running it would only wake the "
+                                f"kernel's out-of-memory killer"}
         else:
             outcome, log = launch(backend, cell, log_path), str(log_path)
     except Exception:  # noqa: BLE001 - e.g. a backend that fails to import fails its cells, not the grid
@@ -121,7 +152,12 @@ def launch(backend, cell, log_path):
     # beside the log, so that what a killed runner could not clean up stays there, not in /tmp
     with tempfile.TemporaryDirectory(prefix=f"{log_path.stem}-", dir=log_path.parent) as out_dir:
         job_path = Path(out_dir) / "job.json"
+        # Each process may allocate at most its share of the memory available now: a cell that
+        # outgrows it gets its framework's out-of-memory error, never the kernel's OOM killer.
+        budget_mb = int(psutil.virtual_memory().available * MEMORY_SHARE
+                        / backend.processes(cell) / 2**20)
         job_path.write_text(json.dumps({"cell": cell.to_dict(), "threads_per_device": threads,
+                                        "memory_budget_mb": budget_mb,
                                         "launched_at": time.time()}))
         command = backend.launch_command(cell, [str(job_path), out_dir])
         process_threads = threads * backend.devices_per_process(cell)

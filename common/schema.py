@@ -128,8 +128,10 @@ def row_problem(row: Any) -> str | None:
     read are not."""
     if not isinstance(row, dict):
         return "not a JSON object"
-    version = row.get("schema_version")
-    if version in OLDER_VERSIONS:
+    if "schema_version" not in row:
+        return "no 'schema_version' field"
+    version = row["schema_version"]
+    if version in OLDER_VERSIONS and not isinstance(version, bool):
         return OLDER_VERSIONS[version]
     if version != SCHEMA_VERSION:
         return (f"schema_version {version!r} is not {SCHEMA_VERSION}, the version this xbench "
@@ -158,7 +160,24 @@ def row_problem(row: Any) -> str | None:
             return f"epoch entry {index}: {problem}"
     if status == "ok" and not row["epochs"]:
         return "an ok row with no epochs"
+    if not _valid_text(row):
+        return "a text in it is not valid Unicode (a lone surrogate)"
     return None
+
+
+def _valid_text(value) -> bool:
+    """True if every string (and key) in `value` can be written as UTF-8."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        return True
+    if isinstance(value, dict):
+        return all(_valid_text(k) and _valid_text(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_valid_text(v) for v in value)
+    return True
 
 
 def _may_be_null(required: str, status: str) -> bool:

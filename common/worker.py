@@ -28,10 +28,11 @@ def write_json(path, payload):
 
 
 def limit_memory(megabytes, framework):
-    """Emulate a device with `megabytes` of memory: once the framework is imported and the data
-    loaded, this process may allocate only that much more (RLIMIT_DATA), so a batch that does not
-    fit raises the framework's out-of-memory error, as it would on a GPU, instead of swapping or
-    waking the kernel's OOM killer."""
+    """Let this process allocate only `megabytes` more once its framework is imported and its data
+    loaded (RLIMIT_DATA), so that a batch that does not fit raises the framework's out-of-memory
+    error instead of swapping or waking the kernel's OOM killer. With the cell's memory_limit_mb
+    this emulates a smaller device; without it, the limit is the process's share of the memory
+    the machine had available when the cell started."""
     importlib.import_module(framework)
     status = Path("/proc/self/status").read_text()
     in_use = int(re.search(r"VmData:\s+(\d+) kB", status).group(1)) * 1024
@@ -46,11 +47,11 @@ def main(job_path, out_dir):
     out_dir = Path(out_dir)
     cell = Cell.from_dict(spec["cell"])
     backend = get_backend(cell.backend)
+    budget = spec["memory_budget_mb"]
     try:
         job = Job(cell=cell, data=data_module.load(cell),
                   threads_per_device=spec["threads_per_device"], launched_at=spec["launched_at"])
-        if cell.memory_limit_mb:
-            limit_memory(cell.memory_limit_mb, backend.framework)
+        limit_memory(min(cell.memory_limit_mb or budget, budget), backend.framework)
         print(f"xbench worker {os.getpid()}: {len(job.data.train_images)} training images loaded; "
               f"training {cell.label}", file=sys.stderr, flush=True)
         measurement = backend.train(job)
@@ -63,6 +64,9 @@ def main(job_path, out_dir):
     except BaseException as e:  # noqa: BLE001 - every failure must reach the row, then the exit code
         status = "oom" if backend.is_out_of_memory(e) else "failed"
         text = "".join([*traceback.format_exception_only(e), *traceback.format_tb(e.__traceback__)[-3:]])
+        if status == "oom" and not (cell.memory_limit_mb and cell.memory_limit_mb <= budget):
+            text = (f"out of this process's share of the machine's available memory "
+                    f"({budget:,} MB), not of a device's:\n{text}")
         write_json(out_dir / f"error-{os.getpid()}.json", {"status": status, "error": text})
         traceback.print_exc()
         return 1

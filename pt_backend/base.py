@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 class TorchBackend(Backend):
     framework = "torch"
     requires = ("torch",)
+    framework_memory_mb = 450
     install_hint = "install PyTorch with `make setup` (or `pip install torch` into the environment)"
 
     # --- hooks ---------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from common.errors import UserError
+from common.results import csv_safe
 from reports import analysis, figures, page, tables
 from reports.load import load
 from reports.stats import CI_METHOD
@@ -105,7 +106,7 @@ def build_report(paths, out, formats=FORMATS, where=None, include_contended=Fals
                                                table_set), encoding="utf-8")
     if "csv" in formats:
         written["csv"] = out / "cells.csv"
-        tables.cells_csv(cells).to_csv(written["csv"], index=False)
+        csv_safe(tables.cells_csv(cells)).to_csv(written["csv"], index=False)
     return notices, summary, written
 
 

@@ -12,6 +12,7 @@ import pandas as pd
 
 from common.errors import UserError
 from common.results import flat_table, read_rows
+from reports.query import select
 
 CONFIG_FIELDS = ("backend", "model", "dataset", "dataset_multiple", "batch_mode", "global_batch",
                  "per_device_batch", "devices")
@@ -103,19 +104,3 @@ def series_label(backend, dataset, env, environments):
     if environments > 1:
         label += f" [env {env}]"
     return label
-
-
-def select(frame, where):
-    """The rows matching the pandas query `where` (a UserError naming the problem if it is bad)."""
-    if not where:
-        return frame
-    try:
-        mask = frame.eval(where)
-    except Exception as e:  # pandas raises many types (SyntaxError, UndefinedVariableError, ...)
-        columns = ", ".join(c for c in frame.columns if c.isidentifier())
-        raise UserError(f"--where {where!r} is not a valid query over the rows: "
-                        f"{type(e).__name__}: {e}. Columns: {columns}") from None
-    if not isinstance(mask, pd.Series) or mask.dtype != bool:
-        raise UserError(f"--where {where!r} does not give true/false per row; write a condition "
-                        f"such as \"model == 'small' and devices > 1\"")
-    return frame[mask].reset_index(drop=True)

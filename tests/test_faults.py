@@ -279,7 +279,7 @@ def test_a_hung_rank_is_a_timeout_and_its_whole_group_is_killed(mnist_dir, tmp_p
     driver = start_grid(write_grid(tmp_path, timeout=45, **LONG_CELL), results, mnist_dir, mark)
     os.kill(training_rank(driver, results, mark, rank=1), signal.SIGSTOP)
     stdout, stderr = driver.communicate(timeout=SLOW)
-    assert driver.returncode == 0, stderr
+    assert driver.returncode == 3, stderr  # a cell timed out
     assert_none_left(mark, within=10)
     [row] = read_rows(results)[0]
     assert row["status"] == "timeout", row["error"]

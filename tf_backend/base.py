@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 class TensorFlowBackend(Backend):
     framework = "tensorflow"
     requires = ("tensorflow",)
+    framework_memory_mb = 800
     install_hint = ("install TensorFlow with `make setup`, or `pip install -e '.[tf]'` into the "
                     "environment (the CPU wheel, tensorflow-cpu)")
 

@@ -1,0 +1,94 @@
+"""`--where`: a filter that can only compare columns with values.
+
+The text is parsed as a Python expression and walked node by node: column names, literal values
+(text, numbers, true/false, None, lists of them), the comparisons == != < <= > >= in, not in,
+joined by and / or / not. Nothing in it is ever evaluated as code, so no query can call a
+function, read an attribute or reach a variable.
+"""
+import ast
+import operator
+
+import pandas as pd
+
+from common.errors import UserError
+
+COMPARISONS = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt,
+               ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge}
+HOW = ("--where compares columns with values (==, !=, <, <=, >, >=, in, not in), joined by "
+       "and / or / not, e.g. \"model == 'small' and devices > 1\"")
+
+
+def select(frame: pd.DataFrame, where: str | None) -> pd.DataFrame:
+    """The rows of `frame` matching `where` (a UserError naming the problem if it is not a
+    filter of this form)."""
+    if not where:
+        return frame
+    try:
+        tree = ast.parse(where, mode="eval")
+    except SyntaxError as e:
+        raise UserError(f"--where {where!r} is not a valid filter: SyntaxError: {e.msg}. {HOW}") from None
+    mask = _mask(tree.body, frame, where)
+    if not isinstance(mask, pd.Series) or mask.dtype != bool:
+        raise UserError(f"--where {where!r} does not give true/false per row. {HOW}")
+    return frame[mask].reset_index(drop=True)
+
+
+def _mask(node, frame, where):
+    if isinstance(node, ast.BoolOp):
+        masks = [_mask(value, frame, where) for value in node.values]
+        combine = operator.and_ if isinstance(node.op, ast.And) else operator.or_
+        result = masks[0]
+        for mask in masks[1:]:
+            result = combine(result, mask)
+        return result
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return ~_mask(node.operand, frame, where)
+    if isinstance(node, ast.Compare):
+        result, left = None, node.left
+        for op, right in zip(node.ops, node.comparators):
+            part = _compare(op, _operand(left, frame, where), _operand(right, frame, where), where)
+            result = part if result is None else result & part
+            left = right
+        return result
+    if isinstance(node, ast.Name):
+        return _operand(node, frame, where)
+    raise UserError(f"--where {where!r}: {type(node).__name__} is not allowed. {HOW}")
+
+
+def _operand(node, frame, where):
+    if isinstance(node, ast.Name):
+        if node.id not in frame.columns:
+            columns = ", ".join(c for c in frame.columns if str(c).isidentifier())
+            raise UserError(f"--where {where!r} is not a valid filter: no column '{node.id}'. "
+                            f"Columns: {columns}")
+        return frame[node.id]
+    if isinstance(node, ast.Constant) and (node.value is None or
+                                           isinstance(node.value, (str, int, float, bool))):
+        return node.value
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [_operand(item, frame, where) for item in node.elts
+                if isinstance(item, ast.Constant) or _refuse(item, where)]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) \
+            and isinstance(node.operand, ast.Constant) and isinstance(node.operand.value, (int, float)):
+        return -node.operand.value
+    return _refuse(node, where)
+
+
+def _refuse(node, where):
+    raise UserError(f"--where {where!r}: {type(node).__name__} is not allowed (only column names "
+                    f"and literal values). {HOW}")
+
+
+def _compare(op, left, right, where):
+    if isinstance(op, (ast.In, ast.NotIn)):
+        if not isinstance(left, pd.Series) or not isinstance(right, list):
+            raise UserError(f"--where {where!r}: 'in' takes a column on the left and a list of "
+                            f"values on the right, e.g. \"backend in ['pt-ddp', 'hvd-torch']\"")
+        found = left.isin(right)
+        return found if isinstance(op, ast.In) else ~found
+    if type(op) not in COMPARISONS:
+        raise UserError(f"--where {where!r}: {type(op).__name__} is not a comparison it knows. {HOW}")
+    result = COMPARISONS[type(op)](left, right)
+    if not isinstance(result, pd.Series):
+        raise UserError(f"--where {where!r} compares two values without a column. {HOW}")
+    return result.fillna(False).astype(bool)
