@@ -26,6 +26,7 @@ from common.models import activations_per_sample, parameter_count
 
 if TYPE_CHECKING:
     from common.grid import Cell
+    from common.launch import Placement
     from common.schema import Measurement
     from common.training import Job
 
@@ -35,6 +36,7 @@ BACKENDS = {
     "pt-ddp": "pt_backend.ddp:DistributedDataParallelBackend",
     "tf-single": "tf_backend.single:SingleDeviceTensorFlowBackend",
     "tf-mirrored": "tf_backend.mirrored:MirroredBackend",
+    "tf-multiworker": "tf_backend.multiworker:MultiWorkerMirroredBackend",
     "hvd-torch": "pt_backend.hvd:HorovodTorchBackend",
     "hvd-tf": "tf_backend.hvd:HorovodTensorFlowBackend",
 }
@@ -46,6 +48,11 @@ class Backend(abc.ABC):
     name: ClassVar[str] = ""
     framework: ClassVar[str] = ""             # "torch" or "tensorflow"
     spans_devices: ClassVar[bool] = True      # False: a single-device reference, 1 device only
+    spans_nodes: ClassVar[bool] = False       # True: its ranks can run on several machines
+    # How its command is started: once per node ("node": torchrun, or a one-process worker),
+    # once per device ("task": a worker per device), or once for the cell ("once": a launcher
+    # that starts every rank itself, on every node).
+    launch_scope: ClassVar[str] = "node"
     requires: ClassVar[tuple[str, ...]] = ()  # importable modules this backend needs
     install_hint: ClassVar[str] = ""          # what to run when one of them is missing
     # A process's framework, libraries and data before training (peak RSS of the small model's
@@ -66,11 +73,12 @@ class Backend(abc.ABC):
         return ", ".join(f"{m} {_version(m)}" for m in self.requires)
 
     def processes(self, cell: Cell) -> int:
-        """Processes one cell runs in (the cores are shared out between them)."""
+        """Processes of the cell on each node (the node's cores are shared out between them)."""
         return 1
 
-    def launch_command(self, cell: Cell, worker_args: list[str]) -> list[str]:
-        """The command line that starts this cell's process(es); each runs `common.worker`."""
+    def launch_command(self, cell: Cell, worker_args: list[str], placement: Placement) -> list[str]:
+        """The command line run at this backend's launch scope; each rank runs `common.worker`.
+        `placement`: where the cell's nodes are (common.launch.Placement)."""
         return [sys.executable, "-m", "common.worker", *worker_args]
 
     # --- in each launched process --------------------------------------------------------------
@@ -80,7 +88,7 @@ class Backend(abc.ABC):
         return cell.devices // self.processes(cell)
 
     def memory_estimate(self, cell: Cell) -> int:
-        """Bytes of this machine's memory the cell's processes need, before it runs (on a GPU
+        """Bytes of a node's memory the cell's processes there need, before it runs (on a GPU
         the model and activations live on the device; counted here as if on the CPU, the
         conservative case): per process, the framework and data, the sample order and the
         recorded indices, and per device the model with its gradients and Adam's two moments
@@ -91,10 +99,18 @@ class Backend(abc.ABC):
                       + cell.per_device_batch * activations_per_sample(cell.model) * 4 * 3)
         per_process = (self.framework_memory_mb * 2**20 + samples * 8 * (cell.epochs + 2)
                        + per_device * self.devices_per_process(cell))
-        return int(per_process * self.processes(cell))
+        return int(per_process * self.processes(cell))  # on each node
 
     def unsupported_reason(self, cell: Cell, device_kind: str) -> str | None:
         """Why this backend cannot run `cell` on `device_kind` ("cpu" or "cuda"), or None."""
+        return None
+
+    def cannot_launch(self, cell: Cell) -> str | None:
+        """Why the runner should not even start `cell` (it asks for what this backend never
+        does), or None."""
+        if cell.nodes > 1 and not self.spans_nodes:
+            return (f"{self.name} runs on one machine: it cannot span {cell.nodes} nodes; "
+                    f"pt-ddp, tf-multiworker, hvd-torch and hvd-tf can")
         return None
 
     def choose_device(self, cell: Cell, gpus_seen: int, seen_by: str) -> str:
@@ -103,11 +119,11 @@ class Backend(abc.ABC):
         if cell.device == "cuda" and gpus_seen == 0:
             raise Unsupported(f"the cell asks for device 'cuda' but {seen_by} sees no CUDA device")
         kind = "cpu" if cell.device == "cpu" or gpus_seen == 0 else "cuda"
-        if kind == "cuda" and gpus_seen < cell.devices:
+        if kind == "cuda" and gpus_seen < cell.devices:  # on this node
             raise Unsupported(f"the cell needs {cell.devices} CUDA devices; {seen_by} sees "
                               f"{gpus_seen}")
         reason = self.unsupported_reason(cell, kind)
-        if not self.spans_devices and cell.devices > 1:
+        if not self.spans_devices and cell.world > 1:
             reason = f"{self.name} is a single-device reference: it runs on 1 device only"
         if reason:
             raise Unsupported(reason)

@@ -11,6 +11,7 @@ from common import grid as grid_module
 from common import models, results
 from common.backend import BACKENDS, get_backend
 from common.errors import UserError
+from common.launch import LocalLauncher, SlurmLauncher
 from common.runner import run_grid
 from common.table import format_rows
 
@@ -48,7 +49,10 @@ def main():
 @click.option("--model", callback=str_list, help="Models, comma-separated: " + ", ".join(models.MODELS))
 @click.option("--multiple", callback=int_list, help="Dataset multiples, e.g. 1,4,8.")
 @click.option("--batch", callback=int_list, help="Batch sizes, e.g. 128,256,512.")
-@click.option("--devices", callback=int_list, help="Device counts, e.g. 1,2,4.")
+@click.option("--nodes", callback=int_list,
+              help="Node counts, e.g. 1,2 (each node has --devices devices; needs --launcher slurm "
+                   "beyond 1).")
+@click.option("--devices", callback=int_list, help="Device counts per node, e.g. 1,2,4.")
 @click.option("--epochs", type=int, help="Epochs per run (>= 2: epoch 1 warms up).")
 @click.option("--repeat", type=int, help="Repeats of every cell (dispersion needs >= 3).")
 @click.option("--batch-mode", type=click.Choice(grid_module.BATCH_MODES),
@@ -66,6 +70,16 @@ def main():
 @click.option("--compute-references/--no-compute-references", default=None,
               help="Add (default) or leave out the 1-device runs at the N-device cells' "
                    "per-device batch and threads that compute vs communication needs.")
+@click.option("--launcher", type=click.Choice(grid_module.LAUNCHERS),
+              help="Where cells run: this machine (local, the default) or a Slurm cluster, every "
+                   "cell one job.")
+@click.option("--slurm-partition", help="Slurm partition to submit to (default: the cluster's).")
+@click.option("--slurm-account", help="Slurm account to charge.")
+@click.option("--slurm-time", type=int,
+              help="Slurm time limit per cell, minutes (default: the cell's timeout, rounded up).")
+@click.option("--slurm-gpus-per-node", type=int,
+              help="GPUs to ask for per node (default: --devices with --device cuda, else none).")
+@click.option("--slurm-args", help="Extra sbatch arguments, e.g. \"--qos=short --exclusive\".")
 @click.option("--memory-limit-mb", type=int,
               help="Memory each worker may allocate for training, on top of its framework and "
                    "data (emulates a smaller device: a batch that does not fit is an 'oom' row).")
@@ -74,19 +88,26 @@ def main():
 @click.option("--resume/--force", default=True,
               help="Skip cells that already have an ok row in the results file (default), or rerun all.")
 @click.option("--dry-run", is_flag=True, help="List the cells, run nothing.")
-def grid(grid_file, preset, backend, model, multiple, batch, devices, epochs, repeat, batch_mode,
-         max_train_samples, data, data_dir, device, seed, timeout, contention_limit,
-         compute_references, memory_limit_mb, results_path, resume, dry_run):
+def grid(grid_file, preset, backend, model, multiple, batch, nodes, devices, epochs, repeat,
+         batch_mode, max_train_samples, data, data_dir, device, seed, timeout, contention_limit,
+         compute_references, launcher, slurm_partition, slurm_account, slurm_time,
+         slurm_gpus_per_node, slurm_args, memory_limit_mb, results_path, resume, dry_run):
     """Run a grid of cells (a grid file, or --preset), one result row per cell and repeat."""
     if bool(grid_file) == bool(preset):
         raise UserError("give a grid file or --preset NAME (not both), e.g. `xbench grid --preset smoke`")
     spec = grid_module.read_grid_file(grid_file or grid_module.preset_path(preset))
     overrides = {"backends": backend, "models": model, "multiples": multiple, "batches": batch,
-                 "devices": devices, "epochs": epochs, "repeats": repeat, "batch_mode": batch_mode,
+                 "nodes": nodes, "devices": devices, "epochs": epochs, "repeats": repeat,
+                 "batch_mode": batch_mode, "launcher": launcher,
+                 "slurm_partition": slurm_partition, "slurm_account": slurm_account,
+                 "slurm_time": slurm_time, "slurm_gpus_per_node": slurm_gpus_per_node,
+                 "slurm_args": slurm_args,
                  "max_train_samples": max_train_samples, "data": data, "device": device,
                  "seed": seed, "timeout": timeout, "memory_limit_mb": memory_limit_mb,
                  "contention_limit": contention_limit, "compute_references": compute_references}
-    cells = grid_module.expand(spec, overrides)
+    where = make_launcher(grid_module.resolve(spec, overrides)[1])
+    cells = grid_module.expand(spec, overrides, cores=where.cores)
+    where.check(cells)
     # Every path is resolved here, once: the cells run in other working directories.
     results_path = results.check_results_path(
         results_path or DEFAULT_RESULTS_DIR / f"{spec['name']}.jsonl")
@@ -101,7 +122,7 @@ def grid(grid_file, preset, backend, model, multiple, batch, devices, epochs, re
     else:
         click.secho("SYNTHETIC DATA: random MNIST-shaped images; rates are real, accuracy is "
                     "meaningless; rows say dataset=synthetic", fg="yellow", err=True)
-    rows = run_grid(cells, results_path, resume=resume, echo=click.echo)
+    rows = run_grid(cells, results_path, resume=resume, echo=click.echo, launcher=where)
     click.echo(format_rows(rows))
     click.echo(f"results: {results_path}")
     not_finished = [r for r in rows if r["status"] in UNFINISHED]
@@ -109,6 +130,15 @@ def grid(grid_file, preset, backend, model, multiple, batch, devices, epochs, re
         click.secho(f"{len(not_finished)} cell(s) {' or '.join(UNFINISHED)}: see their rows' "
                     f"errors and logs; exit code {EXIT_CELLS_FAILED}", fg="red", err=True)
         sys.exit(EXIT_CELLS_FAILED)
+
+
+def make_launcher(settings):
+    """The launcher the grid's settings ask for."""
+    if settings["launcher"] == "slurm":
+        return SlurmLauncher(settings["slurm_partition"], settings["slurm_account"],
+                             settings["slurm_time"], settings["slurm_gpus_per_node"],
+                             settings["slurm_args"])
+    return LocalLauncher()
 
 
 @main.command("models")

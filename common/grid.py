@@ -20,13 +20,17 @@ DATA_KINDS = ("mnist", "synthetic")
 DEVICE_KINDS = ("auto", "cpu", "cuda")
 
 # Axes take lists (every combination is a cell); settings take one value.
-AXES = {"backends": str, "models": str, "multiples": int, "batches": int, "devices": int}
+AXES = {"backends": str, "models": str, "multiples": int, "batches": int, "nodes": int,
+        "devices": int}
 AXIS_OPTIONS = {"backends": "--backend", "models": "--model", "multiples": "--multiple",
-                "batches": "--batch", "devices": "--devices"}
+                "batches": "--batch", "nodes": "--nodes", "devices": "--devices"}
+LAUNCHERS = ("local", "slurm")
 SETTINGS = {
     "name": str, "description": str, "epochs": int, "repeats": int, "batch_mode": str,
     "seed": int, "timeout": int, "max_train_samples": int, "data": str, "device": str,
     "memory_limit_mb": int, "contention_limit": float, "compute_references": bool,
+    "launcher": str, "slurm_partition": str, "slurm_account": str, "slurm_time": int,
+    "slurm_gpus_per_node": int, "slurm_args": str,
 }
 DEFAULTS = {
     "description": "", "epochs": 2, "repeats": 1, "batch_mode": "global", "seed": 0,
@@ -38,12 +42,22 @@ DEFAULTS = {
     # Add, for every N-device cell, the 1-device run at its per-device batch and its threads per
     # device: the compute reference that compute vs communication is measured against.
     "compute_references": True,
+    "nodes": [1],  # devices is per node: a cell has nodes x devices workers
+    "launcher": "local",
+    # Slurm (launcher = "slurm"): the partition and account to submit to ("": the cluster's
+    # default), the time limit in minutes (0: the cell's timeout, rounded up), GPUs per node
+    # (0: the cell's devices with --device cuda, else none), extra sbatch arguments.
+    "slurm_partition": "", "slurm_account": "", "slurm_time": 0, "slurm_gpus_per_node": 0,
+    "slurm_args": "",
 }
 
 
 # The largest value each whole-number setting can mean, and why.
 LIMITS = {
     "devices": (4096, "no machine or cluster cell here has more devices"),
+    "nodes": (4096, "no cluster cell here has more nodes"),
+    "slurm_time": (30 * 24 * 60, "30 days is the longest timeout a cell may have"),
+    "slurm_gpus_per_node": (64, "no node has more GPUs"),
     "multiples": (100, "the blog's largest dataset is 8x; at 100x one epoch is 6 million samples, "
                        "whose sample order alone takes hundreds of MB per process"),
     "epochs": (1000, "a benchmark needs 2 (epoch 1 warms up) and the lab 5"),
@@ -69,7 +83,7 @@ class Cell:
     model: str
     multiple: int
     batch: int
-    devices: int
+    devices: int  # per node
     epochs: int
     batch_mode: str
     seed: int
@@ -80,32 +94,41 @@ class Cell:
     memory_limit_mb: int = 0
     contention_limit: float = DEFAULTS["contention_limit"]
     threads: int = 0  # compute threads per device; 0: the cores shared out over the devices
+    nodes: int = 1
+    launcher: str = "local"
     data_dir: str | None = None
     reference_for: tuple[str, ...] = ()  # a compute reference: the keys of the cells it serves
     repeat: int = 0
 
     @property
+    def world(self) -> int:
+        """Devices over all nodes: the data-parallel width of the cell."""
+        return self.nodes * self.devices
+
+    @property
     def global_batch(self) -> int:
-        return self.batch if self.batch_mode == "global" else self.batch * self.devices
+        return self.batch if self.batch_mode == "global" else self.batch * self.world
 
     @property
     def per_device_batch(self) -> int:
-        return self.batch // self.devices if self.batch_mode == "global" else self.batch
+        return self.batch // self.world if self.batch_mode == "global" else self.batch
 
     @property
     def key(self) -> str:
         """Identifies the configuration (not the repeat): resume and reports group by it."""
         cap = f"|cap{self.max_train_samples}" if self.max_train_samples else ""
         threads = f"|t{self.threads}" if self.threads else ""
+        nodes = f"|n{self.nodes}" if self.nodes > 1 else ""
         return (f"{self.backend}|{self.model}|x{self.multiple}|{self.batch_mode}-b{self.batch}"
-                f"|d{self.devices}|e{self.epochs}|seed{self.seed}|{self.data}{cap}|{self.device}"
-                f"{threads}")
+                f"{nodes}|d{self.devices}|e{self.epochs}|seed{self.seed}|{self.data}{cap}"
+                f"|{self.device}{threads}")
 
     @property
     def label(self) -> str:
         threads = f" t{self.threads}" if self.threads else ""
+        nodes = f"n{self.nodes}x" if self.nodes > 1 else ""
         return (f"{self.backend} {self.model} x{self.multiple} b{self.global_batch} "
-                f"d{self.devices}{threads} r{self.repeat}")
+                f"{nodes}d{self.devices}{threads} r{self.repeat}")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -141,8 +164,8 @@ def preset_path(name):
     return path
 
 
-def expand(spec: dict, overrides: dict | None = None, data_dir=None) -> list[Cell]:
-    """Validate the spec (with command-line overrides applied) and return its cells in run order."""
+def resolve(spec: dict, overrides: dict | None = None) -> tuple[dict, dict]:
+    """(axes, settings) of the spec with command-line overrides applied, each value checked."""
     spec = {**DEFAULTS, **spec, **{k: v for k, v in (overrides or {}).items() if v is not None}}
     for key in AXES:
         if key not in spec:
@@ -153,16 +176,25 @@ def expand(spec: dict, overrides: dict | None = None, data_dir=None) -> list[Cel
                 if key in spec}
     _check_choices(values, settings)
     _check_sizes(values, settings)
+    return values, settings
+
+
+def expand(spec: dict, overrides: dict | None = None, data_dir=None,
+           cores: int | None = None) -> list[Cell]:
+    """Validate the spec (with command-line overrides applied) and return its cells in run order.
+    `cores`: the cores of one node where the cells will run (default: this machine's)."""
+    values, settings = resolve(spec, overrides)
 
     configurations = []
-    for backend, model, multiple, batch, devices in itertools.product(
+    for backend, model, multiple, batch, nodes, devices in itertools.product(
             values["backends"], values["models"], values["multiples"], values["batches"],
-            values["devices"]):
-        if devices > 1 and not backend_class(backend).spans_devices:
+            values["nodes"], values["devices"]):
+        if nodes * devices > 1 and not backend_class(backend).spans_devices:
             continue  # a single-device reference has no N-device cells
         configurations.append(Cell(
             grid=settings["name"], backend=backend, model=model, multiple=multiple,
-            batch=batch, devices=devices, epochs=settings["epochs"],
+            batch=batch, nodes=nodes, devices=devices, launcher=settings["launcher"],
+            epochs=settings["epochs"],
             batch_mode=settings["batch_mode"], seed=settings["seed"],
             max_train_samples=settings["max_train_samples"], data=settings["data"],
             device=settings["device"], timeout=settings["timeout"],
@@ -173,14 +205,14 @@ def expand(spec: dict, overrides: dict | None = None, data_dir=None) -> list[Cel
         raise UserError(f"no cells: {', '.join(values['backends'])} run on one device only, and "
                         f"--devices {','.join(map(str, values['devices']))} has no 1")
     if settings["compute_references"]:
-        configurations += compute_references(configurations)
+        configurations += compute_references(configurations, cores or cpu_cores())
     # Repeat by repeat: every configuration once, then again, so that a drift in what else the
     # machine does spreads over all of them instead of falling on one configuration's repeats.
     return [dataclasses.replace(c, repeat=r) for r in range(settings["repeats"])
             for c in configurations]
 
 
-def compute_references(cells: list[Cell]) -> list[Cell]:
+def compute_references(cells: list[Cell], cores: int) -> list[Cell]:
     """For every N-device cell: the same backend on 1 device at the N-device cell's per-device
     batch and compute threads per device (on a CPU, N ranks share the cores, so each has fewer
     threads than a 1-device run). Compute vs communication compares the two. A reference already
@@ -189,13 +221,12 @@ def compute_references(cells: list[Cell]) -> list[Cell]:
     have = {c.key for c in cells}
     added = {}
     for cell in cells:
-        if cell.devices == 1:
+        if cell.world == 1:
             continue
-        threads = threads_per_device(cell)
+        threads = threads_per_device(cell, cores)
+        alone = dataclasses.replace(cell, nodes=1, devices=1, batch=cell.per_device_batch)
         reference = dataclasses.replace(
-            cell, devices=1, batch=cell.per_device_batch,
-            threads=0 if threads == threads_per_device(dataclasses.replace(cell, devices=1))
-            else threads)
+            alone, threads=0 if threads == threads_per_device(alone, cores) else threads)
         if reference.key in have:
             continue
         served = added.get(reference.key, reference).reference_for
@@ -203,10 +234,10 @@ def compute_references(cells: list[Cell]) -> list[Cell]:
     return list(added.values())
 
 
-def threads_per_device(cell: Cell) -> int:
-    """Compute threads each device of `cell` gets: its pinned count, else the cores shared out
-    over its devices, at least 1."""
-    return cell.threads or max(1, cpu_cores() // cell.devices)
+def threads_per_device(cell: Cell, cores: int) -> int:
+    """Compute threads each device of `cell` gets: its pinned count, else the `cores` of a node
+    shared out over its devices there, at least 1."""
+    return cell.threads or max(1, cores // cell.devices)
 
 
 def _check_axis(key, value, kind):
@@ -234,7 +265,8 @@ def _check_value(key, value, kind):
         if isinstance(value, bool) or not isinstance(value, int):
             raise UserError(f"'{key}' must be a whole number, got {value!r}; fix it in the grid "
                             f"file or with {_option(key)}")
-        if value < 0 or (value == 0 and key not in ("max_train_samples", "seed", "memory_limit_mb")):
+        if value < 0 or (value == 0 and key not in ("max_train_samples", "seed", "memory_limit_mb",
+                                                    "slurm_time", "slurm_gpus_per_node")):
             raise UserError(f"'{key}' must be positive, got {value}; fix it in the grid file or "
                             f"with {_option(key)}")
         limit, why = LIMITS.get(key, (None, None))
@@ -263,8 +295,9 @@ def _check_sizes(values, settings):
         raise UserError(f"the grid has {cells:,} cells (axes x repeats); at most {MAX_CELLS:,}: "
                         f"narrow an axis or lower --repeat")
     base = min(TRAIN_SAMPLES[settings["data"]], settings["max_train_samples"] or math.inf)
-    for batch, devices, multiple in itertools.product(values["batches"], values["devices"],
-                                                      values["multiples"]):
+    for batch, nodes, devices, multiple in itertools.product(
+            values["batches"], values["nodes"], values["devices"], values["multiples"]):
+        devices *= nodes
         global_batch = batch if settings["batch_mode"] == "global" else batch * devices
         if global_batch > base * multiple:
             raise UserError(
@@ -285,8 +318,19 @@ def _check_choices(values, settings):
         if settings[key] not in allowed:
             raise UserError(f"'{key}' must be one of {', '.join(allowed)}, got "
                             f"'{settings[key]}'{did_you_mean(settings[key], allowed)}")
+    if not any(backend_class(b).spans_nodes for b in values["backends"]) and max(values["nodes"]) > 1:
+        raise UserError(f"{', '.join(values['backends'])} cannot span nodes (each runs on one "
+                        f"machine): --nodes {max(values['nodes'])} needs pt-ddp, tf-multiworker, "
+                        f"hvd-torch or hvd-tf")
+    if max(values["nodes"]) > 1 and settings["launcher"] == "local":
+        raise UserError(f"the local launcher runs on this one machine: --nodes "
+                        f"{max(values['nodes'])} needs --launcher slurm")
+    if settings["launcher"] not in LAUNCHERS:
+        raise UserError(f"'launcher' must be one of {', '.join(LAUNCHERS)}, got "
+                        f"'{settings['launcher']}'{did_you_mean(settings['launcher'], LAUNCHERS)}")
     if settings["batch_mode"] == "global":
-        bad = [(b, d) for b in values["batches"] for d in values["devices"] if b % d]
+        bad = [(b, d) for b in values["batches"]
+               for d in {n * d for n in values["nodes"] for d in values["devices"]} if b % d]
         if bad:
             pairs = ", ".join(f"batch {b} on {d} devices" for b, d in bad)
             raise UserError(f"in batch_mode 'global' the batch is split over the devices, so it must "

@@ -35,25 +35,26 @@ def describe():
 
 
 class HorovodLaunch:
-    """Mixed into hvd-torch and hvd-tf: N processes, started by horovodrun, needing Horovod's build."""
+    """Mixed into hvd-torch and hvd-tf: a process per device on every node, all started by one
+    horovodrun (over ssh for a node that is not this machine), needing Horovod's build."""
     install_hint = BUILD_HINT
+    spans_nodes = True
+    launch_scope = "once"
 
     def processes(self, cell):
         return cell.devices
 
-    def launch_command(self, cell, worker_args):
-        return horovodrun_command(cell, worker_args)
+    def launch_command(self, cell, worker_args, placement):
+        """`horovodrun -np WORLD -H host1:N,host2:N --gloo python -m common.worker ...`."""
+        horovodrun = Path(sys.executable).with_name("horovodrun")
+        launcher = (str(horovodrun) if horovodrun.exists()
+                    else shutil.which("horovodrun") or "horovodrun")
+        hosts = ",".join(f"{host}:{cell.devices}" for host in placement.hosts)
+        return [launcher, "-np", str(cell.world), "-H", hosts, "--gloo",
+                sys.executable, "-m", "common.worker", *worker_args]
 
     def describe(self):
         return describe()
-
-
-def horovodrun_command(cell, worker_args):
-    """`horovodrun -np N -H localhost:N --gloo python -m common.worker ...`."""
-    horovodrun = Path(sys.executable).with_name("horovodrun")
-    launcher = str(horovodrun) if horovodrun.exists() else shutil.which("horovodrun") or "horovodrun"
-    return [launcher, "-np", str(cell.devices), "-H", f"localhost:{cell.devices}", "--gloo",
-            sys.executable, "-m", "common.worker", *worker_args]
 
 
 def details(hvd):
@@ -63,7 +64,8 @@ def details(hvd):
                  ("all-reduce", f"Horovod's ring all-reduce over {controller}"))
     return {"horovod_version": importlib.metadata.version("horovod"), "controller": controller,
             "gpu_operations": "nccl" if hvd.nccl_built() else None, "hvd_size": hvd.size(),
-            "launcher": "horovodrun --gloo", "reduction": reduction[0],
+            "launcher": f"horovodrun --gloo, {hvd.cross_size()} host(s)",
+            "reduction": reduction[0],
             "reduction_detail": reduction[1]}
 
 

@@ -7,39 +7,37 @@ fail to import), the grid goes on; Ctrl-C, SIGTERM or even SIGKILL of the runner
 running cell, and no process of it is left behind.
 """
 import contextlib
-import ctypes
 import json
 import os
 import signal
-import subprocess
 import tempfile
 import time
 import traceback
 import uuid
 from pathlib import Path
 
-import psutil
-
 from common import env, results
+from common.backend import get_backend
 from common.claims import Claims
-from common.backend import cpu_cores, get_backend
 from common.errors import UserError
 from common.grid import threads_per_device
+from common.launch import LocalLauncher, signals_held
 from common.schema import Measurement, make_row, now
 
 REPO = Path(__file__).resolve().parent.parent
 LOG_TAIL_LINES = 15
-KILL_GRACE_SECONDS = 5
 ERROR_PRIORITY = ("oom", "unsupported", "failed")  # which rank's error names the cell's status
 DEVICES_PER_CORE = 4  # more CPU devices (processes or logical devices) measure only contention
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
 MEMORY_SHARE = 0.9  # of the memory available when a cell starts, shared out over its processes
 
 
-def run_grid(cells, results_path, resume=True, echo=print):
-    """Run every cell not already done; return the rows written by this run."""
+def run_grid(cells, results_path, resume=True, echo=print, launcher=None):
+    """Run every cell not already done, with `launcher` (common.launch; default: this machine);
+    return the rows written by this run."""
+    launcher = launcher or LocalLauncher()
     results_path = results.check_results_path(results_path)
-    check_devices(cells)
+    launcher.check(cells)
+    check_devices(cells, launcher.cores)
     echo(f"{len(cells)} cells -> {results_path}")
     earlier = earlier_rows(results_path, echo)
     statuses = {r["cell_key"]: r["status"] for r in earlier}
@@ -70,12 +68,12 @@ def run_grid(cells, results_path, resume=True, echo=print):
             try:
                 if cell.reference_for and all(statuses.get(k) == "unsupported"
                                               for k in cell.reference_for):
-                    row = unneeded_reference(cell, run_id)
+                    row = unneeded_reference(cell, run_id, launcher)
                 else:
-                    row = run_cell(cell, run_id, log_dir / f"{number:03d}.log")
+                    row = run_cell(cell, run_id, log_dir / f"{number:03d}.log", launcher)
                 results.append_row(results_path, row)
             finally:
-                with _signals_held():
+                with signals_held():
                     claims.release(cell.key, cell.repeat)
             statuses[cell.key] = row["status"]
             rows.append(row)
@@ -83,15 +81,15 @@ def run_grid(cells, results_path, resume=True, echo=print):
     return rows
 
 
-def check_devices(cells):
+def check_devices(cells, cores):
     """Refuse a device count no CPU run can mean. A CUDA cell asking for more GPUs than the
     machine has is the backend's to judge: it becomes an `unsupported` row."""
-    limit = DEVICES_PER_CORE * cpu_cores()
+    limit = DEVICES_PER_CORE * cores
     too_many = sorted({c.devices for c in cells if c.device != "cuda" and c.devices > limit})
     if too_many:
         raise UserError(
             f"--devices {', '.join(map(str, too_many))} is more than this machine can run on CPU: "
-            f"each CPU device is a process (or a logical device) sharing its {cpu_cores()} cores, and "
+            f"each CPU device is a process (or a logical device) sharing its {cores} cores, and "
             f"beyond {limit} ({DEVICES_PER_CORE} per core) a run measures only contention. Use at "
             f"most {limit} devices here, or --device cuda on a machine with that many GPUs")
 
@@ -106,113 +104,88 @@ def earlier_rows(results_path, echo=print):
     return rows
 
 
-def unneeded_reference(cell, run_id):
+def unneeded_reference(cell, run_id, launcher):
     """The row of a compute reference whose N-device cells are all unsupported here: it is not
     run (it would measure a comparison that cannot be made)."""
     return make_row(cell, run_id, now(), "unsupported",
                     f"not run: the compute reference of {', '.join(cell.reference_for)}, which "
                     f"cannot run here", None, None, env.capture(), None, 0.0,
-                    threads_per_device(cell))
+                    threads_per_device(cell, launcher.cores))
 
 
-def run_cell(cell, run_id, log_path):
+def run_cell(cell, run_id, log_path, launcher):
     """One cell, start to end: its result row, whatever happened."""
     started_at, started = now(), time.perf_counter()
     framework, log, outcome = None, None, {}
     try:
         backend = get_backend(cell.backend)
         framework = backend.framework
-        reason, needed = backend.missing(), backend.memory_estimate(cell)
-        machine = psutil.virtual_memory().total
+        reason = backend.missing() or backend.cannot_launch(cell)
+        needed, node = backend.memory_estimate(cell), launcher.node_memory_mb * 2**20
         if reason:
             outcome = {"status": "unsupported", "error": reason}
-        elif needed > machine:
+        elif needed > node:
             outcome = {"status": "oom",
                        "error": f"not started: this cell needs about {needed / 2**30:,.1f} GiB "
-                                f"(model, activations of its batch, framework and data, for each "
-                                f"of its {backend.processes(cell)} process(es)), and this machine "
-                                f"has {machine / 2**30:,.1f} GiB; running it would only wake the "
-                                f"kernel's out-of-memory killer"}
+                                f"on a node (model, activations of its batch, framework and data, "
+                                f"for each of its {backend.processes(cell)} process(es) there), "
+                                f"and a node has {node / 2**30:,.1f} GiB; running it would only "
+                                f"wake the kernel's out-of-memory killer"}
         else:
-            outcome, log = launch(backend, cell, log_path), str(log_path)
+            outcome, log = launch(backend, cell, log_path, launcher), str(log_path)
     except Exception:  # noqa: BLE001 - e.g. a backend that fails to import fails its cells, not the grid
         outcome = {"status": "failed",
                    "error": f"xbench could not run this cell:\n{traceback.format_exc(limit=-3)}"}
     return make_row(cell, run_id, started_at, outcome["status"], outcome.get("error"), framework,
                     outcome.get("measurement"), outcome.get("env") or env.capture(), log,
-                    time.perf_counter() - started, threads_per_device(cell))
+                    time.perf_counter() - started, threads_per_device(cell, launcher.cores))
 
 
-def launch(backend, cell, log_path):
-    """Start the cell's process group, wait for it (or its timeout), and read what it left:
-    {status, error} or {status, measurement, env}."""
+def launch(backend, cell, log_path, launcher):
+    """Start the cell's processes with `launcher`, wait for them (or the timeout), and read what
+    they left: {status, error} or {status, measurement, env}."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    threads = threads_per_device(cell)
+    threads = threads_per_device(cell, launcher.cores)
     token = uuid.uuid4().hex
     # beside the log, so that what a killed runner could not clean up stays there, not in /tmp
     with tempfile.TemporaryDirectory(prefix=f"{log_path.stem}-", dir=log_path.parent) as out_dir:
         job_path = Path(out_dir) / "job.json"
         # Each process may allocate at most its share of the memory available now: a cell that
         # outgrows it gets its framework's out-of-memory error, never the kernel's OOM killer.
-        budget_mb = int(psutil.virtual_memory().available * MEMORY_SHARE
-                        / backend.processes(cell) / 2**20)
+        budget_mb = int(launcher.memory_mb * MEMORY_SHARE / backend.processes(cell))
         job_path.write_text(json.dumps({"cell": cell.to_dict(), "threads_per_device": threads,
                                         "memory_budget_mb": budget_mb,
                                         "launched_at": time.time()}))
-        command = backend.launch_command(cell, [str(job_path), out_dir])
         process_threads = threads * backend.devices_per_process(cell)
-        environment = {**os.environ, "OMP_NUM_THREADS": str(process_threads), "PYTHONUNBUFFERED": "1",
-                       "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-                       "XBENCH_CELL": token}
+        environment = {**os.environ, "OMP_NUM_THREADS": str(process_threads),
+                       "PYTHONUNBUFFERED": "1", "XBENCH_CELL": token,
+                       "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO),
+                                                                   os.environ.get("PYTHONPATH")]))}
         with open(log_path, "w") as log:
-            log.write(" ".join(command) + "\n")
-            log.flush()
-            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment,
-                                       cwd=REPO, start_new_session=True,
-                                       preexec_fn=_end_with(os.getpid()))
-            try:
-                returncode = process.wait(timeout=cell.timeout)
-                timed_out = False
-            except subprocess.TimeoutExpired:
-                returncode, timed_out = None, True
-            finally:
-                with _signals_held():
-                    kill_cell_processes(process, token)
-        return outcome(Path(out_dir), returncode, timed_out, cell, log_path)
+            ended = launcher.run(backend, cell, [str(job_path), out_dir], environment, log, token)
+        return outcome(Path(out_dir), ended, log_path)
 
 
-def _end_with(driver_pid):
-    """A preexec_fn: the launched process gets SIGTERM when the runner dies, even by SIGKILL, so
-    no cell runs on orphaned (a launcher such as torchrun then ends its ranks)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-
-    def preexec():
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-        if os.getppid() != driver_pid:  # the runner died before prctl took effect
-            os._exit(1)
-    return preexec
-
-
-def outcome(out_dir, returncode, timed_out, cell, log_path):
-    """The row fields for what a finished (or killed) cell left behind."""
+def outcome(out_dir, ended, log_path):
+    """The row fields for what a finished (or killed) cell left behind (`ended`: how its
+    processes ended, common.launch.Ended)."""
     result_file = out_dir / "result.json"
-    if result_file.is_file() and returncode == 0:
+    if result_file.is_file() and ended.returncode == 0:
         result = json.loads(result_file.read_text())
         return {"status": "ok", "measurement": Measurement.from_dict(result["measurement"]),
                 "env": result["env"]}
     errors = [json.loads(p.read_text()) for p in sorted(out_dir.glob("error-*.json"))]
     errors.sort(key=lambda e: ERROR_PRIORITY.index(e["status"]))
     tail = log_tail(log_path)
-    if timed_out:
-        return {"status": "timeout",
-                "error": f"no result after the cell's timeout of {cell.timeout} s; every process "
-                         f"of the cell was killed. Last lines of {log_path}:\n{tail}"}
+    if ended.timed_out:
+        return {"status": "timeout", "error": f"{ended.how}. Last lines of {log_path}:\n{tail}"}
     if errors:
         return {"status": errors[0]["status"],
                 "error": errors[0]["error"] if errors[0]["status"] == "unsupported"
                 else f"{errors[0]['error']}\nLast lines of {log_path}:\n{tail}"}
+    how = f" ({ended.how})" if ended.how else ""
     return {"status": "failed",
-            "error": f"{exit_description(returncode)}. Last lines of {log_path}:\n{tail}"}
+            "error": f"{exit_description(ended.returncode)}{how}. Last lines of {log_path}:\n{tail}"}
 
 
 def exit_description(returncode):
@@ -226,41 +199,6 @@ def log_tail(path, lines=LOG_TAIL_LINES):
         return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return ""
-
-
-def cell_processes(token):
-    """PIDs of every process that carries this cell's XBENCH_CELL token in its environment:
-    the whole tree, including processes a launcher moved to a session of their own."""
-    marker = f"XBENCH_CELL={token}".encode()
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if marker in (entry / "environ").read_bytes().split(b"\0"):
-                    pids.append(int(entry.name))
-            except OSError:
-                pass
-    return pids
-
-
-def kill_cell_processes(process, token):
-    """End the cell's processes: SIGTERM, a grace period, then SIGKILL for what is left
-    (SIGKILL also ends a stopped or hung rank)."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        targets = cell_processes(token)
-        if process.poll() is None:
-            targets.append(process.pid)
-        if not targets:
-            break
-        for pid in targets:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + KILL_GRACE_SECONDS
-        while time.monotonic() < deadline and (process.poll() is None or cell_processes(token)):
-            time.sleep(0.1)
-    process.wait()
 
 
 def progress_line(row):
@@ -281,17 +219,6 @@ def contention_mark(row):
     return (f"CONTENDED: other processes used {worst['other_cpu_share'] or 0:.0%} and steal "
             f"{worst['steal_share'] or 0:.0%} of the cores (limit {row['contention_limit']:.0%})"
             + (f", {gpus} other GPU process(es)" if gpus else ""))
-
-
-@contextlib.contextmanager
-def _signals_held():
-    """Hold Ctrl-C and SIGTERM until the block ends (then they act): a second, impatient Ctrl-C
-    must not cut short the killing of a cell's processes."""
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 @contextlib.contextmanager

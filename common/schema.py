@@ -41,6 +41,7 @@ class Measurement:
     step_time_p90: float | None
     test_accuracy: float
     peak_memory_per_device: list[int]
+    hosts: list[str]                  # the node each rank ran on, rank by rank
     threads: dict                     # per device (the budget) and per process (as set)
     contended: bool                   # another load used the machine in a timed epoch
     evidence: dict                    # digests of weights and of the samples each replica took
@@ -66,7 +67,8 @@ CONFIGURATION = {
     "dataset": (TEXT, "always"), "dataset_multiple": (WHOLE, "always"),
     "max_train_samples": (WHOLE, "always"), "batch_mode": (TEXT, "always"),
     "global_batch": (WHOLE, "always"), "per_device_batch": (WHOLE, "always"),
-    "devices": (WHOLE, "always"), "seed": (WHOLE, "always"), "memory_limit_mb": (WHOLE, "never"),
+    "nodes": (WHOLE, "always"), "devices": (WHOLE, "always"), "world_size": (WHOLE, "always"),
+    "launcher": (TEXT, "always"), "seed": (WHOLE, "always"), "memory_limit_mb": (WHOLE, "never"),
     "threads_per_device": (WHOLE, "always"), "threads_pinned": (BOOL, "always"),
     "contention_limit": (NUMBER, "always"),
 }
@@ -76,12 +78,14 @@ MEASUREMENTS = {
     "epochs": ((list,), "always"), "startup_seconds": (NUMBER, "ok"),
     "step_time_p50": (NUMBER, "ok"), "step_time_p90": (NUMBER, "ok"),
     "test_accuracy": (NUMBER, "ok"), "peak_memory_bytes": (WHOLE, "ok"),
-    "peak_memory_per_device": ((list,), "ok"), "threads": ((dict,), "ok"),
+    "peak_memory_per_device": ((list,), "ok"), "hosts": ((list,), "ok"),
+    "threads": ((dict,), "ok"),
     "contended": (BOOL, "ok"), "evidence": ((dict,), "ok"), "backend_details": ((dict,), "always"),
 }
 RUN = {"cell_seconds": (NUMBER, "always"), "log": (TEXT, "never"), "env": ((dict,), "always")}
 FIELDS = {**IDENTITY, **CONFIGURATION, **MEASUREMENTS, **RUN}
-AT_LEAST_ONE = ("dataset_multiple", "global_batch", "per_device_batch", "devices", "params")
+AT_LEAST_ONE = ("dataset_multiple", "global_batch", "per_device_batch", "nodes", "devices",
+                "world_size", "params")
 EPOCH_FIELDS = {"epoch": WHOLE, "seconds": NUMBER, "samples": WHOLE, "rate": NUMBER,
                 "loss": NUMBER, "accuracy": NUMBER, "seconds_per_rank": (list,),
                 "contention": (dict,)}
@@ -108,7 +112,8 @@ def make_row(cell, run_id: str, started_at: str, status: str, error: str | None,
         "flops_per_sample": flops_per_sample(cell.model), "dataset": cell.data,
         "dataset_multiple": cell.multiple, "max_train_samples": cell.max_train_samples,
         "batch_mode": cell.batch_mode, "global_batch": cell.global_batch,
-        "per_device_batch": cell.per_device_batch, "devices": cell.devices, "seed": cell.seed,
+        "per_device_batch": cell.per_device_batch, "nodes": cell.nodes, "devices": cell.devices,
+        "world_size": cell.world, "launcher": cell.launcher, "seed": cell.seed,
         "memory_limit_mb": cell.memory_limit_mb or None,
         "threads_per_device": threads_per_device, "threads_pinned": bool(cell.threads),
         "contention_limit": cell.contention_limit,

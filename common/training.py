@@ -18,6 +18,7 @@ from common.contention import ContentionProbe, epoch_contention
 from common.data import MNIST
 from common.evidence import sample_evidence, weights_digest
 from common.grid import Cell
+from common.launch import node_name
 from common.schema import Measurement
 from common.timing import EpochClock, StepTimer, epoch_record, step_percentiles
 
@@ -153,6 +154,7 @@ class TrainingLoop(abc.ABC):
         digests = _flat(self.comm.gather([weights_digest(w) for w in self.replica_weights()]))
         by_replica = [list(epochs_of_replica) for epochs_of_replica in zip(*consumed)]
         replicas = _flat(self.comm.gather(by_replica))
+        hosts = self.comm.gather(node_name())
         if self.comm.rank != 0:
             return None
         described = self.describe()
@@ -163,7 +165,7 @@ class TrainingLoop(abc.ABC):
             train_samples=described.pop("train_samples"),
             device_type=described.pop("device_type"), device_name=described.pop("device_name"),
             epochs=epochs, startup_seconds=startup, **step_percentiles(step_seconds),
-            test_accuracy=self.evaluate(), peak_memory_per_device=memory,
+            test_accuracy=self.evaluate(), peak_memory_per_device=memory, hosts=hosts,
             threads={"per_device": {"compute": per_device, "inter_op": INTER_OP_PER_DEVICE,
                                     "input_pipeline": INPUT_PIPELINE_PER_DEVICE},
                      "per_process": self.thread_pools()},

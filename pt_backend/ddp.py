@@ -8,12 +8,21 @@ from pt_backend.base import TorchBackend
 
 class DistributedDataParallelBackend(TorchBackend):
     name = "pt-ddp"
+    spans_nodes = True
 
     def processes(self, cell):
         return cell.devices
 
-    def launch_command(self, cell, worker_args):
-        return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+    def launch_command(self, cell, worker_args, placement):
+        """torchrun on each node: standalone on one machine, else a c10d rendezvous at the first
+        node."""
+        if cell.nodes == 1:
+            rendezvous = ["--standalone"]
+        else:
+            rendezvous = [f"--nnodes={cell.nodes}", "--rdzv-backend=c10d",
+                          f"--rdzv-endpoint={placement.hosts[0]}:{placement.port}",
+                          f"--rdzv-id=xbench-{placement.port}"]
+        return [sys.executable, "-m", "torch.distributed.run", *rendezvous,
                 f"--nproc-per-node={cell.devices}", "-m", "common.worker", *worker_args]
 
     def start_processes(self, device_kind):
@@ -38,8 +47,9 @@ class DistributedDataParallelBackend(TorchBackend):
     def details(self):
         import torch.distributed as dist
         group = " (a group of one)" if dist.get_world_size() == 1 else ""
+        launcher = "torchrun --standalone" if self.cell.nodes == 1 else "torchrun (c10d rendezvous)"
         return {"parallelism": "DistributedDataParallel", "process_group": self.process_group,
-                "launcher": "torchrun --standalone", "reduction": "all-reduce",
+                "launcher": launcher, "reduction": "all-reduce",
                 "reduction_detail": f"DDP's bucketed all-reduce over {self.process_group}{group}, "
                                     f"overlapped with the backward pass"}
 

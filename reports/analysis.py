@@ -15,9 +15,9 @@ from common.models import MODELS, gradient_bytes
 from reports.stats import difference_of_means, ratio_of_means, summarize
 
 CONFIG = ["env", "series", "backend", "dataset", "model", "dataset_multiple", "batch_mode", "batch",
-          "global_batch", "per_device_batch", "devices"]
+          "global_batch", "per_device_batch", "nodes", "devices"]
 # Besides the axes in CONFIG, what must agree for two cells to be compared (speedup, baselines).
-SETUP = ["env", "series", "backend", "dataset", "model", "dataset_multiple", "seed",
+SETUP = ["env", "backend", "dataset", "model", "dataset_multiple", "seed",
          "max_train_samples", "epochs_run", "device_type"]
 METRICS = ["step_time_p50", "startup_seconds", "first_epoch_overhead", "test_accuracy",
            "last_loss", "last_accuracy", "peak_memory_bytes"]
@@ -226,7 +226,7 @@ def wrapper_cost(cells):
         return pd.DataFrame(columns=[*CONFIG, "reference", "ratio"])
     ones = ok[ok["devices"] == 1].copy()
     ones["reference"] = ones["framework"].map(single_device_reference)
-    family = [c for c in SETUP if c not in ("series", "backend")] + ["batch_mode", "batch"]
+    family = [c for c in SETUP if c != "backend"] + ["batch_mode", "batch"]
     references = ones[ones["backend"] == ones["reference"]][
         [*family, "backend", "epoch2_seconds_values", "epoch2_rate"]].rename(
         columns={"backend": "reference"})

@@ -71,8 +71,12 @@ def rows_frame(rows, include_contended=False):
               for i, key in enumerate(dict.fromkeys(frame["env_key"]))}
     frame["env"] = frame["env_key"].map(labels)
     frame["env_record"] = [row.get("env") or {} for row in rows]
-    frame["series"] = [series_label(b, d, e, len(labels))
-                       for b, d, e in zip(frame["backend"], frame["dataset"], frame["env"])]
+    # A cell's devices in the report are all its devices, over its nodes (the rows say per node).
+    frame["nodes"] = [row.get("nodes", 1) for row in rows]
+    frame["devices_per_node"] = frame["devices"]
+    frame["devices"] = [row.get("world_size", row.get("devices")) for row in rows]
+    frame["series"] = [series_label(b, d, e, len(labels), n) for b, d, e, n in
+                       zip(frame["backend"], frame["dataset"], frame["env"], frame["nodes"])]
     frame["contended"] = [bool(row.get("contended")) for row in rows]
     frame["usable"] = (frame["status"] == "ok") & (include_contended
                                                    | ~frame["contended"].astype(bool))
@@ -95,10 +99,10 @@ def environment_key(env):
     return json.dumps([env.get(field) for field in ENVIRONMENT_FIELDS], sort_keys=True, default=str)
 
 
-def series_label(backend, dataset, env, environments):
-    """What a line in a figure is: the backend, marked when synthetic or when environments
-    differ."""
-    label = str(backend)
+def series_label(backend, dataset, env, environments, nodes=1):
+    """What a line in a figure is: the backend, marked when its cells span nodes, are synthetic,
+    or come from one of several environments."""
+    label = str(backend) + (f" ({nodes} nodes)" if nodes > 1 else "")
     if dataset == "synthetic":
         label += " (synthetic)"
     if environments > 1:

@@ -12,12 +12,12 @@ BASE = {"name": "t", "backends": ["pt-ddp"], "models": ["small"], "multiples": [
 
 def test_seed_grid_is_the_blogs():
     cells = [c for c in expand(read_grid_file(preset_path("seed"))) if not c.reference_for]
-    # 5 data-parallel backends on 1, 2, 4 devices; the 2 single-device references on 1
-    assert len(cells) == (5 * 3 + 2) * 2 * 3 * 3
+    # 6 data-parallel backends on 1, 2, 4 devices; the 2 single-device references on 1
+    assert len(cells) == (6 * 3 + 2) * 2 * 3 * 3
     assert {c.multiple for c in cells} == {1, 4, 8} and {c.batch for c in cells} == {128, 256, 512}
     assert {c.devices for c in cells} == {1, 2, 4} and {c.epochs for c in cells} == {2}
     assert {c.backend for c in cells} == {"pt-single", "pt-dp", "pt-ddp", "tf-single",
-                                          "tf-mirrored", "hvd-torch", "hvd-tf"}
+                                          "tf-mirrored", "tf-multiworker", "hvd-torch", "hvd-tf"}
     assert {c.devices for c in cells if c.backend.endswith("-single")} == {1}
 
 

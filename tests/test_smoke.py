@@ -113,6 +113,7 @@ def test_one_device_runs_the_backends_own_machinery(smoke, backend):
     details = smoke.rows[(backend, 1)]["backend_details"]
     expected = {"pt-dp": "torch.nn.DataParallel", "pt-ddp": "DistributedDataParallel",
                 "tf-mirrored": "tf.distribute.MirroredStrategy",
+                "tf-multiworker": "tf.distribute.MultiWorkerMirroredStrategy",
                 "hvd-torch": "hvd.DistributedOptimizer", "hvd-tf": "hvd.DistributedGradientTape"}
     assert details["parallelism"] == expected[backend]
     for single in SINGLE:

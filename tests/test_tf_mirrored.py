@@ -14,7 +14,7 @@ from tf_backend.collectives import OneTensorFlowProcess
 BACKEND_FIELDS = {"run_id", "cell_key", "started_at", "finished_at", "backend", "framework",
                   "framework_version", "log", "cell_seconds", "backend_details", "env", "threads"}
 MEASUREMENTS = {"epochs", "startup_seconds", "step_time_p50", "step_time_p90", "test_accuracy",
-                "peak_memory_bytes", "peak_memory_per_device", "contended", "evidence"}
+                "peak_memory_bytes", "peak_memory_per_device", "contended", "evidence", "hosts"}
 
 
 @pytest.fixture(scope="module")

@@ -68,7 +68,7 @@ def test_same_weights_give_the_same_logits_loss_and_adam_step(name, mnist):
     torch_optimizer.zero_grad()
     loss_before.backward()
     torch_optimizer.step()
-    totals = tf_train.EpochTotals()
+    totals = tf_train.EpochTotals(tf.distribute.get_strategy())
     tf_train.make_replica_step(keras_model, tf_models.build_optimizer(), OneTensorFlowProcess(),
                                BATCH, totals)(keras_images, keras_labels, tf.range(BATCH))
     loss_after = torch_loss().item()

@@ -40,6 +40,11 @@ class TensorFlowBackend(Backend):
         import tensorflow as tf
         return tf.distribute.get_strategy()
 
+    def distribute(self, strategy: tf.distribute.Strategy, make_dataset) -> object:
+        """The distributed dataset of this process's global batches (`make_dataset()`): split
+        over the strategy's replicas in this process."""
+        return strategy.experimental_distribute_dataset(make_dataset())
+
     # --- the common set-up ---------------------------------------------------------------------
 
     def train(self, job: Job) -> Measurement | None:

@@ -20,7 +20,8 @@ class EpochTotals:
     cross-device traffic per step) and summed over the replicas when read at the epoch's end.
     Create it inside the strategy's scope."""
 
-    def __init__(self):
+    def __init__(self, strategy):
+        self.strategy = strategy
         self.values = tf.Variable(tf.zeros(2, tf.float64), trainable=False,
                                   synchronization=tf.VariableSynchronization.ON_READ,
                                   aggregation=tf.VariableAggregation.SUM)
@@ -32,8 +33,9 @@ class EpochTotals:
         self.values.assign(tf.zeros(2, tf.float64))
 
     def read(self):
-        """[loss sum, correct] over this process's replicas."""
-        return self.values.numpy()
+        """[loss sum, correct] over this process's replicas (the collectives sum the
+        processes)."""
+        return sum(v.numpy() for v in self.strategy.experimental_local_results(self.values))
 
 
 class TrainPipeline:
@@ -137,7 +139,7 @@ class TensorFlowLoop(TrainingLoop):
             self.model = build_model(cell.model, cell.seed)
             self.optimizer = build_optimizer()
             self.optimizer.build(self.model.trainable_variables)
-            self.epoch_totals = EpochTotals()
+            self.epoch_totals = EpochTotals(self.strategy)
         self.comm.broadcast(self.model.variables + self.optimizer.variables)
         self.pipeline = TrainPipeline(self.job.data, cell.multiple, cell.global_batch, cell.seed,
                                       self.comm, INPUT_PIPELINE_PER_DEVICE * self.replicas)
@@ -149,13 +151,23 @@ class TensorFlowLoop(TrainingLoop):
             return self.strategy.run(replica_step, args=(images, labels, indices))
 
         self.step = train_step
-        self.distributed = self.strategy.experimental_distribute_dataset(
-            self.pipeline.dataset(cell.epochs))
+        self.distributed = self.backend.distribute(self.strategy,
+                                                   lambda: self.pipeline.dataset(cell.epochs))
         self.iterator = None
         self.taken = []
 
     def sync(self):
-        tf.test.experimental.sync_devices()
+        """Wait for this process's GPUs (its replicas' devices; under MultiWorkerMirroredStrategy
+        the other workers' devices are theirs to wait for). On a CPU there is nothing to wait for:
+        TensorFlow returns from a call when its work is done."""
+        if self.kind == "cuda":
+            for device in self.replica_devices():
+                with tf.device(device):
+                    tf.raw_ops.SyncDevice()
+
+    def replica_devices(self):
+        return [w.device for w in self.strategy.experimental_local_results(
+            self.model.weights[0].value)]
 
     def batches(self, epoch):
         """Exactly this epoch's batches from the one iterator (a generator: the iterator is made
@@ -185,13 +197,13 @@ class TensorFlowLoop(TrainingLoop):
     @property
     def replicas(self):
         """Replicas in this process."""
-        return self.strategy.num_replicas_in_sync
+        return self.backend.devices_per_process(self.cell)
 
     def replica_weights(self):
         """Each replica's copy of every weight (mirrored variables hold one per replica)."""
         copies = [self.strategy.experimental_local_results(v.value) for v in self.model.weights]
         return [[values[replica].numpy() for values in copies]
-                for replica in range(self.strategy.num_replicas_in_sync)]
+                for replica in range(self.replicas)]
 
     def peak_memory(self):
         if self.kind == "cuda":
@@ -215,9 +227,8 @@ class TensorFlowLoop(TrainingLoop):
             "framework_version": tf.__version__, "params": parameter_count(self.model),
             "train_samples": self.pipeline.samples, "device_type": self.kind,
             "device_name": self.device_name(),
-            "num_replicas_in_sync": self.comm.world * self.strategy.num_replicas_in_sync,
-            "replica_devices": [w.device for w in self.strategy.experimental_local_results(
-                self.model.weights[0].value)],
+            "num_replicas_in_sync": self.comm.world * self.replicas,
+            "replica_devices": self.replica_devices(),
             "keras_version": keras.__version__}
 
     def thread_pools(self):

@@ -1,0 +1,365 @@
+"""Where and how a cell's processes start: on this machine (the local launcher, the default), or
+as a Slurm job on a cluster's nodes (the Slurm launcher, with Slurm's own commands: sbatch, srun,
+squeue, scontrol, scancel, sacct).
+
+Both hand the backend a `Placement` (one reachable host name per node, and ports) and run what
+the backend asks for at its launch scope: once per node (torchrun, or the worker of a one-process
+backend), once per device (tf-multiworker's workers), or once for the whole cell (horovodrun, which
+starts every rank itself). Either way each rank runs `common.worker`, and the runner turns what it
+leaves in the cell's folder into the row.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import math
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from common.backend import Backend, cpu_cores
+from common.errors import UserError
+from common.grid import Cell
+
+PLACEMENT_ENV = "XBENCH_PLACEMENT"
+TASK_ENV = "XBENCH_TASK"  # a worker's index among the workers of its node (common.spawn)
+KILL_GRACE_SECONDS = 5
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+SLURM_POLL_SECONDS = 1.0
+FINISHED = {"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY",
+            "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One host name per node, as the other nodes reach it, and the first of the consecutive
+    ports the cell may use: `port` for a rendezvous, `port + 1 + rank` for worker `rank`; `names`:
+    the nodes as the launcher names them (Slurm's node names)."""
+    hosts: tuple[str, ...]
+    port: int
+    names: tuple[str, ...] = ()
+
+    def to_env(self) -> str:
+        return json.dumps({"hosts": list(self.hosts), "port": self.port,
+                           "names": list(self.names or self.hosts)})
+
+    @classmethod
+    def from_env(cls) -> Placement:
+        found = json.loads(os.environ[PLACEMENT_ENV])
+        return cls(tuple(found["hosts"]), found["port"], tuple(found["names"]))
+
+    def worker_addresses(self, per_node: int) -> list[str]:
+        return [f"{host}:{self.port + 1 + node * per_node + i}"
+                for node, host in enumerate(self.hosts) for i in range(per_node)]
+
+
+def task_index() -> int:
+    """This worker's rank among the cell's workers of a per-device launch: Slurm's task id, or
+    the index common.spawn gave it on this machine."""
+    return int(os.environ.get("SLURM_PROCID", os.environ.get(TASK_ENV, 0)))
+
+
+def local_task_index() -> int:
+    return int(os.environ.get("SLURM_LOCALID", os.environ.get(TASK_ENV, 0)))
+
+
+def node_name() -> str:
+    """The node this process runs on, as the launcher names it (a rank that horovodrun started
+    is on the host it was given: its HOROVOD_HOSTNAME)."""
+    if os.environ.get("HOROVOD_HOSTNAME") and PLACEMENT_ENV in os.environ:
+        placement = Placement.from_env()
+        if os.environ["HOROVOD_HOSTNAME"] in placement.hosts:
+            return placement.names[placement.hosts.index(os.environ["HOROVOD_HOSTNAME"])]
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+def free_ports(count: int) -> int:
+    """The first of `count` consecutive TCP ports free on this machine now."""
+    for _ in range(200):
+        first = random.randrange(20000, 60000 - count)
+        try:
+            with contextlib.ExitStack() as stack:
+                for port in range(first, first + count):
+                    sock = stack.enter_context(socket.socket())
+                    sock.bind(("127.0.0.1", port))
+            return first
+        except OSError:
+            continue
+    raise RuntimeError("found no free range of ports for the cell")
+
+
+def end_with(driver_pid: int):
+    """A preexec_fn: the started process gets SIGTERM when `driver_pid` dies, even by SIGKILL,
+    so nothing runs on orphaned (a launcher such as torchrun then ends its ranks)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def preexec():
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != driver_pid:  # the driver died before prctl took effect
+            os._exit(1)
+    return preexec
+
+
+@contextlib.contextmanager
+def signals_held():
+    """Hold Ctrl-C and SIGTERM until the block ends (then they act): a second, impatient Ctrl-C
+    must not cut short the ending of a cell's processes."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def cell_processes(token: str) -> list[int]:
+    """PIDs of every process on this machine that carries this cell's XBENCH_CELL token in its
+    environment: the whole tree, including processes a launcher moved to a session of its own."""
+    marker = f"XBENCH_CELL={token}".encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if marker in (entry / "environ").read_bytes().split(b"\0"):
+                    pids.append(int(entry.name))
+            except OSError:
+                pass
+    return pids
+
+
+def end_processes(process: subprocess.Popen, token: str) -> None:
+    """End the cell's processes: SIGTERM, a grace period, then SIGKILL for what is left
+    (SIGKILL also ends a stopped or hung rank)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        targets = cell_processes(token)
+        if process.poll() is None:
+            targets.append(process.pid)
+        if not targets:
+            break
+        for pid in targets:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + KILL_GRACE_SECONDS
+        while time.monotonic() < deadline and (process.poll() is None or cell_processes(token)):
+            time.sleep(0.1)
+    process.wait()
+
+
+@dataclass
+class Ended:
+    """How a cell's processes ended: an exit code (negative: a signal), or a timeout (and whose)."""
+    returncode: int | None
+    timed_out: bool = False
+    how: str = ""
+
+
+class LocalLauncher:
+    """This machine: one node, the default."""
+    name = "local"
+
+    def check(self, cells: list[Cell]) -> None:
+        """Nothing to check: a cell that cannot run here becomes its row."""
+
+    @property
+    def cores(self) -> int:
+        return cpu_cores()
+
+    @property
+    def node_memory_mb(self) -> int:
+        return psutil.virtual_memory().total // 2**20
+
+    @property
+    def memory_mb(self) -> int:
+        """What a cell may use now: the memory available on this machine."""
+        return psutil.virtual_memory().available // 2**20
+
+    def run(self, backend: Backend, cell: Cell, worker_args: list[str], environment: dict,
+            log, token: str) -> Ended:
+        placement = Placement(("127.0.0.1",), free_ports(cell.world + 1), (socket.gethostname(),))
+        command = backend.launch_command(cell, worker_args, placement)
+        if backend.launch_scope == "task":
+            command = [sys.executable, "-m", "common.spawn", str(cell.devices), "--", *command]
+        log.write(" ".join(command) + "\n")
+        log.flush()
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                   env={**environment, PLACEMENT_ENV: placement.to_env()},
+                                   cwd=Path(__file__).resolve().parent.parent,
+                                   start_new_session=True, preexec_fn=end_with(os.getpid()))
+        try:
+            return Ended(process.wait(timeout=cell.timeout))
+        except subprocess.TimeoutExpired:
+            return Ended(None, True, f"no result after the cell's timeout of {cell.timeout} s; "
+                                     f"every process of the cell was killed")
+        finally:
+            with signals_held():
+                end_processes(process, token)
+
+
+@dataclass
+class SlurmLauncher:
+    """A Slurm cluster: every cell one job (sbatch) of its nodes, whose batch script runs
+    common.slurm_job on the first node; results land in the cell's folder on the shared
+    filesystem. A time limit is Slurm's (`time_minutes`, default the cell's timeout rounded up)
+    as well as xbench's own (the cell's timeout, counted from when the job starts running)."""
+    partition: str = ""
+    account: str = ""
+    time_minutes: int = 0
+    gpus_per_node: int = 0
+    extra: str = ""
+    name = "slurm"
+
+    def check(self, cells: list[Cell]) -> None:
+        """The partition has the nodes the cells ask for; a clear error before anything is
+        submitted."""
+        nodes = self.connect()[0]
+        largest = max(c.nodes for c in cells)
+        if largest > nodes:
+            raise UserError(f"--nodes {largest} is more than partition "
+                            f"'{self.partition or self._default}' has ({nodes})")
+
+    def connect(self) -> tuple[int, int, int]:
+        """Slurm's commands are here and the partition exists: (its nodes, CPUs and MB of memory
+        of its smallest node). A clear error otherwise."""
+        if hasattr(self, "_found"):
+            return self._found
+        missing = [c for c in ("sbatch", "srun", "squeue", "scontrol", "scancel", "sinfo")
+                   if shutil.which(c) is None]
+        if missing:
+            raise UserError(f"--launcher slurm needs Slurm's commands, and {', '.join(missing)} "
+                            f"is not on PATH here; run xbench on a cluster's login node, or use "
+                            f"--launcher local")
+        partitions = self.partitions()
+        if not partitions:
+            raise UserError("Slurm answers but lists no partition (sinfo); is the cluster up?")
+        self._default = next(iter(partitions))
+        wanted = self.partition or self._default
+        if wanted not in partitions:
+            raise UserError(f"Slurm has no partition '{self.partition}'; it has "
+                            f"{', '.join(partitions)}")
+        self._found = partitions[wanted]
+        return self._found
+
+    @staticmethod
+    def partitions() -> dict[str, tuple[int, int, int]]:
+        """{partition: (nodes, CPUs and MB of memory of its smallest node)}, the default
+        partition first."""
+        out = _slurm(["sinfo", "-h", "-o", "%P %D %c %m"]).splitlines()
+        found = {}
+        for line in sorted(out, key=lambda line: not line.split()[0].endswith("*")):
+            name, nodes, cpus, memory = line.split()[:4]
+            name = name.rstrip("*")
+            have = found.get(name, (0, math.inf, math.inf))
+            found[name] = (have[0] + int(nodes), min(have[1], int(cpus.rstrip("+"))),
+                           min(have[2], int(memory.rstrip("+"))))
+        return found
+
+    @property
+    def cores(self) -> int:
+        return self.connect()[1]
+
+    @property
+    def node_memory_mb(self) -> int:
+        return self.connect()[2]
+
+    @property
+    def memory_mb(self) -> int:
+        return self.node_memory_mb
+
+    def sbatch_command(self, cell: Cell, backend: Backend, script: Path, log: Path) -> list[str]:
+        minutes = self.time_minutes or math.ceil(cell.timeout / 60)
+        tasks = cell.devices if backend.launch_scope == "task" else 1
+        command = ["sbatch", "--parsable", f"--job-name=xbench-{cell.backend}",
+                   f"--nodes={cell.nodes}", f"--ntasks-per-node={tasks}",
+                   f"--time={minutes}", f"--output={log}", "--open-mode=append",
+                   f"--chdir={Path(__file__).resolve().parent.parent}"]
+        gpus = self.gpus_per_node or (cell.devices if cell.device == "cuda" else 0)
+        command += [f"--partition={self.partition}"] * bool(self.partition)
+        command += [f"--account={self.account}"] * bool(self.account)
+        command += [f"--gpus-per-node={gpus}"] * bool(gpus)
+        return [*command, *self.extra.split(), str(script)]
+
+    def run(self, backend: Backend, cell: Cell, worker_args: list[str], environment: dict,
+            log, token: str) -> Ended:
+        script = Path(worker_args[1]) / "job.sh"
+        script.write_text(f"#!/bin/bash\nexec {sys.executable} -m common.slurm_job "
+                          f"{' '.join(worker_args)}\n")
+        command = self.sbatch_command(cell, backend, script, Path(log.name))
+        log.write(" ".join(command) + "\n")
+        log.flush()
+        job = _slurm(command, env=environment).strip().split(";")[0]
+        try:
+            return self.wait(job, cell)
+        except BaseException:
+            with signals_held():
+                self.cancel(job)
+            raise
+
+    def wait(self, job: str, cell: Cell) -> Ended:
+        """Until the job ends: its final state, or xbench's own timeout (then it is cancelled)."""
+        started = None
+        while True:
+            state = job_state(job)
+            if state["JobState"] in FINISHED:
+                return ended(state, cell)
+            if state["JobState"] == "RUNNING" and started is None:
+                started = time.monotonic()
+            if started is not None and time.monotonic() - started > cell.timeout:
+                self.cancel(job)
+                return Ended(None, True, f"no result after the cell's timeout of {cell.timeout} s "
+                                         f"(xbench's own); Slurm job {job} was cancelled")
+            time.sleep(SLURM_POLL_SECONDS)
+
+    @staticmethod
+    def cancel(job: str) -> None:
+        """scancel, then wait until Slurm says the job has ended (at most a minute)."""
+        subprocess.run(["scancel", job], capture_output=True, timeout=60)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and job_state(job)["JobState"] not in FINISHED:
+            time.sleep(SLURM_POLL_SECONDS)
+
+
+def _slurm(command: list[str], env: dict | None = None) -> str:
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    if done.returncode != 0:
+        raise UserError(f"{' '.join(command[:2])} failed: {done.stderr.strip() or done.stdout}")
+    return done.stdout
+
+
+def job_state(job: str) -> dict:
+    """{JobState, ExitCode, Reason, ...} of a Slurm job: from scontrol while Slurm remembers it,
+    else from sacct (the cluster's accounting), else UNKNOWN."""
+    done = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True,
+                          text=True, timeout=60)
+    if done.returncode == 0 and done.stdout.strip():
+        return dict(field.split("=", 1) for field in done.stdout.split() if "=" in field)
+    done = subprocess.run(["sacct", "-j", job, "-X", "-n", "-P", "-o", "State,ExitCode,Reason"],
+                          capture_output=True, text=True, timeout=60)
+    if done.returncode == 0 and done.stdout.strip():
+        state, code, reason = (done.stdout.splitlines()[0].split("|") + ["", "", ""])[:3]
+        return {"JobState": state.split()[0], "ExitCode": code, "Reason": reason}
+    return {"JobState": "UNKNOWN", "ExitCode": "", "Reason": "Slurm no longer knows the job"}
+
+
+def ended(state: dict, cell: Cell) -> Ended:
+    """Ended from a finished job's state."""
+    name, reason = state["JobState"], state.get("Reason", "")
+    code, _, sig = state.get("ExitCode", "0:0").partition(":")
+    if name == "COMPLETED":
+        return Ended(0)
+    if name in ("TIMEOUT", "DEADLINE"):
+        return Ended(None, True, f"Slurm's time limit ended the job ({reason}); every process of "
+                                 f"the cell was killed")
+    if name == "CANCELLED":
+        return Ended(-signal.SIGTERM, False, f"Slurm cancelled the job ({reason})")
+    if sig and sig != "0":
+        return Ended(-int(sig), False, f"Slurm job {name} ({reason})")
+    return Ended(int(code or 1) or 1, False, f"Slurm job {name} ({reason})")

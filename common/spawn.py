@@ -1,0 +1,39 @@
+"""`python -m common.spawn N -- COMMAND...`: N copies of a command on this machine, as Slurm's
+srun --ntasks-per-node=N starts them on a node: copy i gets XBENCH_TASK=i. When one copy fails
+the others are ended (as torchrun does), and the first failure's exit code is this one's; a
+SIGTERM to this process ends every copy. Used by the local launcher for backends with a worker per
+device (tf-multiworker)."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from common.launch import TASK_ENV, end_with
+
+
+def main(argv: list[str]) -> int:
+    count, command = int(argv[0]), argv[argv.index("--") + 1:]
+    copies = [subprocess.Popen(command, env={**os.environ, TASK_ENV: str(i)},
+                               preexec_fn=end_with(os.getpid())) for i in range(count)]
+
+    def end_all(*_):
+        for copy in copies:
+            if copy.poll() is None:
+                copy.terminate()
+    signal.signal(signal.SIGTERM, lambda *_: (end_all(), sys.exit(143)))
+    while True:
+        codes = [copy.poll() for copy in copies]
+        failed = next((code for code in codes if code not in (None, 0)), None)
+        if failed is not None:
+            end_all()
+            for copy in copies:
+                copy.wait()
+            return failed if failed > 0 else 128 - failed
+        if all(code == 0 for code in codes):
+            return 0
+        time.sleep(0.1)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,135 @@
+"""Cells beyond one machine, on a real two-node Slurm cluster started on this machine
+(scripts/slurm_cluster.sh: Debian's slurm-wlm and munge, installed if absent; node1 and node2,
+one CPU each): multi-node cells of every backend that spans nodes, Slurm's time limit, Ctrl-C,
+and the bad input refused before anything is submitted."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO, SLOW, XBENCH, write_grid
+
+from common.results import read_rows
+
+CLUSTER = REPO / "scripts" / "slurm_cluster.sh"
+SLICE = 1024
+SPANNING = ["pt-ddp", "tf-multiworker", "hvd-torch", "hvd-tf"]
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    """The cluster, up for this module; the environment that reaches it."""
+    state = tmp_path_factory.mktemp("slurm")
+    env = {**os.environ, "XBENCH_SLURM_DIR": str(state)}
+    started = subprocess.run([str(CLUSTER), "start"], env=env, capture_output=True, text=True,
+                             timeout=SLOW)
+    assert started.returncode == 0, started.stderr
+    env["SLURM_CONF"] = str(state / "slurm.conf")
+    yield env
+    subprocess.run([str(CLUSTER), "stop"], env=env, capture_output=True, timeout=SLOW)
+
+
+def grid(slurm, folder, mnist_dir, *options, **settings):
+    results = folder / "results.jsonl"
+    done = subprocess.run([*XBENCH, "grid", str(write_grid(folder, **settings)), "--data-dir",
+                           str(mnist_dir), "--results", str(results), "--launcher", "slurm",
+                           *map(str, options)],
+                          cwd=REPO, env=slurm, capture_output=True, text=True, timeout=SLOW)
+    return done, results
+
+
+def jobs(slurm):
+    return subprocess.run(["squeue", "-h"], env=slurm, capture_output=True, text=True,
+                          timeout=60).stdout.strip()
+
+
+def test_every_backend_that_spans_nodes_trains_one_model_on_two_nodes(slurm, mnist_dir,
+                                                                       tmp_path):
+    done, results = grid(slurm, tmp_path, mnist_dir, backends=SPANNING, nodes=[2], devices=[1],
+                         max_train_samples=SLICE)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = {r["backend"]: r for r in read_rows(results)[0]}
+    assert set(rows) == set(SPANNING)
+    losses = []
+    for backend, row in rows.items():
+        assert row["status"] == "ok", f"{backend}: {row['error']}"
+        assert (row["launcher"], row["nodes"], row["devices"], row["world_size"]) == ("slurm", 2, 1, 2)
+        assert row["hosts"] == ["node1", "node2"], backend  # one rank on each node
+        digests = row["evidence"]["replica_weight_digests"]
+        assert len(digests) == 2 and len(set(digests)) == 1, backend
+        assert row["evidence"]["shard_overlap"] == [0, 0]
+        assert row["threads_per_device"] == 1  # each node has one CPU
+        losses.append(row["epochs"][-1]["loss"])
+    assert max(losses) - min(losses) < 1e-4 * max(losses)  # one trajectory on every backend
+    assert rows["pt-ddp"]["backend_details"]["launcher"] == "torchrun (c10d rendezvous)"
+    assert rows["hvd-torch"]["backend_details"]["launcher"] == "horovodrun --gloo, 2 host(s)"
+    assert jobs(slurm) == ""
+
+
+def test_slurms_time_limit_makes_a_timeout_row(slurm, mnist_dir, tmp_path):
+    """One minute of Slurm time for a cell that would train for long: Slurm ends it (within its
+    ~30 s check interval), and the row says so."""
+    done, results = grid(slurm, tmp_path, mnist_dir, "--slurm-time", 1, backends=["pt-ddp"],
+                         nodes=[2], devices=[1], epochs=1000, max_train_samples=SLICE,
+                         timeout=600)
+    assert done.returncode == 3, done.stderr
+    [row] = read_rows(results)[0]
+    assert row["status"] == "timeout" and "Slurm's time limit ended the job" in row["error"]
+    assert 55 < row["cell_seconds"] < 300
+    assert jobs(slurm) == ""
+
+
+def test_ctrl_c_cancels_the_cells_job(slurm, mnist_dir, tmp_path):
+    results = tmp_path / "results.jsonl"
+    driver = subprocess.Popen(
+        [*XBENCH, "grid", str(write_grid(tmp_path, backends=["pt-ddp"], nodes=[2], devices=[1],
+                                         epochs=1000, max_train_samples=SLICE)),
+         "--data-dir", str(mnist_dir), "--results", str(results), "--launcher", "slurm"],
+        cwd=REPO, env=slurm, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + SLOW
+    while " R " not in f" {jobs(slurm)} " and time.monotonic() < deadline:
+        assert driver.poll() is None, driver.communicate()
+        time.sleep(1)
+    time.sleep(3)
+    driver.send_signal(signal.SIGINT)
+    _, stderr = driver.communicate(timeout=SLOW)
+    assert driver.returncode == 130 and "interrupted" in stderr, stderr
+    assert jobs(slurm) == ""
+    assert not results.exists()  # no row, no half row
+
+
+@pytest.mark.parametrize("options, settings, message", [
+    (["--slurm-partition", "gpu"], {}, "Slurm has no partition 'gpu'; it has debug"),
+    ([], {"backends": ["pt-ddp"], "nodes": [4]}, "--nodes 4 is more than partition 'debug' has (2)"),
+    ([], {"backends": ["pt-dp", "tf-mirrored"], "nodes": [2]},
+     "pt-dp, tf-mirrored cannot span nodes"),
+])
+def test_bad_input_is_refused_before_anything_is_submitted(options, settings, message, slurm,
+                                                           mnist_dir, tmp_path):
+    done, results = grid(slurm, tmp_path, mnist_dir, *options, **settings)
+    assert (done.returncode, "Traceback" in done.stderr) == (2, False), done.stderr
+    assert message in done.stderr and jobs(slurm) == "" and not results.exists()
+
+
+def test_the_slurm_launcher_without_slurm_is_one_clear_message(mnist_dir, tmp_path):
+    """Slurm's commands hidden: only the Python interpreter's folder on PATH."""
+    env = {**os.environ, "PATH": str(Path(sys.executable).parent)}
+    done = subprocess.run([*XBENCH, "grid", str(write_grid(tmp_path)), "--data-dir",
+                           str(mnist_dir), "--launcher", "slurm"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=SLOW)
+    assert (done.returncode, "Traceback" in done.stderr) == (2, False), done.stderr
+    assert "--launcher slurm needs Slurm's commands" in done.stderr
+
+
+def test_a_mixed_grid_records_what_cannot_span_nodes_as_unsupported(slurm, mnist_dir,
+                                                                    tmp_path):
+    done, results = grid(slurm, tmp_path, mnist_dir, backends=["pt-dp", "pt-ddp"], nodes=[2],
+                         devices=[1], max_train_samples=256)
+    assert done.returncode == 0, done.stderr  # unsupported is a result
+    rows = {r["backend"]: r for r in read_rows(results)[0]}
+    assert rows["pt-dp"]["status"] == "unsupported"
+    assert "pt-dp runs on one machine: it cannot span 2 nodes" in rows["pt-dp"]["error"]
+    assert rows["pt-ddp"]["status"] == "ok", rows["pt-ddp"]["error"]
