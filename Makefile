@@ -2,21 +2,27 @@
 VENV   := .venv
 PY     := $(VENV)/bin/python
 XBENCH := $(VENV)/bin/xbench
-# The CPU build of torch on disk; installed first so pip never resolves a newer (CUDA) torch.
-TORCH  := torch==2.13.0
+GPU         ?= auto
+TORCH_INDEX ?=
+GPU_PYTHON  ?= python3
 # Where the demo finds MNIST (tests read ../shared/data/mnist, see tests/conftest.py).
 MNIST  ?= $(or $(XBENCH_DATA_DIR),../shared/data/mnist)
 
-.PHONY: setup demo test clean
+.PHONY: setup demo test gpu-check clean
 
 setup: $(VENV)/.setup-done
 
-$(VENV)/.setup-done: pyproject.toml scripts/build_horovod.sh scripts/horovod-0.28.1.patch
+# GPU=auto (default): CUDA builds when nvidia-smi lists a GPU; GPU=1 or GPU=0 decide. TORCH_INDEX:
+# a pip index for torch's CUDA wheel (e.g. https://download.pytorch.org/whl/cu128). The plan is
+# common/machine.py's; scripts/check_frameworks.py then fails if a GPU set-up cannot use the GPUs.
+$(VENV)/.setup-done: pyproject.toml scripts/build_horovod.sh scripts/horovod-0.28.1.patch common/machine.py
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q $(TORCH)
-	$(PY) -m pip install -q -e '.[tf,dev]'
-	scripts/build_horovod.sh $(PY)
+	eval "$$(python3 -m common.machine --gpu '$(GPU)' --torch-index '$(TORCH_INDEX)')" && \
+	$(PY) -m pip install -q $$TORCH_ARGS && \
+	$(PY) -m pip install -q -e ".[$$EXTRAS]" && \
+	scripts/build_horovod.sh $(PY) && \
+	$(PY) scripts/check_frameworks.py --expect-gpu $$EXPECT_GPU
 	touch $@
 
 demo: setup
@@ -35,6 +41,11 @@ test: setup
 	@command -v chromium >/dev/null || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 	$(PY) -m pytest
+
+# On a machine with CUDA PyTorch (no venv, no TensorFlow needed): the PyTorch backends on every
+# GPU count, the probe, rates, MFU and memory per GPU. Refuses (exit 2) where torch sees no GPU.
+gpu-check:
+	$(GPU_PYTHON) scripts/gpu_check.py
 
 clean:
 	rm -rf $(VENV) results reports/out

@@ -138,6 +138,13 @@ class Backend(abc.ABC):
         """Train `job.cell` inside a launched process: the measurement on the reporting rank,
         None on the others. Raises `common.errors.Unsupported` when this machine cannot run it."""
 
+    def probe(self, cell: Cell, threads_per_device: int, request: dict) -> dict | None:
+        """For `xbench probe`, inside a launched process set up as for training `cell`: the
+        framework's matmul rates (`request` {"matmul": {...}}) or its all-reduce times through
+        this backend's collectives ({"all_reduce": {"sizes": [...]}}), see common.limits; the
+        result on rank 0, None on the others."""
+        raise Unsupported(f"{self.name} has no probe")
+
     def is_out_of_memory(self, error: BaseException) -> bool:
         """True if `error` is this framework's out-of-memory error."""
         return isinstance(error, MemoryError)

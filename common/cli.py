@@ -1,7 +1,13 @@
 """The `xbench` command: run grids, list models and backends, get the data, make reports."""
+import contextlib
 import dataclasses
 import importlib
+import importlib.metadata
+import json
+import os
 import sys
+import tempfile
+import tomllib
 from pathlib import Path
 
 import click
@@ -20,6 +26,7 @@ DEFAULT_RESULTS_DIR = Path("results")
 # cell failed or timed out; 2 on bad input (nothing ran); 130 when interrupted.
 EXIT_CELLS_FAILED = 3
 UNFINISHED = ("failed", "timeout")
+EXIT_SLOWER = 4  # xbench compare --fail-above: a significant slowdown beyond the threshold
 FRAMEWORK_MODELS = {"PyTorch": "pt_backend.models:describe", "Keras": "tf_backend.models:describe"}
 
 
@@ -37,9 +44,42 @@ def str_list(ctx, param, value):
     return None if value is None else [v.strip() for v in value.split(",") if v.strip()]
 
 
-@click.group()
-def main():
-    """xbench: data-parallel training benchmarks across PyTorch, TensorFlow and Horovod."""
+def own_version() -> str:
+    """xbench's version: installed, or from pyproject.toml when run from a checkout (make
+    gpu-check runs it with PYTHONPATH, uninstalled)."""
+    try:
+        return importlib.metadata.version("xbench")
+    except importlib.metadata.PackageNotFoundError:
+        pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+        return tomllib.loads(pyproject.read_text())["project"]["version"] + " (uninstalled)"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(own_version(), prog_name="xbench")
+@click.option("-q", "--quiet", is_flag=True, help="Print only results, warnings and errors.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Also print what runs: each cell's log file, frameworks' own messages.")
+@click.pass_context
+def main(ctx, quiet, verbose):
+    """xbench: data-parallel training benchmarks across PyTorch, TensorFlow and Horovod.
+
+    Shell completion (click's): eval "$(_XBENCH_COMPLETE=bash_source xbench)" in ~/.bashrc
+    (zsh_source, fish_source for other shells)."""
+    if quiet and verbose:
+        raise UserError("-q/--quiet and -v/--verbose contradict each other; give one")
+    ctx.obj = {"quiet": quiet, "verbose": verbose}
+
+
+def say(text="", err=False, **style):
+    """Print unless --quiet (errors and warnings, err=True, always print)."""
+    ctx = click.get_current_context(silent=True)
+    if err or not (ctx and ctx.find_root().obj and ctx.find_root().obj["quiet"]):
+        click.secho(text, err=err, **style)
+
+
+def verbose():
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx and ctx.find_root().obj and ctx.find_root().obj["verbose"])
 
 
 @main.command()
@@ -112,9 +152,7 @@ def grid(grid_file, preset, backend, model, multiple, batch, nodes, devices, epo
     results_path = results.check_results_path(
         results_path or DEFAULT_RESULTS_DIR / f"{spec['name']}.jsonl")
     if dry_run:
-        for cell in cells:
-            click.echo(f"{cell.label}  [{cell.key}]")
-        click.echo(f"{len(cells)} cells; would append to {results_path}")
+        dry_run_plan(cells, results_path, resume)
         return
     if cells[0].data == "mnist":  # fail now, not in every cell, if it is missing or damaged
         folder = data_module.mnist_folder(data_dir)
@@ -122,14 +160,42 @@ def grid(grid_file, preset, backend, model, multiple, batch, nodes, devices, epo
     else:
         click.secho("SYNTHETIC DATA: random MNIST-shaped images; rates are real, accuracy is "
                     "meaningless; rows say dataset=synthetic", fg="yellow", err=True)
-    rows = run_grid(cells, results_path, resume=resume, echo=click.echo, launcher=where)
+    quiet = click.get_current_context().find_root().obj["quiet"]
+    rows = run_grid(cells, results_path, resume=resume, echo=say, launcher=where, quiet=quiet)
     click.echo(format_rows(rows))
     click.echo(f"results: {results_path}")
+    if verbose():
+        for row in rows:
+            click.echo(f"{row['cell_key']} r{row['repeat']}: log {row['log'] or '(not started)'}")
     not_finished = [r for r in rows if r["status"] in UNFINISHED]
     if not_finished:
         click.secho(f"{len(not_finished)} cell(s) {' or '.join(UNFINISHED)}: see their rows' "
                     f"errors and logs; exit code {EXIT_CELLS_FAILED}", fg="red", err=True)
         sys.exit(EXIT_CELLS_FAILED)
+
+
+def dry_run_plan(cells, results_path, resume):
+    """Every cell with what would happen to it here, and the total time it should take."""
+    from common.estimate import estimate
+    from common.progress import duration
+    estimates = estimate(cells, results_path, resume)
+    for number, (cell, found) in enumerate(zip(cells, estimates), 1):
+        what = (f"about {duration(found.seconds)} ({found.source})" if found.status == "to run"
+                else f"{found.status}: {found.source}")
+        click.echo(f"[{number}/{len(cells)}] {cell.label}  [{cell.key}]  {what}")
+    by = {status: [e for e in estimates if e.status == status]
+          for status in ("done", "unsupported", "to run")}
+    known = [e.seconds for e in by["to run"] if e.seconds is not None]
+    total = f"about {duration(sum(known))} here" if known else "no estimate here"
+    unknown = len(by["to run"]) - len(known)
+    click.echo(f"{len(cells)} cells: {len(by['done'])} done already, {len(by['unsupported'])} "
+               f"unsupported here, {len(by['to run'])} to run: {total}"
+               + (f" (and {unknown} without an estimate)" if unknown else "")
+               + f"; would append to {results_path}")
+
+
+SLURM_SETTINGS = ("slurm_partition", "slurm_account", "slurm_time", "slurm_gpus_per_node",
+                  "slurm_args")
 
 
 def make_launcher(settings):
@@ -141,34 +207,134 @@ def make_launcher(settings):
     return LocalLauncher()
 
 
+@main.command()
+@click.option("--backend", callback=str_list,
+              help="Which probes: the frameworks' matmuls (pt-single, tf-single) and the "
+                   "collectives of pt-ddp, hvd-torch, tf-multiworker; default: every one "
+                   "installed here.")
+@click.option("--devices", callback=int_list, default="2,4", show_default=True,
+              help="Processes per node of the all-reduce probes (the grid's device counts).")
+@click.option("--nodes", callback=int_list, default="1", show_default=True,
+              help="Node counts of the all-reduce probes (beyond 1: --launcher slurm).")
+@click.option("--device", type=click.Choice(("auto", "cpu", "cuda")), default="auto",
+              show_default=True, help="auto: cuda when nvidia-smi lists a GPU, else cpu.")
+@click.option("--launcher", type=click.Choice(grid_module.LAUNCHERS), default="local",
+              show_default=True, help="Run the probes here, or as Slurm jobs.")
+@click.option("--results-dir", type=click.Path(file_okay=False), default=str(DEFAULT_RESULTS_DIR),
+              show_default=True, help="Folder of the results files the probe is kept beside.")
+def probe(backend, devices, nodes, device, launcher, results_dir):
+    """Measure this machine's limits, the report's denominators: dense matmul GFLOP/s with each
+    framework's kernels, and all-reduce bus bandwidth of each collective library at the byte
+    sizes of the models' gradients (nccl-tests' algbw and busbw). Appends one record to
+    RESULTS_DIR/probe.jsonl; the report uses the newest one of the rows' environment."""
+    from common.limits import append_probe, probe_path
+    from common.machine import nvidia_gpus
+    from common.probe import ALL_REDUCE_BACKENDS, MATMUL_BACKENDS, run_probe
+    chosen = backend or [*MATMUL_BACKENDS, *ALL_REDUCE_BACKENDS]
+    unknown = [b for b in chosen if b not in (*MATMUL_BACKENDS, *ALL_REDUCE_BACKENDS)]
+    if unknown:
+        raise UserError(f"no probe for {', '.join(unknown)}; choose from "
+                        f"{', '.join([*MATMUL_BACKENDS, *ALL_REDUCE_BACKENDS])}")
+    devices = grid_module.check_axis("devices", devices, int)
+    nodes = grid_module.check_axis("nodes", nodes, int)
+    if launcher == "local" and max(nodes) > 1:
+        raise UserError("--nodes beyond 1 needs --launcher slurm")
+    if device == "auto":
+        device = "cuda" if nvidia_gpus() else "cpu"
+    path = results.check_results_path(Path(results_dir) / "probe.jsonl")
+    where = make_launcher({"launcher": launcher, **dict.fromkeys(SLURM_SETTINGS)})
+    record = run_probe(chosen, devices, nodes, device, where, say)
+    append_probe(probe_path(path), record)
+    click.echo(probe_text(record))
+    click.echo(f"probe: {probe_path(path)}")
+
+
+def probe_text(record):
+    """The probe's figures as two small tables."""
+    lines = [f"{'matmul':<11} {'device':<32} {'precision':<10} {'threads':>7} "
+             f"{'GFLOP/s':>9}  (slowest-fastest repeat)"]
+    for m in record["matmul"]:
+        lines.append(f"{m['framework']:<11} {m['device_name'][:32]:<32} {m['precision']:<10} "
+                     f"{m['threads'] or '-':>7} {m['gflops']:>9,.1f}  "
+                     f"({m['gflops_low']:,.1f}-{m['gflops_high']:,.1f})")
+    lines += ["", f"{'all-reduce':<16} {'nodes':>5} {'ranks':>5} {'MiB':>6} {'ms':>8} "
+                  f"{'algbw GB/s':>10} {'busbw GB/s':>10}  (slowest-fastest repeat)"]
+    for a in record["all_reduce"]:
+        lines.append(f"{a['library']:<16} {a['nodes']:>5} {a['world_size']:>5} "
+                     f"{a['bytes'] / 2**20:>6.2f} {a['seconds'] * 1e3:>8.2f} "
+                     f"{a['algbw'] / 1e9:>10.3f} {a['busbw'] / 1e9:>10.3f}  "
+                     f"({a['busbw_low'] / 1e9:.3f}-{a['busbw_high'] / 1e9:.3f})")
+    lines += [f"not measured: {n['what']}: {n['why'].splitlines()[0]}"
+              for n in record["not_measured"]]
+    return "\n".join(lines)
+
+
 @main.command("models")
-def list_models():
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def list_models(as_json):
     """Every model: parameters and FLOPs per sample, from the spec and from each framework."""
-    header = f"{'model':<7} {'source':<20} {'parameters':>12} {'FLOPs/sample':>14}"
-    click.echo(header)
+    found = []
     for name in models.MODELS:
-        click.echo(f"{name:<7} {'spec (common)':<20} {models.parameter_count(name):>12,} "
-                   f"{models.flops_per_sample(name):>14,}")
+        found.append({"model": name, "source": "spec (common)",
+                      "params": models.parameter_count(name),
+                      "flops_per_sample": models.flops_per_sample(name)})
         for framework, path in FRAMEWORK_MODELS.items():
             module, function = path.split(":")
-            try:
-                described = getattr(importlib.import_module(module), function)(name)
-            except ImportError as e:
-                click.echo(f"{name:<7} {framework:<20} not installed ({e.name})")
-                continue
-            click.echo(f"{name:<7} {described['framework']:<20} {described['params']:>12,} "
-                       f"{described['flops_per_sample']:>14,}")
-    click.echo("FLOPs = 2 x multiply-accumulates of the forward pass (conv and dense layers).")
+            with framework_messages() as messages:
+                try:
+                    described = getattr(importlib.import_module(module), function)(name)
+                except ImportError as e:
+                    found.append({"model": name, "source": framework, "params": None,
+                                  "flops_per_sample": None, "error": f"not installed ({e.name})"})
+                    continue
+            found.append({"model": name, "source": described["framework"],
+                          "params": described["params"],
+                          "flops_per_sample": described["flops_per_sample"]})
+            if verbose() and messages():
+                click.echo(messages(), err=True)
+    if as_json:
+        click.echo(json.dumps(found, indent=1))
+        return
+    click.echo(f"{'model':<7} {'source':<20} {'parameters':>12} {'FLOPs/sample':>14}")
+    for f in found:
+        numbers = (f"{f['params']:>12,} {f['flops_per_sample']:>14,}" if f["params"] is not None
+                   else f["error"])
+        click.echo(f"{f['model']:<7} {f['source']:<20} {numbers}")
+    say("FLOPs = 2 x multiply-accumulates of the forward pass (conv and dense layers).")
+
+
+@contextlib.contextmanager
+def framework_messages():
+    """Keep what frameworks write to the process's standard error (TensorFlow's C++ log, absl)
+    off the terminal while they load; `messages()` gives it back (printed with --verbose)."""
+    sys.stderr.flush()
+    saved, kept = os.dup(2), tempfile.TemporaryFile()
+    os.dup2(kept.fileno(), 2)
+    try:
+        yield lambda: (kept.seek(0), kept.read().decode(errors="replace").strip())[1]
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 @main.command("backends")
-def list_backends():
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def list_backends(as_json):
     """Every backend: available here or not, and why."""
+    found = []
     for name in BACKENDS:
         backend = get_backend(name)
         reason = backend.missing()
-        click.echo(f"{name:<12} {backend.framework:<11} " + (f"NOT AVAILABLE: {reason}" if reason
-                                                             else "available " + backend.describe()))
+        found.append({"backend": name, "framework": backend.framework, "available": not reason,
+                      "reason": reason, "uses": None if reason else backend.describe(),
+                      "spans_nodes": backend.spans_nodes})
+    if as_json:
+        click.echo(json.dumps(found, indent=1))
+        return
+    for f in found:
+        click.echo(f"{f['backend']:<15} {f['framework']:<11} "
+                   + (f"NOT AVAILABLE: {f['reason']}" if f["reason"] else "available " + f["uses"]))
 
 
 @main.group("data")
@@ -186,13 +352,24 @@ def download(folder):
 
 @main.command("export")
 @click.argument("results_file", type=click.Path(exists=True, dir_okay=False))
-@click.argument("target", type=click.Path(dir_okay=False))
-def export(results_file, target):
-    """Write a results file as a flat .csv or .parquet table."""
+@click.argument("target", required=False, type=click.Path(dir_okay=False))
+@click.option("--mlflow", "mlflow_uri", is_flag=False, flag_value="", default=None,
+              metavar="[URI]",
+              help="Log every row as an MLflow run, to URI (default: a local store, ./mlruns).")
+def export(results_file, target, mlflow_uri):
+    """Write a results file as a flat .csv or .parquet table, or to MLflow (--mlflow)."""
+    if not target and mlflow_uri is None:
+        raise UserError("give a TARGET file (.csv or .parquet), or --mlflow [URI]")
     rows, problems = results.read_rows(results_file)
     for problem in problems:
         click.secho(problem, fg="yellow", err=True)
-    click.echo(f"{len(rows)} rows -> {results.export(rows, target)}")
+    if target:
+        click.echo(f"{len(rows)} rows -> {results.export(rows, target)}")
+    if mlflow_uri is not None:
+        from reports import tracking
+        uri, logged, there = tracking.export(rows, mlflow_uri or tracking.default_uri())
+        click.echo(f"{logged} rows -> MLflow runs in {uri} (experiment '{tracking.EXPERIMENT}')"
+                   + (f"; {there} already there" if there else ""))
 
 
 @main.command()
@@ -202,10 +379,13 @@ def export(results_file, target):
 @click.option("--format", "formats", default="html,md,png,svg,csv", show_default=True,
               help="What to write, comma-separated: html, md, png, svg, csv.")
 @click.option("--where",
-              help="Keep only the rows matching a pandas query, e.g. \"model == 'small'\".")
+              help="Keep only the rows matching a filter: columns compared with values, e.g. "
+                   "\"model == 'small' and devices > 1\".")
 @click.option("--include-contended", is_flag=True,
               help="Use runs marked contended in the numbers and verdicts (left out by default).")
-def report(results_files, out, formats, where, include_contended):
+@click.option("--baseline", type=click.Path(exists=True, dir_okay=False),
+              help="A results file to compare these with (a section like `xbench compare`).")
+def report(results_files, out, formats, where, include_contended, baseline):
     """Figures, tables and one HTML page from results files (default: the newest in results/)."""
     import reports
     from reports.load import newest_results
@@ -213,19 +393,54 @@ def report(results_files, out, formats, where, include_contended):
     paths = [Path(p) for p in results_files] or [newest_results(DEFAULT_RESULTS_DIR)]
     out = Path(out or Path("reports/out") / paths[0].stem)
     notices, summary, written = reports.build_report(paths, out, reports.parse_formats(formats),
-                                                     where, include_contended)
+                                                     where, include_contended,
+                                                     baseline and Path(baseline))
     for line in notices:
         click.secho(line, fg="yellow", err=True)
     click.echo("\n".join(shorten(summary)))
     click.echo(f"report: {written.get('html', out)}")
 
 
+@main.command()
+@click.argument("base", type=click.Path(exists=True, dir_okay=False))
+@click.argument("new", type=click.Path(exists=True, dir_okay=False))
+@click.option("--fail-above", type=click.FloatRange(min=0), metavar="PCT",
+              help=f"Exit {EXIT_SLOWER} if a cell is significantly slower in NEW by more than PCT "
+                   f"percent (for CI).")
+@click.option("--exclude-contended", is_flag=True,
+              help="Leave out runs marked contended (compared, and marked, by default).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def compare(base, new, fail_above, exclude_contended, as_json):
+    """The cells of two results files side by side: NEW / BASE epoch-2 rate with its 95%
+    interval, faster / slower / no change at that confidence, and what differs in their
+    environments (versions, device, threads). Exit 0, or EXIT_SLOWER with --fail-above."""
+    from reports.compare import as_json as compare_json
+    from reports.compare import compare as compare_files
+    from reports.compare import slower_than, text_table
+    from reports.tables import markdown
+    cells, notes = compare_files([Path(base)], [Path(new)], not exclude_contended)
+    if as_json:
+        click.echo(compare_json(cells, notes))
+    else:
+        for note in notes:
+            click.secho(note, fg="yellow", err=True)
+        click.echo(markdown(text_table(cells)) if len(cells) else "no cell is in both files")
+    if fail_above is not None:
+        slower = slower_than(cells, fail_above)
+        if len(slower):
+            click.secho(f"{len(slower)} cell(s) significantly slower by more than {fail_above}%: "
+                        f"{', '.join(slower['cell_key'])}", fg="red", err=True)
+            sys.exit(EXIT_SLOWER)
+
+
 def run():
-    """Entry point: user errors print one message and exit 2, never a traceback."""
+    """Entry point: user errors print one message and exit 2, never a traceback. NO_COLOR (any
+    value) turns colour off, as https://no-color.org asks."""
+    color = False if os.environ.get("NO_COLOR") else None
     try:
-        main(standalone_mode=False)
+        main(standalone_mode=False, color=color)
     except UserError as e:
-        click.secho(f"error: {e}", fg="red", err=True)
+        click.secho(f"error: {e}", fg="red", err=True, color=color)
         sys.exit(2)
     except (click.exceptions.Abort, KeyboardInterrupt):  # Ctrl-C, or SIGTERM during a grid
         click.echo("interrupted: the running cell was stopped and nothing half-written was kept; "

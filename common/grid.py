@@ -171,7 +171,7 @@ def resolve(spec: dict, overrides: dict | None = None) -> tuple[dict, dict]:
         if key not in spec:
             raise UserError(f"grid '{spec.get('name')}' has no '{key}' axis; give it in the grid "
                             f"file or with {AXIS_OPTIONS[key]}")
-    values = {key: _check_axis(key, spec[key], kind) for key, kind in AXES.items()}
+    values = {key: check_axis(key, spec[key], kind) for key, kind in AXES.items()}
     settings = {key: _check_value(key, spec[key], kind) for key, kind in SETTINGS.items()
                 if key in spec}
     _check_choices(values, settings)
@@ -240,7 +240,7 @@ def threads_per_device(cell: Cell, cores: int) -> int:
     return cell.threads or max(1, cores // cell.devices)
 
 
-def _check_axis(key, value, kind):
+def check_axis(key, value, kind):
     """The axis' values, each checked, duplicates dropped (first occurrence kept): a value given
     twice is one configuration, not two."""
     items = value if isinstance(value, list) else [value]

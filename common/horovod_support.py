@@ -65,7 +65,7 @@ def details(hvd):
     return {"horovod_version": importlib.metadata.version("horovod"), "controller": controller,
             "gpu_operations": "nccl" if hvd.nccl_built() else None, "hvd_size": hvd.size(),
             "launcher": f"horovodrun --gloo, {hvd.cross_size()} host(s)",
-            "reduction": reduction[0],
+            "reduction": reduction[0], "collective_library": "horovod",
             "reduction_detail": reduction[1]}
 
 

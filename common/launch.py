@@ -36,6 +36,7 @@ TASK_ENV = "XBENCH_TASK"  # a worker's index among the workers of its node (comm
 KILL_GRACE_SECONDS = 5
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 SLURM_POLL_SECONDS = 1.0
+WATCH_SECONDS = 0.25  # how often a waiting launcher looks at the cell
 FINISHED = {"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY",
             "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
 
@@ -183,7 +184,8 @@ class LocalLauncher:
         return psutil.virtual_memory().available // 2**20
 
     def run(self, backend: Backend, cell: Cell, worker_args: list[str], environment: dict,
-            log, token: str) -> Ended:
+            log, token: str, watch=lambda: None) -> Ended:
+        """Start the cell here and wait for it (`watch()` is called while it runs)."""
         placement = Placement(("127.0.0.1",), free_ports(cell.world + 1), (socket.gethostname(),))
         command = backend.launch_command(cell, worker_args, placement)
         if backend.launch_scope == "task":
@@ -194,11 +196,16 @@ class LocalLauncher:
                                    env={**environment, PLACEMENT_ENV: placement.to_env()},
                                    cwd=Path(__file__).resolve().parent.parent,
                                    start_new_session=True, preexec_fn=end_with(os.getpid()))
+        deadline = time.monotonic() + cell.timeout
         try:
-            return Ended(process.wait(timeout=cell.timeout))
-        except subprocess.TimeoutExpired:
-            return Ended(None, True, f"no result after the cell's timeout of {cell.timeout} s; "
-                                     f"every process of the cell was killed")
+            while (code := process.poll()) is None:
+                if time.monotonic() > deadline:
+                    return Ended(None, True, f"no result after the cell's timeout of "
+                                             f"{cell.timeout} s; every process of the cell was "
+                                             f"killed")
+                watch()
+                time.sleep(WATCH_SECONDS)
+            return Ended(code)
         finally:
             with signals_held():
                 end_processes(process, token)
@@ -288,7 +295,8 @@ class SlurmLauncher:
         return [*command, *self.extra.split(), str(script)]
 
     def run(self, backend: Backend, cell: Cell, worker_args: list[str], environment: dict,
-            log, token: str) -> Ended:
+            log, token: str, watch=lambda: None) -> Ended:
+        """Submit the cell's job and wait for it (`watch()` is called while it runs)."""
         script = Path(worker_args[1]) / "job.sh"
         script.write_text(f"#!/bin/bash\nexec {sys.executable} -m common.slurm_job "
                           f"{' '.join(worker_args)}\n")
@@ -297,16 +305,17 @@ class SlurmLauncher:
         log.flush()
         job = _slurm(command, env=environment).strip().split(";")[0]
         try:
-            return self.wait(job, cell)
+            return self.wait(job, cell, watch)
         except BaseException:
             with signals_held():
                 self.cancel(job)
             raise
 
-    def wait(self, job: str, cell: Cell) -> Ended:
+    def wait(self, job: str, cell: Cell, watch) -> Ended:
         """Until the job ends: its final state, or xbench's own timeout (then it is cancelled)."""
         started = None
         while True:
+            watch()
             state = job_state(job)
             if state["JobState"] in FINISHED:
                 return ended(state, cell)

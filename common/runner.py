@@ -22,6 +22,7 @@ from common.claims import Claims
 from common.errors import UserError
 from common.grid import threads_per_device
 from common.launch import LocalLauncher, signals_held
+from common.progress import GridProgress
 from common.schema import Measurement, make_row, now
 
 REPO = Path(__file__).resolve().parent.parent
@@ -31,9 +32,11 @@ DEVICES_PER_CORE = 4  # more CPU devices (processes or logical devices) measure 
 MEMORY_SHARE = 0.9  # of the memory available when a cell starts, shared out over its processes
 
 
-def run_grid(cells, results_path, resume=True, echo=print, launcher=None):
+def run_grid(cells, results_path, resume=True, echo=print, launcher=None, live=None,
+             quiet=False):
     """Run every cell not already done, with `launcher` (common.launch; default: this machine);
-    return the rows written by this run."""
+    return the rows written by this run. Progress is shown live on a terminal (`live`: default
+    when standard output is one), as plain lines otherwise, not at all when `quiet`."""
     launcher = launcher or LocalLauncher()
     results_path = results.check_results_path(results_path)
     launcher.check(cells)
@@ -53,6 +56,7 @@ def run_grid(cells, results_path, resume=True, echo=print, launcher=None):
 
     run_id = results.new_run_id()
     log_dir = Path(f"{results_path}.logs") / run_id
+    progress = GridProgress(len(cells), echo, live, quiet)
     rows = []
     with _stop_on_signals():
         for number, cell in enumerate(cells, 1):
@@ -65,14 +69,18 @@ def run_grid(cells, results_path, resume=True, echo=print, launcher=None):
             if taken:
                 echo(f"{prefix}: skipped: {taken}")
                 continue
+            row = None
             try:
                 if cell.reference_for and all(statuses.get(k) == "unsupported"
                                               for k in cell.reference_for):
                     row = unneeded_reference(cell, run_id, launcher)
                 else:
-                    row = run_cell(cell, run_id, log_dir / f"{number:03d}.log", launcher)
+                    progress.cell_started(number, cell.label)
+                    row = run_cell(cell, run_id, log_dir / f"{number:03d}.log", launcher,
+                                   progress.watch)
                 results.append_row(results_path, row)
             finally:
+                progress.cell_ended(row and row["cell_seconds"])
                 with signals_held():
                     claims.release(cell.key, cell.repeat)
             statuses[cell.key] = row["status"]
@@ -113,8 +121,9 @@ def unneeded_reference(cell, run_id, launcher):
                     threads_per_device(cell, launcher.cores))
 
 
-def run_cell(cell, run_id, log_path, launcher):
-    """One cell, start to end: its result row, whatever happened."""
+def run_cell(cell, run_id, log_path, launcher, watch=lambda folder: None):
+    """One cell, start to end: its result row, whatever happened (`watch(folder)` is called
+    while it runs, with the cell's folder)."""
     started_at, started = now(), time.perf_counter()
     framework, log, outcome = None, None, {}
     try:
@@ -132,18 +141,21 @@ def run_cell(cell, run_id, log_path, launcher):
                                 f"and a node has {node / 2**30:,.1f} GiB; running it would only "
                                 f"wake the kernel's out-of-memory killer"}
         else:
-            outcome, log = launch(backend, cell, log_path, launcher), str(log_path)
+            outcome, log = launch(backend, cell, log_path, launcher, watch), str(log_path)
     except Exception:  # noqa: BLE001 - e.g. a backend that fails to import fails its cells, not the grid
         outcome = {"status": "failed",
                    "error": f"xbench could not run this cell:\n{traceback.format_exc(limit=-3)}"}
+    result = outcome.get("result")
+    measurement = Measurement.from_dict(result["measurement"]) if result else None
     return make_row(cell, run_id, started_at, outcome["status"], outcome.get("error"), framework,
-                    outcome.get("measurement"), outcome.get("env") or env.capture(), log,
+                    measurement, outcome.get("env") or env.capture(), log,
                     time.perf_counter() - started, threads_per_device(cell, launcher.cores))
 
 
-def launch(backend, cell, log_path, launcher):
+def launch(backend, cell, log_path, launcher, watch=lambda folder: None, probe=None):
     """Start the cell's processes with `launcher`, wait for them (or the timeout), and read what
-    they left: {status, error} or {status, measurement, env}."""
+    they left: {status, error} or {status, result, env}. With `probe` (a request of
+    Backend.probe), the processes probe instead of training."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     threads = threads_per_device(cell, launcher.cores)
     token = uuid.uuid4().hex
@@ -155,14 +167,16 @@ def launch(backend, cell, log_path, launcher):
         budget_mb = int(launcher.memory_mb * MEMORY_SHARE / backend.processes(cell))
         job_path.write_text(json.dumps({"cell": cell.to_dict(), "threads_per_device": threads,
                                         "memory_budget_mb": budget_mb,
-                                        "launched_at": time.time()}))
+                                        "launched_at": time.time(),
+                                        **({"probe": probe} if probe else {})}))
         process_threads = threads * backend.devices_per_process(cell)
         environment = {**os.environ, "OMP_NUM_THREADS": str(process_threads),
                        "PYTHONUNBUFFERED": "1", "XBENCH_CELL": token,
                        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO),
                                                                    os.environ.get("PYTHONPATH")]))}
         with open(log_path, "w") as log:
-            ended = launcher.run(backend, cell, [str(job_path), out_dir], environment, log, token)
+            ended = launcher.run(backend, cell, [str(job_path), out_dir], environment, log, token,
+                                 lambda: watch(out_dir))
         return outcome(Path(out_dir), ended, log_path)
 
 
@@ -172,8 +186,7 @@ def outcome(out_dir, ended, log_path):
     result_file = out_dir / "result.json"
     if result_file.is_file() and ended.returncode == 0:
         result = json.loads(result_file.read_text())
-        return {"status": "ok", "measurement": Measurement.from_dict(result["measurement"]),
-                "env": result["env"]}
+        return {"status": "ok", "result": result, "env": result["env"]}
     errors = [json.loads(p.read_text()) for p in sorted(out_dir.glob("error-*.json"))]
     errors.sort(key=lambda e: ERROR_PRIORITY.index(e["status"]))
     tail = log_tail(log_path)

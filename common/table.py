@@ -1,6 +1,7 @@
-"""The plain-text table printed at the end of a grid."""
+"""The plain-text table printed at the end of a grid (devices: per node)."""
 
-COLUMNS = (("backend", 11), ("model", 5), ("mult", 4), ("batch", 5), ("dev", 3), ("rep", 3),
+COLUMNS = (("backend", 14), ("model", 5), ("mult", 4), ("batch", 5), ("nodes", 5), ("dev", 3),
+           ("rep", 3),
            ("status", 11), ("ep1 s", 7), ("ep2 s", 7), ("ep2 samples/s", 13), ("test acc", 8))
 
 
@@ -10,7 +11,7 @@ def format_rows(rows):
         epochs = {e["epoch"]: e for e in row.get("epochs") or []}
         first, second = epochs.get(1, {}), epochs.get(2, {})
         values = (row["backend"], row["model"], row["dataset_multiple"], row["global_batch"],
-                  row["devices"], row["repeat"], row["status"], _num(first.get("seconds"), 2),
+                  row["nodes"], row["devices"], row["repeat"], row["status"], _num(first.get("seconds"), 2),
                   _num(second.get("seconds"), 2), _num(second.get("rate"), 0),
                   _num(row.get("test_accuracy"), 4))
         lines.append("  ".join(f"{str(v):>{w}}" for v, (_, w) in zip(values, COLUMNS)))

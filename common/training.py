@@ -8,7 +8,7 @@ hooks, which are framework code: building the model, one training step, reading 
 import abc
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from common.data import MNIST
 from common.evidence import sample_evidence, weights_digest
 from common.grid import Cell
 from common.launch import node_name
+from common.progress import ProgressReport
 from common.schema import Measurement
 from common.timing import EpochClock, StepTimer, epoch_record, step_percentiles
 
@@ -39,6 +40,7 @@ class Job:
     data: MNIST
     threads_per_device: int
     launched_at: float
+    progress: ProgressReport = field(default_factory=ProgressReport)
 
     def startup_seconds(self) -> float:
         return time.time() - self.launched_at
@@ -124,6 +126,9 @@ class TrainingLoop(abc.ABC):
         self.set_up()
         probe = ContentionProbe(self.comm.rank == 0, self.gpu_indices())
         samples = self.steps_per_epoch * self.cell.global_batch
+        report = self.job.progress
+        if self.comm.rank == 0:
+            report.start(self.cell.epochs, self.steps_per_epoch, self.cell.global_batch)
         epochs, consumed, startup, step_seconds = [], [], None, []
         for epoch in range(1, self.cell.epochs + 1):
             batches = self.batches(epoch)
@@ -131,15 +136,18 @@ class TrainingLoop(abc.ABC):
             self.comm.barrier()
             if startup is None:
                 startup = self.job.startup_seconds()
+            report.begin_epoch(epoch)
             probe.start()
             clock = EpochClock(self.sync)
             clock.start()
             timer = self.step_timer()
-            for batch in batches:
+            for step, batch in enumerate(batches, 1):
                 self.train_step(batch)
                 timer.mark()
+                report.done = step  # read by the report's own thread, outside this loop
             seconds = clock.stop()
             watched = probe.stop()
+            report.end_epoch(seconds)
             consumed.append(self.consumed())
             loss_sum, correct = (float(v) for v in self.comm.sum(self.totals()))
             ranks = self.comm.gather((seconds, watched))
@@ -150,6 +158,7 @@ class TrainingLoop(abc.ABC):
             if epoch == self.cell.epochs:
                 step_seconds = _flat(self.comm.gather(timer.seconds()))
 
+        report.stop()
         memory = _flat(self.comm.gather(self.peak_memory()))
         digests = _flat(self.comm.gather([weights_digest(w) for w in self.replica_weights()]))
         by_replica = [list(epochs_of_replica) for epochs_of_replica in zip(*consumed)]

@@ -1,6 +1,6 @@
 """Entry point of every launched process: `python -m common.worker JOB_JSON OUT_DIR`.
 
-Each rank loads the data and calls its backend's `train`. The reporting rank writes `result.json`
+Each rank loads the data and calls its backend's `train` (or, for `xbench probe`, its `probe`). The reporting rank writes `result.json`
 (its common.schema.Measurement and the environment) atomically; a rank that fails writes `error-<pid>.json` saying how (oom, unsupported or failed),
 then exits non-zero so the launcher (torchrun, horovodrun) ends the group.
 """
@@ -18,6 +18,7 @@ from common import env
 from common.backend import get_backend
 from common.errors import Unsupported, UserError
 from common.grid import Cell
+from common.progress import ProgressReport
 from common.training import Job
 
 
@@ -49,8 +50,15 @@ def main(job_path, out_dir):
     backend = get_backend(cell.backend)
     budget = spec["memory_budget_mb"]
     try:
+        if "probe" in spec:  # xbench probe: the cell's processes, no data, no training
+            limit_memory(budget, backend.framework)
+            result = backend.probe(cell, spec["threads_per_device"], spec["probe"])
+            if result is not None:
+                write_json(out_dir / "result.json", {"probe": result, "env": env.capture()})
+            return 0
         job = Job(cell=cell, data=data_module.load(cell),
-                  threads_per_device=spec["threads_per_device"], launched_at=spec["launched_at"])
+                  threads_per_device=spec["threads_per_device"], launched_at=spec["launched_at"],
+                  progress=ProgressReport(out_dir))
         limit_memory(min(cell.memory_limit_mb or budget, budget), backend.framework)
         print(f"xbench worker {os.getpid()}: {len(job.data.train_images)} training images loaded; "
               f"training {cell.label}", file=sys.stderr, flush=True)

@@ -14,6 +14,7 @@ from common.collectives import Collectives, OneProcess
 if TYPE_CHECKING:
     import torch
 
+    from common.grid import Cell
     from common.schema import Measurement
     from common.training import Job
 
@@ -48,26 +49,41 @@ class TorchBackend(Backend):
 
     # --- the common set-up ---------------------------------------------------------------------
 
-    def train(self, job: Job) -> Measurement | None:
+    def set_up(self, cell: Cell, threads_per_device: int) -> tuple[Collectives, torch.device]:
+        """Threads, device and processes of `cell` in this process (stop_processes undoes it)."""
         import torch
 
         from common.training import INTER_OP_PER_DEVICE
-        from pt_backend.train import TorchLoop
 
-        self.cell = job.cell
-        devices = self.devices_per_process(job.cell)
-        torch.set_num_threads(job.threads_per_device * devices)
+        self.cell = cell
+        devices = self.devices_per_process(cell)
+        torch.set_num_threads(threads_per_device * devices)
         if torch.get_num_interop_threads() != INTER_OP_PER_DEVICE * devices:  # settable once
             torch.set_num_interop_threads(INTER_OP_PER_DEVICE * devices)
-        kind = self.choose_device(job.cell, torch.cuda.device_count(), "torch")
+        kind = self.choose_device(cell, torch.cuda.device_count(), "torch")
         comm = self.start_processes(kind)
+        if kind == "cuda":
+            device = torch.device("cuda", self.local_rank() * devices)
+            torch.cuda.set_device(device)
+        else:
+            device = torch.device("cpu")
+        return comm, device
+
+    def train(self, job: Job) -> Measurement | None:
+        from pt_backend.train import TorchLoop
+
         try:
-            if kind == "cuda":
-                device = torch.device("cuda", self.local_rank() * devices)
-                torch.cuda.set_device(device)
-            else:
-                device = torch.device("cpu")
+            comm, device = self.set_up(job.cell, job.threads_per_device)
             return TorchLoop(job, comm, self, device).run()
+        finally:
+            self.stop_processes()
+
+    def probe(self, cell: Cell, threads_per_device: int, request: dict) -> dict | None:
+        from pt_backend.limits import probe
+
+        try:
+            comm, device = self.set_up(cell, threads_per_device)
+            return probe(self, comm, device, request)
         finally:
             self.stop_processes()
 

@@ -9,9 +9,31 @@ from pathlib import Path
 from common.errors import UserError
 from common.results import csv_safe
 from reports import analysis, figures, page, tables
-from reports.load import load
+from reports.compare import compare
+from reports.compare import text_table as compare_table
+from reports.load import load, load_probes
 from reports.stats import CI_METHOD
 from reports.verdicts import verdicts
+
+COMPARE_TEXT = ("Each cell's epoch-2 rate in these results over its rate in the baseline, with "
+                "Fieller's 95% interval: faster or slower only where the interval excludes 1. "
+                "Contended runs are compared too and marked.")
+
+LIMITS_TEXT = (
+    "How far each cell is from what this machine can do, by `xbench probe` (a probe file beside "
+    "the results, of the rows' environment). Model FLOP utilisation (MFU) = forward FLOPs per "
+    "sample × 3 (forward and backward) × epoch-2 rate / the peak FLOP/s of the cell's devices: "
+    "the framework's own fp32 matmul rate, per GPU times the GPUs, or on a CPU the rate with all "
+    "the threads the cell's processes have on a node (a CPU device is its share of the cores). "
+    "The interval is the rate's; the probe's own spread is in the probe file. For an "
+    "all-reducing cell on N > 1 devices: its achieved bus bandwidth (nccl-tests' busbw = "
+    "gradient bytes / time × 2(N−1)/N), timed inside the backend where it can be (pt-ddp: a DDP "
+    "communication hook around each bucket's all-reduce, including the wait for the slowest "
+    "rank) and otherwise from the exposed communication time (which overstates it: "
+    "communication overlapped with compute is not seen), against the probe's busbw of "
+    "the same library at the gradients' size on as many processes.")
+NO_PROBE = ("no probe of this machine beside the results: run `xbench probe` (its record goes to "
+            "probe.jsonl in the results' folder) and make the report again")
 
 FORMATS = ("html", "md", "png", "svg", "csv")
 SECTIONS = [
@@ -33,6 +55,7 @@ SECTIONS = [
         "time even when there is nothing to parallelise."], [], ["wrapper"]),
     ("Compute vs communication", [analysis.COMMUNICATION_ASSUMPTION],
      ["compute_vs_communication"], ["communication"]),
+    ("Against the limit", [LIMITS_TEXT], [], ["limits"]),
     ("Accuracy", [
         "Mean training loss and accuracy per epoch, and test accuracy after training, against "
         "devices and batch size (no learning-rate scaling)."], ["accuracy"], ["accuracy"]),
@@ -62,7 +85,8 @@ def parse_formats(text):
     return chosen
 
 
-def build_report(paths, out, formats=FORMATS, where=None, include_contended=False):
+def build_report(paths, out, formats=FORMATS, where=None, include_contended=False,
+                 baseline=None):
     """Write the report of the results files `paths` into `out`.
 
     Returns (notices, summary lines, {kind: path written}); notices say what is wrong or must be
@@ -73,16 +97,28 @@ def build_report(paths, out, formats=FORMATS, where=None, include_contended=Fals
     cells = analysis.cell_table(frame)
     scaling = analysis.scaling(cells)
     communication = analysis.communication(cells)
+    probes, probe_problems = load_probes(paths, frame)
+    limits = analysis.against_limits(cells, communication, probes)
     failures = analysis.failures(frame)
-    notices = tables.notices(frame, cells, problems, where)
+    notices = tables.notices(frame, cells, problems + probe_problems, where)
     verdict_lines = verdicts(cells, frame, include_contended)
     summary = tables.summary(frame, verdict_lines, failures, [p.name for p in paths])
     table_set = report_tables(frame, cells, scaling, communication, failures)
+    table_set["limits"] = ("MFU and all-reduce bandwidth against this machine's measured peaks",
+                           tables.limits_table(limits) if probes else limits.iloc[0:0],
+                           NO_PROBE if not probes else figures.NO_ROWS)
+    sections = SECTIONS
+    if baseline:
+        compared, notes = compare([baseline], paths)
+        table_set["compare"] = (f"Every cell also in {baseline.name}: NEW / BASE epoch-2 rate",
+                                compare_table(compared), "no cell is in both files")
+        sections = [(f"Compared with {baseline.name}", [COMPARE_TEXT, *notes], [], ["compare"]),
+                    *SECTIONS]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written = {}
-    drawn = (figures.build(cells, scaling, communication)
-             if {"html", "png", "svg"} & set(formats) else [])
+    drawn, missing = (figures.build(cells, scaling, communication)
+                      if {"html", "png", "svg"} & set(formats) else ([], {}))
     pngs = {name: (title, caption, figures.render(figure, "png"))
             for name, title, caption, figure in drawn if {"html", "png"} & set(formats)}
     for name, _, _, figure in drawn:
@@ -98,50 +134,68 @@ def build_report(paths, out, formats=FORMATS, where=None, include_contended=Fals
     if "html" in formats:
         written["html"] = out / "index.html"
         written["html"].write_text(page.html("xbench report", meta, verdict_lines, notices,
-                                             SECTIONS, pngs, table_set), encoding="utf-8")
+                                             sections, pngs, missing, table_set),
+                                   encoding="utf-8")
     if "md" in formats:
         written["md"] = out / "summary.md"
         figure_links = pngs if "png" in formats else {}
         written["md"].write_text(markdown_page(meta, notices, verdict_lines, figure_links,
-                                               table_set), encoding="utf-8")
+                                               missing, table_set, sections), encoding="utf-8")
     if "csv" in formats:
         written["csv"] = out / "cells.csv"
-        csv_safe(tables.cells_csv(cells)).to_csv(written["csv"], index=False)
+        csv_safe(tables.cells_csv(cells, limits)).to_csv(written["csv"], index=False)
     return notices, summary, written
 
 
 def report_tables(frame, cells, scaling, communication, failures):
-    """{name: (title, table of text)}: every table the HTML page and summary.md show."""
+    """{name: (title, table of text, why it would be empty)}: every table the HTML page and
+    summary.md show."""
     return {
-        "cells": ("Every cell: epoch-1 and epoch-2 rates over ok repeats",
-                  tables.cells_table(cells)),
-        "not_ok": ("Runs that did not finish ok", tables.failures_table(failures)),
-        "scaling": ("Speedup and efficiency", tables.scaling_table(scaling)),
+        "cells": ("Every cell: rates, times and test accuracy over its usable repeats",
+                  tables.cells_table(cells), figures.NO_ROWS),
+        "not_ok": ("Runs that did not finish ok", tables.failures_table(failures),
+                   "every run finished ok"),
+        "scaling": ("Speedup and efficiency of every N-device cell", tables.scaling_table(scaling),
+                    "it needs usable cells on 1 and on more devices of one backend and setup "
+                    "(the smoke grid has 1 and 2 devices)"),
         "wrapper": ("Rate at one device against no parallel wrapper",
-                    tables.wrapper_table(analysis.wrapper_cost(cells))),
-        "communication": ("Compute, exposed communication and all-reduce bandwidth",
-                          tables.communication_table(communication)),
-        "accuracy": ("Loss and accuracy per epoch, test accuracy", tables.accuracy_table(cells)),
-        "memory": ("Peak memory per device", tables.memory_table(cells)),
-        "overhead": ("Start-up and first-epoch overhead", tables.overhead_table(cells)),
-        "environment": ("Environments", tables.environment_table(analysis.environments(frame))),
+                    tables.wrapper_table(analysis.wrapper_cost(cells)),
+                    "it needs pt-single or tf-single beside the other backends at one device "
+                    "(every preset has them)"),
+        "communication": ("Compute, exposed communication and all-reduce bandwidth per cell",
+                          tables.communication_table(communication), figures.COMMUNICATION_NEEDS),
+        "accuracy": ("Loss and accuracy per epoch, test accuracy, per cell",
+                     tables.accuracy_table(cells), figures.NO_ROWS),
+        "memory": ("Peak memory of each device, per cell", tables.memory_table(cells),
+                   "no usable run recorded its memory"),
+        "overhead": ("Start-up seconds and epoch-1 extra seconds, per cell",
+                     tables.overhead_table(cells), figures.NO_ROWS),
+        "environment": ("What ran where", tables.environment_table(analysis.environments(frame)),
+                        "there are no rows"),
     }
 
 
-def markdown_page(meta, notices, verdict_lines, figure_links, table_set):
+def markdown_page(meta, notices, verdict_lines, figure_links, missing, table_set,
+                  sections=SECTIONS):
     """summary.md: the notices and verdicts, then each section's text, figures (where written as
-    PNG) and tables. Everything from the results is escaped (tables.markdown_text)."""
+    PNG, or why one is not drawn) and tables. Everything from the results is escaped
+    (tables.markdown_text)."""
     text = tables.markdown_text
     parts = ["# xbench report", *map(text, meta), *[f"> **{text(n)}**" for n in notices],
              "## What the results say",
              "\n".join(f"- {text(line.strip())}" if line.startswith("  ") else f"\n**{text(line)}**"
                        for line in verdict_lines)]
-    for heading, paragraphs, figure_names, table_names in SECTIONS:
-        parts += [f"## {heading}", *paragraphs]
+    for heading, paragraphs, figure_names, table_names in sections:
+        parts += [f"## {text(heading)}", *map(text, paragraphs)]
         for name in figure_names:
             if name in figure_links:
                 title, caption, _ = figure_links[name]
-                parts.append(f"![{title}]({name}.png)\n\n{caption}")
+                parts.append(f"![{title}]({name}.png)\n\n{text(caption)}")
+            elif name in missing:
+                title, reason = missing[name]
+                parts.append(f"_{text(title)}: not drawn: {text(reason)}._")
         for name in table_names:
-            parts += [f"### {table_set[name][0]}", tables.markdown(table_set[name][1])]
+            title, table, empty = table_set[name]
+            parts += [f"### {text(title)}",
+                      tables.markdown(table) if len(table) else f"_(empty: {text(empty)})_"]
     return "\n\n".join(parts) + "\n"

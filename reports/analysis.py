@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 
 from common.backend import BACKENDS, backend_class
-from common.models import MODELS, gradient_bytes
+from common.limits import flop_utilisation, peak_flops, probe_all_reduce
+from common.models import MODELS, flops_per_sample, gradient_bytes
 from reports.stats import difference_of_means, ratio_of_means, summarize
 
 CONFIG = ["env", "series", "backend", "dataset", "model", "dataset_multiple", "batch_mode", "batch",
@@ -71,6 +72,9 @@ def cell_table(frame):
                       threads_per_device=first.get("threads_per_device"),
                       threads_pinned=bool(first.get("threads_pinned")),
                       reduction=first.get("reduction"), n=len(ok), runs=len(group),
+                      collective_library=first.get("collective_library"),
+                      timed_busbw=ok["timed_busbw"].mean() if len(ok) else math.nan,
+                      cores=first.get("cores"), devices_per_node=first.get("devices_per_node"),
                       contended_runs=int((group["status"].eq("ok") & group["contended"]).sum()),
                       statuses=statuses_text(group),
                       steps_per_epoch=first["epoch2_samples"] / first["global_batch"],
@@ -108,7 +112,8 @@ def cell_table(frame):
 
 CELL_COLUMNS = [
     *CONFIG, "cell_key", "scaling", "seed", "max_train_samples", "epochs_run", "device_type",
-    "device_name", "framework", "threads_per_device", "threads_pinned", "reduction", "n", "runs",
+    "device_name", "framework", "threads_per_device", "threads_pinned", "reduction",
+    "collective_library", "timed_busbw", "cores", "devices_per_node", "n", "runs",
     "contended_runs", "statuses", "steps_per_epoch", "epoch2_samples", "memory_per_device",
     "epoch_means", "global_digests", "shard_overlap", "replicas_agree", "test_accuracy_values",
     *[f"epoch{e}_{field}" for e in (1, 2) for field in (
@@ -215,6 +220,56 @@ def communication(cells):
 def bus_bandwidth(algbw, devices):
     """busbw = algbw * 2(N-1)/N: the bytes each link carries in a ring all-reduce (nccl-tests)."""
     return algbw * 2 * (devices - 1) / devices
+
+
+def against_limits(cells, communication, probes):
+    """Per measured cell: model FLOP utilisation against the probe's matmul peak (with the
+    interval of the cell's rate), and for an all-reducing cell on N > 1 devices its achieved bus
+    bandwidth (timed inside the backend where it can be, DDP's communication hook; else from
+    the exposed communication time) against the probe's, at the gradients' size, with the same
+    library and placement. `probes`: reports.load.load_probes' {env label: probe}."""
+    records = []
+    for _, cell in measured(cells).iterrows():
+        probe = probes.get(cell["env"], {"matmul": [], "all_reduce": []})
+        known = cell["model"] in MODELS
+        peak = peak_flops(probe["matmul"], cell["framework"], cell["device_type"],
+                          int(cell["nodes"]), int(cell["devices_per_node"]),
+                          int(cell["threads_per_device"]), int(cell["cores"] or 1))
+        mfu = {}
+        if peak and known:
+            flops = flops_per_sample(cell["model"])
+            mfu = {f"mfu{suffix}": flop_utilisation(flops, cell[f"epoch2_rate{suffix}"],
+                                                     peak["flops"])
+                   for suffix in ("", "_low", "_high")}
+        achieved, how, reference = math.nan, None, None
+        if cell["devices"] > 1 and cell["reduction"] == "all-reduce" and known:
+            exposed = (communication[(communication["env"] == cell["env"])
+                                     & (communication["cell_key"] == cell["cell_key"])]
+                       if len(communication) else communication)
+            if not math.isnan(cell["timed_busbw"]):
+                achieved, how = cell["timed_busbw"], "timed in DDP's communication hook"
+            elif len(exposed) and not math.isnan(exposed["busbw"].iloc[0]):
+                achieved, how = exposed["busbw"].iloc[0], "from the exposed communication time"
+            reference = probe_all_reduce(probe["all_reduce"], cell["collective_library"],
+                                         cell["device_type"], int(cell["nodes"]),
+                                         int(cell["devices"]), gradient_bytes(cell["model"]))
+        records.append({
+            **{column: cell[column] for column in CONFIG}, "cell_key": cell["cell_key"],
+            "epoch2_rate": cell["epoch2_rate"], "peak_flops": peak and peak["flops"],
+            "peak_basis": peak["basis"] if peak else None, "mfu": math.nan, "mfu_low": math.nan,
+            "mfu_high": math.nan, **mfu, "library": cell["collective_library"],
+            "achieved_busbw": achieved, "achieved_how": how,
+            "probe_busbw": reference["busbw"] if reference else math.nan,
+            "probe_busbw_low": reference["busbw_low"] if reference else math.nan,
+            "probe_busbw_high": reference["busbw_high"] if reference else math.nan})
+    out = pd.DataFrame(records, columns=LIMIT_COLUMNS)
+    out["bandwidth_share"] = out["achieved_busbw"] / out["probe_busbw"]
+    return out
+
+
+LIMIT_COLUMNS = [*CONFIG, "cell_key", "epoch2_rate", "peak_flops", "peak_basis", "mfu", "mfu_low",
+                 "mfu_high", "library", "achieved_busbw", "achieved_how", "probe_busbw",
+                 "probe_busbw_low", "probe_busbw_high"]
 
 
 def wrapper_cost(cells):

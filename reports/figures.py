@@ -34,8 +34,16 @@ def plain(text):
     return str(text).replace("$", r"\$")
 
 
+NO_ROWS = "no cell of these results has a usable run"
+COMMUNICATION_NEEDS = ("it needs, for an N-device cell, a 1-device run of its backend at the "
+                       "same per-device batch and threads per device: grids add these compute "
+                       "references unless --no-compute-references (the smoke and lab grids have "
+                       "them)")
+
+
 def build(cells, scaling, communication):
-    """[(name, title, caption, Figure)] for every figure there are data for."""
+    """([(name, title, caption, Figure)] for every figure there are data for,
+    {name: (title, why it is not drawn and what would draw it)} for the others)."""
     makers = [
         ("fig5a_rate_vs_devices", "Figure 5a: epoch-2 rate vs devices, by model", rate_vs_devices),
         ("fig5b_rate_vs_batch", "Figure 5b: epoch-2 rate vs batch size", rate_vs_batch),
@@ -46,16 +54,28 @@ def build(cells, scaling, communication):
         ("scaling", "Scaling: speedup and efficiency", lambda c: scaling_figure(scaling)),
         ("compute_vs_communication", "Compute vs communication per step",
          lambda c: communication_figure(communication)),
-        ("accuracy", "Accuracy: loss, training and test accuracy", accuracy),
-        ("memory", "Peak memory per device", memory),
-        ("overhead", "Start-up and first-epoch overhead", overhead),
+        ("accuracy", "Loss, training and test accuracy by epoch, devices and batch", accuracy),
+        ("memory", "Figure: peak memory of each device, by cell", memory),
+        ("overhead", "Figure: launch-to-first-batch and epoch-1 extra time vs devices", overhead),
     ]
-    figures = []
+    figures, missing = [], {}
     for name, title, maker in makers:
         made = maker(cells)
-        if made is not None:
+        if isinstance(made, str):
+            missing[name] = (title, made)
+        else:
             figures.append((name, title, *made))
-    return figures
+    return figures, missing
+
+
+def needs_values(data, column, words, grid):
+    """Why a figure along `column` is not drawn when the data have fewer than two values there
+    (None when they have two or more)."""
+    values = sorted(data[column].dropna().unique())
+    if len(values) >= 2:
+        return None
+    have = f"only {values[0]}" if values else "none"
+    return f"it needs cells at two or more {words}; these results have {have} ({grid})"
 
 
 def render(figure, fmt):
@@ -146,7 +166,7 @@ def legend(figure, axes):
             seen.setdefault(label, handle)
     if seen:
         figure.legend(seen.values(), seen.keys(), loc="outside lower center",
-                      ncols=min(len(seen), 5))
+                      ncols=min(len(seen), 4), fontsize="small")
 
 
 def faceted_lines(cells, facet, fixed_columns, x, y, xlabel, ylabel, facet_title):
@@ -154,7 +174,13 @@ def faceted_lines(cells, facet, fixed_columns, x, y, xlabel, ylabel, facet_title
     fixed = analysis.reference(cells, fixed_columns)
     data = analysis.at(cells, fixed).dropna(subset=[y])
     if data.empty:
-        return None
+        return NO_ROWS
+    words = {"devices": ("device counts", "the smoke grid has 1 and 2, the seed grid 1, 2, 4"),
+             "batch": ("batch sizes", "the seed grid has 128, 256, 512"),
+             "dataset_multiple": ("dataset multiples", "the seed grid has 1x, 4x, 8x")}[x]
+    reason = needs_values(data, x, *words)
+    if reason:
+        return reason
     values = sorted(data[facet].unique())
     figure, axes = panels(len(values))
     for ax, value in zip(axes, values):
@@ -194,7 +220,7 @@ def epoch1_vs_epoch2(cells):
     fixed = analysis.reference(cells, ["model", "dataset_multiple", "batch_mode", "batch"])
     data = analysis.at(cells, fixed).dropna(subset=["epoch1_rate", "epoch2_rate"], how="all")
     if data.empty:
-        return None
+        return NO_ROWS
     devices = sorted(data["devices"].unique())
     series = list(by_series(data))
     width = 0.8 / (2 * len(series))
@@ -221,8 +247,12 @@ def scaling_figure(scaling):
     """Speedup and efficiency vs devices per model, with the ideal lines."""
     fixed = analysis.reference(scaling, ["dataset_multiple", "batch_mode", "batch"])
     data = analysis.at(scaling, fixed)
-    if data["devices"].nunique() < 2:
-        return None
+    if data.empty:
+        return NO_ROWS
+    reason = needs_values(data, "devices", "device counts of one backend and setup",
+                          "the smoke grid has 1 and 2")
+    if reason:
+        return reason
     models = sorted(data["model"].unique())
     figure, axes = panels(2 * len(models), columns=2)
     kind = analysis.scaling_kind(fixed.get("batch_mode"))
@@ -247,7 +277,7 @@ def communication_figure(communication):
     """Stacked bars per series, device count and per-device batch: compute, then exposed
     communication on top."""
     if communication.empty:
-        return None
+        return COMMUNICATION_NEEDS
     models = sorted(communication["model"].unique())
     figure, axes = panels(len(models), width=6.0, columns=2)
     for ax, model in zip(axes, models):
@@ -282,18 +312,22 @@ def accuracy(cells):
     data = analysis.at(cells, {k: v for k, v in fixed.items() if k != "devices"})
     data = data[data["epoch_means"].map(bool)]
     if data.empty:
-        return None
+        return NO_ROWS
     figure, axes = panels(4, columns=2)
-    markers = "osD^v<>"
+    markers, device_counts = "osD^v<>", sorted(data["devices"].unique())
     for series, style, rows in by_series(data):
-        for _, cell in rows.sort_values("devices").iterrows():
+        for n, (_, cell) in enumerate(rows.sort_values("devices").iterrows()):
             epochs = list(cell["epoch_means"])
-            label = plain(f"{series}, {cell['devices']} dev")
-            marker = markers[sorted(data["devices"].unique()).index(cell["devices"]) % len(markers)]
+            marker = markers[device_counts.index(cell["devices"]) % len(markers)]
             for ax, index in ((axes[0], 0), (axes[1], 1)):
                 ax.plot(epochs, [cell["epoch_means"][e][index] for e in epochs],
                         color=style["color"], linestyle=style["linestyle"], marker=marker,
-                        label=label)
+                        label=plain(series) if n == 0 else "_nolegend_")
+    # the legend: one entry per backend (its colour), one per device count (its marker)
+    for count in device_counts:
+        axes[0].plot([], [], color="black", linestyle="none",
+                     marker=markers[device_counts.index(count) % len(markers)],
+                     label=f"marker: {analysis.devices_text(count)}")
     axes[0].set_ylabel("mean training loss (cross-entropy)")
     axes[1].set_ylabel("training accuracy (fraction)")
     epochs = sorted({e for means in data["epoch_means"] for e in means})
@@ -319,7 +353,7 @@ def memory(cells):
     data = analysis.at(cells, fixed)
     data = data[data["memory_per_device"].map(bool)]
     if data.empty:
-        return None
+        return NO_ROWS
     figure, (ax,) = panels(1, width=max(6.0, 1.0 * len(data)), columns=1)
     labels = []
     for position, (_, cell) in enumerate(data.iterrows()):
@@ -340,7 +374,10 @@ def overhead(cells):
     fixed = analysis.reference(cells, ["model", "dataset_multiple", "batch_mode", "batch"])
     data = analysis.at(cells, fixed)
     if data[["startup_seconds", "first_epoch_overhead"]].isna().all().all():
-        return None
+        return NO_ROWS
+    reason = needs_values(data, "devices", "device counts", "the smoke grid has 1 and 2")
+    if reason:
+        return reason
     figure, axes = panels(2, columns=2)
     lines(axes[0], data, "devices", "startup_seconds", DEVICES, "start-up (s)")
     lines(axes[1], data, "devices", "first_epoch_overhead", DEVICES, "epoch-1 − epoch-2 time (s)")

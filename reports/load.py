@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from common.errors import UserError
+from common.limits import probe_path, read_probes
 from common.results import flat_table, read_rows
 from reports.query import select
 
@@ -80,7 +81,12 @@ def rows_frame(rows, include_contended=False):
     frame["contended"] = [bool(row.get("contended")) for row in rows]
     frame["usable"] = (frame["status"] == "ok") & (include_contended
                                                    | ~frame["contended"].astype(bool))
-    frame["reduction"] = [(row.get("backend_details") or {}).get("reduction") for row in rows]
+    details = [row.get("backend_details") or {} for row in rows]
+    frame["reduction"] = [d.get("reduction") for d in details]
+    frame["collective_library"] = [d.get("collective_library") for d in details]
+    frame["timed_busbw"] = numbers([(d.get("all_reduce_timed") or {}).get("busbw")
+                                    for d in details])
+    frame["cores"] = [(row.get("env") or {}).get("cpu_count") for row in rows]
     evidence = [row.get("evidence") or {} for row in rows]
     frame["global_digests"] = [tuple(e.get("global_batches_digests") or ()) or None
                                for e in evidence]
@@ -93,6 +99,25 @@ def rows_frame(rows, include_contended=False):
 def numbers(values):
     """Floats, NaN where a value is missing or not a number."""
     return pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(dtype=float)
+
+
+def load_probes(paths, frame):
+    """({env label: {"matmul": [...], "all_reduce": [...]}}, problems): the records of the probe
+    files beside the results files (common.limits), each given to the environment of the rows it
+    was measured in; where several measured the same thing, the newest counts."""
+    labels = dict(zip(frame["env_key"], frame["env"])) if len(frame) else {}
+    found, problems = {}, []
+    for path in dict.fromkeys(probe_path(p) for p in paths):
+        records, file_problems = read_probes(path)
+        problems += file_problems
+        for record in sorted(records, key=lambda r: r.get("measured_at", "")):
+            label = labels.get(environment_key(record.get("env") or {}))
+            if label is None:
+                continue
+            merged = found.setdefault(label, {"matmul": [], "all_reduce": []})
+            merged["matmul"] += record.get("matmul", [])
+            merged["all_reduce"] += record.get("all_reduce", [])
+    return found, problems
 
 
 def environment_key(env):

@@ -26,10 +26,11 @@ td { max-width: 50em; overflow-wrap: anywhere; }
 """
 
 
-def html(title, meta_lines, verdict_lines, warnings, sections, figures, tables):
+def html(title, meta_lines, verdict_lines, warnings, sections, figures, missing, tables):
     """The whole page. `verdict_lines`: reports.verdicts (a heading line per family, its findings
     indented); `sections`: [(heading, paragraphs, figure names, table names)];
-    `figures`: {name: (title, caption, png bytes)}; `tables`: {name: (title, DataFrame of text)}."""
+    `figures`: {name: (title, caption, png bytes)}; `missing`: {name: (title, why not drawn)};
+    `tables`: {name: (title, DataFrame of text, why it would be empty)}."""
     body = [f"<h1>{escape(title)}</h1>", *[f"<p>{escape(line)}</p>" for line in meta_lines]]
     body += [f'<p class="warning">{escape(w)}</p>' for w in warnings]
     body += ['<h2 id="verdicts">What the results say</h2>', verdicts_html(verdict_lines)]
@@ -37,11 +38,15 @@ def html(title, meta_lines, verdict_lines, warnings, sections, figures, tables):
         body.append(f"<h2>{escape(heading)}</h2>")
         body += [f"<p>{escape(p)}</p>" for p in paragraphs]
         for name in figure_names:
-            body.append(figure_html(name, figures.get(name)))
+            if name in figures:
+                body.append(figure_html(name, figures[name]))
+            elif name in missing:
+                body.append(f'<p class="missing">{escape(missing[name][0])}: not drawn: '
+                            f'{escape(missing[name][1])}.</p>')
         for name in table_names:
-            table_title, frame = tables[name]
+            table_title, frame, empty = tables[name]
             body.append(f"<h3>{escape(table_title)}</h3>")
-            body.append(table_html(frame))
+            body.append(table_html(frame, empty))
     return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
             f'<meta http-equiv="Content-Security-Policy" content="{CSP}">\n'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
@@ -69,8 +74,6 @@ def verdicts_html(lines):
 
 
 def figure_html(name, figure):
-    if figure is None:
-        return f'<p class="missing">No data for this figure ({escape(name)}) in these results.</p>'
     title, caption, png = figure
     data = base64.b64encode(png).decode("ascii")
     return (f'<figure id="{escape(name)}"><h3>{escape(title)}</h3>'
@@ -78,9 +81,9 @@ def figure_html(name, figure):
             f"<figcaption>{escape(caption)}</figcaption></figure>")
 
 
-def table_html(frame):
+def table_html(frame, empty):
     if frame.empty:
-        return '<p class="missing">(none)</p>'
+        return f'<p class="missing">Empty: {escape(empty)}.</p>'
     head = "".join(f"<th>{escape(str(c))}</th>" for c in frame.columns)
     rows = "".join("<tr>" + "".join(cell_html(v) for v in row) + "</tr>"
                    for row in frame.itertuples(index=False))

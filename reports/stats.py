@@ -6,6 +6,7 @@ A rate is samples / mean epoch time, so every ratio of rates (a speedup, "A is f
 a ratio of mean epoch times, and its interval comes from the epoch times of the repeats.
 """
 import math
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -119,5 +120,7 @@ def difference_of_means(a, b) -> tuple[float, float, float]:
         return d, math.nan, math.nan
     if a.var() == 0 and b.var() == 0:
         return d, d, d
-    interval = stats.ttest_ind(a, b, equal_var=False).confidence_interval(LEVEL)
+    with warnings.catch_warnings():  # scipy warns when the repeats are nearly identical
+        warnings.simplefilter("ignore", RuntimeWarning)
+        interval = stats.ttest_ind(a, b, equal_var=False).confidence_interval(LEVEL)
     return d, float(interval.low), float(interval.high)

@@ -89,8 +89,9 @@ def cells_table(cells):
                          ("runs", column("statuses"))])
 
 
-def cells_csv(cells):
-    """cells.csv: the cells as numbers, for other tools."""
+def cells_csv(cells, limits):
+    """cells.csv: the cells as numbers, for other tools (with MFU and bandwidths where a probe
+    gives them)."""
     frame = cells[["env", "cell_key", "backend", "dataset", "model", "dataset_multiple",
                    "batch_mode", "global_batch", "per_device_batch", "devices",
                    "threads_per_device", "n", "runs", "statuses"]].copy()
@@ -101,7 +102,8 @@ def cells_csv(cells):
         frame[f"epoch{epoch}_seconds_mean"] = cells[f"epoch{epoch}_seconds"]
     frame["test_accuracy_mean"] = cells["test_accuracy"]
     frame["test_accuracy_ci95"] = cells["test_accuracy_ci"]
-    return frame
+    return frame.merge(limits[["env", "cell_key", "mfu", "mfu_low", "mfu_high", "achieved_busbw",
+                               "probe_busbw"]], on=["env", "cell_key"], how="left")
 
 
 def failures_table(failures):
@@ -145,6 +147,32 @@ def communication_table(communication):
         ("gradient (MiB)", times("gradient_bytes", 1 / MIB)),
         ("algbw (GB/s)", lambda c: num(c["algbw"] * 1e-9) if c["reduction"] == "all-reduce"
          else "—"), ("busbw (GB/s)", busbw)])
+
+
+def limits_table(limits):
+    def percent(value):
+        return "—" if value is None or math.isnan(value) else f"{value:.1%}"
+
+    def gigabytes(value):
+        return num(value * 1e-9)
+
+    def achieved(c):
+        if math.isnan(c["achieved_busbw"]):
+            return "—"
+        return f"{gigabytes(c['achieved_busbw'])} ({c['achieved_how']})"
+    return table(limits, [
+        *WHO, ("batch", batch_text), ("devices", column("devices")),
+        ("rate (samples/s)", column("epoch2_rate", num)),
+        ("peak (from xbench probe)", lambda c: c["peak_basis"] or "— (no probe of it)"),
+        ("MFU, 95% CI of the rate", lambda c: percent(c["mfu"]) + (
+            f" [{percent(c['mfu_low'])}, {percent(c['mfu_high'])}]"
+            if math.isfinite(c["mfu_low"]) and math.isfinite(c["mfu_high"]) else "")),
+        ("library", lambda c: c["library"] or "—"),
+        ("achieved busbw (GB/s)", achieved),
+        ("probe busbw (GB/s), slowest-fastest", lambda c: "—" if math.isnan(c["probe_busbw"])
+         else f"{gigabytes(c['probe_busbw'])} ({gigabytes(c['probe_busbw_low'])}-"
+              f"{gigabytes(c['probe_busbw_high'])})"),
+        ("achieved / probe", lambda c: percent(c["bandwidth_share"]))])
 
 
 def wrapper_table(wrapper):

@@ -36,8 +36,8 @@ def test_the_printed_table_has_its_header_and_one_line_per_cell(smoke):
     start = lines.index(format_rows([]))  # the header alone
     table = lines[start + 1:start + 1 + len(smoke.all)]
     assert lines[start + 1 + len(smoke.all)] == f"results: {smoke.results}"
-    printed = sorted((line.split()[0], int(line.split()[3]), int(line.split()[4]),
-                      line.split()[6]) for line in table)
+    printed = sorted((line.split()[0], int(line.split()[3]), int(line.split()[5]),
+                      line.split()[7]) for line in table)
     assert printed == sorted((r["backend"], r["global_batch"], r["devices"], r["status"])
                              for r in smoke.all)
 

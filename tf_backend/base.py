@@ -14,6 +14,7 @@ from tf_backend.collectives import OneTensorFlowProcess, TensorFlowCollectives
 if TYPE_CHECKING:
     import tensorflow as tf
 
+    from common.grid import Cell
     from common.schema import Measurement
     from common.training import Job
 
@@ -47,24 +48,39 @@ class TensorFlowBackend(Backend):
 
     # --- the common set-up ---------------------------------------------------------------------
 
-    def train(self, job: Job) -> Measurement | None:
+    def set_up(self, cell: Cell, threads_per_device: int
+               ) -> tuple[TensorFlowCollectives, tf.distribute.Strategy, str]:
+        """Processes, threads, visible devices and strategy of `cell` in this process, and the
+        device kind ("cpu" or "cuda")."""
         import tensorflow as tf
 
         from common.training import INTER_OP_PER_DEVICE
-        from tf_backend.train import TensorFlowLoop, set_threads
+        from tf_backend.train import set_threads
 
-        self.cell = job.cell
-        devices = self.devices_per_process(job.cell)
+        self.cell = cell
+        devices = self.devices_per_process(cell)
         comm = self.start_processes()
-        set_threads(job.threads_per_device * devices, INTER_OP_PER_DEVICE * devices)
+        set_threads(threads_per_device * devices, INTER_OP_PER_DEVICE * devices)
         gpus = tf.config.list_physical_devices("GPU")
-        kind = self.choose_device(job.cell, len(gpus), "TensorFlow")
+        kind = self.choose_device(cell, len(gpus), "TensorFlow")
         if kind == "cuda":
             first = self.local_rank() * devices
             tf.config.set_visible_devices(gpus[first:first + devices], "GPU")
         else:
             tf.config.set_visible_devices([], "GPU")
-        return TensorFlowLoop(job, comm, self, self.make_strategy(kind)).run()
+        return comm, self.make_strategy(kind), kind
+
+    def train(self, job: Job) -> Measurement | None:
+        from tf_backend.train import TensorFlowLoop
+
+        comm, strategy, _ = self.set_up(job.cell, job.threads_per_device)
+        return TensorFlowLoop(job, comm, self, strategy).run()
+
+    def probe(self, cell: Cell, threads_per_device: int, request: dict) -> dict | None:
+        from tf_backend.limits import probe
+
+        comm, _, kind = self.set_up(cell, threads_per_device)
+        return probe(self, comm, kind, request)
 
     def is_out_of_memory(self, error: BaseException) -> bool:
         from tf_backend.train import is_out_of_memory

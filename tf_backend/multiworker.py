@@ -54,6 +54,7 @@ class MultiWorkerMirroredBackend(TensorFlowBackend):
         return {"parallelism": "tf.distribute.MultiWorkerMirroredStrategy",
                 "collective_implementation": self.implementation,
                 "launcher": "one worker per device, TF_CONFIG", "reduction": "all-reduce",
+                "collective_library": f"tensorflow {self.implementation.lower()}",
                 "reduction_detail": f"MultiWorkerMirroredStrategy's collective all-reduce "
                                     f"({self.implementation.lower()}) in apply_gradients"}
 

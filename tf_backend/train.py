@@ -226,7 +226,7 @@ class TensorFlowLoop(TrainingLoop):
         return {
             "framework_version": tf.__version__, "params": parameter_count(self.model),
             "train_samples": self.pipeline.samples, "device_type": self.kind,
-            "device_name": self.device_name(),
+            "device_name": device_name(self.kind),
             "num_replicas_in_sync": self.comm.world * self.replicas,
             "replica_devices": self.replica_devices(),
             "keras_version": keras.__version__}
@@ -242,11 +242,14 @@ class TensorFlowLoop(TrainingLoop):
         first = self.backend.local_rank() * self.replicas
         return list(range(first, first + self.replicas))
 
-    def device_name(self):
-        if self.kind == "cuda":
-            gpu = tf.config.get_visible_devices("GPU")[0]
-            return tf.config.experimental.get_device_details(gpu).get("device_name", gpu.name)
-        return cpu_name()
+
+
+def device_name(kind):
+    """The first visible GPU's name, or the CPU's."""
+    if kind == "cuda":
+        gpu = tf.config.get_visible_devices("GPU")[0]
+        return tf.config.experimental.get_device_details(gpu).get("device_name", gpu.name)
+    return cpu_name()
 
 
 def is_out_of_memory(error):

@@ -1,0 +1,162 @@
+"""This machine's limits, as `xbench probe` measures them with the frameworks' own kernels and
+collectives, and the file they are kept in beside the results (the report's denominators).
+
+- Matmul: C = A @ B of two n x n matrices, 2 n^3 FLOPs, timed `MATMUL_REPEATS` times after a
+  warm-up; GFLOP/s as the median with the slowest and fastest repeat. On a CPU it is measured at
+  every thread count a cell's processes can have on one node, since a CPU "device" is its share of
+  the cores; on a GPU per device, at each precision the device has.
+- All-reduce: nccl-tests' conventions. Each repeat starts after a barrier; its time is the slowest
+  rank's; algbw = bytes / time, busbw = algbw x 2(N-1)/N (the bytes each link carries in a ring),
+  at the byte sizes of the models' gradients.
+
+Framework-free: the frameworks' probes (pt_backend.limits, tf_backend.limits) time the kernels and
+hand their timings here.
+"""
+import json
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from common.collectives import Collectives
+
+PROBE_FILE = "probe.jsonl"  # beside the results files; one line per `xbench probe` run
+PROBE_VERSION = 1
+MATMUL_REPEATS = 7
+ALL_REDUCE_WARMUP = 3
+ALL_REDUCE_REPEATS = 20
+
+
+def matmul_record(precision: str, size: int, threads: int | None, seconds: list[float]) -> dict:
+    """The GFLOP/s of `len(seconds)` timed n x n matmuls (median, slowest, fastest)."""
+    rates = sorted(2 * size ** 3 / s / 1e9 for s in seconds)
+    return {"precision": precision, "size": size, "threads": threads,
+            "gflops": statistics.median(rates), "gflops_low": rates[0], "gflops_high": rates[-1],
+            "repeats": len(rates)}
+
+
+def time_matmul(multiply: Callable[[], Any], sync: Callable[[], None],
+                repeats: int = MATMUL_REPEATS) -> list[float]:
+    """Seconds of each of `repeats` calls of `multiply` (after one untimed call)."""
+    multiply()
+    sync()
+    seconds = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        multiply()
+        sync()
+        seconds.append(time.perf_counter() - started)
+    return seconds
+
+
+def time_all_reduce(comm: Collectives, make_buffer: Callable[[int], Any],
+                    sync: Callable[[], None], sizes: list[int],
+                    repeats: int = ALL_REDUCE_REPEATS) -> list[dict] | None:
+    """Every process calls this; rank 0 gets one record per byte size in `sizes`, the others
+    None. `make_buffer(bytes)`: a float32 tensor of the framework that `comm.sum` reduces."""
+    records = []
+    for size in sizes:
+        buffer = make_buffer(size)
+        for _ in range(ALL_REDUCE_WARMUP):
+            comm.sum(buffer)
+        sync()
+        seconds = []
+        for _ in range(repeats):
+            comm.barrier()
+            started = time.perf_counter()
+            comm.sum(buffer)
+            sync()
+            seconds.append(time.perf_counter() - started)
+        slowest = sorted(max(by_rank) for by_rank in zip(*comm.gather(seconds)))
+        records.append(all_reduce_record(size, comm.world, slowest))
+    return records if comm.rank == 0 else None
+
+
+def all_reduce_record(size: int, world: int, seconds: list[float]) -> dict:
+    """nccl-tests' figures of one size: the median time, algbw and busbw (bytes/s), and busbw at
+    the slowest and fastest repeat."""
+    median = statistics.median(seconds)
+    return {"bytes": size, "world_size": world, "seconds": median, "repeats": len(seconds),
+            "algbw": size / median, "busbw": bus_bandwidth(size / median, world),
+            "busbw_low": bus_bandwidth(size / max(seconds), world),
+            "busbw_high": bus_bandwidth(size / min(seconds), world)}
+
+
+def bus_bandwidth(algbw: float, world: int) -> float:
+    """busbw = algbw x 2(N-1)/N: what each link carries in a ring all-reduce (nccl-tests)."""
+    return algbw * 2 * (world - 1) / world
+
+
+def probe_path(results_path: Path) -> Path:
+    """The probe file of a results file: in the same folder."""
+    return Path(results_path).parent / PROBE_FILE
+
+
+def append_probe(path: Path, record: dict) -> None:
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(json.dumps(record) + "\n")
+
+
+def read_probes(path: Path) -> tuple[list[dict], list[str]]:
+    """The probe records of a probe file, and a line on each it cannot use."""
+    records, problems = [], []
+    if not Path(path).is_file():
+        return records, problems
+    for number, line in enumerate(Path(path).read_text(errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            problems.append(f"{path}:{number}: not JSON ({e.msg}); line ignored")
+            continue
+        if not isinstance(record, dict) or record.get("probe_version") != PROBE_VERSION:
+            problems.append(f"{path}:{number}: not a probe record of version {PROBE_VERSION}; "
+                            f"line ignored")
+            continue
+        records.append(record)
+    return records, problems
+
+
+def cell_threads(cores: int, devices_per_node: int, threads_per_device: int) -> int:
+    """Compute threads a CPU cell's processes on one node have together (at most the cores)."""
+    return min(cores, devices_per_node * threads_per_device)
+
+
+def peak_flops(matmul: list[dict], framework: str, device_type: str, nodes: int,
+               devices_per_node: int, threads_per_device: int, cores: int) -> dict | None:
+    """What the cell's devices can do together by the probe: {"flops": FLOP/s, "basis": text},
+    or None when the probe lacks the framework's fp32 matmul on this device (at these threads).
+    On a GPU the per-device rate times the devices; on a CPU a "device" is its share of the
+    cores, so a node's peak is the rate measured with all the threads the cell's processes have
+    there together (not N times a one-thread rate), times the nodes."""
+    threads = (cell_threads(cores, devices_per_node, threads_per_device)
+               if device_type == "cpu" else None)
+    found = [m for m in matmul if m["framework"] == framework and m["device_type"] == device_type
+             and m["precision"] == "fp32" and m["threads"] == threads]
+    if not found:
+        return None
+    gflops = found[-1]["gflops"]
+    if device_type == "cpu":
+        return {"flops": nodes * gflops * 1e9,
+                "basis": f"{framework} fp32 matmul, {threads} thread(s): {gflops:,.1f} GFLOP/s"
+                         + (f" x {nodes} nodes" if nodes > 1 else "")}
+    return {"flops": nodes * devices_per_node * gflops * 1e9,
+            "basis": f"{framework} fp32 matmul: {gflops:,.1f} GFLOP/s per GPU x "
+                     f"{nodes * devices_per_node}"}
+
+
+def flop_utilisation(flops_per_sample: float, rate: float, peak: float) -> float:
+    """Model FLOP utilisation: forward FLOPs per sample x 3 (forward and the backward's two
+    products) x samples per second, over the peak FLOP/s."""
+    return 3 * flops_per_sample * rate / peak
+
+
+def probe_all_reduce(all_reduce: list[dict], library: str, device_type: str, nodes: int,
+                     world: int, size: int) -> dict | None:
+    """The probe's all-reduce record of `library` at this size and placement (the newest)."""
+    found = [a for a in all_reduce if (a["library"], a["device_type"], a["nodes"],
+                                       a["world_size"], a["bytes"])
+             == (library, device_type, nodes, world, size)]
+    return found[-1] if found else None

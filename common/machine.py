@@ -1,0 +1,74 @@
+"""What this machine has (NVIDIA GPUs, from `nvidia-smi`) and what `make setup` installs for it.
+
+Standard library only: `make setup` runs it with the system's python3 before the environment
+exists (`python3 -m common.machine --gpu auto` prints the plan as shell variables).
+
+On a machine without NVIDIA GPUs: torch==2.13.0 as pip resolves it (the CPU build on the
+project's machines), tensorflow-cpu, Horovod on gloo. With GPUs: PyPI's Linux wheel of
+torch==2.13.0, which is the CUDA build (or a wheel of TORCH_INDEX, e.g.
+https://download.pytorch.org/whl/cu128), TensorFlow's `and-cuda` extra (its CUDA libraries as
+pip packages), and Horovod built with NCCL (scripts/build_horovod.sh does so when nvcc is present
+and torch sees a GPU).
+"""
+import argparse
+import shlex
+import shutil
+import subprocess
+import sys
+
+TORCH = "torch==2.13.0"  # the pinned version; never let pip resolve a newer one
+PYPI = "https://pypi.org/simple"
+
+
+def nvidia_gpus() -> list[str]:
+    """The NVIDIA GPUs `nvidia-smi -L` lists (none when it is absent or fails)."""
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if listed.returncode != 0:
+        return []
+    return [line.strip() for line in listed.stdout.splitlines() if line.startswith("GPU ")]
+
+
+def wants_gpu(setting: str, gpus: list[str]) -> bool:
+    """GPU=1 or GPU=0 decide; GPU=auto (the default) follows what nvidia-smi lists."""
+    if setting not in ("auto", "0", "1"):
+        raise ValueError(f"GPU={setting!r}: give GPU=1 (CUDA builds), GPU=0 (CPU builds) or "
+                         f"leave it unset (auto: CUDA builds when nvidia-smi lists a GPU)")
+    return setting == "1" or (setting == "auto" and bool(gpus))
+
+
+def install_plan(gpu: bool, torch_index: str = "") -> dict[str, str]:
+    """What `make setup` installs: pip arguments for torch, the project's extras, and whether the
+    framework check must find a GPU."""
+    if not gpu:
+        return {"TORCH_ARGS": TORCH, "EXTRAS": "tf,dev", "EXPECT_GPU": "0"}
+    index = ["--index-url", torch_index] if torch_index else ["--index-url", PYPI]
+    return {"TORCH_ARGS": shlex.join([*index, TORCH]), "EXTRAS": "tf-gpu,gpu-watch,dev",
+            "EXPECT_GPU": "1"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Print make setup's install plan as shell "
+                                                 "variables.")
+    parser.add_argument("--gpu", default="auto", help="auto, 0 or 1")
+    parser.add_argument("--torch-index", default="", help="a pip index for torch's CUDA wheel")
+    args = parser.parse_args(argv)
+    gpus = nvidia_gpus()
+    try:
+        gpu = wants_gpu(args.gpu, gpus)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"# {len(gpus)} NVIDIA GPU(s) listed by nvidia-smi; installing "
+          f"{'CUDA' if gpu else 'CPU'} builds", file=sys.stderr)
+    for name, value in install_plan(gpu, args.torch_index).items():
+        print(f"{name}={shlex.quote(value)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""Live progress of a running cell, from its reporting rank to the grid's terminal.
+
+The training loop only assigns an integer per step (`ProgressReport.done`); a daemon thread of the
+reporting rank, at the lowest priority, writes it once a second to `progress.json` in the cell's
+folder.
+Nothing in the timed path waits for a file or a lock. The runner reads that file while it waits
+for the cell and shows it: a live display on a terminal (rich), plain lines otherwise.
+"""
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+PERIOD_SECONDS = 1.0
+PLAIN_EVERY_SECONDS = 30  # a plain line within a long epoch at most this often
+FILE = "progress.json"
+
+
+class ProgressReport:
+    """Written by the reporting rank (start() with a folder); a no-op elsewhere."""
+
+    def __init__(self, folder: Path | None = None):
+        self.folder = folder
+        self.epoch = self.done = 0
+        self.epoch_seconds: list[float] = []
+
+    def start(self, epochs: int, steps: int, samples_per_step: int) -> None:
+        if self.folder is None:
+            return
+        self.shape = {"epochs": epochs, "steps": steps, "samples_per_step": samples_per_step}
+        self.epoch_started = time.time()
+        self.stopped = threading.Event()
+        threading.Thread(target=self._write_until_stopped, daemon=True).start()
+
+    def stop(self) -> None:
+        if self.folder is not None and hasattr(self, "stopped"):
+            self.stopped.set()
+
+    def begin_epoch(self, epoch: int) -> None:
+        self.epoch, self.done, self.epoch_started = epoch, 0, time.time()
+
+    def end_epoch(self, seconds: float) -> None:
+        self.epoch_seconds.append(seconds)
+
+    def _write_until_stopped(self) -> None:
+        """At the lowest priority, so that it never takes a core from the compute threads."""
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        path, tmp = self.folder / FILE, self.folder / f"{FILE}.tmp"
+        while True:
+            tmp.write_text(json.dumps({**self.shape, "epoch": self.epoch, "done": self.done,
+                                       "epoch_started": self.epoch_started, "now": time.time(),
+                                       "epoch_seconds": list(self.epoch_seconds)}))
+            os.replace(tmp, path)
+            if self.stopped.wait(PERIOD_SECONDS):
+                return
+
+
+def read(folder: Path) -> dict | None:
+    """The cell's latest progress with its rates and ETA, or None before training has begun."""
+    try:
+        p = json.loads((Path(folder) / FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if not p.get("epoch"):
+        return None
+    elapsed = max(p["now"] - p["epoch_started"], 1e-9)
+    step_rate = p["done"] / elapsed if p["done"] else None
+    if p["epoch_seconds"]:  # a finished epoch is the better guide (epoch 1 includes tracing)
+        step_rate = p["steps"] / p["epoch_seconds"][-1]
+    left = (p["steps"] - p["done"]) + (p["epochs"] - p["epoch"]) * p["steps"]
+    p.update(rate=p["done"] * p["samples_per_step"] / elapsed if p["done"] else None,
+             eta=left / step_rate if step_rate else None)
+    return p
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+class GridProgress:
+    """What the runner shows while a grid runs: the running cell's epoch, samples, rate and ETA,
+    and the grid's cells done and ETA (from the cells this run has timed so far)."""
+
+    def __init__(self, total: int, echo, live: bool | None = None, quiet: bool = False):
+        self.total, self.echo, self.quiet = total, echo, quiet
+        self.live = sys.stdout.isatty() if live is None else live
+        self.cell_seconds: list[float] = []
+        self.display = None
+
+    def grid_eta(self, done: int) -> str:
+        if not self.cell_seconds:
+            return "grid ETA after the first cell"
+        mean = sum(self.cell_seconds) / len(self.cell_seconds)
+        return f"grid ETA {duration(mean * (self.total - done))}"
+
+    def cell_started(self, number: int, label: str) -> None:
+        self.number, self.label, self.last_plain, self.last_epoch = number, label, 0.0, 0
+        if self.live and not self.quiet:
+            from rich.console import Console
+            from rich.live import Live
+            self.display = Live(console=Console(), refresh_per_second=4, transient=True)
+            self.display.start()
+            self.display.update(self._renderable(None))
+
+    def watch(self, folder: Path) -> None:
+        """Called while the cell runs: show where it is."""
+        if self.quiet:
+            return
+        p = read(folder)
+        if self.display is not None:
+            self.display.update(self._renderable(p))
+        elif p is not None:
+            finished = len(p["epoch_seconds"])
+            if finished > self.last_epoch or time.monotonic() - self.last_plain > PLAIN_EVERY_SECONDS:
+                self.last_epoch, self.last_plain = finished, time.monotonic()
+                self.echo(f"[{self.number}/{self.total}] {self.label}: {self._status(p)}")
+
+    def cell_ended(self, seconds: float | None) -> None:
+        """The cell ended after `seconds` (None: it was interrupted)."""
+        if seconds is not None:
+            self.cell_seconds.append(seconds)
+        if self.display is not None:
+            self.display.stop()
+            self.display = None
+
+    def _status(self, p: dict) -> str:
+        if len(p["epoch_seconds"]) == p["epochs"]:
+            return (f"{p['epochs']} epochs done; measuring test accuracy and gathering the "
+                    f"evidence; {self.grid_eta(self.number - 1)}")
+        samples = p["done"] * p["samples_per_step"]
+        rate = f"{p['rate']:,.0f} samples/s" if p["rate"] else "starting"
+        return (f"epoch {p['epoch']}/{p['epochs']}, {samples:,}/"
+                f"{p['steps'] * p['samples_per_step']:,} samples, {rate}, cell ETA "
+                f"{duration(p['eta'])}; {self.grid_eta(self.number - 1)}")
+
+    def _renderable(self, p: dict | None):
+        from rich.text import Text
+        return Text(self._text(p))  # literal text: no rich markup in labels or brackets
+
+    def _text(self, p: dict | None) -> str:
+        head = f"[{self.number}/{self.total}] {self.label}: "
+        if p is None:
+            return head + f"starting (launch, imports, data, model); {self.grid_eta(self.number - 1)}"
+        bar = int(20 * p["done"] / max(p["steps"], 1))
+        return head + f"[{'#' * bar}{'.' * (20 - bar)}] " + self._status(p)

@@ -1,0 +1,51 @@
+"""PyTorch's part of `xbench probe` (common.limits): matmul rates with torch's own kernels, and
+all-reduce times through a PyTorch backend's collectives (gloo or nccl for pt-ddp, Horovod for
+hvd-torch)."""
+import torch
+
+from common.env import cpu_name
+from common.limits import matmul_record, time_all_reduce, time_matmul
+
+SIZE = {"cpu": 2048, "cuda": 8192}  # n of the n x n matmul: large enough to reach the peak
+
+
+def probe(backend, comm, device, request):
+    """Rank 0's probe record (None on the other ranks); `request` as Backend.probe's."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    if "matmul" in request:
+        if comm.rank != 0:
+            return None
+        return {"framework": "torch", "framework_version": torch.__version__,
+                "device_type": device.type, "device_name": device_name(device),
+                "matmul": matmul_rates(device, sync)}
+    records = time_all_reduce(comm, lambda size: torch.zeros(size // 4, device=device), sync,
+                              request["all_reduce"]["sizes"])
+    if records is None:
+        return None
+    return {"backend": backend.name, "library": backend.details()["collective_library"],
+            "device_type": device.type, "all_reduce": records}
+
+
+def device_name(device):
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
+
+
+def matmul_rates(device, sync):
+    """fp32 at this process's threads on a CPU; on a GPU fp32 (torch's default, no TF32), and
+    tf32 and bf16 where the device has them."""
+    size = SIZE[device.type]
+    a, b = (torch.randn(size, size, device=device) for _ in range(2))
+    if device.type == "cpu":
+        return [matmul_record("fp32", size, torch.get_num_threads(),
+                              time_matmul(lambda: a @ b, sync))]
+    records = [matmul_record("fp32", size, None, time_matmul(lambda: a @ b, sync))]
+    if torch.cuda.get_device_capability(device) >= (8, 0):
+        torch.backends.cuda.matmul.allow_tf32 = True
+        try:
+            records.append(matmul_record("tf32", size, None, time_matmul(lambda: a @ b, sync)))
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = False
+    if torch.cuda.is_bf16_supported():
+        a16, b16 = a.bfloat16(), b.bfloat16()
+        records.append(matmul_record("bf16", size, None, time_matmul(lambda: a16 @ b16, sync)))
+    return records

@@ -1,0 +1,102 @@
+"""`xbench compare BASE NEW`: the same cells in two results files (before and after a change: a new
+torch, a new driver), each cell's epoch-2 rate NEW / BASE with Fieller's 95% interval, marked
+faster, slower or "no change" at that confidence, and what differs between their environments.
+
+Contended runs are compared too (a regression check wants every run), and marked: a slowdown
+beside other load may be the machine's, not the change's (`--exclude-contended` leaves them out).
+"""
+import json
+import math
+
+import pandas as pd
+
+from reports import analysis
+from reports.load import load
+from reports.stats import ratio_of_means
+
+ENVIRONMENT = ("host", "cpu_count", "python")
+
+
+def compare(base_paths, new_paths, include_contended=True):
+    """(cells, notes): one row per cell in both files, and the environments' differences."""
+    base_frame, base_problems = load(base_paths, include_contended=include_contended)
+    new_frame, new_problems = load(new_paths, include_contended=include_contended)
+    base, new = analysis.cell_table(base_frame), analysis.cell_table(new_frame)
+    keys = ["cell_key", "series", "backend", "model", "batch_mode", "batch", "nodes", "devices",
+            "epoch2_samples"]
+    both = (base[base["n"] > 0][[*keys, "epoch2_rate", "epoch2_seconds_values", "n",
+                                "contended_runs"]]
+            .merge(new[new["n"] > 0][["cell_key", "epoch2_rate", "epoch2_seconds_values", "n",
+                                      "contended_runs"]], on="cell_key", suffixes=("_base", "")))
+    both["ratio"] = [ratio_of_means(old, now) for old, now in
+                     zip(both["epoch2_seconds_values_base"], both["epoch2_seconds_values"])]
+    both["verdict"] = [verdict(r) for r in both["ratio"]]
+    both["contended"] = (both["contended_runs"] + both["contended_runs_base"]) > 0
+    notes = [*base_problems, *new_problems, *environment_differences(base_frame, new_frame)]
+    only = set(base["cell_key"]) ^ set(new["cell_key"])
+    if only:
+        notes.append(f"{len(only)} cell(s) are in only one of the files: not compared")
+    return both, notes
+
+
+def verdict(ratio):
+    if not ratio.has_interval:
+        return "no interval (n = 1 on a side)"
+    if ratio.above(1):
+        return "faster"
+    if ratio.below(1):
+        return "slower"
+    return "no change"
+
+
+def environment_differences(base_frame, new_frame):
+    """'env: BASE -> NEW' for what the two files' rows were measured with (versions, host,
+    CPUs, Python, devices, threads per device)."""
+    def seen(frame, get):
+        return ", ".join(sorted({str(get(r)) for _, r in frame.iterrows()})) or "—"
+    lines = []
+    packages = sorted({p for f in (base_frame, new_frame) for r in f["env_record"]
+                       for p in (r.get("packages") or {})})
+    for name in packages:
+        old = seen(base_frame, lambda r: (r["env_record"].get("packages") or {}).get(name))
+        now = seen(new_frame, lambda r: (r["env_record"].get("packages") or {}).get(name))
+        if old != now:
+            lines.append(f"{name}: {old} -> {now}")
+    for field in ENVIRONMENT:
+        old, now = (seen(f, lambda r: r["env_record"].get(field)) for f in (base_frame, new_frame))
+        if old != now:
+            lines.append(f"{field}: {old} -> {now}")
+    for field in ("device_name", "threads_per_device"):
+        old, now = (seen(f[f["status"] == "ok"], lambda r: r[field]) for f in (base_frame, new_frame))
+        if old != now:
+            lines.append(f"{field}: {old} -> {now}")
+    return ["environment differs: " + line for line in lines]
+
+
+def slower_than(cells, percent):
+    """Cells significantly slower (interval below 1) by more than `percent`."""
+    return cells[[r.below(1) and (1 - r.value) * 100 > percent for r in cells["ratio"]]]
+
+
+def text_table(cells) -> pd.DataFrame:
+    from reports.tables import ratio_text
+    return pd.DataFrame([{
+        "backend": c["series"], "model": c["model"],
+        "batch": f"{analysis.batch_kind(c['batch_mode'])} {c['batch']}",
+        "devices": c["devices"], "n (base / new)": f"{c['n_base']} / {c['n']}",
+        "base rate": f"{c['epoch2_rate_base']:,.0f}", "new rate": f"{c['epoch2_rate']:,.0f}",
+        "new / base, 95% CI": ratio_text(c["ratio"]), "verdict": c["verdict"]
+        + (" (contended)" if c["contended"] else "")} for _, c in cells.iterrows()])
+
+
+def as_json(cells, notes) -> str:
+    def number(value):
+        return None if value is None or (isinstance(value, float) and not math.isfinite(value)) \
+            else value
+    return json.dumps({"notes": notes, "cells": [{
+        "cell_key": c["cell_key"], "backend": c["backend"], "model": c["model"],
+        "devices": int(c["devices"]), "base_rate": number(c["epoch2_rate_base"]),
+        "new_rate": number(c["epoch2_rate"]), "ratio": number(c["ratio"].value),
+        "ratio_low": number(c["ratio"].low), "ratio_high": number(c["ratio"].high),
+        "n_base": int(c["n_base"]), "n_new": int(c["n"]), "verdict": c["verdict"],
+        "contended": bool(c["contended"])} for _, c in cells.iterrows()]}, indent=1)

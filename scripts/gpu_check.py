@@ -1,0 +1,93 @@
+"""`make gpu-check`: the GPU path of xbench, proven on whatever CUDA machine this is.
+
+Needs a CUDA build of PyTorch and xbench's pure-Python dependencies in the running python3 (no
+venv build, no TensorFlow: it runs from this checkout with PYTHONPATH). It runs the probe (matmul
+per GPU at fp32/tf32/bf16, nccl all-reduce at every GPU count), then pt-single, pt-dp, pt-ddp
+(and hvd-torch where Horovod is built) on 1, 2, 4 ... and all the GPUs, 3 repeats each, on real
+MNIST where it finds it (XBENCH_DATA_DIR, shared/data/mnist, ../shared/data/mnist; else synthetic
+data, and the rows say so), makes the report, and prints rates, MFU and memory per GPU.
+
+    usage: python3 scripts/gpu_check.py [--out DIR]      (default results/gpu-check)
+Exit 2 where torch sees no GPU or a dependency is missing, else the grid's exit code.
+"""
+import argparse
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+NEEDED = ("numpy", "pandas", "click", "scipy", "psutil", "rich", "matplotlib")
+DATA = ("shared/data/mnist", "../shared/data/mnist")
+PRINTED = ("### MFU and all-reduce bandwidth", "### Every cell: rates", "### Peak memory")
+
+
+def device_counts(gpus: int) -> list[int]:
+    """1, 2, 4, ... below `gpus`, and `gpus`."""
+    counts, count = [], 1
+    while count < gpus:
+        counts.append(count)
+        count *= 2
+    return [*counts, gpus]
+
+
+def refusal() -> str | None:
+    """Why this machine cannot run the check, or None."""
+    absent = [m for m in ("torch", *NEEDED) if importlib.util.find_spec(m) is None]
+    if absent:
+        return (f"{', '.join(absent)} not importable by {sys.executable}; install them "
+                f"(pip install {' '.join(absent)}) or run `make setup` and use .venv/bin/python")
+    import torch
+    if not torch.cuda.is_available():
+        return (f"torch {torch.__version__} sees no CUDA device (CUDA build: "
+                f"{torch.version.cuda or 'no, a CPU build'}); run this on a machine with NVIDIA "
+                f"GPUs and a CUDA build of PyTorch")
+    return None
+
+
+def xbench(*args: str) -> int:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO),
+                                                                      os.environ.get("PYTHONPATH")]))}
+    print("+ xbench " + " ".join(args), flush=True)
+    return subprocess.run([sys.executable, "-m", "common.cli", *args], cwd=REPO, env=env).returncode
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="results/gpu-check")
+    out = Path(parser.parse_args().out).resolve()
+    why = refusal()
+    if why:
+        print(f"gpu-check: nothing run: {why}", file=sys.stderr)
+        return 2
+    import torch
+    gpus = torch.cuda.device_count()
+    names = sorted({torch.cuda.get_device_name(i) for i in range(gpus)})
+    print(f"gpu-check: torch {torch.__version__} (CUDA {torch.version.cuda}) sees {gpus} GPU(s): "
+          f"{', '.join(names)}", flush=True)
+    counts = device_counts(gpus)
+    backends = ["pt-single", "pt-dp", "pt-ddp"]
+    if importlib.util.find_spec("horovod"):
+        backends.append("hvd-torch")
+    many = [c for c in counts if c > 1]
+    probes = ["pt-single"] + (["pt-ddp", "hvd-torch"] if many else [])
+    xbench("probe", "--backend", ",".join(b for b in probes if b in backends), "--device", "cuda",
+           "--devices", ",".join(map(str, many or [2])), "--results-dir", str(out))
+    data = next((d for d in (os.environ.get("XBENCH_DATA_DIR"), *DATA)
+                 if d and (REPO / d).is_dir()), None)
+    results = out / "gpu-check.jsonl"
+    code = xbench("grid", "--preset", "smoke", "--backend", ",".join(backends), "--device", "cuda",
+                  "--devices", ",".join(map(str, counts)), "--batch", "128,512",
+                  "--max-train-samples", "0", "--repeat", "3", "--results", str(results),
+                  *(["--data-dir", str(REPO / data)] if data else ["--data", "synthetic"]))
+    xbench("report", str(results), "--out", str(out / "report"), "--format", "md,csv")
+    summary = (out / "report" / "summary.md").read_text().split("\n\n")
+    for index, block in enumerate(summary):
+        if block.startswith(PRINTED):
+            print(f"\n{block}\n\n{summary[index + 1]}")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""After a grid: `xbench compare` of two runs of one grid (one beside a busy loop), the conventions
+a command-line tool keeps (--version, --json, NO_COLOR), and export to a real MLflow store."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, SLOW, XBENCH, write_grid
+from test_progress import run_in_terminal
+
+from common.results import read_rows
+
+SETTINGS = {"name": "same", "backends": ["pt-single"], "batches": [64, 128], "repeats": 3,
+            "max_train_samples": 1024}
+
+
+def xbench(*args, env=None):
+    return subprocess.run([*XBENCH, *map(str, args)], cwd=REPO, capture_output=True, text=True,
+                          timeout=SLOW, env=env)
+
+
+@pytest.fixture(scope="module")
+def quiet_and_busy(mnist_dir, tmp_path_factory):
+    """One grid run twice: on a quiet machine, then beside a busy loop (one: two made the slowed
+    runs' times vary from 0.7 to 5 s, too widely for 3 repeats to bound the ratio)."""
+    folder = tmp_path_factory.mktemp("compare")
+    grid = write_grid(folder, **SETTINGS)
+    quiet = xbench("grid", grid, "--data-dir", mnist_dir, "--results", folder / "quiet.jsonl")
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"])]
+    try:
+        busy = xbench("grid", grid, "--data-dir", mnist_dir, "--results", folder / "busy.jsonl")
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
+    assert quiet.returncode == busy.returncode == 0, quiet.stderr + busy.stderr
+    return folder / "quiet.jsonl", folder / "busy.jsonl"
+
+
+def test_compare_marks_the_slowed_cells_and_fails_above_a_threshold(quiet_and_busy):
+    quiet, busy = quiet_and_busy
+    done = xbench("compare", quiet, busy, "--json")
+    assert done.returncode == 0, done.stderr
+    cells = json.loads(done.stdout)["cells"]
+    assert len(cells) == 2 and all(c["n_base"] == c["n_new"] == 3 for c in cells)
+    assert all(c["verdict"] == "slower" and c["ratio_high"] < 1 for c in cells), cells
+    assert all(c["contended"] for c in cells)
+    table = xbench("compare", quiet, busy)
+    assert "| slower (contended) |" in table.stdout
+    failing = xbench("compare", quiet, busy, "--fail-above", 10)
+    assert failing.returncode == 4 and "significantly slower by more than 10.0%" in failing.stderr
+    assert xbench("compare", quiet, quiet, "--fail-above", 10).returncode == 0
+    assert all(c["verdict"] == "no change" for c in
+               json.loads(xbench("compare", quiet, quiet, "--json").stdout)["cells"])
+
+
+def test_the_report_has_a_comparison_section(quiet_and_busy, tmp_path):
+    quiet, busy = quiet_and_busy
+    done = xbench("report", busy, "--baseline", quiet, "--out", tmp_path, "--format", "html,md")
+    assert done.returncode == 0, done.stderr
+    page = (tmp_path / "index.html").read_text()
+    assert "Compared with quiet.jsonl" in page and "slower (contended)" in page
+
+
+def test_version_json_and_no_color():
+    version = xbench("--version")
+    assert version.returncode == 0 and version.stdout.startswith("xbench, version ")
+    backends = json.loads(xbench("backends", "--json").stdout)
+    assert {"backend", "available", "reason", "spans_nodes"} <= set(backends[0])
+    models = json.loads(xbench("models", "--json").stdout)
+    assert {(m["model"], m["params"]) for m in models if m["source"] == "spec (common)"} == {
+        ("small", 402_442), ("large", 4_104_202)}
+    assert "TensorFlow" not in xbench("models").stderr  # framework log lines kept off
+    bad = [*XBENCH, "grid", "--preset", "smoke", "--backend", "nope"]
+    _, coloured = run_in_terminal(bad)
+    _, plain = run_in_terminal(bad, env={**os.environ, "NO_COLOR": "1"})
+    assert "\x1b[31m" in coloured and "unknown backend" in coloured
+    assert "\x1b[" not in plain and "unknown backend 'nope'" in plain
+
+
+def test_export_to_a_real_mlflow_store(quiet_and_busy, tmp_path):
+    from mlflow.tracking import MlflowClient
+    quiet, _ = quiet_and_busy
+    store = tmp_path / "mlruns"
+    done = xbench("export", quiet, "--mlflow", store)
+    assert done.returncode == 0 and "6 rows -> MLflow runs" in done.stdout, done.stderr
+    again = xbench("export", quiet, "--mlflow", store)
+    assert "0 rows -> MLflow runs" in again.stdout and "6 already there" in again.stdout
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    client = MlflowClient(store.as_uri())
+    [experiment] = [e for e in client.search_experiments() if e.name == "xbench"]
+    runs = client.search_runs([experiment.experiment_id])
+    rows = {(r["cell_key"], r["repeat"]): r for r in read_rows(quiet)[0]}
+    assert len(runs) == 6
+    for run in runs:
+        row = rows[(run.data.params["cell_key"], int(run.data.params["repeat"]))]
+        assert run.data.params["backend"] == "pt-single"
+        assert run.data.tags["status"] == "ok" and run.data.tags["package.torch"].startswith("2.13")
+        history = client.get_metric_history(run.info.run_id, "rate")
+        assert [(m.step, m.value) for m in sorted(history, key=lambda m: m.step)] == [
+            (e["epoch"], pytest.approx(e["rate"])) for e in row["epochs"]]
+        assert run.data.metrics["test_accuracy"] == pytest.approx(row["test_accuracy"])

@@ -1,0 +1,164 @@
+"""Against the limit: `xbench probe` measures matmul GFLOP/s and gloo all-reduce bandwidth for real,
+the report turns them into MFU and achieved-vs-probe bandwidth, and the set-up and GPU check
+choose and refuse correctly on this CPU machine."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from common.limits import (all_reduce_record, bus_bandwidth, flop_utilisation, peak_flops,
+                           read_probes)
+from common.machine import install_plan, wants_gpu
+from common.models import MODELS, flops_per_sample, gradient_bytes
+from tests.conftest import REPO, xbench
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory):
+    """One real probe: torch and TensorFlow matmuls, gloo (pt-ddp) on 2 and 4 processes."""
+    folder = tmp_path_factory.mktemp("probe")
+    run = xbench("probe", "--backend", "pt-single,tf-single,pt-ddp", "--devices", "2,4",
+                 "--results-dir", folder)
+    assert run.returncode == 0, run.stderr
+    records, problems = read_probes(folder / "probe.jsonl")
+    assert len(records) == 1 and not problems
+    return folder, records[0], run.stdout
+
+
+def test_probe_measures_matmul_at_every_thread_count_and_gloo_at_both_gradient_sizes(probe):
+    _, record, printed = probe
+    cores = record["cores"]
+    for framework in ("torch", "tensorflow"):
+        rates = {m["threads"]: m for m in record["matmul"] if m["framework"] == framework}
+        assert set(rates) >= {1, cores}
+        for m in rates.values():
+            assert m["precision"] == "fp32" and m["device_type"] == "cpu"
+            assert 0 < m["gflops_low"] <= m["gflops"] <= m["gflops_high"]
+    gloo = {(a["world_size"], a["bytes"]): a for a in record["all_reduce"]}
+    assert set(gloo) == {(n, gradient_bytes(m)) for n in (2, 4) for m in MODELS}
+    for (world, size), a in gloo.items():
+        assert a["library"] == "gloo" and a["backend"] == "pt-ddp" and a["nodes"] == 1
+        assert a["algbw"] == pytest.approx(size / a["seconds"])
+        assert a["busbw"] == pytest.approx(a["algbw"] * 2 * (world - 1) / world)
+        assert a["busbw_low"] <= a["busbw"] <= a["busbw_high"]
+    assert "GFLOP/s" in printed and "busbw GB/s" in printed and "gloo" in printed
+    assert not record["not_measured"]
+
+
+def test_smoke_report_shows_mfu_per_cell_and_ddp_bandwidth_against_the_probe(probe, smoke,
+                                                                             tmp_path):
+    folder, record, _ = probe
+    shutil.copy(smoke.results, folder / "smoke.jsonl")
+    out = tmp_path / "report"
+    run = xbench("report", folder / "smoke.jsonl", "--out", out, "--include-contended")
+    assert run.returncode == 0, run.stderr
+    cells = pd.read_csv(out / "cells.csv")
+    rows = [r for r in smoke.all if r["status"] == "ok" and not r["threads_pinned"]]
+    for row in rows:  # MFU recomputed here from the row and the probe, independently
+        cell = cells[cells["cell_key"] == row["cell_key"]].iloc[0]
+        threads = min(record["cores"], row["devices"] * row["threads_per_device"])
+        gflops = next(m["gflops"] for m in record["matmul"] if m["framework"] == row["framework"]
+                      and m["threads"] == threads)
+        rate = row["epochs"][1]["rate"]
+        assert cell["mfu"] == pytest.approx(3 * flops_per_sample("small") * rate / (gflops * 1e9),
+                                            rel=1e-6), row["cell_key"]
+    ddp = next(r for r in rows if r["backend"] == "pt-ddp" and r["devices"] == 2)
+    timed = ddp["backend_details"]["all_reduce_timed"]
+    assert timed["bytes_per_step"] == gradient_bytes("small") and timed["busbw"] > 0
+    cell = cells[cells["cell_key"] == ddp["cell_key"]].iloc[0]
+    assert cell["achieved_busbw"] == pytest.approx(timed["busbw"])
+    assert cell["probe_busbw"] == pytest.approx(next(
+        a["busbw"] for a in record["all_reduce"]
+        if a["world_size"] == 2 and a["bytes"] == gradient_bytes("small")))
+    summary = (out / "summary.md").read_text()
+    assert "## Against the limit" in summary and "timed in DDP's communication hook" in summary
+
+
+def test_report_without_a_probe_says_how_to_get_one(smoke, tmp_path):
+    shutil.copy(smoke.results, tmp_path / "smoke.jsonl")
+    run = xbench("report", tmp_path / "smoke.jsonl", "--out", tmp_path / "out", "--format", "md")
+    assert run.returncode == 0, run.stderr
+    assert "no probe of this machine beside the results: run `xbench probe`" in (
+        tmp_path / "out" / "summary.md").read_text().replace("\\", "")
+
+
+def test_probe_refuses_bad_input_with_exit_2(tmp_path):
+    for args, message in ((["--backend", "pt-dp"], "no probe for pt-dp"),
+                          (["--devices", "0"], "'devices' must be positive"),
+                          (["--nodes", "2"], "needs --launcher slurm")):
+        run = xbench("probe", *args, "--results-dir", tmp_path)
+        assert run.returncode == 2 and message in run.stderr, run.stderr
+    assert not (tmp_path / "probe.jsonl").exists()
+
+
+def test_the_formulas():
+    record = all_reduce_record(4 * 2**20, 4, [0.010, 0.020, 0.040])
+    assert record["seconds"] == 0.020 and record["algbw"] == pytest.approx(4 * 2**20 / 0.020)
+    assert record["busbw"] == pytest.approx(record["algbw"] * 1.5)
+    assert record["busbw_low"] == pytest.approx(bus_bandwidth(4 * 2**20 / 0.040, 4))
+    assert flop_utilisation(1e6, 1000, 3e9) == pytest.approx(1.0)
+    matmul = [{"framework": "torch", "device_type": "cpu", "precision": "fp32", "threads": t,
+               "gflops": g} for t, g in ((1, 50.0), (2, 90.0))]
+    # a CPU device is its share of the cores: 2 devices x 1 thread use the 2-thread rate
+    assert peak_flops(matmul, "torch", "cpu", 1, 2, 1, 2)["flops"] == 90e9
+    # oversubscribed (4 devices on 2 cores): still the 2 cores' rate, not 4 x one thread's
+    assert peak_flops(matmul, "torch", "cpu", 1, 4, 1, 2)["flops"] == 90e9
+    assert peak_flops(matmul, "torch", "cpu", 2, 1, 1, 2)["flops"] == 100e9  # 2 nodes
+    assert peak_flops(matmul, "tensorflow", "cpu", 1, 1, 1, 2) is None
+    gpu = [{"framework": "torch", "device_type": "cuda", "precision": "fp32", "threads": None,
+            "gflops": 50000.0}]
+    assert peak_flops(gpu, "torch", "cuda", 2, 4, 1, 16)["flops"] == 8 * 50e12
+
+
+# --- set-up on a GPU machine ---------------------------------------------------------------------
+
+def test_install_plan_chooses_cuda_builds_only_for_gpus():
+    assert not wants_gpu("auto", []) and wants_gpu("auto", ["GPU 0: NVIDIA H100"])
+    assert wants_gpu("1", []) and not wants_gpu("0", ["GPU 0: NVIDIA H100"])
+    with pytest.raises(ValueError, match="GPU=1"):
+        wants_gpu("yes", [])
+    cpu = install_plan(False)
+    assert cpu == {"TORCH_ARGS": "torch==2.13.0", "EXTRAS": "tf,dev", "EXPECT_GPU": "0"}
+    gpu = install_plan(True, "https://download.pytorch.org/whl/cu128")
+    assert gpu["TORCH_ARGS"].endswith("torch==2.13.0") and "cu128" in gpu["TORCH_ARGS"]
+    assert "tf-gpu" in gpu["EXTRAS"] and "tf," not in gpu["EXTRAS"] and gpu["EXPECT_GPU"] == "1"
+
+
+def test_setup_plan_follows_what_nvidia_smi_lists(tmp_path):
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)'\n"
+                    "echo 'GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-2)'\n")
+    fake.chmod(0o755)
+    for path, expected in ((f"{tmp_path}{os.pathsep}{os.environ['PATH']}", "tf-gpu,gpu-watch,dev"),
+                           (os.environ["PATH"], "tf,dev")):
+        plan = subprocess.run([sys.executable, "-m", "common.machine"], cwd=REPO, text=True,
+                              capture_output=True, env={**os.environ, "PATH": path})
+        assert plan.returncode == 0 and f"EXTRAS={expected}\n" in plan.stdout, plan.stderr
+    assert "2 NVIDIA GPU(s)" in subprocess.run(
+        [sys.executable, "-m", "common.machine"], cwd=REPO, text=True, capture_output=True,
+        env={**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"}).stderr
+
+
+def test_gpu_check_refuses_cleanly_without_a_gpu():
+    run = subprocess.run([sys.executable, "scripts/gpu_check.py", "--out", "/nonexistent/x"],
+                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2
+    assert "gpu-check: nothing run: torch" in run.stderr and "sees no CUDA device" in run.stderr
+
+
+def test_cli_runs_uninstalled_from_a_checkout(tmp_path):
+    """make gpu-check runs xbench with PYTHONPATH and no install: its version comes from
+    pyproject.toml then."""
+    copy = tmp_path / "checkout"
+    shutil.copytree(REPO / "common", copy / "common")
+    shutil.copy(REPO / "pyproject.toml", copy)
+    code = ("import importlib.metadata as m, sys\n"
+            "def missing(name): raise m.PackageNotFoundError(name)\n"
+            "m.version = missing\n"
+            "from common.cli import own_version\nprint(own_version())")
+    run = subprocess.run([sys.executable, "-c", code], cwd=copy, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "0.1.0 (uninstalled)"
