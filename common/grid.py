@@ -269,6 +269,10 @@ def _check_value(key, value, kind):
                                                     "slurm_time", "slurm_gpus_per_node")):
             raise UserError(f"'{key}' must be positive, got {value}; fix it in the grid file or "
                             f"with {_option(key)}")
+        if key == "epochs" and value < 2:
+            raise UserError(f"'epochs' must be at least 2, got {value}: epoch 1 warms up (tracing, "
+                            f"allocators, autotuning) and every rate, speedup and verdict is read "
+                            f"from epoch 2; fix it in the grid file or with --epochs")
         limit, why = LIMITS.get(key, (None, None))
         limit = limit() if callable(limit) else limit
         if limit is not None and value > limit:

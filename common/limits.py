@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from common.collectives import Collectives
+from common.results import read_json_lines
 
 PROBE_FILE = "probe.jsonl"  # beside the results files; one line per `xbench probe` run
 PROBE_VERSION = 1
@@ -99,24 +100,19 @@ def append_probe(path: Path, record: dict) -> None:
 
 
 def read_probes(path: Path) -> tuple[list[dict], list[str]]:
-    """The probe records of a probe file, and a line on each it cannot use."""
-    records, problems = [], []
+    """The probe records of a probe file (none if there is none), and a line on each line it
+    cannot use."""
     if not Path(path).is_file():
-        return records, problems
-    for number, line in enumerate(Path(path).read_text(errors="replace").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            problems.append(f"{path}:{number}: not JSON ({e.msg}); line ignored")
-            continue
-        if not isinstance(record, dict) or record.get("probe_version") != PROBE_VERSION:
-            problems.append(f"{path}:{number}: not a probe record of version {PROBE_VERSION}; "
-                            f"line ignored")
-            continue
-        records.append(record)
-    return records, problems
+        return [], []
+    return read_json_lines(path, probe_problem, "a probe record")
+
+
+def probe_problem(record: Any) -> str | None:
+    if not isinstance(record, dict) or record.get("probe_version") != PROBE_VERSION:
+        return f"not an object with probe_version {PROBE_VERSION}"
+    if not all(isinstance(record.get(k), list) for k in ("matmul", "all_reduce")):
+        return "no 'matmul' and 'all_reduce' lists"
+    return None
 
 
 def cell_threads(cores: int, devices_per_node: int, threads_per_device: int) -> int:

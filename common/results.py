@@ -109,26 +109,32 @@ def keep_unwritten(path, line):
 def read_rows(path):
     """(rows, problems): every valid row, and '<path>: line N: what is wrong' for the others
     (common.schema.row_problem is the one judge of a row)."""
-    rows, problems = [], []
+    return read_json_lines(path, row_problem, "a result row")
+
+
+def read_json_lines(path, problem_of, kind):
+    """(values, problems) of a JSON Lines file: each line's value where `problem_of(value)` finds
+    nothing wrong, and '<path>: line N: what is wrong' for the others (blank lines skipped)."""
+    values, problems = [], []
     with open(path, encoding="utf-8", errors="replace") as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                value = json.loads(line)
             except json.JSONDecodeError as e:
                 problems.append(f"{path}: line {number}: not valid JSON ({e.msg}); line skipped")
                 continue
             except RecursionError:
-                problems.append(f"{path}: line {number}: nested too deeply to be a result row; "
+                problems.append(f"{path}: line {number}: nested too deeply to be {kind}; "
                                 f"line skipped")
                 continue
-            problem = row_problem(row)
+            problem = problem_of(value)
             if problem:
-                problems.append(f"{path}: line {number}: not a result row: {problem}; line skipped")
+                problems.append(f"{path}: line {number}: not {kind}: {problem}; line skipped")
                 continue
-            rows.append(row)
-    return rows, problems
+            values.append(value)
+    return values, problems
 
 
 FLATTENED = {"env": "env_", "backend_details": "detail_"}  # one column per key, prefixed

@@ -90,14 +90,20 @@ def more_devices(cells):
         ratio = ratio.scaled(best["epoch2_samples"] / one["epoch2_samples"])
         head = (f"{analysis.devices_text(devices)} at best ({best['series']}) vs 1 device at "
                 f"best ({one['series']}): {interval_text(ratio)}")
-        if ratio.above(1):
-            lines.append(f"{head}: {devices} devices pay off here")
-        elif ratio.below(1):
-            lines.append(f"{head}: {devices} devices do not pay off here (slower than 1)")
-        else:
-            lines.append(f"{head}; " + undecided(one["epoch2_seconds_values"],
-                                                 best["epoch2_seconds_values"]))
+        lines.append(decided(head, ratio, f"{devices} devices pay off here",
+                             f"{devices} devices do not pay off here (slower than 1)",
+                             one["epoch2_seconds_values"], best["epoch2_seconds_values"]))
     return lines
+
+
+def decided(head, ratio, above, below, reference_seconds, seconds):
+    """'head: above' or 'head: below' where the ratio's interval excludes 1, else 'head;' and how
+    many repeats would settle it."""
+    if ratio.above(1):
+        return f"{head}: {above}"
+    if ratio.below(1):
+        return f"{head}: {below}"
+    return f"{head}; " + undecided(reference_seconds, seconds)
 
 
 def wrapper_lines(wrapper):
@@ -106,13 +112,9 @@ def wrapper_lines(wrapper):
         ratio = row["ratio"]
         head = (f"{row['series']} at 1 device: {interval_text(ratio)} the rate of "
                 f"{row['reference']} (no parallel wrapper)")
-        if ratio.below(1):
-            lines.append(f"{head}: its machinery costs time at 1 device")
-        elif ratio.above(1):
-            lines.append(f"{head}: faster than no wrapper")
-        else:
-            lines.append(f"{head}; " + undecided(row["epoch2_seconds_values_ref"],
-                                                 row["epoch2_seconds_values"]))
+        lines.append(decided(head, ratio, "faster than no wrapper",
+                             "its machinery costs time at 1 device",
+                             row["epoch2_seconds_values_ref"], row["epoch2_seconds_values"]))
     return lines
 
 

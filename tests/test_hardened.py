@@ -98,6 +98,7 @@ def test_where_can_only_compare_columns_with_values(query, problem, rows_file, t
     (["--seed", str(2 ** 70)], "more than 4,294,967,295: seeds are 32-bit"),
     (["--memory-limit-mb", str(10 ** 15)], "that is this machine's memory"),
     (["--epochs", "100000"], "'epochs' 100,000 is more than 1,000"),
+    (["--epochs", "1"], "'epochs' must be at least 2, got 1: epoch 1 warms up"),
 ])
 def test_values_beyond_what_they_can_mean_are_refused_at_the_door(options, message, mnist_dir,
                                                                    tmp_path):
