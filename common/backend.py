@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from common.data import TRAIN_SAMPLES
 from common.errors import Unsupported, UserError, did_you_mean
-from common.models import activations_per_sample, parameter_count
+from common.models import activations_per_sample, gradient_bytes, parameter_count
 
 if TYPE_CHECKING:
     from common.grid import Cell
@@ -133,6 +133,18 @@ class Backend(abc.ABC):
         """What this backend records of itself in the row: what ran, how it was launched."""
         return {}
 
+    def traffic(self, cell: Cell, reduction: str) -> list[dict]:
+        """What crosses between the cell's devices in one optimizer step, all links together
+        (`wire` items): by default the gradients as `reduction` (the row's) moves them."""
+        devices, size = cell.world, gradient_bytes(cell.model)
+        if reduction == "all-reduce":
+            return [wire("gradients", 2 * (devices - 1) * size, "computed",
+                         "ring all-reduce: each of N devices sends 2(N-1)/N of the gradients")]
+        if reduction == "reduce-to-one":
+            return [wire("gradients", 2 * (devices - 1) * size, "computed",
+                         "N-1 copies to the reducing device, the sum copied back to N-1")]
+        return []
+
     @abc.abstractmethod
     def train(self, job: Job) -> Measurement | None:
         """Train `job.cell` inside a launched process: the measurement on the reporting rank,
@@ -148,6 +160,12 @@ class Backend(abc.ABC):
     def is_out_of_memory(self, error: BaseException) -> bool:
         """True if `error` is this framework's out-of-memory error."""
         return isinstance(error, MemoryError)
+
+
+def wire(what: str, size: float, how: str, basis: str) -> dict:
+    """One item of Backend.traffic: bytes per step, 'counted' where the framework let xbench count
+    them, 'computed' from the model and the backend's documented protocol otherwise."""
+    return {"what": what, "bytes": int(size), "how": how, "basis": basis}
 
 
 def _importable(module: str) -> bool:

@@ -89,6 +89,9 @@ def verbose():
 @click.option("--model", callback=str_list, help="Models, comma-separated: " + ", ".join(models.MODELS))
 @click.option("--multiple", callback=int_list, help="Dataset multiples, e.g. 1,4,8.")
 @click.option("--batch", callback=int_list, help="Batch sizes, e.g. 128,256,512.")
+@click.option("--batch-sweep", metavar="STARTxFACTOR",
+              help="Instead of --batch: grow the batch from START by FACTOR (32x4: 32, 128, "
+                   "512, ...) until the first that does not fit in memory, per line of the grid.")
 @click.option("--nodes", callback=int_list,
               help="Node counts, e.g. 1,2 (each node has --devices devices; needs --launcher slurm "
                    "beyond 1).")
@@ -120,6 +123,21 @@ def verbose():
 @click.option("--slurm-gpus-per-node", type=int,
               help="GPUs to ask for per node (default: --devices with --device cuda, else none).")
 @click.option("--slurm-args", help="Extra sbatch arguments, e.g. \"--qos=short --exclusive\".")
+@click.option("--optimizer", type=click.Choice(tuple(grid_module.OPTIMIZERS)),
+              help="adam (default) or sgd, the same step in every framework.")
+@click.option("--lr", type=float, help="Learning rate (default: adam 0.001, sgd 0.01).")
+@click.option("--momentum", type=float, help="SGD's momentum (default 0).")
+@click.option("--weight-decay", type=float, help="L2 weight decay, added to the gradient as "
+                                                   "PyTorch does (default 0).")
+@click.option("--lr-scaling", callback=str_list,
+              help="Scale lr with the global batch against --reference-batch: none, linear, "
+                   "sqrt (comma-separated: an axis).")
+@click.option("--reference-batch", type=int, help="The global batch lr is given for (default 128).")
+@click.option("--warmup-epochs", callback=int_list,
+              help="Epochs over which lr ramps linearly from lr to the scaled lr (an axis, e.g. 0,1).")
+@click.option("--set-epoch/--no-set-epoch", default=None,
+              help="PyTorch backends: call DistributedSampler.set_epoch each epoch (default), or "
+                   "keep epoch 0's order in every epoch (the lab's question 5, measured).")
 @click.option("--memory-limit-mb", type=int,
               help="Memory each worker may allocate for training, on top of its framework and "
                    "data (emulates a smaller device: a batch that does not fit is an 'oom' row).")
@@ -128,15 +146,20 @@ def verbose():
 @click.option("--resume/--force", default=True,
               help="Skip cells that already have an ok row in the results file (default), or rerun all.")
 @click.option("--dry-run", is_flag=True, help="List the cells, run nothing.")
-def grid(grid_file, preset, backend, model, multiple, batch, nodes, devices, epochs, repeat,
-         batch_mode, max_train_samples, data, data_dir, device, seed, timeout, contention_limit,
+def grid(grid_file, preset, backend, model, multiple, batch, batch_sweep, nodes, devices, epochs,
+         repeat, batch_mode, max_train_samples, data, data_dir, device, seed, timeout, contention_limit,
          compute_references, launcher, slurm_partition, slurm_account, slurm_time,
-         slurm_gpus_per_node, slurm_args, memory_limit_mb, results_path, resume, dry_run):
+         slurm_gpus_per_node, slurm_args, optimizer, lr, momentum, weight_decay, lr_scaling,
+         reference_batch, warmup_epochs, set_epoch, memory_limit_mb, results_path, resume,
+         dry_run):
     """Run a grid of cells (a grid file, or --preset), one result row per cell and repeat."""
     if bool(grid_file) == bool(preset):
         raise UserError("give a grid file or --preset NAME (not both), e.g. `xbench grid --preset smoke`")
     spec = grid_module.read_grid_file(grid_file or grid_module.preset_path(preset))
-    overrides = {"backends": backend, "models": model, "multiples": multiple, "batches": batch,
+    if batch and batch_sweep:
+        raise UserError("give --batch or --batch-sweep, not both")
+    overrides = {"backends": backend, "models": model, "multiples": multiple,
+                 "batches": batch_sweep or batch,
                  "nodes": nodes, "devices": devices, "epochs": epochs, "repeats": repeat,
                  "batch_mode": batch_mode, "launcher": launcher,
                  "slurm_partition": slurm_partition, "slurm_account": slurm_account,
@@ -144,7 +167,11 @@ def grid(grid_file, preset, backend, model, multiple, batch, nodes, devices, epo
                  "slurm_args": slurm_args,
                  "max_train_samples": max_train_samples, "data": data, "device": device,
                  "seed": seed, "timeout": timeout, "memory_limit_mb": memory_limit_mb,
-                 "contention_limit": contention_limit, "compute_references": compute_references}
+                 "contention_limit": contention_limit, "compute_references": compute_references,
+                 "optimizer": optimizer, "lr": lr, "momentum": momentum,
+                 "weight_decay": weight_decay, "lr_scaling": lr_scaling,
+                 "reference_batch": reference_batch, "warmup_epochs": warmup_epochs,
+                 "set_epoch": set_epoch}
     where = make_launcher(grid_module.resolve(spec, overrides)[1])
     cells = grid_module.expand(spec, overrides, cores=where.cores)
     where.check(cells)
@@ -385,7 +412,10 @@ def export(results_file, target, mlflow_uri):
               help="Use runs marked contended in the numbers and verdicts (left out by default).")
 @click.option("--baseline", type=click.Path(exists=True, dir_okay=False),
               help="A results file to compare these with (a section like `xbench compare`).")
-def report(results_files, out, formats, where, include_contended, baseline):
+@click.option("--lab", is_flag=True,
+              help="Add the course lab's answers in its layout (questions 1, 4, 5, 6, Tables 1-3, "
+                   "the case study's accuracy): for a lab grid's rows.")
+def report(results_files, out, formats, where, include_contended, baseline, lab):
     """Figures, tables and one HTML page from results files (default: the newest in results/)."""
     import reports
     from reports.load import newest_results
@@ -394,7 +424,7 @@ def report(results_files, out, formats, where, include_contended, baseline):
     out = Path(out or Path("reports/out") / paths[0].stem)
     notices, summary, written = reports.build_report(paths, out, reports.parse_formats(formats),
                                                      where, include_contended,
-                                                     baseline and Path(baseline))
+                                                     baseline and Path(baseline), lab)
     for line in notices:
         click.secho(line, fg="yellow", err=True)
     click.echo("\n".join(shorten(summary)))

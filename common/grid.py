@@ -21,9 +21,12 @@ DEVICE_KINDS = ("auto", "cpu", "cuda")
 
 # Axes take lists (every combination is a cell); settings take one value.
 AXES = {"backends": str, "models": str, "multiples": int, "batches": int, "nodes": int,
-        "devices": int}
+        "devices": int, "lr_scaling": str, "warmup_epochs": int}
 AXIS_OPTIONS = {"backends": "--backend", "models": "--model", "multiples": "--multiple",
                 "batches": "--batch", "nodes": "--nodes", "devices": "--devices"}
+OPTIMIZERS = {"adam": 1e-3, "sgd": 0.01}  # name -> its learning rate when none is given
+LR_SCALINGS = ("none", "linear", "sqrt")
+SWEEP = re.compile(r"^(\d+)\s*x\s*(\d+)$")
 LAUNCHERS = ("local", "slurm")
 SETTINGS = {
     "name": str, "description": str, "epochs": int, "repeats": int, "batch_mode": str,
@@ -31,6 +34,8 @@ SETTINGS = {
     "memory_limit_mb": int, "contention_limit": float, "compute_references": bool,
     "launcher": str, "slurm_partition": str, "slurm_account": str, "slurm_time": int,
     "slurm_gpus_per_node": int, "slurm_args": str,
+    "optimizer": str, "lr": float, "momentum": float, "weight_decay": float,
+    "reference_batch": int, "set_epoch": bool,
 }
 DEFAULTS = {
     "description": "", "epochs": 2, "repeats": 1, "batch_mode": "global", "seed": 0,
@@ -49,7 +54,20 @@ DEFAULTS = {
     # (0: the cell's devices with --device cuda, else none), extra sbatch arguments.
     "slurm_partition": "", "slurm_account": "", "slurm_time": 0, "slurm_gpus_per_node": 0,
     "slurm_args": "",
+    # Training, the same in every backend: Adam or SGD (momentum, L2 weight decay as PyTorch
+    # adds it to the gradient); lr 0: the optimizer's own default (OPTIMIZERS). lr_scaling
+    # multiplies lr by the global batch / reference_batch (linear) or its square root;
+    # warmup_epochs ramps it linearly from lr to the scaled lr (Goyal et al. 2017).
+    "optimizer": "adam", "lr": 0.0, "momentum": 0.0, "weight_decay": 0.0,
+    "lr_scaling": ["none"], "reference_batch": 128, "warmup_epochs": [0],
+    # PyTorch's DistributedSampler.set_epoch each epoch (false: every epoch epoch 0's order)
+    "set_epoch": True,
 }
+# The numbers a real-valued setting can take: (lowest, lowest allowed?, highest, what it is).
+RANGES = {"contention_limit": (0, True, 1, "a share of the cores"),
+          "lr": (0, True, 100, "a learning rate; 0 is the optimizer's default"),
+          "momentum": (0, True, 0.999, "a momentum factor, below 1"),
+          "weight_decay": (0, True, 1, "an L2 factor")}
 
 
 # The largest value each whole-number setting can mean, and why.
@@ -61,6 +79,8 @@ LIMITS = {
     "multiples": (100, "the blog's largest dataset is 8x; at 100x one epoch is 6 million samples, "
                        "whose sample order alone takes hundreds of MB per process"),
     "epochs": (1000, "a benchmark needs 2 (epoch 1 warms up) and the lab 5"),
+    "warmup_epochs": (999, "warm-up must end before the run does"),
+    "reference_batch": (2**20, "no batch here is larger"),
     "repeats": (1000, "a few repeats give the intervals; thousands only take time"),
     "seed": (2**32 - 1, "seeds are 32-bit in every framework"),
     "timeout": (30 * 24 * 3600, "30 days is the longest timeout a cell may have"),
@@ -98,6 +118,15 @@ class Cell:
     launcher: str = "local"
     data_dir: str | None = None
     reference_for: tuple[str, ...] = ()  # a compute reference: the keys of the cells it serves
+    optimizer: str = "adam"
+    lr: float = OPTIMIZERS["adam"]
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    lr_scaling: str = "none"
+    reference_batch: int = 128
+    warmup_epochs: int = 0
+    set_epoch: bool = True
+    sweep: str = ""  # the batch sweep this cell is on ("32x4"), if any
     repeat: int = 0
 
     @property
@@ -121,7 +150,35 @@ class Cell:
         nodes = f"|n{self.nodes}" if self.nodes > 1 else ""
         return (f"{self.backend}|{self.model}|x{self.multiple}|{self.batch_mode}-b{self.batch}"
                 f"{nodes}|d{self.devices}|e{self.epochs}|seed{self.seed}|{self.data}{cap}"
-                f"|{self.device}{threads}")
+                f"|{self.device}{threads}{self.training_key}")
+
+    @property
+    def training_key(self) -> str:
+        """The training settings in the key, where they are not the default (Adam at 1e-3, no
+        scaling, no warm-up, set_epoch), so that the keys of default cells stay as they were."""
+        optimizer = (f"|{self.optimizer}-lr{self.lr:g}-m{self.momentum:g}-wd{self.weight_decay:g}"
+                     if (self.optimizer, self.lr, self.weight_decay)
+                     != ("adam", OPTIMIZERS["adam"], 0.0) else "")
+        scaling = (f"|lr-{self.lr_scaling}{self.reference_batch}"
+                   if self.lr_scaling != "none" else "")
+        warmup = f"|warm{self.warmup_epochs}" if self.warmup_epochs else ""
+        return optimizer + scaling + warmup + ("" if self.set_epoch else "|no-set-epoch")
+
+    @property
+    def sweep_line(self) -> str:
+        """What the cells of one line of a batch sweep share: everything but the batch."""
+        return dataclasses.replace(self, batch=0, repeat=0).key
+
+    def learning_rate(self, step: int, steps_per_epoch: int) -> float:
+        """The learning rate of optimizer step `step` (0-based over the run): lr scaled by the
+        global batch against reference_batch (linear or square root), reached by a linear
+        ramp from the unscaled lr over the warm-up epochs (Goyal et al. 2017)."""
+        ratio = self.global_batch / self.reference_batch
+        target = self.lr * {"none": 1.0, "linear": ratio, "sqrt": math.sqrt(ratio)}[self.lr_scaling]
+        ramp = self.warmup_epochs * steps_per_epoch
+        if step >= ramp:
+            return target
+        return self.lr + (target - self.lr) * step / ramp
 
     @property
     def label(self) -> str:
@@ -171,12 +228,45 @@ def resolve(spec: dict, overrides: dict | None = None) -> tuple[dict, dict]:
         if key not in spec:
             raise UserError(f"grid '{spec.get('name')}' has no '{key}' axis; give it in the grid "
                             f"file or with {AXIS_OPTIONS[key]}")
-    values = {key: check_axis(key, spec[key], kind) for key, kind in AXES.items()}
     settings = {key: _check_value(key, spec[key], kind) for key, kind in SETTINGS.items()
                 if key in spec}
+    settings["batch_sweep"] = spec["batches"] if isinstance(spec["batches"], str) else ""
+    if settings["batch_sweep"]:
+        spec["batches"] = sweep_batches(settings["batch_sweep"], settings,
+                                        check_axis("multiples", spec["multiples"], int),
+                                        check_axis("nodes", spec["nodes"], int),
+                                        check_axis("devices", spec["devices"], int))
+    values = {key: check_axis(key, spec[key], kind) for key, kind in AXES.items()}
     _check_choices(values, settings)
     _check_sizes(values, settings)
     return values, settings
+
+
+def sweep_batches(text: str, settings: dict, multiples: list[int], nodes: list[int],
+                  devices: list[int]) -> list[int]:
+    """The batches of a sweep 'STARTxFACTOR' (32x4: 32, 128, 512, ...) up to the largest whose
+    global batch fits the smallest training set of the grid; the runner stops each line at its
+    first batch that does not fit in memory."""
+    found = SWEEP.match(text.strip())
+    if not found:
+        raise UserError(f"batch sweep {text!r} must be START x FACTOR, e.g. 32x4 (32, 128, 512, "
+                        f"... until the first batch that does not fit in memory)")
+    start, factor = int(found[1]), int(found[2])
+    if start < 1:
+        raise UserError(f"a batch sweep starts at a batch of 1 or more, not {start}")
+    if factor < 2:
+        raise UserError(f"a batch sweep grows the batch by a factor of 2 or more; {factor} "
+                        f"would never grow it")
+    samples = min(TRAIN_SAMPLES[settings["data"]], settings["max_train_samples"] or math.inf)
+    world = max(nodes) * max(devices) if settings["batch_mode"] == "per_device" else 1
+    limit = samples * min(multiples) // world
+    if start > limit:
+        raise UserError(f"batch sweep {text}: its first batch, {start:,}, is larger than the "
+                        f"training set allows ({limit:,})")
+    batches = [start]
+    while batches[-1] * factor <= limit:
+        batches.append(batches[-1] * factor)
+    return batches
 
 
 def expand(spec: dict, overrides: dict | None = None, data_dir=None,
@@ -186,11 +276,13 @@ def expand(spec: dict, overrides: dict | None = None, data_dir=None,
     values, settings = resolve(spec, overrides)
 
     configurations = []
-    for backend, model, multiple, batch, nodes, devices in itertools.product(
+    for backend, model, multiple, batch, nodes, devices, lr_scaling, warmup in itertools.product(
             values["backends"], values["models"], values["multiples"], values["batches"],
-            values["nodes"], values["devices"]):
+            values["nodes"], values["devices"], values["lr_scaling"], values["warmup_epochs"]):
         if nodes * devices > 1 and not backend_class(backend).spans_devices:
             continue  # a single-device reference has no N-device cells
+        if warmup and lr_scaling == "none":
+            continue  # a ramp from lr to lr: the same run as without a warm-up
         configurations.append(Cell(
             grid=settings["name"], backend=backend, model=model, multiple=multiple,
             batch=batch, nodes=nodes, devices=devices, launcher=settings["launcher"],
@@ -200,7 +292,12 @@ def expand(spec: dict, overrides: dict | None = None, data_dir=None,
             device=settings["device"], timeout=settings["timeout"],
             memory_limit_mb=settings["memory_limit_mb"],
             contention_limit=settings["contention_limit"],
-            data_dir=str(data_dir) if data_dir else None))
+            data_dir=str(data_dir) if data_dir else None, optimizer=settings["optimizer"],
+            lr=settings["lr"] or OPTIMIZERS[settings["optimizer"]],
+            momentum=settings["momentum"], weight_decay=settings["weight_decay"],
+            lr_scaling=lr_scaling, reference_batch=settings["reference_batch"],
+            warmup_epochs=warmup, set_epoch=settings["set_epoch"],
+            sweep=settings["batch_sweep"]))
     if not configurations:
         raise UserError(f"no cells: {', '.join(values['backends'])} run on one device only, and "
                         f"--devices {','.join(map(str, values['devices']))} has no 1")
@@ -258,15 +355,18 @@ def _check_value(key, value, kind):
         if not isinstance(value, bool):
             raise UserError(f"'{key}' must be true or false, got {value!r}")
     elif kind is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-            raise UserError(f"'{key}' must be a number from 0 to 1 (a share of the cores), got "
+        low, _, high, what = RANGES[key]
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or not low <= value <= high or math.isnan(value)):
+            raise UserError(f"'{key}' must be a number from {low:g} to {high:g} ({what}), got "
                             f"{value!r}; fix it in the grid file or with --{key.replace('_', '-')}")
     elif kind is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise UserError(f"'{key}' must be a whole number, got {value!r}; fix it in the grid "
                             f"file or with {_option(key)}")
         if value < 0 or (value == 0 and key not in ("max_train_samples", "seed", "memory_limit_mb",
-                                                    "slurm_time", "slurm_gpus_per_node")):
+                                                    "slurm_time", "slurm_gpus_per_node",
+                                                    "warmup_epochs")):
             raise UserError(f"'{key}' must be positive, got {value}; fix it in the grid file or "
                             f"with {_option(key)}")
         if key == "epochs" and value < 2:
@@ -318,10 +418,23 @@ def _check_choices(values, settings):
         if name not in MODELS:
             raise UserError(f"unknown model '{name}'{did_you_mean(name, MODELS)}; "
                             f"choose from {', '.join(MODELS)}")
-    for key, allowed in (("batch_mode", BATCH_MODES), ("data", DATA_KINDS), ("device", DEVICE_KINDS)):
-        if settings[key] not in allowed:
-            raise UserError(f"'{key}' must be one of {', '.join(allowed)}, got "
-                            f"'{settings[key]}'{did_you_mean(settings[key], allowed)}")
+    chosen = {**settings, **{k: v for k, v in values.items() if k == "lr_scaling"}}
+    for key, allowed in (("batch_mode", BATCH_MODES), ("data", DATA_KINDS), ("device", DEVICE_KINDS),
+                         ("optimizer", tuple(OPTIMIZERS)), ("lr_scaling", LR_SCALINGS)):
+        for value in chosen[key] if isinstance(chosen[key], list) else [chosen[key]]:
+            if value not in allowed:
+                raise UserError(f"'{key}' must be one of {', '.join(allowed)}, got "
+                                f"'{value}'{did_you_mean(value, allowed)}")
+    if max(values["warmup_epochs"]) >= settings["epochs"]:
+        raise UserError(f"warm-up of {max(values['warmup_epochs'])} epoch(s) is not shorter than "
+                        f"the run of {settings['epochs']}: lower --warmup-epochs or raise --epochs")
+    if max(values["warmup_epochs"]) and values["lr_scaling"] == ["none"]:
+        raise UserError("a warm-up ramps the learning rate from lr to the scaled lr (Goyal et al.); "
+                        "with lr_scaling none there is nothing to ramp to: give --lr-scaling "
+                        "linear or sqrt")
+    if settings["optimizer"] == "adam" and settings["momentum"]:
+        raise UserError("momentum is SGD's setting (Adam has its betas): give --optimizer sgd, or "
+                        "no --momentum")
     if not any(backend_class(b).spans_nodes for b in values["backends"]) and max(values["nodes"]) > 1:
         raise UserError(f"{', '.join(values['backends'])} cannot span nodes (each runs on one "
                         f"machine): --nodes {max(values['nodes'])} needs pt-ddp, tf-multiworker, "

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from common.errors import UserError
-from common.schema import row_problem
+from common.schema import row_problem, upgrade
 
 
 def new_run_id():
@@ -109,12 +109,13 @@ def keep_unwritten(path, line):
 def read_rows(path):
     """(rows, problems): every valid row, and '<path>: line N: what is wrong' for the others
     (common.schema.row_problem is the one judge of a row)."""
-    return read_json_lines(path, row_problem, "a result row")
+    return read_json_lines(path, row_problem, "a result row", upgrade)
 
 
-def read_json_lines(path, problem_of, kind):
-    """(values, problems) of a JSON Lines file: each line's value where `problem_of(value)` finds
-    nothing wrong, and '<path>: line N: what is wrong' for the others (blank lines skipped)."""
+def read_json_lines(path, problem_of, kind, convert=lambda value: value):
+    """(values, problems) of a JSON Lines file: each line's value (`convert`ed) where
+    `problem_of(value)` finds nothing wrong, and '<path>: line N: what is wrong' for the others
+    (blank lines skipped)."""
     values, problems = [], []
     with open(path, encoding="utf-8", errors="replace") as f:
         for number, line in enumerate(f, 1):
@@ -129,6 +130,7 @@ def read_json_lines(path, problem_of, kind):
                 problems.append(f"{path}: line {number}: nested too deeply to be {kind}; "
                                 f"line skipped")
                 continue
+            value = convert(value)
             problem = problem_of(value)
             if problem:
                 problems.append(f"{path}: line {number}: not {kind}: {problem}; line skipped")
@@ -149,7 +151,8 @@ def flat_table(rows):
         for key, value in row.items():
             if key == "epochs":
                 for epoch in value:
-                    for field in ("seconds", "samples", "rate", "loss", "accuracy"):
+                    for field in ("seconds", "samples", "rate", "loss", "accuracy",
+                                  "input_seconds"):
                         record[f"epoch{epoch['epoch']}_{field}"] = epoch.get(field)
                     record[f"epoch{epoch['epoch']}_contended"] = epoch["contention"]["contended"]
             elif key in FLATTENED:

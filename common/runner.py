@@ -46,6 +46,11 @@ def run_grid(cells, results_path, resume=True, echo=print, launcher=None, live=N
     statuses = {r["cell_key"]: r["status"] for r in earlier}
     done_before = {(r["cell_key"], r["repeat"]) for r in earlier if r["status"] == "ok"}
     claims = Claims(results_path)
+    # A batch sweep's line stops at its first batch that did not fit (here or in earlier rows).
+    too_large = {}
+    for cell in cells:
+        if cell.sweep and statuses.get(cell.key) == "oom":
+            too_large[cell.sweep_line] = min(cell.batch, too_large.get(cell.sweep_line, cell.batch))
 
     def done():
         """Cells with an ok row in the results file now (another grid may have added some)."""
@@ -63,6 +68,11 @@ def run_grid(cells, results_path, resume=True, echo=print, launcher=None, live=N
             prefix = f"[{number}/{len(cells)}] {cell.label}"
             taken = ("done" if resume and (cell.key, cell.repeat) in done_before
                      else claims.claim(cell.key, cell.repeat, done))
+            first_too_large = too_large.get(cell.sweep_line) if cell.sweep else None
+            if first_too_large and cell.batch > first_too_large:
+                echo(f"{prefix}: not run: batch {first_too_large} of this sweep line did not fit "
+                     f"in memory, so larger ones are not tried")
+                continue
             if taken == "done":
                 echo(f"{prefix}: done in {results_path} already (use --force to run it again)")
                 continue
@@ -78,6 +88,10 @@ def run_grid(cells, results_path, resume=True, echo=print, launcher=None, live=N
                     progress.cell_started(number, cell.label)
                     row = run_cell(cell, run_id, log_dir / f"{number:03d}.log", launcher,
                                    progress.watch)
+                if cell.sweep and row["status"] == "oom":
+                    row["error"] = (f"the first batch of sweep {cell.sweep} that did not fit "
+                                    f"(larger ones are not run): {row['error']}")
+                    too_large[cell.sweep_line] = cell.batch
                 results.append_row(results_path, row)
             finally:
                 progress.cell_ended(row and row["cell_seconds"])

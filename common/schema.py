@@ -12,11 +12,18 @@ from typing import Any
 
 from common.models import flops_per_sample, parameter_count
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # What rows of older versions lack; they are reported and left out, never mixed with these.
 OLDER_VERSIONS = {1: "schema 1 rows come from an xbench whose 1-device cells of tf-mirrored ran no "
                     "MirroredStrategy, whose frameworks started from different initial weights, "
                     "and which recorded no contention; run the grid again"}
+# The cell's training settings, as the row records them (common.grid.Cell has each).
+TRAINING = ("optimizer", "lr", "momentum", "weight_decay", "lr_scaling", "reference_batch",
+            "warmup_epochs", "set_epoch")
+# What rows of older versions lack and that they all had, filled in when they are read.
+UPGRADES = {2: {"optimizer": "adam", "lr": 1e-3, "momentum": 0.0, "weight_decay": 0.0,
+                "lr_scaling": "none", "reference_batch": 128, "warmup_epochs": 0,
+                "set_epoch": True, "batch_sweep": None}}
 STATUSES = ("ok", "failed", "timeout", "oom", "unsupported")
 
 NUMBER = (int, float)
@@ -71,6 +78,10 @@ CONFIGURATION = {
     "launcher": (TEXT, "always"), "seed": (WHOLE, "always"), "memory_limit_mb": (WHOLE, "never"),
     "threads_per_device": (WHOLE, "always"), "threads_pinned": (BOOL, "always"),
     "contention_limit": (NUMBER, "always"),
+    "optimizer": (TEXT, "always"), "lr": (NUMBER, "always"), "momentum": (NUMBER, "always"),
+    "weight_decay": (NUMBER, "always"), "lr_scaling": (TEXT, "always"),
+    "reference_batch": (WHOLE, "always"), "warmup_epochs": (WHOLE, "always"),
+    "set_epoch": (BOOL, "always"), "batch_sweep": (TEXT, "never"),
 }
 MEASUREMENTS = {
     "framework_version": (TEXT, "ok"), "dataset_source": (TEXT, "ok"),
@@ -88,7 +99,8 @@ AT_LEAST_ONE = ("dataset_multiple", "global_batch", "per_device_batch", "nodes",
                 "world_size", "params")
 EPOCH_FIELDS = {"epoch": WHOLE, "seconds": NUMBER, "samples": WHOLE, "rate": NUMBER,
                 "loss": NUMBER, "accuracy": NUMBER, "seconds_per_rank": (list,),
-                "contention": (dict,)}
+                "contention": (dict,), "input_seconds": NUMBER}
+OPTIONAL_EPOCH_FIELDS = ("rate", "input_seconds")  # no rate for a 0 s epoch; schema 2 had no input
 
 
 def now() -> str:
@@ -117,6 +129,7 @@ def make_row(cell, run_id: str, started_at: str, status: str, error: str | None,
         "memory_limit_mb": cell.memory_limit_mb or None,
         "threads_per_device": threads_per_device, "threads_pinned": bool(cell.threads),
         "contention_limit": cell.contention_limit,
+        **{name: getattr(cell, name) for name in TRAINING}, "batch_sweep": cell.sweep or None,
         **{name: measured.get(name) for name in MEASUREMENTS},
         "epochs": measured.get("epochs", []),
         "peak_memory_bytes": max(memory) if memory else None,
@@ -124,6 +137,15 @@ def make_row(cell, run_id: str, started_at: str, status: str, error: str | None,
         "cell_seconds": cell_seconds, "log": log, "env": env,
     }
     assert row.keys() == FIELDS.keys(), set(row) ^ set(FIELDS)
+    return row
+
+
+def upgrade(row: Any) -> Any:
+    """A row of an older version this xbench can read, as a row of this version (what it lacks
+    it had implicitly: schema 2 rows all trained with Adam at 1e-3, no scaling, no warm-up)."""
+    if isinstance(row, dict) and row.get("schema_version") in UPGRADES \
+            and not isinstance(row["schema_version"], bool):
+        return {**UPGRADES[row["schema_version"]], **row, "schema_version": SCHEMA_VERSION}
     return row
 
 
@@ -203,7 +225,7 @@ def _epoch_problem(epoch) -> str | None:
         return "not an object"
     for name, kinds in EPOCH_FIELDS.items():
         value = epoch.get(name)
-        if value is None and name == "rate":
+        if value is None and name in OPTIONAL_EPOCH_FIELDS:
             continue
         if not _is(value, kinds):
             return f"'{name}' is {type(value).__name__}, not {' or '.join(k.__name__ for k in kinds)}"

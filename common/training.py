@@ -70,6 +70,10 @@ class TrainingLoop(abc.ABC):
         for the first batch, which happens after the epoch's clock has started."""
 
     @abc.abstractmethod
+    def set_learning_rate(self, value: float) -> None:
+        """Use `value` from the next optimizer step on (called only when it changes)."""
+
+    @abc.abstractmethod
     def train_step(self, batch) -> None:
         """One optimizer step on `batch`, adding its loss sum and correct count to the totals and
         keeping the sample indices each replica consumed (read from the batch)."""
@@ -130,6 +134,7 @@ class TrainingLoop(abc.ABC):
         if self.comm.rank == 0:
             report.start(self.cell.epochs, self.steps_per_epoch, self.cell.global_batch)
         epochs, consumed, startup, step_seconds = [], [], None, []
+        steps_done, rate = 0, None
         for epoch in range(1, self.cell.epochs + 1):
             batches = self.batches(epoch)
             self.reset_totals()
@@ -141,8 +146,14 @@ class TrainingLoop(abc.ABC):
             clock = EpochClock(self.sync)
             clock.start()
             timer = self.step_timer()
-            for step, batch in enumerate(batches, 1):
+            waiting = InputWait(batches)
+            for step, batch in enumerate(waiting, 1):
+                wanted = self.cell.learning_rate(steps_done, self.steps_per_epoch)
+                if wanted != rate:  # only under a warm-up, and once at the start
+                    self.set_learning_rate(wanted)
+                    rate = wanted
                 self.train_step(batch)
+                steps_done += 1
                 timer.mark()
                 report.done = step  # read by the report's own thread, outside this loop
             seconds = clock.stop()
@@ -150,9 +161,10 @@ class TrainingLoop(abc.ABC):
             report.end_epoch(seconds)
             consumed.append(self.consumed())
             loss_sum, correct = (float(v) for v in self.comm.sum(self.totals()))
-            ranks = self.comm.gather((seconds, watched))
-            record = epoch_record(epoch, [s for s, _ in ranks], samples, loss_sum, correct)
-            record["contention"] = epoch_contention([w for _, w in ranks],
+            ranks = self.comm.gather((seconds, watched, waiting.seconds))
+            record = epoch_record(epoch, [s for s, _, _ in ranks], samples, loss_sum, correct)
+            record["input_seconds"] = max(w for _, _, w in ranks)
+            record["contention"] = epoch_contention([w for _, w, _ in ranks],
                                                     self.cell.contention_limit)
             epochs.append(record)
             if epoch == self.cell.epochs:
@@ -166,7 +178,7 @@ class TrainingLoop(abc.ABC):
         hosts = self.comm.gather(node_name())
         if self.comm.rank != 0:
             return None
-        described = self.describe()
+        described, details = self.describe(), self.backend.details()
         per_device = self.job.threads_per_device
         return Measurement(
             framework_version=described.pop("framework_version"),
@@ -181,8 +193,29 @@ class TrainingLoop(abc.ABC):
             contended=any(e["contention"]["contended"] for e in epochs),
             evidence={"replica_weight_digests": digests,
                       **sample_evidence(replicas, self.steps_per_epoch)},
-            backend_details={"world_size": self.comm.world, **described,
-                             **self.backend.details()})
+            backend_details={"world_size": self.comm.world, **described, **details,
+                             "traffic": self.backend.traffic(self.cell,
+                                                             details.get("reduction", "none"))})
+
+
+class InputWait:
+    """The batches of an epoch, counting the seconds the loop waits for each (the input pipeline
+    as the training loop sees it: loading and collating, or waiting for a prefetching one):
+    the lab times its question 1 without data loading and its question 2 with it."""
+
+    def __init__(self, batches: Iterable):
+        self.batches, self.seconds = batches, 0.0
+
+    def __iter__(self):
+        batches = iter(self.batches)
+        while True:
+            asked = time.perf_counter()
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            self.seconds += time.perf_counter() - asked
+            yield batch
 
 
 def _flat(lists):

@@ -1,17 +1,15 @@
 """pt-ddp: DistributedDataParallel, one process per device, started by torchrun (nccl / gloo)."""
 import os
 import sys
-import time
 
+from common.backend import wire
 from common.collectives import Collectives
-from common.limits import bus_bandwidth
 from pt_backend.base import TorchBackend
 
 
 class DistributedDataParallelBackend(TorchBackend):
     name = "pt-ddp"
     spans_nodes = True
-    timed = None  # the TimedAllReduce hook of the wrapped model
 
     def processes(self, cell):
         return cell.devices
@@ -44,11 +42,19 @@ class DistributedDataParallelBackend(TorchBackend):
 
     def wrap_model(self, model, device):
         from torch.nn.parallel import DistributedDataParallel
-        wrapped = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
-                                          else None)
-        self.timed = TimedAllReduce(device.type == "cuda")
-        wrapped.register_comm_hook(state=None, hook=self.timed.hook)
-        return wrapped
+        self.buffer_bytes = sum(b.numel() * b.element_size() for b in model.buffers())
+        return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
+                                       else None)
+
+    def traffic(self, cell, reduction):
+        """Besides the gradients: the buffers DDP broadcasts from rank 0 before each forward."""
+        items = super().traffic(cell, reduction)
+        if cell.world > 1:
+            items.append(wire("buffers broadcast from rank 0", (cell.world - 1) * self.buffer_bytes,
+                              "computed", "DDP's broadcast_buffers, before each forward pass: the "
+                                          "model's buffers (e.g. BatchNorm statistics; these "
+                                          "models have none)"))
+        return items
 
     def details(self):
         import torch.distributed as dist
@@ -57,61 +63,7 @@ class DistributedDataParallelBackend(TorchBackend):
         return {"parallelism": "DistributedDataParallel", "process_group": self.process_group,
                 "launcher": launcher, "reduction": "all-reduce", "collective_library": self.process_group,
                 "reduction_detail": f"DDP's bucketed all-reduce over {self.process_group}{group}, "
-                                    f"overlapped with the backward pass",
-                "all_reduce_timed": self.timed and self.timed.summary(self.cell.epochs,
-                                                                      dist.get_world_size())}
-
-
-class TimedAllReduce:
-    """A DDP communication hook that does what DDP's default does (each gradient bucket divided by
-    the world size and all-reduced, asynchronously) and times every bucket's all-reduce from its
-    call to its completion: on the host clock on a CPU (gloo completes the future when the
-    reduction is done), with CUDA events on a GPU. The time includes waiting for the slowest rank
-    to hand in the same bucket."""
-
-    def __init__(self, cuda):
-        self.cuda = cuda
-        self.buckets = []  # [index, bytes, started, ended]: perf_counter seconds or CUDA events
-
-    def hook(self, state, bucket):
-        import torch
-        import torch.distributed as dist
-        tensor = bucket.buffer().div_(dist.get_world_size())
-        record = [bucket.index(), tensor.numel() * tensor.element_size(), self._now(torch), None]
-        self.buckets.append(record)
-        future = dist.all_reduce(tensor, async_op=True).get_future()
-
-        def finished(done):
-            record[3] = self._now(torch)
-            return done.value()[0]
-        return future.then(finished)
-
-    def _now(self, torch):
-        if not self.cuda:
-            return time.perf_counter()
-        event = torch.cuda.Event(enable_timing=True)
-        event.record()
-        return event
-
-    def _seconds(self, started, ended):
-        return ended - started if not self.cuda else started.elapsed_time(ended) / 1000
-
-    def summary(self, epochs, world):
-        """Over the last epoch (each epoch calls the hook equally often): buckets per step,
-        gradient bytes and all-reduce seconds per step (the buckets' times added), and nccl-tests'
-        algbw and busbw of those (bytes/s). None when nothing was all-reduced."""
-        last = self.buckets[len(self.buckets) - len(self.buckets) // epochs:]
-        if not last or world < 2:
-            return None
-        steps = sum(1 for b in last if b[0] == 0)  # every step reduces bucket 0 once
-        size = sum(b[1] for b in last) / steps
-        seconds = sum(self._seconds(b[2], b[3]) for b in last) / steps
-        return {"buckets_per_step": len(last) // steps, "bytes_per_step": int(size),
-                "seconds_per_step": seconds, "algbw": size / seconds,
-                "busbw": bus_bandwidth(size / seconds, world), "steps": steps,
-                "timing": "each bucket's all-reduce from its call to its completion (CUDA "
-                          "events on a GPU, the host clock on a CPU), including the wait for the "
-                          "slowest rank; the buckets' times added per step"}
+                                    f"overlapped with the backward pass"}
 
 
 class TorchDistributedCollectives(Collectives):

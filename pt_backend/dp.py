@@ -1,5 +1,11 @@
 """pt-dp: torch.nn.DataParallel, one process driving N GPUs (the blog's PyTorch backend)."""
+import math
+
+from common.backend import wire
+from common.models import INPUT_SHAPE, MODELS, gradient_bytes
 from pt_backend.base import TorchBackend
+
+INPUT_BYTES = 4 * math.prod(INPUT_SHAPE)  # one normalised image, float32
 
 
 class DataParallelBackend(TorchBackend):
@@ -17,7 +23,27 @@ class DataParallelBackend(TorchBackend):
         import torch
         if device.type == "cuda":
             self.device_ids = list(range(device.index, device.index + self.cell.devices))
+        self.module_bytes = sum(t.numel() * t.element_size()
+                                for t in [*model.parameters(), *model.buffers()])
         return torch.nn.DataParallel(model, device_ids=self.device_ids)
+
+    def traffic(self, cell, reduction):
+        """DataParallel's every step (torch.nn.parallel): the module replicated from GPU 0, the
+        inputs scattered, the outputs gathered on GPU 0, the gradients reduced onto it."""
+        devices = len(self.device_ids or ())
+        if devices < 2:
+            return []
+        others, share = devices - 1, (devices - 1) / devices
+        samples = cell.global_batch
+        return [wire("parameters and buffers replicated from GPU 0", others * self.module_bytes,
+                     "computed", "replicate(): the module copied to the other GPUs each step"),
+                wire("inputs scattered from GPU 0", share * samples * INPUT_BYTES, "computed",
+                     "scatter(): the other GPUs' shares of the batch (float32 images)"),
+                wire("outputs gathered on GPU 0",
+                     share * samples * 4 * MODELS[cell.model][-1].out_features, "computed",
+                     "gather(): the other GPUs' logits"),
+                wire("gradients reduced onto GPU 0", others * gradient_bytes(cell.model),
+                     "computed", "the replicas' gradients summed into GPU 0's parameters")]
 
     def details(self):
         if not self.device_ids:

@@ -28,9 +28,14 @@ def build_model(name, seed=0):
     return model
 
 
-def build_optimizer(parameters):
-    return torch.optim.Adam(parameters, lr=ADAM["learning_rate"],
-                            betas=(ADAM["beta_1"], ADAM["beta_2"]), eps=ADAM["epsilon"])
+def build_optimizer(parameters, name="adam", lr=ADAM["learning_rate"], momentum=0.0,
+                    weight_decay=0.0):
+    """The optimizer of every backend (common.grid's settings; weight decay is L2, added to the
+    gradient)."""
+    if name == "sgd":
+        return torch.optim.SGD(parameters, lr=lr, momentum=momentum, weight_decay=weight_decay)
+    return torch.optim.Adam(parameters, lr=lr, betas=(ADAM["beta_1"], ADAM["beta_2"]),
+                            eps=ADAM["epsilon"], weight_decay=weight_decay)
 
 
 def describe(name):

@@ -84,8 +84,9 @@ class TorchLoop(TrainingLoop):
         cell = self.cell
         self.model = build_model(cell.model, cell.seed).to(self.device)
         self.wrapped = self.backend.wrap_model(self.model, self.device)
-        self.optimizer = self.backend.wrap_optimizer(build_optimizer(self.wrapped.parameters()),
-                                                     self.model)
+        self.optimizer = self.backend.wrap_optimizer(
+            build_optimizer(self.wrapped.parameters(), cell.optimizer, cell.lr, cell.momentum,
+                            cell.weight_decay), self.model)
         self.dataset = MNISTTrainSet(self.job.data.train_images, self.job.data.train_labels,
                                      cell.multiple)
         self.sampler = EpochShardSampler(self.dataset, cell.global_batch, cell.seed,
@@ -106,8 +107,13 @@ class TorchLoop(TrainingLoop):
         return CudaStepTimer() if self.cuda else super().step_timer()
 
     def batches(self, epoch):
-        self.sampler.set_epoch(epoch)
+        if self.cell.set_epoch:  # without it, DistributedSampler deals epoch 0's order each time
+            self.sampler.set_epoch(epoch)
         return self.loader
+
+    def set_learning_rate(self, value):
+        for group in self.optimizer.param_groups:
+            group["lr"] = value
 
     def train_step(self, batch):
         images, labels, indices = batch

@@ -11,6 +11,8 @@ from common.results import csv_safe
 from reports import analysis, figures, page, tables
 from reports.compare import compare
 from reports.compare import text_table as compare_table
+from reports.lab import TEXT as LAB_TEXT
+from reports.lab import lab_tables
 from reports.load import load, load_probes
 from reports.stats import CI_METHOD
 from reports.verdicts import verdicts
@@ -27,10 +29,9 @@ LIMITS_TEXT = (
     "the threads the cell's processes have on a node (a CPU device is its share of the cores). "
     "The interval is the rate's; the probe's own spread is in the probe file. For an "
     "all-reducing cell on N > 1 devices: its achieved bus bandwidth (nccl-tests' busbw = "
-    "gradient bytes / time × 2(N−1)/N), timed inside the backend where it can be (pt-ddp: a DDP "
-    "communication hook around each bucket's all-reduce, including the wait for the slowest "
-    "rank) and otherwise from the exposed communication time (which overstates it: "
-    "communication overlapped with compute is not seen), against the probe's busbw of "
+    "gradient bytes / time × 2(N−1)/N) from its exposed communication time (the N-device step "
+    "less the compute reference's; this overstates the bandwidth: communication overlapped with "
+    "compute is not seen), against the probe's busbw of "
     "the same library at the gradients' size on as many processes.")
 NO_PROBE = ("no probe of this machine beside the results: run `xbench probe` (its record goes to "
             "probe.jsonl in the results' folder) and make the report again")
@@ -86,7 +87,7 @@ def parse_formats(text):
 
 
 def build_report(paths, out, formats=FORMATS, where=None, include_contended=False,
-                 baseline=None):
+                 baseline=None, lab=False):
     """Write the report of the results files `paths` into `out`.
 
     Returns (notices, summary lines, {kind: path written}); notices say what is wrong or must be
@@ -108,12 +109,16 @@ def build_report(paths, out, formats=FORMATS, where=None, include_contended=Fals
                            tables.limits_table(limits) if probes else limits.iloc[0:0],
                            NO_PROBE if not probes else figures.NO_ROWS)
     sections = SECTIONS
+    if lab:
+        table_set.update(lab_tables(cells, scaling, communication, limits))
+        sections = [("The course lab", LAB_TEXT, [], [n for n in table_set if n.startswith("lab_")]),
+                    *sections]
     if baseline:
         compared, notes = compare([baseline], paths)
         table_set["compare"] = (f"Every cell also in {baseline.name}: NEW / BASE epoch-2 rate",
                                 compare_table(compared), "no cell is in both files")
         sections = [(f"Compared with {baseline.name}", [COMPARE_TEXT, *notes], [], ["compare"]),
-                    *SECTIONS]
+                    *sections]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written = {}

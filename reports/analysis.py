@@ -19,7 +19,7 @@ CONFIG = ["env", "series", "backend", "dataset", "model", "dataset_multiple", "b
           "global_batch", "per_device_batch", "nodes", "devices"]
 # Besides the axes in CONFIG, what must agree for two cells to be compared (speedup, baselines).
 SETUP = ["env", "backend", "dataset", "model", "dataset_multiple", "seed",
-         "max_train_samples", "epochs_run", "device_type"]
+         "max_train_samples", "epochs_run", "device_type", "training"]
 METRICS = ["step_time_p50", "startup_seconds", "first_epoch_overhead", "test_accuracy",
            "last_loss", "last_accuracy", "peak_memory_bytes"]
 COMMUNICATION_ASSUMPTION = (
@@ -73,8 +73,13 @@ def cell_table(frame):
                       threads_pinned=bool(first.get("threads_pinned")),
                       reduction=first.get("reduction"), n=len(ok), runs=len(group),
                       collective_library=first.get("collective_library"),
-                      timed_busbw=ok["timed_busbw"].mean() if len(ok) else math.nan,
                       cores=first.get("cores"), devices_per_node=first.get("devices_per_node"),
+                      training=first["training"], set_epoch=first.get("set_epoch"),
+                      lr_scaling=first.get("lr_scaling"), warmup_epochs=first.get("warmup_epochs"),
+                      batch_sweep=first.get("batch_sweep"),
+                      traffic=first["traffic"],
+                      epoch2_input_seconds=summarize([e[1] for e in ok["epoch_input_seconds"]
+                                                      if len(e) > 1 and e[1] is not None])["mean"],
                       contended_runs=int((group["status"].eq("ok") & group["contended"]).sum()),
                       statuses=statuses_text(group),
                       steps_per_epoch=first["epoch2_samples"] / first["global_batch"],
@@ -113,7 +118,8 @@ def cell_table(frame):
 CELL_COLUMNS = [
     *CONFIG, "cell_key", "scaling", "seed", "max_train_samples", "epochs_run", "device_type",
     "device_name", "framework", "threads_per_device", "threads_pinned", "reduction",
-    "collective_library", "timed_busbw", "cores", "devices_per_node", "n", "runs",
+    "collective_library", "cores", "devices_per_node", "training", "set_epoch",
+    "lr_scaling", "warmup_epochs", "batch_sweep", "traffic", "epoch2_input_seconds", "n", "runs",
     "contended_runs", "statuses", "steps_per_epoch", "epoch2_samples", "memory_per_device",
     "epoch_means", "global_digests", "shard_overlap", "replicas_agree", "test_accuracy_values",
     *[f"epoch{e}_{field}" for e in (1, 2) for field in (
@@ -225,9 +231,8 @@ def bus_bandwidth(algbw, devices):
 def against_limits(cells, communication, probes):
     """Per measured cell: model FLOP utilisation against the probe's matmul peak (with the
     interval of the cell's rate), and for an all-reducing cell on N > 1 devices its achieved bus
-    bandwidth (timed inside the backend where it can be, DDP's communication hook; else from
-    the exposed communication time) against the probe's, at the gradients' size, with the same
-    library and placement. `probes`: reports.load.load_probes' {env label: probe}."""
+    bandwidth (from the exposed communication time, `communication`) against the probe's, at the
+    gradients' size, with the same library and placement. `probes`: reports.load.load_probes' {env label: probe}."""
     records = []
     for _, cell in measured(cells).iterrows():
         probe = probes.get(cell["env"], {"matmul": [], "all_reduce": []})
@@ -241,24 +246,23 @@ def against_limits(cells, communication, probes):
             mfu = {f"mfu{suffix}": flop_utilisation(flops, cell[f"epoch2_rate{suffix}"],
                                                      peak["flops"])
                    for suffix in ("", "_low", "_high")}
-        achieved, how, reference = math.nan, None, None
+        achieved, reference = math.nan, None
         if cell["devices"] > 1 and cell["reduction"] == "all-reduce" and known:
             exposed = (communication[(communication["env"] == cell["env"])
                                      & (communication["cell_key"] == cell["cell_key"])]
                        if len(communication) else communication)
-            if not math.isnan(cell["timed_busbw"]):
-                achieved, how = cell["timed_busbw"], "timed in DDP's communication hook"
-            elif len(exposed) and not math.isnan(exposed["busbw"].iloc[0]):
-                achieved, how = exposed["busbw"].iloc[0], "from the exposed communication time"
+            if len(exposed) and not math.isnan(exposed["busbw"].iloc[0]):
+                achieved = exposed["busbw"].iloc[0]
             reference = probe_all_reduce(probe["all_reduce"], cell["collective_library"],
                                          cell["device_type"], int(cell["nodes"]),
                                          int(cell["devices"]), gradient_bytes(cell["model"]))
         records.append({
             **{column: cell[column] for column in CONFIG}, "cell_key": cell["cell_key"],
+            "training": cell["training"],
             "epoch2_rate": cell["epoch2_rate"], "peak_flops": peak and peak["flops"],
             "peak_basis": peak["basis"] if peak else None, "mfu": math.nan, "mfu_low": math.nan,
             "mfu_high": math.nan, **mfu, "library": cell["collective_library"],
-            "achieved_busbw": achieved, "achieved_how": how,
+            "achieved_busbw": achieved,
             "probe_busbw": reference["busbw"] if reference else math.nan,
             "probe_busbw_low": reference["busbw_low"] if reference else math.nan,
             "probe_busbw_high": reference["busbw_high"] if reference else math.nan})
@@ -267,8 +271,8 @@ def against_limits(cells, communication, probes):
     return out
 
 
-LIMIT_COLUMNS = [*CONFIG, "cell_key", "epoch2_rate", "peak_flops", "peak_basis", "mfu", "mfu_low",
-                 "mfu_high", "library", "achieved_busbw", "achieved_how", "probe_busbw",
+LIMIT_COLUMNS = [*CONFIG, "cell_key", "training", "epoch2_rate", "peak_flops", "peak_basis", "mfu", "mfu_low",
+                 "mfu_high", "library", "achieved_busbw", "probe_busbw",
                  "probe_busbw_low", "probe_busbw_high"]
 
 
@@ -334,7 +338,7 @@ def evidence_problems(cells):
 def families(cells):
     """The cells grouped by what a user decides for: model, data, batch (everything but the
     backend and the device count)."""
-    keys = ["env", "dataset", "model", "dataset_multiple", "batch_mode", "batch", "seed",
+    keys = ["env", "training", "dataset", "model", "dataset_multiple", "batch_mode", "batch", "seed",
             "max_train_samples", "epochs_run", "device_type"]
     ok = measured(cells)
     return [] if ok.empty else list(ok.groupby(keys, dropna=False, sort=False))

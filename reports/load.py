@@ -84,9 +84,11 @@ def rows_frame(rows, include_contended=False):
     details = [row.get("backend_details") or {} for row in rows]
     frame["reduction"] = [d.get("reduction") for d in details]
     frame["collective_library"] = [d.get("collective_library") for d in details]
-    frame["timed_busbw"] = numbers([(d.get("all_reduce_timed") or {}).get("busbw")
-                                    for d in details])
+    frame["traffic"] = [d.get("traffic") or [] for d in details]
     frame["cores"] = [(row.get("env") or {}).get("cpu_count") for row in rows]
+    frame["training"] = [training_label(row) for row in rows]
+    frame["epoch_input_seconds"] = [[e.get("input_seconds") for e in epochs]
+                                    for epochs in frame["epoch_list"]]
     evidence = [row.get("evidence") or {} for row in rows]
     frame["global_digests"] = [tuple(e.get("global_batches_digests") or ()) or None
                                for e in evidence]
@@ -118,6 +120,23 @@ def load_probes(paths, frame):
             merged["matmul"] += record.get("matmul", [])
             merged["all_reduce"] += record.get("all_reduce", [])
     return found, problems
+
+
+def training_label(row):
+    """The row's training settings in a few words ('adam 0.001'; 'sgd 0.1 m0.9 wd0.0005, lr
+    linear/128, warm-up 1'; '..., no set_epoch')."""
+    label = f"{row.get('optimizer', 'adam')} {row.get('lr', 1e-3):g}"
+    if row.get("momentum"):
+        label += f" m{row['momentum']:g}"
+    if row.get("weight_decay"):
+        label += f" wd{row['weight_decay']:g}"
+    if row.get("lr_scaling", "none") != "none":
+        label += f", lr {row['lr_scaling']}/{row.get('reference_batch')}"
+    if row.get("warmup_epochs"):
+        label += f", warm-up {row['warmup_epochs']}"
+    if row.get("set_epoch") is False:
+        label += ", no set_epoch"
+    return label
 
 
 def environment_key(env):

@@ -82,6 +82,12 @@ class TensorFlowBackend(Backend):
         comm, _, kind = self.set_up(cell, threads_per_device)
         return probe(self, comm, kind, request)
 
+    def cannot_launch(self, cell: Cell) -> str | None:
+        if not cell.set_epoch:
+            return ("--no-set-epoch asks what PyTorch's DistributedSampler does without set_epoch; "
+                    "TensorFlow's input pipelines have no sampler epoch to leave out")
+        return super().cannot_launch(cell)
+
     def is_out_of_memory(self, error: BaseException) -> bool:
         from tf_backend.train import is_out_of_memory
         return is_out_of_memory(error)

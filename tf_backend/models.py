@@ -74,11 +74,15 @@ class TorchAdam(keras.optimizers.Adam):
     from the same weights that alone moved the loss after one step by 1.3e-3 against PyTorch
     (small model, 64 MNIST images), against 2e-7 with this class."""
 
+    def __init__(self, l2=0.0, **settings):
+        super().__init__(**settings)
+        self.l2 = l2
+
     def update_step(self, gradient, variable, learning_rate):
         index = self._get_variable_index(variable)
         m, v = self._momentums[index], self._velocities[index]
         dtype = variable.dtype
-        gradient = ops.cast(gradient, dtype)
+        gradient = with_l2(ops.cast(gradient, dtype), variable, self.l2)
         step = ops.cast(self.iterations + 1, dtype)
         self.assign_add(m, ops.multiply(ops.subtract(gradient, m), 1 - self.beta_1))
         self.assign_add(v, ops.multiply(ops.subtract(ops.square(gradient), v), 1 - self.beta_2))
@@ -88,8 +92,37 @@ class TorchAdam(keras.optimizers.Adam):
                                              ops.add(ops.sqrt(v_hat), self.epsilon)))
 
 
-def build_optimizer():
-    return TorchAdam(**ADAM)
+class TorchSGD(keras.optimizers.SGD):
+    """SGD as torch.optim.SGD computes it: the momentum buffer b = momentum * b + g (b = g at the
+    first step) and p -= lr * b. Keras keeps v = momentum * v - lr * g instead, which is the same
+    step only while lr is constant: under a warm-up it is not. L2 weight decay is added to the
+    gradient (with_l2), as PyTorch does; Keras' own weight_decay is decoupled (AdamW-style)."""
+
+    def __init__(self, l2=0.0, **settings):
+        super().__init__(**settings)
+        self.l2 = l2
+
+    def update_step(self, gradient, variable, learning_rate):
+        dtype = variable.dtype
+        gradient = with_l2(ops.cast(gradient, dtype), variable, self.l2)
+        if self.momentum != 0:
+            buffer = self.momentums[self._get_variable_index(variable)]
+            self.assign(buffer, ops.add(ops.multiply(buffer, ops.cast(self.momentum, dtype)),
+                                        gradient))
+            gradient = buffer
+        self.assign_sub(variable, ops.multiply(ops.cast(learning_rate, dtype), gradient))
+
+
+def with_l2(gradient, variable, l2):
+    """The gradient of loss + l2/2 * |w|^2: PyTorch's weight_decay in SGD and Adam."""
+    return ops.add(gradient, ops.multiply(variable, l2)) if l2 else gradient
+
+
+def build_optimizer(name="adam", lr=ADAM["learning_rate"], momentum=0.0, weight_decay=0.0):
+    """The optimizer of every backend (common.grid's settings), stepping as PyTorch's does."""
+    if name == "sgd":
+        return TorchSGD(learning_rate=lr, momentum=momentum, l2=weight_decay)
+    return TorchAdam(**{**ADAM, "learning_rate": lr}, l2=weight_decay)
 
 
 def parameter_count(model):

@@ -137,7 +137,8 @@ class TensorFlowLoop(TrainingLoop):
         cell = self.cell
         with self.strategy.scope():
             self.model = build_model(cell.model, cell.seed)
-            self.optimizer = build_optimizer()
+            self.optimizer = build_optimizer(cell.optimizer, cell.lr, cell.momentum,
+                                             cell.weight_decay)
             self.optimizer.build(self.model.trainable_variables)
             self.epoch_totals = EpochTotals(self.strategy)
         self.comm.broadcast(self.model.variables + self.optimizer.variables)
@@ -168,6 +169,9 @@ class TensorFlowLoop(TrainingLoop):
     def replica_devices(self):
         return [w.device for w in self.strategy.experimental_local_results(
             self.model.weights[0].value)]
+
+    def set_learning_rate(self, value):
+        self.optimizer.learning_rate.assign(value)
 
     def batches(self, epoch):
         """Exactly this epoch's batches from the one iterator (a generator: the iterator is made

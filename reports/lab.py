@@ -1,0 +1,196 @@
+"""The course lab's answers (HPML Lab 4, "Distributed Deep Learning") from a lab grid's rows, in its
+own layout: `xbench report --lab`. Every number comes from reports.analysis; this module only lays
+them out as the lab's questions and Tables 1-3 ask.
+"""
+import math
+
+import pandas as pd
+
+from reports import analysis
+from reports.tables import MIB, bounds, interval, num, ratio_text
+
+TIME_DEFINITION = (
+    "Times are epoch 2's (epoch 1 warms up), over the usable repeats, with the 95% interval of "
+    "the mean. xbench's epoch time includes the input pipeline, as the lab's question 2 asks; "
+    "the lab's question 1 excludes data loading, so question 1 also gives the time the training "
+    "loop waited for its batches (measured each epoch: `epochs[].input_seconds`) and the epoch "
+    "time without it.")
+TEXT = [
+    "The lab's questions answered from the rows: question 1 (one device, the batch grown by a "
+    "batch sweep until the first that does not fit in memory), Tables 1-3 (weak scaling: the "
+    "per-device batch is held fixed), question 4 (the last epoch's training loss and accuracy, "
+    "with and without the remedies of Goyal et al.: the learning rate scaled with the batch, and "
+    "warmed up), question 5 (what DistributedSampler does without set_epoch, measured), question "
+    "6 (what crosses the wire besides gradients) and the case study's question (does accuracy "
+    "change with the device count).", TIME_DEFINITION]
+
+
+def question_1(cells):
+    """One device: epoch time per batch, its input wait, the time without it, and where a batch
+    sweep's first batch that did not fit is."""
+    ones = cells[(cells["devices"] == 1) & ~cells["threads_pinned"].astype(bool)]
+    ones = ones.sort_values(["series", "training", "batch"])
+
+    def outcome(cell):
+        if cell["n"] > 0:
+            return "fit"
+        return "did not fit (oom)" if "oom" in cell["statuses"] else cell["statuses"]
+    return table(ones, [
+        ("backend", lambda c: c["series"]), ("training", lambda c: c["training"]),
+        ("batch", lambda c: c["batch"]), ("outcome", outcome),
+        ("epoch time (s), 95% CI", lambda c: seconds(c, "epoch2_seconds")),
+        ("waiting for input (s)", lambda c: num(c["epoch2_input_seconds"])),
+        ("without input (s)", lambda c: num(c["epoch2_seconds"] - c["epoch2_input_seconds"]))])
+
+
+def table_1(scaling, cells):
+    """Per backend and device count, for each per-device batch: time and speedup."""
+    ones = analysis.measured(cells)
+    ones = ones[(ones["devices"] == 1) & (ones["batch_mode"] == "per_device")]
+    rows = [*[(c, "1") for _, c in ones.iterrows()],
+            *[(s, ratio_text(s["speedup_ratio"])) for _, s in scaling.iterrows()
+              if s["devices"] > 1 and s["batch_mode"] == "per_device"]]
+    return pivot([{"backend": c["series"], "training": c["training"], "devices": c["devices"],
+                   "batch": c["per_device_batch"], "Time (s)": seconds(c, "epoch2_seconds"),
+                   "Speedup": speedup} for c, speedup in rows], ["Time (s)", "Speedup"])
+
+
+def table_2(communication):
+    """Per backend and N > 1 devices, for each per-device batch: compute and communication
+    seconds per epoch."""
+    return pivot([{"backend": c["series"], "training": c["training"], "devices": c["devices"],
+                   "batch": c["per_device_batch"], "Compute (s)": num(c["compute_epoch_seconds"]),
+                   "Comm (s)": num(c["comm_epoch_seconds"])}
+                  for _, c in communication.iterrows()], ["Compute (s)", "Comm (s)"])
+
+
+def table_3(limits):
+    """Per all-reducing backend and N > 1 devices, for each per-device batch: the bus bandwidth
+    achieved, and its share of the probe's."""
+    many = limits[(limits["devices"] > 1) & limits["achieved_busbw"].notna()]
+    return pivot([{"backend": c["series"], "training": c["training"], "devices": c["devices"],
+                   "batch": c["per_device_batch"],
+                   "Bandwidth (GB/s)": num(c["achieved_busbw"] * 1e-9),
+                   "of probe's": "—" if math.isnan(c["bandwidth_share"])
+                   else f"{c['bandwidth_share']:.0%}"}
+                  for _, c in many.iterrows()], ["Bandwidth (GB/s)", "of probe's"])
+
+
+def question_4(cells):
+    """The last epoch's training loss and accuracy of every cell, with each training setting
+    (the remedies are lr scaling and warm-up), at the largest device count and at batch 128 on
+    one device (the lab's baseline)."""
+    ok = analysis.measured(cells)
+    if ok.empty:
+        return table(ok, [])
+    chosen = ok[(ok["devices"] == ok["devices"].max())
+                | ((ok["devices"] == 1) & (ok["per_device_batch"] == 128))]
+    return table(chosen.sort_values(["series", "devices", "per_device_batch", "training"]), [
+        ("backend", lambda c: c["series"]), ("devices", lambda c: c["devices"]),
+        ("per-device batch", lambda c: c["per_device_batch"]),
+        ("training", lambda c: c["training"]), ("epoch", lambda c: int(c["epochs_run"])),
+        ("training loss, 95% CI", lambda c: with_interval(c["last_loss"], c["last_loss_ci"])),
+        ("training accuracy, 95% CI", lambda c: with_interval(c["last_accuracy"],
+                                                              c["last_accuracy_ci"], 4)),
+        ("n", lambda c: c["n"])])
+
+
+def question_5(cells):
+    """Per cell on N > 1 devices: how many different sample orders its epochs had (PyTorch's
+    with set_epoch and without)."""
+    ok = analysis.measured(cells)
+    ok = ok[(ok["devices"] > 1) & ok["set_epoch"].notna() & ok["global_digests"].map(bool)]
+
+    def orders(cell):
+        distinct = len(set(cell["global_digests"][0]))
+        return f"{distinct} of {len(cell['global_digests'][0])}"
+    return table(ok.sort_values(["series", "devices"]), [
+        ("backend", lambda c: c["series"]), ("devices", lambda c: c["devices"]),
+        ("set_epoch each epoch", lambda c: "yes" if c["set_epoch"] else "no"),
+        ("different sample orders over the epochs", orders),
+        ("what it means", lambda c: "each epoch shuffles anew" if len(set(c["global_digests"][0]))
+         > 1 else "every epoch trains the same order: the sampler seeds its shuffle with the "
+                  "epoch, which stays 0")])
+
+
+def question_6(cells):
+    """What each backend sends between its devices in one step, item by item."""
+    ok = analysis.measured(cells)
+    ok = ok[ok["devices"] > 1].drop_duplicates(["series", "devices"])
+    items = [{"backend": c["series"], "devices": c["devices"], **item}
+             for _, c in ok.iterrows() for item in c["traffic"]]
+    return pd.DataFrame(
+        [[i["backend"], str(i["devices"]), i["what"], num(i["bytes"] / MIB), i["how"], i["basis"]]
+         for i in items],
+        columns=["backend", "devices", "what", "MiB per step", "counted or computed", "how"])
+
+
+def case_study(cells):
+    """Test accuracy on N devices minus on 1, per backend and batch, with Welch's interval."""
+    changes = analysis.accuracy_change(cells)
+    return table(changes, [
+        ("backend", lambda c: c["series"]), ("training", lambda c: c["training"]),
+        ("batch", lambda c: f"{analysis.batch_kind(c['batch_mode'])} {c['batch']}"),
+        ("devices", lambda c: c["devices"]),
+        ("test accuracy", lambda c: num(c["test_accuracy"], 4)),
+        ("on 1 device", lambda c: num(c["test_accuracy_ref"], 4)),
+        ("difference, 95% CI", lambda c: f"{c['difference'][0]:+.4f} "
+         f"{bounds(c['difference'][1], c['difference'][2])}")])
+
+
+def lab_tables(cells, scaling, communication, limits):
+    """{name: (title, table, why it would be empty)} of the lab section."""
+    return {
+        "lab_q1": ("Question 1: one epoch per batch on one device", question_1(cells),
+                   "no 1-device cells: run the lab preset (its batch sweep)"),
+        "lab_table1": ("Table 1: time and speedup per batch per device", table_1(scaling, cells),
+                       "it needs per_device batches on 1 and more devices (the lab preset)"),
+        "lab_table2": ("Table 2: compute and communication per epoch", table_2(communication),
+                       "it needs N-device cells and their compute references"),
+        "lab_table3": ("Table 3: communication bandwidth utilisation", table_3(limits),
+                       "it needs all-reducing N-device cells and `xbench probe` beside the "
+                       "results"),
+        "lab_q4": ("Question 4: the last epoch's training loss and accuracy, with and without "
+                   "the remedies", question_4(cells), "no usable cells"),
+        "lab_q5": ("Question 5: sample orders with and without set_epoch", question_5(cells),
+                   "it needs PyTorch cells on N > 1 devices (--no-set-epoch for the contrast)"),
+        "lab_q6": ("Question 6: what crosses the wire in one step", question_6(cells),
+                   "it needs cells on N > 1 devices"),
+        "lab_case": ("Case study: test accuracy on N devices against 1", case_study(cells),
+                     "it needs cells on 1 and N devices of one backend"),
+    }
+
+
+def seconds(cell, field):
+    """'1.23 [1.10, 1.36]', or the mean alone without an interval (one repeat)."""
+    return with_interval(cell[field], cell[f"{field}_ci"])
+
+
+def with_interval(mean, half, digits=None):
+    spread = interval(mean, half)
+    return num(mean, digits) + ("" if spread == "—" else f" {spread}")
+
+
+def table(frame, columns):
+    """Text table: `columns` is [(heading, function of a cell -> value)]."""
+    return pd.DataFrame([[str(get(row)) for _, get in columns] for _, row in frame.iterrows()],
+                        columns=[heading for heading, _ in columns])
+
+
+def pivot(records, values):
+    """The lab's layout: one line per backend, training and device count; per batch, the
+    `values` columns side by side."""
+    if not records:
+        return pd.DataFrame(columns=["backend", "training", "devices"])
+    frame = pd.DataFrame(records)
+    wide = frame.pivot_table(index=["backend", "training", "devices"], columns="batch",
+                             values=values, aggfunc="first")
+    batches = sorted(frame["batch"].unique())
+    out = wide.reset_index()[["backend", "training", "devices"]]
+    out.columns = ["backend", "training", "devices"]
+    for batch in batches:
+        for value in values:
+            out[f"batch {batch}/device: {value}"] = [
+                v if isinstance(v, str) else "—" for v in wide[(value, batch)]]
+    out["devices"] = out["devices"].map(lambda d: f"{d}-device")
+    return out.astype(str)

@@ -1,0 +1,95 @@
+"""Training settings identical in every backend: SGD with momentum and weight decay, the learning
+rate scaled with the batch and warmed up, one trajectory in both frameworks; --no-set-epoch shows
+what DistributedSampler does without set_epoch; bad settings are refused with exit 2; rows of
+schema 2 are read as the Adam rows they were."""
+import json
+
+import numpy as np
+import pytest
+
+from common.grid import Cell
+from common.results import read_rows
+from common.schema import SCHEMA_VERSION
+from tests.conftest import write_grid, xbench
+
+SGD = ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9", "--weight-decay", "0.0005",
+       "--lr-scaling", "linear", "--reference-batch", "64", "--warmup-epochs", "1"]
+
+
+def test_sgd_warmed_up_and_scaled_follows_one_trajectory_in_every_framework(mnist_dir, tmp_path):
+    grid = write_grid(tmp_path, name="sgd", epochs=3, max_train_samples=1024,
+                      backends=["pt-single", "tf-single", "pt-ddp", "tf-multiworker"],
+                      devices=[1, 2])
+    run = xbench("grid", grid, *SGD, "--data-dir", mnist_dir, "--results", tmp_path / "r.jsonl")
+    assert run.returncode == 0, run.stderr
+    rows, _ = read_rows(tmp_path / "r.jsonl")
+    assert {(r["backend"], r["devices"]) for r in rows} == {
+        ("pt-single", 1), ("tf-single", 1), ("pt-ddp", 1), ("pt-ddp", 2),
+        ("tf-multiworker", 1), ("tf-multiworker", 2)}
+    for row in rows:
+        assert row["status"] == "ok", row["error"]
+        assert (row["optimizer"], row["lr"], row["momentum"], row["weight_decay"],
+                row["lr_scaling"], row["reference_batch"], row["warmup_epochs"]) == (
+            "sgd", 0.05, 0.9, 0.0005, "linear", 64, 1)
+        assert row["cell_key"].endswith("|sgd-lr0.05-m0.9-wd0.0005|lr-linear64|warm1")
+    for epoch in range(3):
+        losses = [r["epochs"][epoch]["loss"] for r in rows]
+        assert max(losses) - min(losses) < 2e-4, (epoch, losses)
+    assert rows[0]["epochs"][2]["loss"] < rows[0]["epochs"][0]["loss"]
+
+
+def test_the_schedule_ramps_from_lr_to_the_scaled_lr():
+    cell = Cell(grid="g", backend="pt-ddp", model="small", multiple=1, batch=256, devices=1,
+                epochs=5, batch_mode="global", seed=0, max_train_samples=0, data="mnist",
+                device="cpu", timeout=60, optimizer="sgd", lr=0.1, lr_scaling="linear",
+                reference_batch=128, warmup_epochs=2)
+    assert [cell.learning_rate(step, 10) for step in (0, 10, 20, 49)] == pytest.approx(
+        [0.1, 0.15, 0.2, 0.2])
+    root = Cell(**{**cell.to_dict(), "lr_scaling": "sqrt", "warmup_epochs": 0,
+                   "reference_for": ()})
+    assert root.learning_rate(0, 10) == pytest.approx(0.1 * 2 ** 0.5)
+
+
+def test_without_set_epoch_every_epoch_trains_epoch_0s_order(mnist_dir, tmp_path):
+    grid = write_grid(tmp_path, name="epochs", epochs=3, backends=["pt-ddp", "tf-single"],
+                      devices=[2, 1], max_train_samples=512)
+    for flag in ("--set-epoch", "--no-set-epoch"):
+        run = xbench("grid", grid, flag, "--data-dir", mnist_dir, "--results",
+                     tmp_path / f"{flag}.jsonl")
+        assert run.returncode == 0, run.stderr
+    with_it = {r["backend"]: r for r in read_rows(tmp_path / "--set-epoch.jsonl")[0]
+               if r["devices"] == 2 or r["backend"] == "tf-single"}
+    without = {r["backend"]: r for r in read_rows(tmp_path / "--no-set-epoch.jsonl")[0]
+               if r["devices"] == 2 or r["backend"] == "tf-single"}
+    assert len(set(with_it["pt-ddp"]["evidence"]["global_batches_digests"])) == 3
+    assert len(set(without["pt-ddp"]["evidence"]["global_batches_digests"])) == 1
+    assert without["pt-ddp"]["set_epoch"] is False
+    assert without["pt-ddp"]["cell_key"].endswith("|no-set-epoch")
+    assert without["tf-single"]["status"] == "unsupported"
+    assert "DistributedSampler" in without["tf-single"]["error"]
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--optimizer", "lamb"], "Invalid value for '--optimizer'"),
+    (["--lr-scaling", "cubic"], "'lr_scaling' must be one of none, linear, sqrt, got 'cubic'"),
+    (["--lr", "-0.1"], "'lr' must be a number from 0 to 100"),
+    (["--warmup-epochs", "2"], "warm-up of 2 epoch(s) is not shorter than the run of 2"),
+    (["--warmup-epochs", "1", "--epochs", "3"], "with lr_scaling none there is nothing to ramp to"),
+    (["--momentum", "0.9"], "momentum is SGD's setting"),
+    (["--optimizer", "sgd", "--momentum", "1.5"], "'momentum' must be a number from 0 to 0.999"),
+])
+def test_bad_training_settings_are_refused_with_exit_2(options, message, tmp_path):
+    run = xbench("grid", "--preset", "smoke", *options, "--dry-run", "--results",
+                 tmp_path / "r.jsonl")
+    assert run.returncode == 2 and message in run.stderr, run.stderr
+
+
+def test_rows_of_schema_2_are_read_as_the_adam_rows_they_were(smoke, tmp_path):
+    old = {k: v for k, v in smoke.all[0].items() if k not in (
+        "optimizer", "lr", "momentum", "weight_decay", "lr_scaling", "reference_batch",
+        "warmup_epochs", "set_epoch")} | {"schema_version": 2}
+    (tmp_path / "old.jsonl").write_text(json.dumps(old) + "\n")
+    rows, problems = read_rows(tmp_path / "old.jsonl")
+    assert not problems and rows[0]["schema_version"] == SCHEMA_VERSION
+    assert (rows[0]["optimizer"], rows[0]["lr"], rows[0]["warmup_epochs"]) == ("adam", 1e-3, 0)
+    assert np.isclose(rows[0]["epochs"][1]["rate"], smoke.all[0]["epochs"][1]["rate"])
