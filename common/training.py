@@ -176,8 +176,15 @@ class TrainingLoop(abc.ABC):
         by_replica = [list(epochs_of_replica) for epochs_of_replica in zip(*consumed)]
         replicas = _flat(self.comm.gather(by_replica))
         hosts = self.comm.gather(node_name())
-        if self.comm.rank != 0:
-            return None
+        measurement = self.measure(epochs, startup, step_seconds, memory, digests, replicas,
+                                   hosts) if self.comm.rank == 0 else None
+        # Every rank leaves together: a gloo rank that tore its process group down while rank 0
+        # still evaluated aborted now and then ("terminate called without an active exception").
+        self.comm.barrier()
+        return measurement
+
+    def measure(self, epochs, startup, step_seconds, memory, digests, replicas, hosts):
+        """Rank 0's measurement of the run (the test accuracy evaluated here)."""
         described, details = self.describe(), self.backend.details()
         per_device = self.job.threads_per_device
         return Measurement(

@@ -104,8 +104,10 @@ def question_5(cells):
     def orders(cell):
         distinct = len(set(cell["global_digests"][0]))
         return f"{distinct} of {len(cell['global_digests'][0])}"
-    return table(ok.sort_values(["series", "devices"]), [
+    return table(ok.sort_values(["series", "devices", "batch", "training"]), [
         ("backend", lambda c: c["series"]), ("devices", lambda c: c["devices"]),
+        ("batch", lambda c: f"{analysis.batch_kind(c['batch_mode'])} {c['batch']}"),
+        ("training", lambda c: c["training"]),
         ("set_epoch each epoch", lambda c: "yes" if c["set_epoch"] else "no"),
         ("different sample orders over the epochs", orders),
         ("what it means", lambda c: "each epoch shuffles anew" if len(set(c["global_digests"][0]))

@@ -78,8 +78,9 @@ def test_the_lab_section_answers_every_question(lab):
                     "Question 5: sample orders with and without set_epoch",
                     "Question 6: what crosses the wire in one step",
                     "Case study: test accuracy on N devices against 1"):
-        assert f"### {heading}" in section
-        table = section[section.index(f"### {heading}"):].split("###")[1]
+        heading = "### " + heading.replace("_", "\\_")  # as summary.md escapes it
+        assert heading in section
+        table = section[section.index(heading):].split("###")[1]
         assert "_(empty" not in table, heading
     assert "did not fit (oom)" in section  # question 1 shows where the sweep stopped
     assert "waiting for input" in section
