@@ -7,7 +7,7 @@ import math
 import pandas as pd
 
 from reports import analysis
-from reports.tables import MIB, bounds, interval, num, ratio_text
+from reports.tables import MIB, bounds, interval, num, ratio_text, table
 
 TIME_DEFINITION = (
     "Times are epoch 2's (epoch 1 warms up), over the usable repeats, with the 95% interval of "
@@ -171,12 +171,6 @@ def seconds(cell, field):
 def with_interval(mean, half, digits=None):
     spread = interval(mean, half)
     return num(mean, digits) + ("" if spread == "—" else f" {spread}")
-
-
-def table(frame, columns):
-    """Text table: `columns` is [(heading, function of a cell -> value)]."""
-    return pd.DataFrame([[str(get(row)) for _, get in columns] for _, row in frame.iterrows()],
-                        columns=[heading for heading, _ in columns])
 
 
 def pivot(records, values):

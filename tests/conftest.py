@@ -55,6 +55,20 @@ def smoke(mnist_dir, tmp_path_factory):
         references={r["backend"]: r for r in rows if r["threads_pinned"]})
 
 
+@pytest.fixture(scope="session")
+def probe(tmp_path_factory):
+    """One real `xbench probe`: torch's and TensorFlow's matmuls, gloo (pt-ddp) on 2 and 4
+    processes: (its folder, its record, what it printed)."""
+    from common.limits import read_probes
+    folder = tmp_path_factory.mktemp("probe")
+    run = xbench("probe", "--backend", "pt-single,tf-single,pt-ddp", "--devices", "2,4",
+                 "--results-dir", folder)
+    assert run.returncode == 0, run.stderr
+    records, problems = read_probes(folder / "probe.jsonl")
+    assert len(records) == 1 and not problems
+    return folder, records[0], run.stdout
+
+
 def write_grid(folder, name="faults", **settings):
     """A small grid file: the small model on a slice of MNIST, no compute references unless
     asked (JSON values are valid TOML)."""

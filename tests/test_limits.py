@@ -9,23 +9,10 @@ import sys
 import pandas as pd
 import pytest
 
-from common.limits import (all_reduce_record, bus_bandwidth, flop_utilisation, peak_flops,
-                           read_probes)
+from common.limits import all_reduce_record, bus_bandwidth, flop_utilisation, peak_flops
 from common.machine import install_plan, wants_gpu
 from common.models import MODELS, flops_per_sample, gradient_bytes
 from tests.conftest import REPO, xbench
-
-
-@pytest.fixture(scope="module")
-def probe(tmp_path_factory):
-    """One real probe: torch and TensorFlow matmuls, gloo (pt-ddp) on 2 and 4 processes."""
-    folder = tmp_path_factory.mktemp("probe")
-    run = xbench("probe", "--backend", "pt-single,tf-single,pt-ddp", "--devices", "2,4",
-                 "--results-dir", folder)
-    assert run.returncode == 0, run.stderr
-    records, problems = read_probes(folder / "probe.jsonl")
-    assert len(records) == 1 and not problems
-    return folder, records[0], run.stdout
 
 
 def test_probe_measures_matmul_at_every_thread_count_and_gloo_at_both_gradient_sizes(probe):
