@@ -20,9 +20,9 @@ import os
 import sys
 from typing import TYPE_CHECKING, ClassVar
 
-from common.data import TRAIN_SAMPLES
+from common.data import train_samples
 from common.errors import Unsupported, UserError, did_you_mean
-from common.models import activations_per_sample, gradient_bytes, parameter_count
+from common.models import activations_per_sample, gradient_bytes, has_batchnorm, parameter_count
 
 if TYPE_CHECKING:
     from common.grid import Cell
@@ -94,12 +94,22 @@ class Backend(abc.ABC):
         recorded indices, and per device the model with its gradients and Adam's two moments
         and the activations of its batch kept for the backward pass, their gradients and a
         workspace as large."""
-        samples = min(TRAIN_SAMPLES[cell.data], cell.max_train_samples or math.inf) * cell.multiple
+        samples = min(train_samples(cell.data, cell.model),
+                      cell.max_train_samples or math.inf) * cell.multiple
         per_device = (parameter_count(cell.model) * 4 * 4
                       + cell.per_device_batch * activations_per_sample(cell.model) * 4 * 3)
         per_process = (self.framework_memory_mb * 2**20 + samples * 8 * (cell.epochs + 2)
                        + per_device * self.devices_per_process(cell))
         return int(per_process * self.processes(cell))  # on each node
+
+    # What the backend does with BatchNorm's running statistics across replicas (by its
+    # documentation; tests/test_cifar.py checks it): recorded in the rows of models with
+    # BatchNorm, since the test accuracy is evaluated with rank 0's statistics.
+    batchnorm_statistics = "one replica: its running statistics are its own"
+
+    def batchnorm(self, cell: Cell) -> str | None:
+        """batchnorm_statistics where the cell's model has BatchNorm, else None."""
+        return self.batchnorm_statistics if has_batchnorm(cell.model) else None
 
     def unsupported_reason(self, cell: Cell, device_kind: str) -> str | None:
         """Why this backend cannot run `cell` on `device_kind` ("cpu" or "cuda"), or None."""

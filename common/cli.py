@@ -102,8 +102,13 @@ def verbose():
               help="global: the batch is split over devices (strong scaling); "
                    "per_device: each device keeps it (weak scaling).")
 @click.option("--max-train-samples", type=int, help="Cap the base training set (before multiples).")
-@click.option("--data", type=click.Choice(grid_module.DATA_KINDS), help="Real MNIST or synthetic data.")
-@click.option("--data-dir", type=click.Path(file_okay=False), help="Folder with the MNIST files.")
+@click.option("--data", type=click.Choice(data_module.DATA_KINDS),
+              help="Real MNIST, real CIFAR-10 (resnet18, vgg19), or synthetic images shaped as "
+                   "the model's dataset.")
+@click.option("--max-test-samples", type=int,
+              help="Cap the test set accuracy is measured on (default: all 10,000).")
+@click.option("--data-dir", type=click.Path(file_okay=False),
+              help="Folder with the MNIST files, or CIFAR-10 (cifar-10-batches-py or its archive).")
 @click.option("--device", type=click.Choice(grid_module.DEVICE_KINDS), help="Force cpu or cuda.")
 @click.option("--seed", type=int, help="Seed of the model and the data order.")
 @click.option("--timeout", type=int, help="Seconds a cell may run before it is killed.")
@@ -138,6 +143,12 @@ def verbose():
 @click.option("--set-epoch/--no-set-epoch", default=None,
               help="PyTorch backends: call DistributedSampler.set_epoch each epoch (default), or "
                    "keep epoch 0's order in every epoch (the lab's question 5, measured).")
+@click.option("--host-memory", callback=str_list,
+              help="PyTorch backends, how batches reach a GPU: pageable, pinned, "
+                   "pinned-non-blocking (comma-separated: an axis; pinned ones need CUDA).")
+@click.option("--loader-workers", callback=int_list,
+              help="PyTorch backends: DataLoader worker processes, e.g. 0,2 (an axis; 0: batches "
+                   "are formed in the training process).")
 @click.option("--memory-limit-mb", type=int,
               help="Memory each worker may allocate for training, on top of its framework and "
                    "data (emulates a smaller device: a batch that does not fit is an 'oom' row).")
@@ -147,10 +158,11 @@ def verbose():
               help="Skip cells that already have an ok row in the results file (default), or rerun all.")
 @click.option("--dry-run", is_flag=True, help="List the cells, run nothing.")
 def grid(grid_file, preset, backend, model, multiple, batch, batch_sweep, nodes, devices, epochs,
-         repeat, batch_mode, max_train_samples, data, data_dir, device, seed, timeout, contention_limit,
+         repeat, batch_mode, max_train_samples, data, max_test_samples, data_dir, device, seed, timeout, contention_limit,
          compute_references, launcher, slurm_partition, slurm_account, slurm_time,
          slurm_gpus_per_node, slurm_args, optimizer, lr, momentum, weight_decay, lr_scaling,
-         reference_batch, warmup_epochs, set_epoch, memory_limit_mb, results_path, resume,
+         reference_batch, warmup_epochs, set_epoch, host_memory, loader_workers, memory_limit_mb,
+         results_path, resume,
          dry_run):
     """Run a grid of cells (a grid file, or --preset), one result row per cell and repeat."""
     if bool(grid_file) == bool(preset):
@@ -165,13 +177,14 @@ def grid(grid_file, preset, backend, model, multiple, batch, batch_sweep, nodes,
                  "slurm_partition": slurm_partition, "slurm_account": slurm_account,
                  "slurm_time": slurm_time, "slurm_gpus_per_node": slurm_gpus_per_node,
                  "slurm_args": slurm_args,
-                 "max_train_samples": max_train_samples, "data": data, "device": device,
+                 "max_train_samples": max_train_samples, "max_test_samples": max_test_samples, "data": data, "device": device,
                  "seed": seed, "timeout": timeout, "memory_limit_mb": memory_limit_mb,
                  "contention_limit": contention_limit, "compute_references": compute_references,
                  "optimizer": optimizer, "lr": lr, "momentum": momentum,
                  "weight_decay": weight_decay, "lr_scaling": lr_scaling,
                  "reference_batch": reference_batch, "warmup_epochs": warmup_epochs,
-                 "set_epoch": set_epoch}
+                 "set_epoch": set_epoch, "host_memory": host_memory,
+                 "loader_workers": loader_workers}
     where = make_launcher(grid_module.resolve(spec, overrides)[1])
     cells = grid_module.expand(spec, overrides, cores=where.cores)
     where.check(cells)
@@ -181,12 +194,13 @@ def grid(grid_file, preset, backend, model, multiple, batch, batch_sweep, nodes,
     if dry_run:
         dry_run_plan(cells, results_path, resume)
         return
-    if cells[0].data == "mnist":  # fail now, not in every cell, if it is missing or damaged
-        folder = data_module.mnist_folder(data_dir)
+    if cells[0].data != "synthetic":  # fail now, not in every cell, if it is missing or damaged
+        folder = data_module.data_folder(cells[0].data, data_dir)
         cells = [dataclasses.replace(cell, data_dir=folder) for cell in cells]
     else:
-        click.secho("SYNTHETIC DATA: random MNIST-shaped images; rates are real, accuracy is "
-                    "meaningless; rows say dataset=synthetic", fg="yellow", err=True)
+        click.secho("SYNTHETIC DATA: random images shaped as each model's dataset; rates are "
+                    "real, accuracy is meaningless; rows say dataset=synthetic", fg="yellow",
+                    err=True)
     quiet = click.get_current_context().find_root().obj["quiet"]
     rows = run_grid(cells, results_path, resume=resume, echo=say, launcher=where, quiet=quiet)
     click.echo(format_rows(rows))

@@ -1,22 +1,30 @@
-"""MNIST: find it, verify it, read it into uint8 arrays, and say which samples each rank trains on.
+"""MNIST and CIFAR-10: find them, verify them, read them into uint8 arrays, and say which samples
+each rank trains on.
 
-Images stay uint8 in memory (an 8x multiple is 480,000 images); the framework normalises a batch
-when it forms it. A dataset multiple k is the training set concatenated k times (the blog's method),
-done by index arithmetic instead of copies.
+Images stay uint8 (N, H, W, C) in memory (an 8x multiple of MNIST is 480,000 images); the framework
+normalises a batch, per channel, when it forms it. A dataset multiple k is the training set
+concatenated k times (the blog's method), done by index arithmetic instead of copies.
 """
 import gzip
 import hashlib
+import io
 import os
+import pickle
+import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from common.errors import UserError
+from common.models import INPUT_SHAPES, MODELS
 
-MEAN, STD = 0.1307, 0.3081  # of the training pixels after /255
-TRAIN_SAMPLES = {"mnist": 60000, "synthetic": 60000}  # the base training set of each data kind
+# Per-channel mean and standard deviation of each dataset's training pixels after /255.
+NORMALISATION = {"mnist": ((0.1307,), (0.3081,)),
+                 "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))}
+TRAIN_SAMPLES = {"mnist": 60000, "cifar10": 50000}  # the base training set of each dataset
 TEST_SAMPLES = 10000
+DATA_KINDS = ("mnist", "cifar10", "synthetic")  # synthetic: random images shaped as the model's
 
 # MD5 of each file as torchvision checks it: the .gz release and its gunzipped IDX file.
 IDX_FILES = {
@@ -36,13 +44,46 @@ HOW_TO_GET = ("get it with `xbench data download --to DIR` and pass --data-dir D
 
 
 @dataclass
-class MNIST:
-    train_images: np.ndarray  # uint8 (n, 28, 28)
+class Images:
+    """A dataset in memory: uint8 images (n, H, W, C) and their labels."""
+    train_images: np.ndarray
     train_labels: np.ndarray  # uint8 (n,)
     test_images: np.ndarray
     test_labels: np.ndarray
-    dataset: str              # "mnist" or "synthetic"
+    dataset: str              # "mnist", "cifar10" or "synthetic"
     source: str               # where it was read from
+    layout: str               # whose images these are, shape and normalisation: mnist or cifar10
+
+    @property
+    def mean(self) -> tuple[float, ...]:
+        return NORMALISATION[self.layout][0]
+
+    @property
+    def std(self) -> tuple[float, ...]:
+        return NORMALISATION[self.layout][1]
+
+
+def data_layout(data: str, model: str) -> str:
+    """The dataset whose images a cell of `data` for `model` holds: synthetic data takes the
+    model's."""
+    return MODELS[model].dataset if data == "synthetic" else data
+
+
+def train_samples(data: str, model: str) -> int:
+    """The base training set of a cell of `data` for `model` (synthetic: as large as the
+    dataset it imitates)."""
+    return TRAIN_SAMPLES[data_layout(data, model)]
+
+
+def check_fits(data: str, model: str) -> None:
+    """A clear error where the model cannot take the dataset's images."""
+    wanted = MODELS[model].dataset
+    if data not in ("synthetic", wanted):
+        have, need = INPUT_SHAPES[data], INPUT_SHAPES[wanted]
+        raise UserError(f"model '{model}' takes {wanted} images ({'x'.join(map(str, need))}); "
+                        f"--data {data} holds {'x'.join(map(str, have))} images: use --data "
+                        f"{wanted} (or synthetic), or a model for {data}: "
+                        f"{', '.join(m for m, spec in MODELS.items() if spec.dataset == data)}")
 
 
 def candidate_dirs(data_dir=None):
@@ -63,7 +104,8 @@ def load_mnist(data_dir=None):
         if all(_idx_path(folder, stem) for stem, _, _ in IDX_FILES.values()):
             arrays = {key: _read_idx(_idx_path(folder, stem), md5_gz, md5_raw)
                       for key, (stem, md5_gz, md5_raw) in IDX_FILES.items()}
-            return MNIST(**arrays, dataset="mnist", source=str(folder.resolve()))
+            return Images(**{k: v[..., None] if "images" in k else v for k, v in arrays.items()},
+                          dataset="mnist", source=str(folder.resolve()), layout="mnist")
         if (folder / "mnist.npz").is_file():
             return _read_keras_npz(folder / "mnist.npz")
     looked = "\n  ".join(str(d) for d in candidate_dirs(data_dir))
@@ -71,29 +113,43 @@ def load_mnist(data_dir=None):
                     f"  {looked}\n{HOW_TO_GET}")
 
 
-def mnist_folder(data_dir=None) -> str:
-    """The absolute folder MNIST is read from (checksums verified): resolved once, where the user
-    gave it, so that every cell reads exactly that folder whatever its working directory."""
-    source = Path(load_mnist(data_dir).source)
-    return str(source if source.is_dir() else source.parent)
-
-
-def synthetic_mnist(seed=0, train=TRAIN_SAMPLES["synthetic"], test=TEST_SAMPLES):
-    """Random MNIST-shaped data: timings only, accuracy means nothing. Rows say dataset=synthetic."""
+def synthetic_images(layout="mnist", seed=0, train=None, test=TEST_SAMPLES):
+    """Random images shaped as `layout`'s (as many as it has unless `train` says): timings only,
+    accuracy means nothing. Rows say dataset=synthetic."""
     rng = np.random.default_rng(seed)
-    return MNIST(rng.integers(0, 256, (train, 28, 28), dtype=np.uint8),
-                 rng.integers(0, 10, train, dtype=np.uint8),
-                 rng.integers(0, 256, (test, 28, 28), dtype=np.uint8),
-                 rng.integers(0, 10, test, dtype=np.uint8), dataset="synthetic", source="synthetic")
+    channels, height, width = INPUT_SHAPES[layout]
+    train = TRAIN_SAMPLES[layout] if train is None else train
+    return Images(rng.integers(0, 256, (train, height, width, channels), dtype=np.uint8),
+                  rng.integers(0, 10, train, dtype=np.uint8),
+                  rng.integers(0, 256, (test, height, width, channels), dtype=np.uint8),
+                  rng.integers(0, 10, test, dtype=np.uint8), dataset="synthetic",
+                  source="synthetic", layout=layout)
 
 
-def load(cell):
-    """The cell's data: real or synthetic, its base training set capped by max_train_samples."""
-    data = synthetic_mnist(cell.seed) if cell.data == "synthetic" else load_mnist(cell.data_dir)
+def load(cell) -> Images:
+    """The cell's data: real or synthetic, its base training set capped by max_train_samples
+    and its test set by max_test_samples."""
+    if cell.data == "synthetic":
+        data = synthetic_images(data_layout(cell.data, cell.model), cell.seed,
+                                cell.max_train_samples or None,
+                                cell.max_test_samples or TEST_SAMPLES)
+    else:
+        data = (load_cifar10 if cell.data == "cifar10" else load_mnist)(cell.data_dir)
     if cell.max_train_samples:
         data.train_images = data.train_images[:cell.max_train_samples]
         data.train_labels = data.train_labels[:cell.max_train_samples]
+    if cell.max_test_samples:
+        data.test_images = data.test_images[:cell.max_test_samples]
+        data.test_labels = data.test_labels[:cell.max_test_samples]
     return data
+
+
+def data_folder(data: str, data_dir=None) -> str:
+    """The absolute folder (or archive) `data` is read from, checksums verified: resolved once,
+    where the user gave it, so that every cell reads exactly that whatever its working
+    directory."""
+    source = Path(load_cifar10(data_dir).source if data == "cifar10" else load_mnist(data_dir).source)
+    return str(source if source.is_dir() else source.parent)
 
 
 def _idx_path(folder, stem):
@@ -123,8 +179,8 @@ def _read_keras_npz(path):
         raise UserError(f"{path} is corrupt or not Keras' MNIST file: its SHA-256 does not match. "
                         f"Delete it, then {HOW_TO_GET}")
     with np.load(path) as f:
-        return MNIST(f["x_train"], f["y_train"], f["x_test"], f["y_test"],
-                     dataset="mnist", source=str(path.resolve()))
+        return Images(f["x_train"][..., None], f["y_train"], f["x_test"][..., None], f["y_test"],
+                      dataset="mnist", source=str(path.resolve()), layout="mnist")
 
 
 def epoch_order(samples, seed, epoch):
@@ -155,3 +211,102 @@ def download(to):
         if hashlib.md5(target.read_bytes()).hexdigest() != md5_gz:
             raise UserError(f"{target} downloaded but its MD5 is wrong; try again")
     return to
+
+
+# CIFAR-10 (https://www.cs.toronto.edu/~kriz/cifar.html): the MD5 of each file of the Python
+# version as torchvision checks them, and the published MD5 of both archives.
+CIFAR_FOLDER = "cifar-10-batches-py"
+CIFAR_PICKLES = {"data_batch_1": "c99cafc152244af753f735de768cd75f",
+                 "data_batch_2": "d4bba439e000b95fd0a9bffe97cbabec",
+                 "data_batch_3": "54ebc095f3ab1f0389bbae665268c751",
+                 "data_batch_4": "634d18415352ddfa80567beed471001a",
+                 "data_batch_5": "482c414d41f54cd18b22e5b47cb7c3cb",
+                 "test_batch": "40351d587109b95175f43aff81a1287e"}
+CIFAR_ARCHIVES = {"cifar-10-python.tar.gz": "c58f30108f718f92721af3b95e74349a",
+                  "cifar-10-binary.tar.gz": "c32a1d4ab5d03f1284b67883e8d87530"}
+CIFAR_HOW_TO_GET = ("download cifar-10-python.tar.gz (or cifar-10-binary.tar.gz) from "
+                    "https://www.cs.toronto.edu/~kriz/cifar.html, put it (or the extracted "
+                    f"{CIFAR_FOLDER} folder) in a folder and pass --data-dir FOLDER (or set "
+                    "XBENCH_DATA_DIR); or run with --data synthetic to time on random "
+                    "CIFAR-shaped images")
+
+
+def cifar10_dirs(data_dir=None) -> list[Path]:
+    """Where CIFAR-10 is looked for, in order: the folder given, then torchvision's usual root
+    (./data) and Keras' cache (~/.keras/datasets), each also with cifar-10-batches-py in it."""
+    roots = [Path(data_dir)] if data_dir else []
+    if os.environ.get("XBENCH_DATA_DIR"):
+        roots.append(Path(os.environ["XBENCH_DATA_DIR"]))
+    if not data_dir:
+        roots += [Path("data"), Path.home() / ".keras" / "datasets"]
+    return [folder for root in roots for folder in (root, root / CIFAR_FOLDER)]
+
+
+def load_cifar10(data_dir=None, pickles=CIFAR_PICKLES, archives=CIFAR_ARCHIVES) -> Images:
+    """Real CIFAR-10 from the first place that has it: the Python version's six pickles, or
+    either archive (the Python or the binary version) unextracted, each checked against its
+    MD5 (`pickles`, `archives`: name -> MD5, the published ones unless a test writes its
+    own)."""
+    for folder in cifar10_dirs(data_dir):
+        if all((folder / name).is_file() for name in pickles):
+            parts = {name: _cifar_pickle(_verified(folder / name, md5))
+                     for name, md5 in pickles.items()}
+            return _cifar_images(parts, str(folder.resolve()))
+        for name, md5 in archives.items():
+            if (folder / name).is_file():
+                return _cifar_archive(_verified(folder / name, md5), str((folder / name).resolve()))
+    looked = "\n  ".join(str(d) for d in cifar10_dirs(data_dir))
+    raise UserError(f"CIFAR-10 not found. Looked for {CIFAR_FOLDER}'s six files "
+                    f"({', '.join(pickles)}) or {' or '.join(archives)} in:\n  {looked}\n"
+                    f"{CIFAR_HOW_TO_GET}")
+
+
+def _verified(path: Path, md5: str) -> bytes:
+    raw = path.read_bytes()
+    if hashlib.md5(raw).hexdigest() != md5:
+        raise UserError(f"{path} is corrupt or not the original CIFAR-10 file: its MD5 does not "
+                        f"match the published one ({path.stat().st_size:,} bytes; an interrupted "
+                        f"download or extraction leaves a truncated file). Delete it and "
+                        f"{CIFAR_HOW_TO_GET}")
+    return raw
+
+
+def _cifar_pickle(raw: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """A batch of the Python version: rows of 3072 bytes (1024 red, green, blue), its labels."""
+    batch = pickle.loads(raw, encoding="bytes")
+    return np.asarray(batch[b"data"], np.uint8), np.asarray(batch[b"labels"], np.uint8)
+
+
+def _cifar_binary(raw: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """A batch of the binary version: records of a label byte and 3072 image bytes."""
+    records = np.frombuffer(raw, np.uint8).reshape(-1, 3073)
+    return records[:, 1:], records[:, 0].copy()
+
+
+def _cifar_archive(raw: bytes, source: str) -> Images:
+    """The batches read from the archive in memory (nothing is extracted to disk)."""
+    parts = {}
+    with tarfile.open(fileobj=io.BytesIO(raw), mode="r:gz") as archive:
+        for member in archive.getmembers():
+            stem = Path(member.name).name.removesuffix(".bin")
+            if stem in CIFAR_PICKLES:
+                content = archive.extractfile(member).read()
+                parts[stem] = (_cifar_binary if member.name.endswith(".bin")
+                               else _cifar_pickle)(content)
+    missing = sorted(set(CIFAR_PICKLES) - set(parts))
+    if missing:
+        raise UserError(f"{source} lacks {', '.join(missing)}: not the CIFAR-10 archive. "
+                        f"{CIFAR_HOW_TO_GET}")
+    return _cifar_images(parts, source)
+
+
+def _cifar_images(parts: dict, source: str) -> Images:
+    """The five training batches in order and the test batch, as (n, 32, 32, 3) images."""
+    def images(rows):
+        return np.ascontiguousarray(rows.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
+
+    train = [parts[f"data_batch_{i}"] for i in range(1, 6)]
+    test_rows, test_labels = parts["test_batch"]
+    return Images(images(np.concatenate([rows for rows, _ in train])),
+                  np.concatenate([labels for _, labels in train]), images(test_rows),
+                  test_labels, dataset="cifar10", source=source, layout="cifar10")

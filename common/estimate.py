@@ -10,6 +10,7 @@ training throughput of the model on this machine (pt_backend.throughput, a few s
 from __future__ import annotations
 
 import json
+import math
 import socket
 import statistics
 import subprocess
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.backend import Backend, cpu_cores, get_backend
-from common.data import TRAIN_SAMPLES
+from common.data import train_samples
 from common.grid import Cell, threads_per_device
 from common.results import read_rows
 
@@ -67,7 +68,7 @@ def history(results_path: Path) -> list[dict]:
 
 
 def samples_per_epoch(cell: Cell) -> int:
-    base = min(TRAIN_SAMPLES[cell.data], cell.max_train_samples or TRAIN_SAMPLES[cell.data])
+    base = min(train_samples(cell.data, cell.model), cell.max_train_samples or math.inf)
     return base * cell.multiple // cell.global_batch * cell.global_batch
 
 

@@ -45,3 +45,17 @@ def sample_evidence(consumed: list[list[np.ndarray]], steps: int) -> dict:
     return {"replica_sample_digests": [[indices_digest(e) for e in replica] for replica in consumed],
             "global_batches_digests": global_digests, "shard_overlap": overlap,
             "samples_trained": trained}
+
+
+def batchnorm_evidence(statistics: list[list[np.ndarray]]) -> dict:
+    """From `statistics[replica]` (every BatchNorm's running mean and variance as each replica
+    holds them at the end, in rank order): their digests, and the largest difference of any
+    statistic between a replica and replica 0 relative to replica 0's largest (0: every replica
+    holds rank 0's statistics)."""
+    first = statistics[0]
+    scale = max(float(np.abs(a).max()) for a in first)
+    difference = max((float(np.abs(np.asarray(a) - b).max())
+                      for replica in statistics[1:] for a, b in zip(replica, first, strict=True)),
+                     default=0.0)
+    return {"replica_digests": [weights_digest(replica) for replica in statistics],
+            "max_relative_difference": difference / scale if scale else difference}

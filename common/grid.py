@@ -10,27 +10,31 @@ import psutil
 import tomllib
 
 from common.backend import backend_class, check_backend_name, cpu_cores
-from common.data import TRAIN_SAMPLES
+from common.data import DATA_KINDS, TEST_SAMPLES, TRAIN_SAMPLES, check_fits, train_samples
 from common.errors import UserError, did_you_mean
 from common.models import MODELS
 
 EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
 BATCH_MODES = ("global", "per_device")
-DATA_KINDS = ("mnist", "synthetic")
 DEVICE_KINDS = ("auto", "cpu", "cuda")
 
 # Axes take lists (every combination is a cell); settings take one value.
 AXES = {"backends": str, "models": str, "multiples": int, "batches": int, "nodes": int,
-        "devices": int, "lr_scaling": str, "warmup_epochs": int}
+        "devices": int, "lr_scaling": str, "warmup_epochs": int, "host_memory": str,
+        "loader_workers": int}
 AXIS_OPTIONS = {"backends": "--backend", "models": "--model", "multiples": "--multiple",
-                "batches": "--batch", "nodes": "--nodes", "devices": "--devices"}
+                "batches": "--batch", "nodes": "--nodes", "devices": "--devices",
+                "host_memory": "--host-memory", "loader_workers": "--loader-workers"}
 OPTIMIZERS = {"adam": 1e-3, "sgd": 0.01}  # name -> its learning rate when none is given
 LR_SCALINGS = ("none", "linear", "sqrt")
+# How a PyTorch backend's batches reach the device (seeds/001): pageable memory and a blocking
+# copy, page-locked (pinned) memory, or pinned memory and a copy that overlaps the step.
+HOST_MEMORY = ("pageable", "pinned", "pinned-non-blocking")
 SWEEP = re.compile(r"^(\d+)\s*x\s*(\d+)$")
 LAUNCHERS = ("local", "slurm")
 SETTINGS = {
     "name": str, "description": str, "epochs": int, "repeats": int, "batch_mode": str,
-    "seed": int, "timeout": int, "max_train_samples": int, "data": str, "device": str,
+    "seed": int, "timeout": int, "max_train_samples": int, "max_test_samples": int, "data": str, "device": str,
     "memory_limit_mb": int, "contention_limit": float, "compute_references": bool,
     "launcher": str, "slurm_partition": str, "slurm_account": str, "slurm_time": int,
     "slurm_gpus_per_node": int, "slurm_args": str,
@@ -39,7 +43,7 @@ SETTINGS = {
 }
 DEFAULTS = {
     "description": "", "epochs": 2, "repeats": 1, "batch_mode": "global", "seed": 0,
-    "timeout": 3600, "max_train_samples": 0, "data": "mnist", "device": "auto",
+    "timeout": 3600, "max_train_samples": 0, "max_test_samples": 0, "data": "mnist", "device": "auto",
     "memory_limit_mb": 0,  # 0: no limit; else the memory each worker may allocate for training
     # An epoch in which other processes and steal used more than this share of the machine's
     # cores makes its row `contended`.
@@ -62,6 +66,9 @@ DEFAULTS = {
     "lr_scaling": ["none"], "reference_batch": 128, "warmup_epochs": [0],
     # PyTorch's DistributedSampler.set_epoch each epoch (false: every epoch epoch 0's order)
     "set_epoch": True,
+    # PyTorch backends: where the DataLoader puts batches (HOST_MEMORY) and its worker processes
+    # (0: batches are formed in the training process).
+    "host_memory": ["pageable"], "loader_workers": [0],
 }
 # The numbers a real-valued setting can take: (lowest, lowest allowed?, highest, what it is).
 RANGES = {"contention_limit": (0, True, 1, "a share of the cores"),
@@ -85,6 +92,8 @@ LIMITS = {
     "seed": (2**32 - 1, "seeds are 32-bit in every framework"),
     "timeout": (30 * 24 * 3600, "30 days is the longest timeout a cell may have"),
     "max_train_samples": (max(TRAIN_SAMPLES.values()), "no training set here is larger"),
+    "max_test_samples": (TEST_SAMPLES, "no test set here is larger"),
+    "loader_workers": (64, "more worker processes than any machine here has cores for"),
     "memory_limit_mb": (lambda: machine_memory_mb(), "that is this machine's memory"),
 }
 MAX_CELLS = 100_000
@@ -126,6 +135,9 @@ class Cell:
     reference_batch: int = 128
     warmup_epochs: int = 0
     set_epoch: bool = True
+    max_test_samples: int = 0
+    host_memory: str = "pageable"
+    loader_workers: int = 0
     sweep: str = ""  # the batch sweep this cell is on ("32x4"), if any
     repeat: int = 0
 
@@ -146,6 +158,7 @@ class Cell:
     def key(self) -> str:
         """Identifies the configuration (not the repeat): resume and reports group by it."""
         cap = f"|cap{self.max_train_samples}" if self.max_train_samples else ""
+        cap += f"|test{self.max_test_samples}" if self.max_test_samples else ""
         threads = f"|t{self.threads}" if self.threads else ""
         nodes = f"|n{self.nodes}" if self.nodes > 1 else ""
         return (f"{self.backend}|{self.model}|x{self.multiple}|{self.batch_mode}-b{self.batch}"
@@ -162,7 +175,10 @@ class Cell:
         scaling = (f"|lr-{self.lr_scaling}{self.reference_batch}"
                    if self.lr_scaling != "none" else "")
         warmup = f"|warm{self.warmup_epochs}" if self.warmup_epochs else ""
-        return optimizer + scaling + warmup + ("" if self.set_epoch else "|no-set-epoch")
+        host = (f"|{self.host_memory}" if self.host_memory != "pageable" else "") + (
+            f"|workers{self.loader_workers}" if self.loader_workers else "")
+        return (optimizer + scaling + warmup + ("" if self.set_epoch else "|no-set-epoch")
+                + host)
 
     @property
     def sweep_line(self) -> str:
@@ -233,6 +249,7 @@ def resolve(spec: dict, overrides: dict | None = None) -> tuple[dict, dict]:
     settings["batch_sweep"] = spec["batches"] if isinstance(spec["batches"], str) else ""
     if settings["batch_sweep"]:
         spec["batches"] = sweep_batches(settings["batch_sweep"], settings,
+                                        check_axis("models", spec["models"], str),
                                         check_axis("multiples", spec["multiples"], int),
                                         check_axis("nodes", spec["nodes"], int),
                                         check_axis("devices", spec["devices"], int))
@@ -242,8 +259,8 @@ def resolve(spec: dict, overrides: dict | None = None) -> tuple[dict, dict]:
     return values, settings
 
 
-def sweep_batches(text: str, settings: dict, multiples: list[int], nodes: list[int],
-                  devices: list[int]) -> list[int]:
+def sweep_batches(text: str, settings: dict, models: list[str], multiples: list[int],
+                  nodes: list[int], devices: list[int]) -> list[int]:
     """The batches of a sweep 'STARTxFACTOR' (32x4: 32, 128, 512, ...) up to the largest whose
     global batch fits the smallest training set of the grid; the runner stops each line at its
     first batch that does not fit in memory."""
@@ -257,7 +274,8 @@ def sweep_batches(text: str, settings: dict, multiples: list[int], nodes: list[i
     if factor < 2:
         raise UserError(f"a batch sweep grows the batch by a factor of 2 or more; {factor} "
                         f"would never grow it")
-    samples = min(TRAIN_SAMPLES[settings["data"]], settings["max_train_samples"] or math.inf)
+    samples = min(min(train_samples(settings["data"], m) for m in models),
+                  settings["max_train_samples"] or math.inf)
     world = max(nodes) * max(devices) if settings["batch_mode"] == "per_device" else 1
     limit = samples * min(multiples) // world
     if start > limit:
@@ -276,9 +294,8 @@ def expand(spec: dict, overrides: dict | None = None, data_dir=None,
     values, settings = resolve(spec, overrides)
 
     configurations = []
-    for backend, model, multiple, batch, nodes, devices, lr_scaling, warmup in itertools.product(
-            values["backends"], values["models"], values["multiples"], values["batches"],
-            values["nodes"], values["devices"], values["lr_scaling"], values["warmup_epochs"]):
+    for (backend, model, multiple, batch, nodes, devices, lr_scaling, warmup, host_memory,
+         loader_workers) in itertools.product(*(values[axis] for axis in AXES)):
         if nodes * devices > 1 and not backend_class(backend).spans_devices:
             continue  # a single-device reference has no N-device cells
         if warmup and lr_scaling == "none":
@@ -297,7 +314,8 @@ def expand(spec: dict, overrides: dict | None = None, data_dir=None,
             momentum=settings["momentum"], weight_decay=settings["weight_decay"],
             lr_scaling=lr_scaling, reference_batch=settings["reference_batch"],
             warmup_epochs=warmup, set_epoch=settings["set_epoch"],
-            sweep=settings["batch_sweep"]))
+            max_test_samples=settings["max_test_samples"], host_memory=host_memory,
+            loader_workers=loader_workers, sweep=settings["batch_sweep"]))
     if not configurations:
         raise UserError(f"no cells: {', '.join(values['backends'])} run on one device only, and "
                         f"--devices {','.join(map(str, values['devices']))} has no 1")
@@ -364,9 +382,10 @@ def _check_value(key, value, kind):
         if isinstance(value, bool) or not isinstance(value, int):
             raise UserError(f"'{key}' must be a whole number, got {value!r}; fix it in the grid "
                             f"file or with {_option(key)}")
-        if value < 0 or (value == 0 and key not in ("max_train_samples", "seed", "memory_limit_mb",
-                                                    "slurm_time", "slurm_gpus_per_node",
-                                                    "warmup_epochs")):
+        if value < 0 or (value == 0 and key not in ("max_train_samples", "max_test_samples",
+                                                    "seed", "memory_limit_mb", "slurm_time",
+                                                    "slurm_gpus_per_node", "warmup_epochs",
+                                                    "loader_workers")):
             raise UserError(f"'{key}' must be positive, got {value}; fix it in the grid file or "
                             f"with {_option(key)}")
         if key == "epochs" and value < 2:
@@ -398,7 +417,8 @@ def _check_sizes(values, settings):
     if cells > MAX_CELLS:
         raise UserError(f"the grid has {cells:,} cells (axes x repeats); at most {MAX_CELLS:,}: "
                         f"narrow an axis or lower --repeat")
-    base = min(TRAIN_SAMPLES[settings["data"]], settings["max_train_samples"] or math.inf)
+    base = min(min(train_samples(settings["data"], m) for m in values["models"]),
+               settings["max_train_samples"] or math.inf)
     for batch, nodes, devices, multiple in itertools.product(
             values["batches"], values["nodes"], values["devices"], values["multiples"]):
         devices *= nodes
@@ -418,13 +438,16 @@ def _check_choices(values, settings):
         if name not in MODELS:
             raise UserError(f"unknown model '{name}'{did_you_mean(name, MODELS)}; "
                             f"choose from {', '.join(MODELS)}")
-    chosen = {**settings, **{k: v for k, v in values.items() if k == "lr_scaling"}}
+    chosen = {**settings, **{k: v for k, v in values.items() if k in ("lr_scaling", "host_memory")}}
     for key, allowed in (("batch_mode", BATCH_MODES), ("data", DATA_KINDS), ("device", DEVICE_KINDS),
-                         ("optimizer", tuple(OPTIMIZERS)), ("lr_scaling", LR_SCALINGS)):
+                         ("optimizer", tuple(OPTIMIZERS)), ("lr_scaling", LR_SCALINGS),
+                         ("host_memory", HOST_MEMORY)):
         for value in chosen[key] if isinstance(chosen[key], list) else [chosen[key]]:
             if value not in allowed:
                 raise UserError(f"'{key}' must be one of {', '.join(allowed)}, got "
                                 f"'{value}'{did_you_mean(value, allowed)}")
+    for name in values["models"]:
+        check_fits(settings["data"], name)
     if max(values["warmup_epochs"]) >= settings["epochs"]:
         raise UserError(f"warm-up of {max(values['warmup_epochs'])} epoch(s) is not shorter than "
                         f"the run of {settings['epochs']}: lower --warmup-epochs or raise --epochs")

@@ -11,6 +11,10 @@ from pathlib import Path
 
 BUILD_HINT = ("build Horovod for this environment with `make setup` "
               "(it runs scripts/build_horovod.sh .venv/bin/python)")
+# Both Horovod backends: BatchNorm is left to each rank (hvd.SyncBatchNorm is not used).
+BATCHNORM_STATISTICS = ("Horovod broadcasts rank 0's state once, at the start; then each rank "
+                        "keeps its own running statistics, from its own samples only, and "
+                        "evaluation uses rank 0's")
 EXTENSIONS = {"PyTorch": "horovod.torch.mpi_lib_v2", "TensorFlow": "horovod.tensorflow.mpi_lib"}
 
 

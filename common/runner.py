@@ -139,10 +139,10 @@ def run_cell(cell, run_id, log_path, launcher, watch=lambda folder: None):
     """One cell, start to end: its result row, whatever happened (`watch(folder)` is called
     while it runs, with the cell's folder)."""
     started_at, started = now(), time.perf_counter()
-    framework, log, outcome = None, None, {}
+    framework, log, outcome, batchnorm = None, None, {}, None
     try:
         backend = get_backend(cell.backend)
-        framework = backend.framework
+        framework, batchnorm = backend.framework, backend.batchnorm(cell)
         reason = backend.missing() or backend.cannot_launch(cell)
         needed, node = backend.memory_estimate(cell), launcher.node_memory_mb * 2**20
         if reason:
@@ -163,7 +163,8 @@ def run_cell(cell, run_id, log_path, launcher, watch=lambda folder: None):
     measurement = Measurement.from_dict(result["measurement"]) if result else None
     return make_row(cell, run_id, started_at, outcome["status"], outcome.get("error"), framework,
                     measurement, outcome.get("env") or env.capture(), log,
-                    time.perf_counter() - started, threads_per_device(cell, launcher.cores))
+                    time.perf_counter() - started, threads_per_device(cell, launcher.cores),
+                    batchnorm)
 
 
 def launch(backend, cell, log_path, launcher, watch=lambda folder: None, probe=None):

@@ -12,7 +12,7 @@ from typing import Any
 
 from common.models import flops_per_sample, parameter_count
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # What rows of older versions lack; they are reported and left out, never mixed with these.
 OLDER_VERSIONS = {1: "schema 1 rows come from an xbench whose 1-device cells of tf-mirrored ran no "
                     "MirroredStrategy, whose frameworks started from different initial weights, "
@@ -20,10 +20,17 @@ OLDER_VERSIONS = {1: "schema 1 rows come from an xbench whose 1-device cells of 
 # The cell's training settings, as the row records them (common.grid.Cell has each).
 TRAINING = ("optimizer", "lr", "momentum", "weight_decay", "lr_scaling", "reference_batch",
             "warmup_epochs", "set_epoch")
-# What rows of older versions lack and that they all had, filled in when they are read.
-UPGRADES = {2: {"optimizer": "adam", "lr": 1e-3, "momentum": 0.0, "weight_decay": 0.0,
-                "lr_scaling": "none", "reference_batch": 128, "warmup_epochs": 0,
-                "set_epoch": True, "batch_sweep": None}}
+# The cell's input settings, as the row records them (common.grid.Cell has each).
+INPUT = ("max_test_samples", "host_memory", "loader_workers")
+# What each version added that the rows before it all had implicitly, filled in when an older row
+# is read: schema 2 rows trained with Adam at 1e-3, no scaling, no warm-up; rows before 4 were
+# evaluated on the whole test set by the MNIST models (no BatchNorm) with no loader workers.
+ADDED = {3: {"optimizer": "adam", "lr": 1e-3, "momentum": 0.0, "weight_decay": 0.0,
+             "lr_scaling": "none", "reference_batch": 128, "warmup_epochs": 0,
+             "set_epoch": True, "batch_sweep": None},
+         4: {"max_test_samples": 0, "host_memory": "pageable", "loader_workers": 0,
+             "batchnorm": None}}
+UPGRADES = (2, 3)  # the older versions this xbench reads
 STATUSES = ("ok", "failed", "timeout", "oom", "unsupported")
 
 NUMBER = (int, float)
@@ -82,6 +89,8 @@ CONFIGURATION = {
     "weight_decay": (NUMBER, "always"), "lr_scaling": (TEXT, "always"),
     "reference_batch": (WHOLE, "always"), "warmup_epochs": (WHOLE, "always"),
     "set_epoch": (BOOL, "always"), "batch_sweep": (TEXT, "never"),
+    "max_test_samples": (WHOLE, "always"), "host_memory": (TEXT, "always"),
+    "loader_workers": (WHOLE, "always"), "batchnorm": (TEXT, "never"),
 }
 MEASUREMENTS = {
     "framework_version": (TEXT, "ok"), "dataset_source": (TEXT, "ok"),
@@ -109,10 +118,12 @@ def now() -> str:
 
 def make_row(cell, run_id: str, started_at: str, status: str, error: str | None,
              framework: str | None, measurement: Measurement | None, env: dict,
-             log: str | None, cell_seconds: float, threads_per_device: int) -> dict:
+             log: str | None, cell_seconds: float, threads_per_device: int,
+             batchnorm: str | None = None) -> dict:
     """The result row of one run of `cell` (a common.grid.Cell): identity, the cell's
-    configuration (with the compute threads per device it ran with), the measurement when the
-    run was ok, and how the run went."""
+    configuration (with the compute threads per device it ran with, and what its backend does
+    with BatchNorm's statistics across replicas where the model has BatchNorm), the measurement
+    when the run was ok, and how the run went."""
     measured = measurement.to_dict() if measurement else {}
     memory = measured.get("peak_memory_per_device")
     row = {
@@ -130,6 +141,7 @@ def make_row(cell, run_id: str, started_at: str, status: str, error: str | None,
         "threads_per_device": threads_per_device, "threads_pinned": bool(cell.threads),
         "contention_limit": cell.contention_limit,
         **{name: getattr(cell, name) for name in TRAINING}, "batch_sweep": cell.sweep or None,
+        **{name: getattr(cell, name) for name in INPUT}, "batchnorm": batchnorm,
         **{name: measured.get(name) for name in MEASUREMENTS},
         "epochs": measured.get("epochs", []),
         "peak_memory_bytes": max(memory) if memory else None,
@@ -142,11 +154,16 @@ def make_row(cell, run_id: str, started_at: str, status: str, error: str | None,
 
 def upgrade(row: Any) -> Any:
     """A row of an older version this xbench can read, as a row of this version (what it lacks
-    it had implicitly: schema 2 rows all trained with Adam at 1e-3, no scaling, no warm-up)."""
-    if isinstance(row, dict) and row.get("schema_version") in UPGRADES \
-            and not isinstance(row["schema_version"], bool):
-        return {**UPGRADES[row["schema_version"]], **row, "schema_version": SCHEMA_VERSION}
-    return row
+    it had implicitly, ADDED)."""
+    if not (isinstance(row, dict) and row.get("schema_version") in UPGRADES
+            and not isinstance(row["schema_version"], bool)):
+        return row
+    version = row["schema_version"]
+    for added in range(version + 1, SCHEMA_VERSION + 1):
+        row = {**ADDED[added], **row}
+    if version < 4 and row.get("device_type") == "cuda":
+        row["host_memory"] = "pinned-non-blocking"  # what the PyTorch loader did on GPUs then
+    return {**row, "schema_version": SCHEMA_VERSION}
 
 
 def row_problem(row: Any) -> str | None:

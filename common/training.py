@@ -15,8 +15,8 @@ import numpy as np
 from common.backend import Backend
 from common.collectives import Collectives
 from common.contention import ContentionProbe, epoch_contention
-from common.data import MNIST
-from common.evidence import sample_evidence, weights_digest
+from common.data import Images
+from common.evidence import batchnorm_evidence, sample_evidence, weights_digest
 from common.grid import Cell
 from common.launch import node_name
 from common.progress import ProgressReport
@@ -37,7 +37,7 @@ class Job:
     devices, and the wall-clock time (`time.time()`) at which the runner launched it (start-up is
     counted from it)."""
     cell: Cell
-    data: MNIST
+    data: Images
     threads_per_device: int
     launched_at: float
     progress: ProgressReport = field(default_factory=ProgressReport)
@@ -100,6 +100,11 @@ class TrainingLoop(abc.ABC):
     @abc.abstractmethod
     def replica_weights(self) -> list[Iterable[np.ndarray]]:
         """The final weights of each replica this process holds, as numpy arrays."""
+
+    @abc.abstractmethod
+    def replica_batchnorm(self) -> list[list[np.ndarray]]:
+        """Per replica of this process, every BatchNorm's running mean and variance as it holds
+        them (empty lists where the model has no BatchNorm)."""
 
     @abc.abstractmethod
     def peak_memory(self) -> list[int]:
@@ -173,17 +178,19 @@ class TrainingLoop(abc.ABC):
         report.stop()
         memory = _flat(self.comm.gather(self.peak_memory()))
         digests = _flat(self.comm.gather([weights_digest(w) for w in self.replica_weights()]))
+        statistics = _flat(self.comm.gather(self.replica_batchnorm()))
         by_replica = [list(epochs_of_replica) for epochs_of_replica in zip(*consumed)]
         replicas = _flat(self.comm.gather(by_replica))
         hosts = self.comm.gather(node_name())
         measurement = self.measure(epochs, startup, step_seconds, memory, digests, replicas,
-                                   hosts) if self.comm.rank == 0 else None
+                                   hosts, statistics) if self.comm.rank == 0 else None
         # Every rank leaves together: a gloo rank that tore its process group down while rank 0
         # still evaluated aborted now and then ("terminate called without an active exception").
         self.comm.barrier()
         return measurement
 
-    def measure(self, epochs, startup, step_seconds, memory, digests, replicas, hosts):
+    def measure(self, epochs, startup, step_seconds, memory, digests, replicas, hosts,
+                statistics):
         """Rank 0's measurement of the run (the test accuracy evaluated here)."""
         described, details = self.describe(), self.backend.details()
         per_device = self.job.threads_per_device
@@ -199,7 +206,8 @@ class TrainingLoop(abc.ABC):
                      "per_process": self.thread_pools()},
             contended=any(e["contention"]["contended"] for e in epochs),
             evidence={"replica_weight_digests": digests,
-                      **sample_evidence(replicas, self.steps_per_epoch)},
+                      **sample_evidence(replicas, self.steps_per_epoch),
+                      **({"batchnorm": batchnorm_evidence(statistics)} if statistics[0] else {})},
             backend_details={"world_size": self.comm.world, **described, **details,
                              "traffic": self.backend.traffic(self.cell,
                                                              details.get("reduction", "none"))})

@@ -47,6 +47,13 @@ class TorchBackend(Backend):
         """The optimizer, wrapped where the backend averages gradients itself."""
         return optimizer
 
+    def unsupported_reason(self, cell: Cell, device_kind: str) -> str | None:
+        if cell.host_memory != "pageable" and device_kind == "cpu":
+            return (f"host_memory {cell.host_memory} pins batches in page-locked memory for fast "
+                    f"copies to a CUDA device; on the CPU there is no copy to speed up, and "
+                    f"PyTorch pins memory only where CUDA is")
+        return None
+
     # --- the common set-up ---------------------------------------------------------------------
 
     def set_up(self, cell: Cell, threads_per_device: int) -> tuple[Collectives, torch.device]:

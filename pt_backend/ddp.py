@@ -10,6 +10,10 @@ from pt_backend.base import TorchBackend
 class DistributedDataParallelBackend(TorchBackend):
     name = "pt-ddp"
     spans_nodes = True
+    batchnorm_statistics = ("DistributedDataParallel (broadcast_buffers=True, its default) "
+                            "broadcasts rank 0's running statistics to every rank before each "
+                            "forward: each rank normalises with its own samples' statistics, and "
+                            "the statistics kept (and evaluated with) are rank 0's")
 
     def processes(self, cell):
         return cell.devices

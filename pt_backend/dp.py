@@ -2,22 +2,24 @@
 import math
 
 from common.backend import wire
-from common.models import INPUT_SHAPE, MODELS, gradient_bytes
+from common.models import MODELS, gradient_bytes, input_shape
 from pt_backend.base import TorchBackend
-
-INPUT_BYTES = 4 * math.prod(INPUT_SHAPE)  # one normalised image, float32
 
 
 class DataParallelBackend(TorchBackend):
     name = "pt-dp"
     device_ids = None
 
+    batchnorm_statistics = ("DataParallel copies the module from the first GPU every step: each "
+                            "replica normalises with its own share of the batch, and only the "
+                            "first GPU's running statistics are updated and kept")
+
     def unsupported_reason(self, cell, device_kind):
         if device_kind == "cpu" and cell.devices > 1:
             return (f"{self.name} with {cell.devices} devices needs {cell.devices} CUDA GPUs; "
                     f"DataParallel has no multi-device CPU mode, and running on one device "
                     f"instead would misreport the cell")
-        return None
+        return super().unsupported_reason(cell, device_kind)
 
     def wrap_model(self, model, device):
         import torch
@@ -37,10 +39,11 @@ class DataParallelBackend(TorchBackend):
         samples = cell.global_batch
         return [wire("parameters and buffers replicated from GPU 0", others * self.module_bytes,
                      "computed", "replicate(): the module copied to the other GPUs each step"),
-                wire("inputs scattered from GPU 0", share * samples * INPUT_BYTES, "computed",
+                wire("inputs scattered from GPU 0",
+                     share * samples * 4 * math.prod(input_shape(cell.model)), "computed",
                      "scatter(): the other GPUs' shares of the batch (float32 images)"),
                 wire("outputs gathered on GPU 0",
-                     share * samples * 4 * MODELS[cell.model][-1].out_features, "computed",
+                     share * samples * 4 * MODELS[cell.model].layers[-1].out_features, "computed",
                      "gather(): the other GPUs' logits"),
                 wire("gradients reduced onto GPU 0", others * gradient_bytes(cell.model),
                      "computed", "the replicas' gradients summed into GPU 0's parameters")]

@@ -8,6 +8,7 @@ class HorovodTorchBackend(horovod_support.HorovodLaunch, TorchBackend):
     name = "hvd-torch"
     # The compiled extension, not just the Python package: a Horovod built without PyTorch lacks it.
     requires = ("torch", horovod_support.EXTENSIONS["PyTorch"])
+    batchnorm_statistics = horovod_support.BATCHNORM_STATISTICS
 
     def start_processes(self, device_kind):
         import horovod.torch as hvd

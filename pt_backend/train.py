@@ -8,13 +8,13 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
 
-from common.data import MEAN, STD, rank_indices
+from common.data import rank_indices
 from common.env import cpu_name, peak_rss_bytes
 from common.training import EVAL_BATCH, TrainingLoop
-from pt_backend.models import build_model, build_optimizer
+from pt_backend.models import batchnorm_statistics, build_model, build_optimizer
 
 
-class MNISTTrainSet(torch.utils.data.Dataset):
+class TrainSet(torch.utils.data.Dataset):
     """The uint8 training images; index i of a k-times multiple is base image i % base size."""
 
     def __init__(self, images, labels, multiple):
@@ -51,9 +51,13 @@ def _as_is(batch):
     return batch
 
 
-def normalise(images):
-    """uint8 (B, 28, 28) -> float (B, 1, 28, 28), normalised on the device the batch is on."""
-    return images.unsqueeze(1).float().div_(255).sub_(MEAN).div_(STD)
+def normalise(images, mean, std):
+    """uint8 (B, H, W, C) -> float (B, C, H, W), normalised per channel (`mean`, `std`: the
+    dataset's) on the device the batch is on."""
+    shape = (1, -1, 1, 1)
+    return (images.permute(0, 3, 1, 2).float().div_(255)
+            .sub_(torch.tensor(mean, device=images.device).view(shape))
+            .div_(torch.tensor(std, device=images.device).view(shape)).contiguous())
 
 
 class CudaStepTimer:
@@ -87,13 +91,17 @@ class TorchLoop(TrainingLoop):
         self.optimizer = self.backend.wrap_optimizer(
             build_optimizer(self.wrapped.parameters(), cell.optimizer, cell.lr, cell.momentum,
                             cell.weight_decay), self.model)
-        self.dataset = MNISTTrainSet(self.job.data.train_images, self.job.data.train_labels,
-                                     cell.multiple)
+        self.dataset = TrainSet(self.job.data.train_images, self.job.data.train_labels,
+                                cell.multiple)
         self.sampler = EpochShardSampler(self.dataset, cell.global_batch, cell.seed,
                                          self.comm.rank, self.comm.world)
+        # host_memory (seeds/001): pageable, or pinned (page-locked) by the loader, copied
+        # with or without non_blocking; pinned ones run only with CUDA (TorchBackend says so).
+        self.non_blocking = cell.host_memory == "pinned-non-blocking"
         self.loader = DataLoader(self.dataset, batch_size=cell.global_batch // self.comm.world,
                                  sampler=self.sampler, drop_last=True, collate_fn=_as_is,
-                                 pin_memory=self.cuda)
+                                 pin_memory=cell.host_memory != "pageable",
+                                 num_workers=cell.loader_workers)
         self.loss_fn = nn.CrossEntropyLoss()
         self.taken = []
         self.loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
@@ -118,8 +126,9 @@ class TorchLoop(TrainingLoop):
     def train_step(self, batch):
         images, labels, indices = batch
         self.taken.append(indices)
-        x = normalise(images.to(self.device, non_blocking=True))
-        y = labels.to(self.device, non_blocking=True)
+        data = self.job.data
+        x = normalise(images.to(self.device, non_blocking=self.non_blocking), data.mean, data.std)
+        y = labels.to(self.device, non_blocking=self.non_blocking)
         self.optimizer.zero_grad()  # set_to_none, the default since torch 2.0
         logits = self.wrapped(x)
         loss = self.loss_fn(logits, y)
@@ -146,6 +155,9 @@ class TorchLoop(TrainingLoop):
     def replica_weights(self):
         return [[p.detach().cpu().numpy() for p in self.model.parameters()]]
 
+    def replica_batchnorm(self):
+        return [[t.detach().cpu().numpy() for t in batchnorm_statistics(self.model)]]
+
     def peak_memory(self):
         if self.cuda:
             return [torch.cuda.max_memory_allocated(i) for i in range(torch.cuda.device_count())
@@ -161,7 +173,8 @@ class TorchLoop(TrainingLoop):
         for start in range(0, len(data.test_images), EVAL_BATCH):
             images = torch.from_numpy(data.test_images[start:start + EVAL_BATCH]).to(self.device)
             labels = torch.from_numpy(data.test_labels[start:start + EVAL_BATCH].astype(np.int64))
-            correct += (self.model(normalise(images)).argmax(1).cpu() == labels).sum().item()
+            logits = self.model(normalise(images, data.mean, data.std))
+            correct += (logits.argmax(1).cpu() == labels).sum().item()
         self.model.train()
         return correct / len(data.test_images)
 

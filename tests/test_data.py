@@ -12,13 +12,13 @@ TEST_LABEL_COUNTS = [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
 
 
 def test_real_mnist_shapes_and_label_counts(mnist):
-    assert mnist.train_images.shape == (60000, 28, 28) and mnist.train_images.dtype == np.uint8
-    assert mnist.test_images.shape == (10000, 28, 28)
+    assert mnist.train_images.shape == (60000, 28, 28, 1) and mnist.train_images.dtype == np.uint8
+    assert mnist.test_images.shape == (10000, 28, 28, 1)
     assert np.bincount(mnist.train_labels).tolist() == TRAIN_LABEL_COUNTS
     assert np.bincount(mnist.test_labels).tolist() == TEST_LABEL_COUNTS
     pixels = mnist.train_images / 255.0
-    assert pixels.mean() == pytest.approx(data.MEAN, abs=1e-4)
-    assert pixels.std() == pytest.approx(data.STD, abs=1e-4)
+    assert (pixels.mean(),) == pytest.approx(mnist.mean, abs=1e-4)
+    assert (pixels.std(),) == pytest.approx(mnist.std, abs=1e-4)
     assert mnist.dataset == "mnist"
 
 
@@ -46,8 +46,11 @@ def test_missing_data_says_where_it_looked(tmp_path, monkeypatch):
 
 
 def test_synthetic_data_says_so():
-    fake = data.synthetic_mnist(seed=1)
-    assert fake.dataset == "synthetic" and fake.train_images.shape == (60000, 28, 28)
+    fake = data.synthetic_images("mnist", seed=1)
+    assert fake.dataset == "synthetic" and fake.train_images.shape == (60000, 28, 28, 1)
+    cifar = data.synthetic_images("cifar10", seed=1, train=300, test=50)
+    assert cifar.train_images.shape == (300, 32, 32, 3) and cifar.test_images.shape[0] == 50
+    assert cifar.mean == data.NORMALISATION["cifar10"][0]
 
 
 def test_epoch_order_is_seeded_per_epoch():

@@ -1,5 +1,6 @@
 """The model specs: small 402,442 and large 4,104,202 parameters (the PyTorch code of the blog post
-the grid comes from), and FLOPs counted by torch equal to the spec's."""
+the grid comes from), the CIFAR ResNet-18 11,173,962 and VGG-19/BN 20,040,522 (kuangliu/pytorch-cifar's
+counts), and FLOPs counted by torch equal to the spec's."""
 import numpy as np
 import pytest
 
@@ -7,7 +8,8 @@ from common.models import MODELS, flops_per_sample, gradient_bytes, initial_weig
 from pt_backend.models import build_model, describe
 
 
-@pytest.mark.parametrize("name, params", [("small", 402_442), ("large", 4_104_202)])
+@pytest.mark.parametrize("name, params", [("small", 402_442), ("large", 4_104_202),
+                                          ("resnet18", 11_173_962), ("vgg19", 20_040_522)])
 def test_parameter_counts(name, params):
     assert parameter_count(name) == params
     assert sum(p.numel() for p in build_model(name).parameters()) == params

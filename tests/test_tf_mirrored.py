@@ -5,7 +5,7 @@ import pytest
 import torch
 from conftest import SMOKE_SLICE as SLICE
 
-from common.data import MNIST
+from common.data import Images
 from pt_backend import train as pt_train
 from tf_backend import train as tf_train
 from tf_backend.collectives import OneTensorFlowProcess
@@ -84,20 +84,21 @@ def test_tf_and_torch_rows_of_one_cell_differ_only_in_backend_fields_and_measure
 def test_tf_data_yields_pytorchs_global_batches(mnist):
     """Epoch e's global batch k is the same samples, normalised the same, in both frameworks
     (multiple 2), and both pipelines hand the loop the same sample indices."""
-    data = MNIST(mnist.train_images[:300], mnist.train_labels[:300], mnist.test_images,
-                 mnist.test_labels, mnist.dataset, mnist.source)
-    dataset = pt_train.MNISTTrainSet(data.train_images, data.train_labels, multiple=2)
+    data = Images(mnist.train_images[:300], mnist.train_labels[:300], mnist.test_images,
+                  mnist.test_labels, mnist.dataset, mnist.source, mnist.layout)
+    dataset = pt_train.TrainSet(data.train_images, data.train_labels, multiple=2)
     sampler = pt_train.EpochShardSampler(dataset, global_batch=128, seed=7, rank=0, world=1)
     sampler.set_epoch(2)
     torch_batches = list(torch.utils.data.DataLoader(dataset, batch_size=128, sampler=sampler,
                                                      drop_last=True, collate_fn=lambda b: b))
     pipeline = tf_train.TrainPipeline(data, multiple=2, global_batch=128, seed=7,
-                                      comm=OneTensorFlowProcess(), threads=1)
+                                      comm=OneTensorFlowProcess(), threads=1, replicas=1)
     tf_batches = list(pipeline.dataset(epochs=2).as_numpy_iterator())[pipeline.steps_per_epoch:]
     assert len(tf_batches) == len(torch_batches) == 600 // 128 == pipeline.steps_per_epoch
     for (tf_images, tf_labels, tf_indices), (torch_images, torch_labels, torch_indices) in zip(
             tf_batches, torch_batches):
         assert np.array_equal(tf_indices, torch_indices.numpy())  # the evidence both record
         assert np.array_equal(tf_labels, torch_labels.numpy())
-        torch_nhwc = pt_train.normalise(torch_images).numpy().transpose(0, 2, 3, 1)
+        torch_nhwc = pt_train.normalise(torch_images, data.mean, data.std).numpy()
+        torch_nhwc = torch_nhwc.transpose(0, 2, 3, 1)
         assert np.abs(tf_images - torch_nhwc).max() < 1e-6

@@ -23,6 +23,12 @@ class TensorFlowBackend(Backend):
     framework = "tensorflow"
     requires = ("tensorflow",)
     framework_memory_mb = 800
+    # Seen with Keras 3.15 / TF 2.21 (tests/test_cifar.py): BatchNormalization's moving statistics
+    # are MirroredVariables with aggregation NONE, which do not stay mirrored.
+    mirrored_batchnorm = ("Keras keeps BatchNorm's running statistics in MirroredVariables with "
+                          "aggregation NONE: each replica updates its own copy from its own "
+                          "samples, and a read outside the replicas (evaluation) returns the first "
+                          "replica's copy, not their mean")
     install_hint = ("install TensorFlow with `make setup`, or `pip install -e '.[tf]'` into the "
                     "environment (the CPU wheel, tensorflow-cpu)")
 
@@ -83,6 +89,9 @@ class TensorFlowBackend(Backend):
         return probe(self, comm, kind, request)
 
     def cannot_launch(self, cell: Cell) -> str | None:
+        if cell.host_memory != "pageable" or cell.loader_workers:
+            return ("host_memory and loader_workers are PyTorch DataLoader settings; tf.data "
+                    "forms TensorFlow's batches with its own threads")
         if not cell.set_epoch:
             return ("--no-set-epoch asks what PyTorch's DistributedSampler does without set_epoch; "
                     "TensorFlow's input pipelines have no sampler epoch to leave out")

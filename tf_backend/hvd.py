@@ -12,6 +12,7 @@ from tf_backend.collectives import TensorFlowCollectives
 
 class HorovodTensorFlowBackend(horovod_support.HorovodLaunch, TensorFlowBackend):
     name = "hvd-tf"
+    batchnorm_statistics = horovod_support.BATCHNORM_STATISTICS
     # The compiled extension, not just the Python package: a Horovod built without TF lacks it.
     requires = ("tensorflow", horovod_support.EXTENSIONS["TensorFlow"])
 

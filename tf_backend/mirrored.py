@@ -11,6 +11,7 @@ from tf_backend.base import TensorFlowBackend
 
 class MirroredBackend(TensorFlowBackend):
     name = "tf-mirrored"
+    batchnorm_statistics = TensorFlowBackend.mirrored_batchnorm
 
     def make_strategy(self, device_kind):
         import tensorflow as tf

@@ -10,61 +10,145 @@ from keras import ops
 
 from common.models import (
     ADAM,
-    INPUT_SHAPE,
-    MODELS,
+    BATCHNORM,
+    BatchNorm,
     Conv,
     Dense,
     Flatten,
+    GlobalAvgPool,
     MaxPool,
+    Residual,
     initial_weights,
+    input_shape,
     layer_shapes,
+    named_layers,
 )
 
 
+class TorchBatchNorm(keras.layers.BatchNormalization):
+    """BatchNormalization as torch.nn.BatchNorm2d computes it (momentum 0.1 there is 0.9 here,
+    epsilon 1e-5 in both): training normalises with the batch's biased variance, as Keras does,
+    but the running variance is updated with its unbiased estimate (n / (n - 1), n the values per
+    channel), as PyTorch does; Keras would use the biased one."""
+
+    def __init__(self, **settings):
+        super().__init__(momentum=1 - BATCHNORM["torch_momentum"],
+                         epsilon=BATCHNORM["epsilon"], **settings)
+
+    def call(self, inputs, training=None):
+        if not training:
+            return super().call(inputs, training=False)
+        mean, variance = self._moments(inputs, None)
+        values = ops.cast(ops.size(inputs) // ops.shape(inputs)[-1], variance.dtype)
+        self.moving_mean.assign(self.moving_mean * self.momentum + mean * (1 - self.momentum))
+        self.moving_variance.assign(self.moving_variance * self.momentum
+                                    + variance * values / (values - 1) * (1 - self.momentum))
+        return ops.batch_normalization(inputs, mean, variance, axis=self.axis, offset=self.beta,
+                                       scale=self.gamma, epsilon=self.epsilon)
+
+
+def keras_layers(layer, leaves):
+    """One spec layer as Keras layers (NHWC), appending those that hold its weights to `leaves`
+    in the spec's order. PyTorch pads a strided convolution by k // 2 on every side; Keras'
+    "same" pads a stride-2 one on the bottom and right only, so that is padded explicitly."""
+    if isinstance(layer, Conv):
+        conv = keras.layers.Conv2D(
+            layer.out_channels, layer.kernel, layer.stride, use_bias=layer.bias,
+            padding="same" if layer.stride == 1 else "valid",
+            activation="relu" if layer.relu else None, kernel_initializer="zeros")
+        leaves.append(conv)
+        if layer.stride > 1 and layer.kernel > 1:
+            return [keras.layers.ZeroPadding2D(layer.kernel // 2), conv]
+        return [conv]
+    if isinstance(layer, BatchNorm):
+        norm = TorchBatchNorm()
+        leaves.append(norm)
+        return [norm, keras.layers.ReLU()] if layer.relu else [norm]
+    if isinstance(layer, MaxPool):
+        return [keras.layers.MaxPooling2D(layer.size)]
+    if isinstance(layer, GlobalAvgPool):
+        return [keras.layers.GlobalAveragePooling2D()]
+    if isinstance(layer, Flatten):
+        return [keras.layers.Flatten()]
+    dense = keras.layers.Dense(layer.out_features, activation="relu" if layer.relu else None,
+                               kernel_initializer="zeros")
+    leaves.append(dense)
+    return [dense]
+
+
+def keras_unit(name, layer, shape, leaves):
+    """One top-level spec layer as a functional Keras model named as in the spec (conv1, bn1,
+    block1 ...): the unit `xbench profile` times."""
+    inputs = keras.Input((*shape[1:], shape[0]) if len(shape) == 3 else shape)  # NHWC
+
+    def through(layers, tensor):
+        for inner in layers:
+            for keras_layer in keras_layers(inner, leaves):
+                tensor = keras_layer(tensor)
+        return tensor
+
+    if isinstance(layer, Residual):
+        body = through(layer.body, inputs)
+        outputs = keras.layers.ReLU()(keras.layers.Add()([body, through(layer.shortcut, inputs)]))
+    else:
+        outputs = through([layer], inputs)
+    return keras.Model(inputs, outputs, name=name)
+
+
 def build_model(name, seed=0):
-    """The model `name` with the initial weights every backend starts from (common.models),
-    converted from PyTorch's layout to Keras'."""
-    channels, height, width = INPUT_SHAPE
-    layers = [keras.Input((height, width, channels))]
-    for layer in MODELS[name]:
-        if isinstance(layer, Conv):
-            layers.append(keras.layers.Conv2D(layer.out_channels, layer.kernel, padding="same",
-                                              activation="relu", kernel_initializer="zeros"))
-        elif isinstance(layer, MaxPool):
-            layers.append(keras.layers.MaxPooling2D(layer.size))
-        elif isinstance(layer, Flatten):
-            layers.append(keras.layers.Flatten())
-        elif isinstance(layer, Dense):
-            layers.append(keras.layers.Dense(layer.out_features,
-                                             activation="relu" if layer.relu else None,
-                                             kernel_initializer="zeros"))
-    model = keras.Sequential(layers, name=name)
-    model.set_weights(keras_layout(name, initial_weights(name, seed)))
+    """The model `name`, one unit per top-level spec layer, with the initial weights every
+    backend starts from (common.models), converted from PyTorch's layout to Keras'."""
+    leaves = []
+    units = [keras_unit(unit, layer, shape, leaves) for unit, layer, shape in named_layers(name)]
+    channels, height, width = input_shape(name)
+    model = keras.Sequential([keras.Input((height, width, channels)), *units], name=name)
+    model.spec_leaves = leaves
+    for keras_layer, values in zip(leaves, keras_layout(name, initial_weights(name, seed)),
+                                   strict=True):
+        if isinstance(keras_layer, TorchBatchNorm):  # running mean 0 and variance 1
+            values = [*values, np.zeros_like(values[0]), np.ones_like(values[0])]
+        keras_layer.set_weights(values)
     return model
 
 
 def keras_layout(name, tensors):
-    """PyTorch-layout weights (common.models.initial_weights) in Keras' layout: conv kernels
-    OIHW -> HWIO, dense kernels (out, in) -> (in, out), and for the dense layer after the
-    flatten the rows reordered from PyTorch's (C, H, W) flatten order to Keras' (H, W, C)."""
+    """PyTorch-layout weights (common.models.initial_weights) in Keras' layout, one list per
+    layer that holds weights, in the spec's order: conv kernels OIHW -> HWIO, dense kernels
+    (out, in) -> (in, out), and for the dense layer after the flatten the rows reordered from
+    PyTorch's (C, H, W) flatten order to Keras' (H, W, C); BatchNorm's scale and shift as they
+    are."""
     converted, values = [], iter(tensors)
     flattened = None
     for layer, shape in layer_shapes(name):
         if isinstance(layer, Flatten):
             flattened = shape
-        if not isinstance(layer, (Conv, Dense)):
-            continue
-        weight, bias = next(values), next(values)
-        if isinstance(layer, Conv):
-            kernel = weight.transpose(2, 3, 1, 0)
-        elif flattened is not None:
-            c, h, w = flattened
-            kernel = weight.reshape(-1, c, h, w).transpose(2, 3, 1, 0).reshape(h * w * c, -1)
-            flattened = None
-        else:
-            kernel = weight.T
-        converted += [np.ascontiguousarray(kernel), bias]
+        if isinstance(layer, BatchNorm):
+            converted.append([next(values), next(values)])
+        elif isinstance(layer, Conv):
+            kernel = next(values).transpose(2, 3, 1, 0)
+            converted.append([np.ascontiguousarray(kernel)]
+                             + ([next(values)] if layer.bias else []))
+        elif isinstance(layer, Dense):
+            weight, bias = next(values), next(values)
+            if flattened is not None:
+                c, h, w = flattened
+                kernel = weight.reshape(-1, c, h, w).transpose(2, 3, 1, 0).reshape(h * w * c, -1)
+                flattened = None
+            else:
+                kernel = weight.T
+            converted.append([np.ascontiguousarray(kernel), bias])
     return converted
+
+
+def trainable_leaf_weights(model):
+    """Every trainable tensor, layer by layer in the spec's order (keras_layout's order)."""
+    return [[w.numpy() for w in leaf.trainable_weights] for leaf in model.spec_leaves]
+
+
+def batchnorm_statistics(model):
+    """Every BatchNorm's moving mean and variance variables, in order."""
+    return [v for leaf in model.spec_leaves if isinstance(leaf, TorchBatchNorm)
+            for v in (leaf.moving_mean, leaf.moving_variance)]
 
 
 class TorchAdam(keras.optimizers.Adam):
@@ -133,7 +217,7 @@ def forward_flops(model):
     """2 x multiply-accumulates of the conv and dense layers, from the built layers' kernels and
     output shapes (the convention of common.models.flops_per_sample)."""
     total = 0
-    for layer in model.layers:
+    for layer in model._flatten_layers(include_self=False, recursive=True):
         if isinstance(layer, keras.layers.Conv2D):
             _, height, width, _ = layer.output.shape
             total += 2 * math.prod(layer.kernel.shape) * height * width

@@ -19,6 +19,7 @@ from tf_backend.collectives import TensorFlowCollectives
 
 class MultiWorkerMirroredBackend(TensorFlowBackend):
     name = "tf-multiworker"
+    batchnorm_statistics = TensorFlowBackend.mirrored_batchnorm
     spans_nodes = True
     launch_scope = "task"
 

@@ -9,10 +9,15 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from common.data import MEAN, STD, rank_indices
+from common.data import rank_indices
 from common.env import cpu_name, peak_rss_bytes
 from common.training import EVAL_BATCH, INPUT_PIPELINE_PER_DEVICE, TrainingLoop
-from tf_backend.models import build_model, build_optimizer, parameter_count
+from tf_backend.models import (
+    batchnorm_statistics,
+    build_model,
+    build_optimizer,
+    parameter_count,
+)
 
 
 class EpochTotals:
@@ -45,12 +50,14 @@ class TrainPipeline:
     what was trained on); the strategy splits it over its replicas. `threads`: the pipeline's
     private thread pool."""
 
-    def __init__(self, data, multiple, global_batch, seed, comm, threads):
+    def __init__(self, data, multiple, global_batch, seed, comm, threads, replicas):
         self.images = tf.constant(data.train_images)
         self.labels = tf.constant(data.train_labels.astype(np.int32))
+        self.mean, self.std = data.mean, data.std
         self.base = len(data.train_images)
         self.samples = self.base * multiple
         self.global_batch, self.seed, self.comm, self.threads = global_batch, seed, comm, threads
+        self.replicas = replicas
 
     @property
     def steps_per_epoch(self):
@@ -58,8 +65,13 @@ class TrainPipeline:
         return self.samples // self.global_batch
 
     def indices(self, epoch):
-        return rank_indices(self.samples, self.global_batch, self.seed, epoch, self.comm.rank,
-                            self.comm.world)
+        """This process's share of each global batch, ordered so that the strategy's contiguous
+        split gives replica r the samples PyTorch's sampler gives rank r (every r-th): replicas
+        then normalise (BatchNorm) over the same samples in every backend."""
+        order = rank_indices(self.samples, self.global_batch, self.seed, epoch, self.comm.rank,
+                             self.comm.world)
+        per_replica = self.global_batch // self.comm.world // self.replicas
+        return order.reshape(-1, per_replica, self.replicas).transpose(0, 2, 1).reshape(-1)
 
     def dataset(self, epochs):
         """All the epochs' batches in one dataset, so that one iterator serves the whole run:
@@ -67,7 +79,8 @@ class TrainPipeline:
         inside the epoch times (TF 2.21, logical CPU devices)."""
         def load(index):
             base = index % self.base
-            return normalise(tf.gather(self.images, base)), tf.gather(self.labels, base), index
+            images = normalise(tf.gather(self.images, base), self.mean, self.std)
+            return images, tf.gather(self.labels, base), index
 
         options = tf.data.Options()
         options.threading.private_threadpool_size = self.threads
@@ -79,9 +92,10 @@ class TrainPipeline:
                 .with_options(options))
 
 
-def normalise(images):
-    """uint8 (B, 28, 28) -> float32 (B, 28, 28, 1), normalised as the PyTorch backends do."""
-    return (tf.cast(images, tf.float32)[..., tf.newaxis] / 255 - MEAN) / STD
+def normalise(images, mean, std):
+    """uint8 (B, H, W, C) -> float32, normalised per channel (`mean`, `std`: the dataset's) as
+    the PyTorch backends do."""
+    return (tf.cast(images, tf.float32) / 255 - mean) / std
 
 
 def cross_entropy(labels, logits):
@@ -143,7 +157,8 @@ class TensorFlowLoop(TrainingLoop):
             self.epoch_totals = EpochTotals(self.strategy)
         self.comm.broadcast(self.model.variables + self.optimizer.variables)
         self.pipeline = TrainPipeline(self.job.data, cell.multiple, cell.global_batch, cell.seed,
-                                      self.comm, INPUT_PIPELINE_PER_DEVICE * self.replicas)
+                                      self.comm, INPUT_PIPELINE_PER_DEVICE * self.replicas,
+                                      self.replicas)
         replica_step = make_replica_step(self.model, self.optimizer, self.comm, cell.global_batch,
                                          self.epoch_totals)
 
@@ -204,8 +219,17 @@ class TensorFlowLoop(TrainingLoop):
         return self.backend.devices_per_process(self.cell)
 
     def replica_weights(self):
-        """Each replica's copy of every weight (mirrored variables hold one per replica)."""
-        copies = [self.strategy.experimental_local_results(v.value) for v in self.model.weights]
+        """Each replica's copy of every trainable weight (mirrored variables hold one per
+        replica)."""
+        copies = [self.strategy.experimental_local_results(v.value)
+                  for v in self.model.trainable_weights]
+        return [[values[replica].numpy() for values in copies]
+                for replica in range(self.replicas)]
+
+    def replica_batchnorm(self):
+        """Each replica's copy of every BatchNorm's moving mean and variance."""
+        copies = [self.strategy.experimental_local_results(v.value)
+                  for v in batchnorm_statistics(self.model)]
         return [[values[replica].numpy() for values in copies]
                 for replica in range(self.replicas)]
 
@@ -219,7 +243,8 @@ class TensorFlowLoop(TrainingLoop):
         """Accuracy on the whole test set (mirrored weights are read from the first replica)."""
         data = self.job.data
         model = self.model
-        predict = tf.function(lambda images: tf.argmax(model(normalise(images), training=False), 1))
+        predict = tf.function(lambda images: tf.argmax(
+            model(normalise(images, data.mean, data.std), training=False), 1))
         correct = 0
         for start in range(0, len(data.test_images), EVAL_BATCH):
             predicted = predict(data.test_images[start:start + EVAL_BATCH]).numpy()
