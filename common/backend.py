@@ -167,6 +167,11 @@ class Backend(abc.ABC):
         result on rank 0, None on the others."""
         raise Unsupported(f"{self.name} has no probe")
 
+    def profile(self, cell: Cell, threads_per_device: int, request: dict) -> dict:
+        """For `xbench profile`, inside a launched process set up as for training `cell` on one
+        device: the seconds of each pass of the units and of the step (common.profile)."""
+        raise Unsupported(f"{self.name} has no profile")
+
     def is_out_of_memory(self, error: BaseException) -> bool:
         """True if `error` is this framework's out-of-memory error."""
         return isinstance(error, MemoryError)

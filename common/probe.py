@@ -79,7 +79,7 @@ def run_probe(backends: list[str], devices: list[int], nodes: list[int], device:
                 echo(f"[{number}/{len(steps)}] {what}: not measured: {missing}")
                 continue
             outcome = launch(backend, cell, Path(logs) / f"{number:02d}.log", launcher,
-                             probe=request)
+                             measure=("probe", request))
             if outcome["status"] != "ok":
                 why = f"{outcome['status']}: {outcome.get('error', '').strip()}"
                 record["not_measured"].append({"what": what, "why": why})

@@ -167,10 +167,11 @@ def run_cell(cell, run_id, log_path, launcher, watch=lambda folder: None):
                     batchnorm)
 
 
-def launch(backend, cell, log_path, launcher, watch=lambda folder: None, probe=None):
+def launch(backend, cell, log_path, launcher, watch=lambda folder: None, measure=None):
     """Start the cell's processes with `launcher`, wait for them (or the timeout), and read what
-    they left: {status, error} or {status, result, env}. With `probe` (a request of
-    Backend.probe), the processes probe instead of training."""
+    they left: {status, error} or {status, result, env}. With `measure` (("probe", request) or
+    ("profile", request): the Backend method and its request), the processes measure that
+    instead of training."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     threads = threads_per_device(cell, launcher.cores)
     token = uuid.uuid4().hex
@@ -183,7 +184,7 @@ def launch(backend, cell, log_path, launcher, watch=lambda folder: None, probe=N
         job_path.write_text(json.dumps({"cell": cell.to_dict(), "threads_per_device": threads,
                                         "memory_budget_mb": budget_mb,
                                         "launched_at": time.time(),
-                                        **({"probe": probe} if probe else {})}))
+                                        **({"measure": measure} if measure else {})}))
         process_threads = threads * backend.devices_per_process(cell)
         environment = {**os.environ, "OMP_NUM_THREADS": str(process_threads),
                        "PYTHONUNBUFFERED": "1", "XBENCH_CELL": token,

@@ -1,6 +1,7 @@
 """Entry point of every launched process: `python -m common.worker JOB_JSON OUT_DIR`.
 
-Each rank loads the data and calls its backend's `train` (or, for `xbench probe`, its `probe`). The reporting rank writes `result.json`
+Each rank loads the data and calls its backend's `train` (or, for `xbench probe` and
+`xbench profile`, its `probe` or `profile`). The reporting rank writes `result.json`
 (its common.schema.Measurement and the environment) atomically; a rank that fails writes `error-<pid>.json` saying how (oom, unsupported or failed),
 then exits non-zero so the launcher (torchrun, horovodrun) ends the group.
 """
@@ -50,11 +51,12 @@ def main(job_path, out_dir):
     backend = get_backend(cell.backend)
     budget = spec["memory_budget_mb"]
     try:
-        if "probe" in spec:  # xbench probe: the cell's processes, no data, no training
+        if "measure" in spec:  # xbench probe or profile: the cell's processes, no training
+            method, request = spec["measure"]
             limit_memory(budget, backend.framework)
-            result = backend.probe(cell, spec["threads_per_device"], spec["probe"])
+            result = getattr(backend, method)(cell, spec["threads_per_device"], request)
             if result is not None:
-                write_json(out_dir / "result.json", {"probe": result, "env": env.capture()})
+                write_json(out_dir / "result.json", {method: result, "env": env.capture()})
             return 0
         job = Job(cell=cell, data=data_module.load(cell),
                   threads_per_device=spec["threads_per_device"], launched_at=spec["launched_at"],

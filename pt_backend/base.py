@@ -94,6 +94,15 @@ class TorchBackend(Backend):
         finally:
             self.stop_processes()
 
+    def profile(self, cell: Cell, threads_per_device: int, request: dict) -> dict:
+        from pt_backend.profile import profile
+
+        try:
+            _, device = self.set_up(cell, threads_per_device)
+            return profile(cell, device, request)
+        finally:
+            self.stop_processes()
+
     def is_out_of_memory(self, error: BaseException) -> bool:
         from pt_backend.train import is_out_of_memory
         return is_out_of_memory(error)

@@ -59,7 +59,12 @@ SECTIONS = [
     ("Against the limit", [LIMITS_TEXT], [], ["limits"]),
     ("Accuracy", [
         "Mean training loss and accuracy per epoch, and test accuracy after training, against "
-        "devices and batch size (no learning-rate scaling)."], ["accuracy"], ["accuracy"]),
+        "devices and batch size (no learning-rate scaling).",
+        "A model with BatchNorm is evaluated with one replica's running statistics, so what a "
+        "backend does with them across replicas changes the test accuracy: the second table says "
+        "it per cell, with how far the replicas' statistics ended apart (the largest difference "
+        "of any statistic from replica 0's, relative to replica 0's largest; 0: every replica "
+        "holds rank 0's)."], ["accuracy"], ["accuracy", "batchnorm"]),
     ("Memory", [
         "Peak memory per device where recorded: allocated memory per GPU, or peak resident "
         "memory per process on CPU. DataParallel gathers on device 0, which shows here."],
@@ -171,6 +176,8 @@ def report_tables(frame, cells, scaling, communication, failures):
                           tables.communication_table(communication), figures.COMMUNICATION_NEEDS),
         "accuracy": ("Loss and accuracy per epoch, test accuracy, per cell",
                      tables.accuracy_table(cells), figures.NO_ROWS),
+        "batchnorm": ("BatchNorm's running statistics across replicas, per cell",
+                      tables.batchnorm_table(cells), "no model in these results has BatchNorm"),
         "memory": ("Peak memory of each device, per cell", tables.memory_table(cells),
                    "no usable run recorded its memory"),
         "overhead": ("Start-up seconds and epoch-1 extra seconds, per cell",

@@ -89,6 +89,8 @@ def cell_table(frame):
                       global_digests=sorted({d for d in ok["global_digests"] if d}),
                       shard_overlap=int(ok["shard_overlap"].max()) if len(ok) else 0,
                       replicas_agree=bool(ok["replicas_agree"].all()),
+                      batchnorm=first.get("batchnorm"),
+                      batchnorm_difference=ok["batchnorm_difference"].max(),
                       test_accuracy_values=ok["test_accuracy"].dropna().tolist())
         for epoch in (1, 2):
             seconds = ok[f"epoch{epoch}_seconds"].dropna().tolist()
@@ -121,7 +123,8 @@ CELL_COLUMNS = [
     "collective_library", "cores", "devices_per_node", "training", "set_epoch",
     "lr_scaling", "warmup_epochs", "batch_sweep", "traffic", "epoch2_input_seconds", "n", "runs",
     "contended_runs", "statuses", "steps_per_epoch", "epoch2_samples", "memory_per_device",
-    "epoch_means", "global_digests", "shard_overlap", "replicas_agree", "test_accuracy_values",
+    "epoch_means", "global_digests", "shard_overlap", "replicas_agree", "batchnorm",
+    "batchnorm_difference", "test_accuracy_values",
     *[f"epoch{e}_{field}" for e in (1, 2) for field in (
         "seconds_values", "seconds", "seconds_ci", "rate", "rate_low", "rate_high")],
     *[f"{m}{suffix}" for m in METRICS for suffix in ("", "_std", "_ci")]]

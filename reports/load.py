@@ -95,6 +95,9 @@ def rows_frame(rows, include_contended=False):
     frame["shard_overlap"] = [max(e.get("shard_overlap") or [0]) for e in evidence]
     frame["replicas_agree"] = [len(set(e.get("replica_weight_digests") or [])) <= 1
                                for e in evidence]
+    frame["batchnorm"] = [row.get("batchnorm") for row in rows]
+    frame["batchnorm_difference"] = numbers([(e.get("batchnorm") or {}).get(
+        "max_relative_difference") for e in evidence])
     return frame
 
 
@@ -124,7 +127,7 @@ def load_probes(paths, frame):
 
 def training_label(row):
     """The row's training settings in a few words ('adam 0.001'; 'sgd 0.1 m0.9 wd0.0005, lr
-    linear/128, warm-up 1'; '..., no set_epoch')."""
+    linear/128, warm-up 1'; '..., no set_epoch'; '..., pinned-non-blocking, 2 loader workers')."""
     label = f"{row.get('optimizer', 'adam')} {row.get('lr', 1e-3):g}"
     if row.get("momentum"):
         label += f" m{row['momentum']:g}"
@@ -136,6 +139,10 @@ def training_label(row):
         label += f", warm-up {row['warmup_epochs']}"
     if row.get("set_epoch") is False:
         label += ", no set_epoch"
+    if row.get("host_memory", "pageable") != "pageable":
+        label += f", {row['host_memory']}"
+    if row.get("loader_workers"):
+        label += f", {row['loader_workers']} loader workers"
     return label
 
 

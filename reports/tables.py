@@ -194,6 +194,19 @@ def accuracy_table(cells):
                             ("test accuracy", lambda c: num(c["test_accuracy"], 4))])
 
 
+def batchnorm_table(cells):
+    """The cells of models with BatchNorm: what the backend does with the running statistics
+    across replicas, how far apart the replicas' statistics ended, the test accuracy."""
+    measured = analysis.measured(cells)
+    with_batchnorm = measured[measured["batchnorm"].notna()]
+    return table(with_batchnorm, [
+        *CELL, ("training", column("training")),
+        ("running statistics across replicas", column("batchnorm")),
+        ("largest difference from replica 0 at the end",
+         lambda c: "—" if c["devices"] == 1 else num(c["batchnorm_difference"])),
+        ("test accuracy", lambda c: num(c["test_accuracy"], 4))])
+
+
 def memory_table(cells):
     measured = analysis.measured(cells)
     measured = measured[measured["memory_per_device"].map(bool)]

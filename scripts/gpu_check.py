@@ -5,7 +5,8 @@ venv build, no TensorFlow: it runs from this checkout with PYTHONPATH). It runs 
 per GPU at fp32/tf32/bf16, nccl all-reduce at every GPU count), then pt-single, pt-dp, pt-ddp
 (and hvd-torch where Horovod is built) on 1, 2, 4 ... and all the GPUs, 3 repeats each, on real
 MNIST where it finds it (XBENCH_DATA_DIR, shared/data/mnist, ../shared/data/mnist; else synthetic
-data, and the rows say so), makes the report, and prints rates, MFU and memory per GPU.
+data, and the rows say so), makes the report, and prints rates, MFU and memory per GPU; then
+profiles ResNet-18's layers on one GPU (`xbench profile`, batch 128).
 
     usage: python3 scripts/gpu_check.py [--out DIR]      (default results/gpu-check)
 Exit 2 where torch sees no GPU or a dependency is missing, else the grid's exit code.
@@ -86,7 +87,10 @@ def main() -> int:
     for index, block in enumerate(summary):
         if block.startswith(PRINTED):
             print(f"\n{block}\n\n{summary[index + 1]}")
-    return code
+    profiled = xbench("profile", "--model", "resnet18", "--batch", "128", "--backend", "pt-single",
+                      "--device", "cuda", "--steps", "30", "--warmup", "5",
+                      "--out", str(out / "profile-resnet18"))
+    return code or profiled
 
 
 if __name__ == "__main__":

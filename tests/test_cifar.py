@@ -177,7 +177,7 @@ SINGLE = [b for b in BACKENDS if not backend_class(b).spans_devices]
 
 
 @pytest.fixture(scope="module")
-def cifar_rows(tmp_path_factory):
+def cifar_results(tmp_path_factory):
     """The cifar-smoke grid: the single-device backends and pt-dp on 1 device, every spanning
     backend on 2 (pt-dp's is unsupported on a CPU)."""
     results = tmp_path_factory.mktemp("cifar") / "cifar.jsonl"
@@ -187,7 +187,12 @@ def cifar_rows(tmp_path_factory):
                                devices, "--results", str(results)],
                               capture_output=True, text=True, timeout=1500)
         assert done.returncode == 0, done.stdout + done.stderr
-    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    return results
+
+
+@pytest.fixture(scope="module")
+def cifar_rows(cifar_results):
+    rows = [json.loads(line) for line in cifar_results.read_text().splitlines()]
     return {(r["backend"], r["model"], r["devices"]): r for r in rows}
 
 
@@ -236,6 +241,22 @@ def test_each_backends_batchnorm_statistics_are_recorded_and_checked(cifar_rows,
     difference = {b: cifar_rows[(b, model, 2)]["evidence"]["batchnorm"]["max_relative_difference"]
                   for b in ("pt-ddp", "hvd-torch")}
     assert difference["pt-ddp"] < difference["hvd-torch"], difference
+
+
+def test_the_report_shows_what_each_backend_does_with_the_statistics(cifar_results, tmp_path):
+    done = subprocess.run([sys.executable, "-m", "common.cli", "report", str(cifar_results),
+                           "--out", str(tmp_path), "--format", "md", "--include-contended"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    page = (tmp_path / "summary.md").read_text()
+    table = page.split("### BatchNorm's running statistics across replicas, per cell")[1]
+    table = table.split("\n## ")[0]
+    lines = [line for line in table.splitlines() if line.startswith("| A |")]
+    assert len(lines) == 2 * (len(SINGLE) + 1 + len(SPANNING) - 1)  # every ok cell
+    for backend in BACKENDS:
+        policy = backend_class(backend).batchnorm_statistics.replace("_", "\\_")
+        assert any(f"| {backend} (synthetic) |" in line and policy in line for line in lines)
+    assert "| sgd 0.01 m0.9 |" in lines[0]
 
 
 MIRRORED_READ = """

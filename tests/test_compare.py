@@ -70,7 +70,7 @@ def test_version_json_and_no_color():
     assert {"backend", "available", "reason", "spans_nodes"} <= set(backends[0])
     models = json.loads(xbench("models", "--json").stdout)
     assert {(m["model"], m["params"]) for m in models if m["source"] == "spec (common)"} == {
-        ("small", 402_442), ("large", 4_104_202)}
+        ("small", 402_442), ("large", 4_104_202), ("resnet18", 11_173_962), ("vgg19", 20_040_522)}
     assert "TensorFlow" not in xbench("models").stderr  # framework log lines kept off
     bad = [*XBENCH, "grid", "--preset", "smoke", "--backend", "nope"]
     _, coloured = run_in_terminal(bad)

@@ -88,6 +88,12 @@ class TensorFlowBackend(Backend):
         comm, _, kind = self.set_up(cell, threads_per_device)
         return probe(self, comm, kind, request)
 
+    def profile(self, cell: Cell, threads_per_device: int, request: dict) -> dict:
+        from tf_backend.profile import profile
+
+        _, _, kind = self.set_up(cell, threads_per_device)
+        return profile(cell, kind, request)
+
     def cannot_launch(self, cell: Cell) -> str | None:
         if cell.host_memory != "pageable" or cell.loader_workers:
             return ("host_memory and loader_workers are PyTorch DataLoader settings; tf.data "

@@ -1,0 +1,121 @@
+"""What `xbench profile` shows of its record (common.profile): a table per framework, a figure of
+the units side by side, and the JSON file with every round's seconds."""
+import json
+import textwrap
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+from reports.figures import color, render
+from reports.tables import num
+
+COLUMNS = (("unit", "<"), ("layer", "<"), ("output", "<"), ("params", ">"),
+           ("fwd ms [95% CI]", "<"), ("bwd ms [95% CI]", "<"), ("share", ">"),
+           ("fwd GFLOP/s", ">"), ("bwd GFLOP/s", ">"))
+METHOD = ("Each unit runs alone on its input inside the model, forward then backward (the "
+          "gradients of its weights and input), synchronised, wall clock; a time is the median "
+          "of the kept rounds with its distribution-free 95% interval; share = the unit's "
+          "forward + backward medians / the whole step's median; GFLOP/s = 2 x multiply-"
+          "accumulates of its convolutions and dense layers / the median (backward: twice the "
+          "forward's, once for the first unit, which computes no input gradient).")
+
+
+def ms(summary) -> str:
+    """'1.23 [1.20, 1.31]' in milliseconds, '—' for a pass that does not exist."""
+    if summary is None:
+        return "—"
+    return (f"{num(summary['median'] * 1e3)} "
+            f"[{num(summary['low'] * 1e3)}, {num(summary['high'] * 1e3)}]")
+
+
+def table_text(record: dict) -> str:
+    """The profile as plain text: one table per framework, then what was not measured."""
+    lines = [f"{record['model']}, batch {record['batch']}, {record['data']} data, "
+             f"{record['warmup']} warm-up + {record['steps']} timed rounds"]
+    for framework in record["frameworks"]:
+        step, contention = framework["step"], framework["contention"]
+        lines += ["", f"{framework['backend']}: {framework['framework']} "
+                      f"{framework['framework_version']} on {framework['device_name']} "
+                      f"({framework['device_type']}, {framework['threads']} threads)"]
+        rows = [[name for name, _ in COLUMNS]] + [
+            [unit["unit"], unit["layer"], "x".join(map(str, unit["output_shape"])),
+             f"{unit['params']:,}", ms(unit["forward"]), ms(unit["backward"]),
+             f"{unit['share_of_step']:.1%}", num(unit["forward_gflops"], 1),
+             num(unit["backward_gflops"], 1)] for unit in framework["units"]]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
+        lines += ["  ".join(f"{value:{align}{width}}" for value, (_, align), width
+                            in zip(row, COLUMNS, widths)) for row in rows]
+        total = step["total"]["median"]
+        which = "every unit" if framework["all_units"] else "the units timed"
+        lines += [f"whole step: {ms(step['total'])} ms = forward with loss "
+                  f"{ms(step['forward'])} + backward {ms(step['backward'])} + optimizer "
+                  f"{ms(step['optimizer'])}",
+                  f"{which}, each alone: {num(framework['units_seconds'] * 1e3)} ms "
+                  f"({framework['units_seconds'] / total:.0%} of the step)"
+                  + (rest_text(total - framework["units_seconds"]) if framework["all_units"]
+                     else ""),
+                  contention_text(contention)]
+    lines += [f"{missing['backend']}: not measured: {missing['why'].splitlines()[0]}"
+              for missing in record["not_measured"]]
+    return "\n".join([*lines, "", *textwrap.wrap(METHOD, 100)])
+
+
+def rest_text(rest: float) -> str:
+    """What the step spends beyond its units alone (the loss, the optimizer, the framework), or
+    why the units alone took longer."""
+    if rest >= 0:
+        return f"; rest of step (loss, optimizer, framework): {num(rest * 1e3)} ms"
+    return (f"; {num(-rest * 1e3)} ms more than the step: alone, each pass pays its own launch "
+            f"and synchronisation, which passes inside a step overlap")
+
+
+def contention_text(contention: dict) -> str:
+    share = (contention["other_cpu_share"] or 0) + (contention["steal_share"] or 0)
+    text = (f"other processes and steal used {share:.0%} of the cores while it was timed "
+            f"(1-minute load {contention['load_1m']:.1f})")
+    return ("CONTENDED: " + text + ": these times are not this machine's") \
+        if contention["contended"] else text
+
+
+def figure(record: dict) -> Figure:
+    """Horizontal bars, one group per unit: each framework's forward and backward medians
+    stacked, with their 95% intervals."""
+    frameworks = record["frameworks"]
+    units = [u["unit"] for u in frameworks[0]["units"]] if frameworks else []
+    figure = Figure(figsize=(7.5, 1.2 + 0.32 * len(units) * max(1, len(frameworks))))
+    ax = figure.subplots()
+    height = 0.8 / max(1, len(frameworks))
+    for number, framework in enumerate(frameworks):
+        rows = {u["unit"]: u for u in framework["units"]}
+        where = [i + number * height for i in range(len(units))]
+        forward = [rows[u]["forward"] for u in units]
+        backward = [rows[u]["backward"] or {"median": 0, "low": 0, "high": 0} for u in units]
+        tint = color(framework["backend"])
+        ax.barh(where, [f["median"] * 1e3 for f in forward], height, color=tint,
+                xerr=errors(forward), label=f"{framework['backend']} forward "
+                f"(whole step {framework['step']['total']['median'] * 1e3:.3g} ms)")
+        ax.barh(where, [b["median"] * 1e3 for b in backward], height, hatch="//",
+                left=[f["median"] * 1e3 for f in forward], color="white", edgecolor=tint,
+                xerr=errors(backward), label=f"{framework['backend']} backward")
+    ax.set_yticks([i + height * (len(frameworks) - 1) / 2 for i in range(len(units))], units)
+    ax.invert_yaxis()
+    ax.set_xlabel("milliseconds per pass (median, 95% CI)")
+    ax.set_title(f"{record['model']}, batch {record['batch']}: each unit's forward and backward")
+    ax.legend(fontsize="small", loc="lower right")
+    return figure
+
+
+def errors(summaries):
+    """matplotlib's xerr (below, above) in ms of the medians' intervals."""
+    return [[(s["median"] - s["low"]) * 1e3 for s in summaries],
+            [(s["high"] - s["median"]) * 1e3 for s in summaries]]
+
+
+def write(record: dict, out: Path) -> list[Path]:
+    """profile.json (every round's seconds), profile.txt and profile.png in `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = [out / "profile.json", out / "profile.txt", out / "profile.png"]
+    written[0].write_text(json.dumps(record, indent=1) + "\n")
+    written[1].write_text(table_text(record) + "\n")
+    written[2].write_bytes(render(figure(record), "png"))
+    return written

@@ -1,0 +1,97 @@
+"""`xbench profile`: ResNet-18's units timed forward and backward in both frameworks on the CPU,
+through the real command line; what the record holds and how its numbers fit together; bad
+input exits 2 with one line."""
+import json
+import math
+
+import pytest
+from conftest import xbench
+
+from common.models import flops_per_sample, named_layers, parameter_count
+from common.profile import MIN_STEPS, STEP_PASSES
+
+BATCH = 8
+
+
+@pytest.fixture(scope="module")
+def resnet_profile(tmp_path_factory):
+    """One profile of every unit of resnet18 with pt-single and tf-single: (record, stdout, out)."""
+    out = tmp_path_factory.mktemp("profile")
+    run = xbench("profile", "--model", "resnet18", "--batch", BATCH, "--steps", MIN_STEPS,
+                 "--warmup", 1, "--device", "cpu", "--out", out, timeout=900)
+    assert run.returncode == 0, run.stderr
+    return json.loads((out / "profile.json").read_text()), run.stdout, out
+
+
+def test_every_unit_in_both_frameworks(resnet_profile):
+    record, printed, out = resnet_profile
+    assert record["model"] == "resnet18" and record["batch"] == BATCH
+    assert record["data"] == "synthetic" and not record["not_measured"]
+    assert [f["backend"] for f in record["frameworks"]] == ["pt-single", "tf-single"]
+    units = [unit for unit, _, _ in named_layers("resnet18")]
+    assert units[:3] == ["conv1", "bn1", "block1"] and units[-1] == "fc1"
+    for framework in record["frameworks"]:
+        assert framework["device_type"] == "cpu" and framework["all_units"]
+        assert [u["unit"] for u in framework["units"]] == units
+        # the raw seconds of every kept round are in the file, every pass once per round
+        for name, seconds in framework["seconds"].items():
+            assert len(seconds) == MIN_STEPS and all(s > 0 for s in seconds), name
+        assert {f"step.{p}" for p in STEP_PASSES} <= set(framework["seconds"])
+        assert "contended" in framework["contention"]
+        printed_table = printed.split(f"{framework['backend']}: {framework['framework']} ")[1]
+        for unit in units:
+            assert f"\n{unit} " in printed_table
+    assert (out / "profile.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "resnet18, batch 8" in (out / "profile.txt").read_text()
+
+
+def test_the_numbers_fit_together(resnet_profile):
+    record = resnet_profile[0]
+    for framework in record["frameworks"]:
+        units, step = framework["units"], framework["step"]
+        # the spec's counts: every parameter and FLOP of the model is in one unit
+        assert sum(u["params"] for u in units) == parameter_count("resnet18")
+        assert sum(u["forward_flops"] for u in units) == flops_per_sample("resnet18") * BATCH
+        conv1, block1, pool = units[0], units[2], units[-2]
+        assert conv1["backward_flops"] == conv1["forward_flops"]  # no input gradient
+        assert block1["backward_flops"] == 2 * block1["forward_flops"]
+        assert pool["forward_gflops"] is None and pool["params"] == 0
+        assert block1["forward_gflops"] == pytest.approx(
+            block1["forward_flops"] / block1["forward"]["median"] / 1e9)
+        # a median lies in its interval; a share is the unit's medians over the step's
+        for unit in units:
+            for summary in (unit["forward"], unit["backward"]):
+                assert summary["low"] <= summary["median"] <= summary["high"]
+            assert unit["share_of_step"] == pytest.approx(
+                (unit["forward"]["median"] + unit["backward"]["median"])
+                / step["total"]["median"])
+        assert math.isclose(sum(u["share_of_step"] for u in units),
+                            framework["units_seconds"] / step["total"]["median"])
+        # the whole step runs every unit forward and backward: longer than any one unit alone
+        assert step["total"]["median"] > max(u["forward"]["median"] for u in units)
+
+
+def test_some_layers_only(tmp_path):
+    run = xbench("profile", "--model", "vgg19", "--batch", 4, "--backend", "pt-single",
+                 "--layer", "conv1,fc1", "--steps", MIN_STEPS, "--warmup", 1, "--device", "cpu",
+                 "--json", "--out", tmp_path)
+    assert run.returncode == 0, run.stderr
+    (framework,) = json.loads(run.stdout)["frameworks"]
+    assert [u["unit"] for u in framework["units"]] == ["conv1", "fc1"]
+    assert not framework["all_units"] and framework["step"]["total"]["n"] == MIN_STEPS
+    assert (tmp_path / "profile.json").is_file()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "resnet18", "--batch", 8, "--layer", "block9"],
+     "resnet18 has no layer 'block9' (did you mean 'block8'?); its layers are conv1, bn1"),
+    (["--model", "resnet81", "--batch", 8], "unknown model 'resnet81' (did you mean 'resnet18'?)"),
+    (["--model", "small", "--batch", 8, "--backend", "pt-ddp"],
+     "backend 'pt-ddp' is not one of pt-single, tf-single"),
+    (["--model", "small", "--batch", 8, "--steps", 3], f"--steps must be at least {MIN_STEPS}"),
+    (["--model", "small", "--batch", 0], "--batch must be at least 1"),
+])
+def test_bad_input_exits_2_with_one_line(args, message, tmp_path):
+    run = xbench("profile", *args, "--out", tmp_path)
+    assert run.returncode == 2 and message in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1 and not list(tmp_path.iterdir())

@@ -1,0 +1,84 @@
+"""TensorFlow's part of `xbench profile` (common.profile): the passes of each unit and of the whole
+training step, each pass a compiled tf.function as in training (the gradient of a tf.function
+runs as a compiled function too), in training mode."""
+import tensorflow as tf
+
+from common.data import load
+from common.profile import STEP_PASSES, time_passes
+from tf_backend.models import build_model, build_optimizer
+from tf_backend.train import cross_entropy, device_name, normalise
+
+
+def profile(cell, kind, request):
+    """The seconds of every pass of `request`'s units and of the step (common.profile)."""
+    data = load(cell)
+    model = build_model(cell.model, cell.seed)
+    x = normalise(tf.constant(data.train_images), data.mean, data.std)
+    labels = tf.constant(data.train_labels.astype("int64"))
+    generator = tf.random.Generator.from_seed(cell.seed)
+    passes, unit_input = [], x
+    for index, unit in enumerate(model.layers):
+        output = unit(unit_input, training=False)
+        if unit.name in request["units"]:
+            gradient = generator.normal(output.shape)
+            passes += unit_passes(unit, unit_input, gradient, input_gradient=index > 0)
+        unit_input = output
+    optimizer = build_optimizer()
+    optimizer.build(model.trainable_variables)
+    passes += step_passes(model, optimizer, x, labels)
+    timed = time_passes(passes, lambda: sync(kind), request["steps"], request["warmup"],
+                        cell.contention_limit)
+    return {"framework": "tensorflow", "framework_version": tf.__version__,
+            "device_type": kind, "device_name": device_name(kind),
+            "threads": tf.config.threading.get_intra_op_parallelism_threads(), **timed}
+
+
+def sync(kind):
+    """Wait for the GPU; on a CPU a call returns when its work is done."""
+    if kind == "cuda":
+        tf.raw_ops.SyncDevice()
+
+
+def unit_passes(unit, unit_input, gradient, input_gradient: bool):
+    """The unit's forward pass, and its backward pass: the gradients of its weights (and of its
+    input where training needs them) from `gradient`."""
+    run = tf.function(lambda inputs: unit(inputs, training=True))
+    weights = unit.trainable_variables
+    kept = {}
+
+    def forward():
+        with tf.GradientTape() as tape:  # watches the trainable weights it sees used
+            if input_gradient:
+                tape.watch(unit_input)
+            kept["output"] = run(unit_input)
+        kept["tape"] = tape
+
+    def backward():
+        wanted = [*([unit_input] if input_gradient else []), *weights]
+        kept.pop("tape").gradient(kept.pop("output"), wanted, output_gradients=gradient)
+
+    has_backward = input_gradient or bool(weights)
+    return ([(f"{unit.name}.forward", forward)]
+            + ([(f"{unit.name}.backward", backward)] if has_backward else []))
+
+
+def step_passes(model, optimizer, x, labels):
+    """One training step as tf_backend.train runs it (the mean loss, the optimizer's update), in
+    three timed passes."""
+    loss_of = tf.function(lambda images, targets: tf.reduce_mean(
+        cross_entropy(targets, model(images, training=True))))
+    apply = tf.function(lambda gradients: optimizer.apply(gradients, model.trainable_variables))
+    kept = {}
+
+    def forward():
+        with tf.GradientTape() as tape:
+            kept["loss"] = loss_of(x, labels)
+        kept["tape"] = tape
+
+    def backward():
+        kept["gradients"] = kept.pop("tape").gradient(kept.pop("loss"), model.trainable_variables)
+
+    def update():
+        apply(kept.pop("gradients"))
+
+    return [(f"step.{name}", run) for name, run in zip(STEP_PASSES, (forward, backward, update))]
