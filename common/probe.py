@@ -14,11 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from common import env
-from common.backend import get_backend
 from common.grid import Cell
 from common.limits import PROBE_VERSION
 from common.models import MODELS, gradient_bytes
-from common.runner import check_devices, launch
+from common.runner import check_devices, measure
 from common.schema import now
 
 MATMUL_BACKENDS = ("pt-single", "tf-single")
@@ -72,20 +71,12 @@ def run_probe(backends: list[str], devices: list[int], nodes: list[int], device:
     with tempfile.TemporaryDirectory(prefix="xbench-probe-") as logs:
         for number, (cell, request) in enumerate(steps, 1):
             what = describe(cell, request)
-            backend = get_backend(cell.backend)
-            missing = backend.missing()
-            if missing:
-                record["not_measured"].append({"what": what, "why": missing})
-                echo(f"[{number}/{len(steps)}] {what}: not measured: {missing}")
-                continue
-            outcome = launch(backend, cell, Path(logs) / f"{number:02d}.log", launcher,
-                             measure=("probe", request))
-            if outcome["status"] != "ok":
-                why = f"{outcome['status']}: {outcome.get('error', '').strip()}"
+            found, why = measure(cell, "probe", request, Path(logs) / f"{number:02d}.log",
+                                 launcher)
+            if why:
                 record["not_measured"].append({"what": what, "why": why})
                 echo(f"[{number}/{len(steps)}] {what}: not measured: {why.splitlines()[0]}")
                 continue
-            found = outcome["result"]["probe"]
             if "matmul" in found:
                 record["matmul"] += [{**{k: v for k, v in found.items() if k != "matmul"}, **m}
                                      for m in found["matmul"]]

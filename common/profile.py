@@ -33,10 +33,9 @@ import numpy as np
 from scipy import stats
 
 from common import env
-from common.backend import get_backend
 from common.contention import ContentionProbe, epoch_contention
 from common.errors import UserError, did_you_mean
-from common.grid import DEFAULTS, Cell
+from common.grid import Cell
 from common.models import (
     MODELS,
     BatchNorm,
@@ -50,7 +49,7 @@ from common.models import (
     named_layers,
     output_shape,
 )
-from common.runner import launch
+from common.runner import measure
 from common.schema import now
 
 PROFILE_VERSION = 1
@@ -194,23 +193,14 @@ def run_profile(model: str, batch: int, backends: list[str], units: list[str], s
     request = {"units": units, "steps": steps, "warmup": warmup}
     with tempfile.TemporaryDirectory(prefix="xbench-profile-") as logs:
         for name in backends:
-            backend = get_backend(name)
-            missing = backend.missing()
-            if missing:
-                record["not_measured"].append({"backend": name, "why": missing})
-                echo(f"{name}: not measured: {missing}")
-                continue
             echo(f"{name}: timing {len(units)} unit(s) of {model} at batch {batch}, "
                  f"{warmup} warm-up + {steps} rounds ...")
-            cell = profile_cell(name, model, batch, device, seed)
-            outcome = launch(backend, cell, Path(logs) / f"{name}.log", launcher,
-                             measure=("profile", request))
-            if outcome["status"] != "ok":
-                why = f"{outcome['status']}: {outcome.get('error', '').strip()}"
+            measured, why = measure(profile_cell(name, model, batch, device, seed), "profile",
+                                    request, Path(logs) / f"{name}.log", launcher)
+            if why:
                 record["not_measured"].append({"backend": name, "why": why})
                 echo(f"{name}: not measured: {why.splitlines()[0]}")
                 continue
-            measured = outcome["result"]["profile"]
             record["frameworks"].append({**measured, "backend": name,
                                          **summarize(model, batch, measured)})
     return record

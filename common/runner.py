@@ -196,6 +196,19 @@ def launch(backend, cell, log_path, launcher, watch=lambda folder: None, measure
         return outcome(Path(out_dir), ended, log_path)
 
 
+def measure(cell, method, request, log_path, launcher) -> tuple[dict | None, str | None]:
+    """Launch `cell`'s processes to run Backend.`method` ("probe" or "profile") with `request`
+    instead of training: (its result, None), or (None, why there is none)."""
+    backend = get_backend(cell.backend)
+    missing = backend.missing()
+    if missing:
+        return None, missing
+    ended = launch(backend, cell, log_path, launcher, measure=(method, request))
+    if ended["status"] != "ok":
+        return None, f"{ended['status']}: {ended.get('error', '').strip()}"
+    return ended["result"][method], None
+
+
 def outcome(out_dir, ended, log_path):
     """The row fields for what a finished (or killed) cell left behind (`ended`: how its
     processes ended, common.launch.Ended)."""
