@@ -56,10 +56,12 @@ class Images:
 
     @property
     def mean(self) -> tuple[float, ...]:
+        """Per-channel mean of the dataset's training images (0-1 scale), as normalised."""
         return NORMALISATION[self.layout][0]
 
     @property
     def std(self) -> tuple[float, ...]:
+        """Per-channel standard deviation of the dataset's training images (0-1 scale)."""
         return NORMALISATION[self.layout][1]
 
 
@@ -188,14 +190,21 @@ def epoch_order(samples, seed, epoch):
     return np.random.default_rng([seed, epoch]).permutation(samples)
 
 
-def rank_indices(samples, global_batch, seed, epoch, rank, world):
-    """Indices rank `rank` trains on in `epoch`, in order, as DistributedSampler deals them.
+def rank_indices(samples: int, global_batch: int, seed: int, epoch: int, rank: int, world: int,
+                 replicas: int = 1) -> np.ndarray:
+    """Indices process `rank` of `world` trains on in `epoch`, in order, as DistributedSampler
+    deals them.
 
     The incomplete last global batch is dropped, then sample i goes to rank i % world; consecutive
     per-device batches of every rank together make exactly the global batches of a 1-device run.
+    A process that splits its batch into `replicas` contiguous parts itself (DataParallel,
+    MirroredStrategy) gets each batch reordered so that part r holds every r-th sample, what
+    DistributedSampler gives rank r: BatchNorm then normalises over the same samples per replica
+    in every backend.
     """
-    order = epoch_order(samples, seed, epoch)[: samples // global_batch * global_batch]
-    return order[rank::world]
+    order = epoch_order(samples, seed, epoch)[: samples // global_batch * global_batch][rank::world]
+    per_replica = global_batch // world // replicas
+    return order.reshape(-1, per_replica, replicas).transpose(0, 2, 1).reshape(-1)
 
 
 def download(to):
@@ -247,15 +256,20 @@ def load_cifar10(data_dir=None, pickles=CIFAR_PICKLES, archives=CIFAR_ARCHIVES) 
     either archive (the Python or the binary version) unextracted, each checked against its
     MD5 (`pickles`, `archives`: name -> MD5, the published ones unless a test writes its
     own)."""
+    incomplete = {}
     for folder in cifar10_dirs(data_dir):
-        if all((folder / name).is_file() for name in pickles):
+        missing = [name for name in pickles if not (folder / name).is_file()]
+        if not missing:
             parts = {name: _cifar_pickle(_verified(folder / name, md5))
                      for name, md5 in pickles.items()}
             return _cifar_images(parts, str(folder.resolve()))
         for name, md5 in archives.items():
             if (folder / name).is_file():
                 return _cifar_archive(_verified(folder / name, md5), str((folder / name).resolve()))
-    looked = "\n  ".join(str(d) for d in cifar10_dirs(data_dir))
+        if len(missing) < len(pickles):
+            incomplete[folder] = missing
+    looked = "\n  ".join(str(d) + (f" (lacks {', '.join(incomplete[d])})" if d in incomplete else "")
+                         for d in cifar10_dirs(data_dir))
     raise UserError(f"CIFAR-10 not found. Looked for {CIFAR_FOLDER}'s six files "
                     f"({', '.join(pickles)}) or {' or '.join(archives)} in:\n  {looked}\n"
                     f"{CIFAR_HOW_TO_GET}")

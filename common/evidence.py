@@ -51,11 +51,13 @@ def batchnorm_evidence(statistics: list[list[np.ndarray]]) -> dict:
     """From `statistics[replica]` (every BatchNorm's running mean and variance as each replica
     holds them at the end, in rank order): their digests, and the largest difference of any
     statistic between a replica and replica 0 relative to replica 0's largest (0: every replica
-    holds rank 0's statistics)."""
+    holds rank 0's statistics; None where one copy is all there is, as in DataParallel)."""
+    digests = [weights_digest(replica) for replica in statistics]
     first = statistics[0]
+    if len(statistics) < 2:
+        return {"replica_digests": digests, "max_relative_difference": None}
     scale = max(float(np.abs(a).max()) for a in first)
-    difference = max((float(np.abs(np.asarray(a) - b).max())
-                      for replica in statistics[1:] for a, b in zip(replica, first, strict=True)),
-                     default=0.0)
-    return {"replica_digests": [weights_digest(replica) for replica in statistics],
+    difference = max(float(np.abs(np.asarray(a) - b).max())
+                     for replica in statistics[1:] for a, b in zip(replica, first, strict=True))
+    return {"replica_digests": digests,
             "max_relative_difference": difference / scale if scale else difference}

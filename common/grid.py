@@ -407,8 +407,8 @@ def _check_value(key, value, kind):
 
 
 def _check_sizes(values, settings):
-    """A name that is a file name, a grid that fits in memory, batches no larger than the
-    training set."""
+    """A name that is a file name, a grid that fits in memory, a cap and batches no larger than
+    the training set."""
     if not NAME.match(settings["name"]):
         raise UserError(f"grid name {settings['name']!r} must be letters, digits, '.', '_' or '-' "
                         f"(it names the results file results/<name>.jsonl), starting with a "
@@ -417,8 +417,13 @@ def _check_sizes(values, settings):
     if cells > MAX_CELLS:
         raise UserError(f"the grid has {cells:,} cells (axes x repeats); at most {MAX_CELLS:,}: "
                         f"narrow an axis or lower --repeat")
-    base = min(min(train_samples(settings["data"], m) for m in values["models"]),
-               settings["max_train_samples"] or math.inf)
+    smallest = min(train_samples(settings["data"], m) for m in values["models"])
+    if settings["max_train_samples"] > smallest:
+        raise UserError(f"max_train_samples {settings['max_train_samples']:,} is more than the "
+                        f"training set ({smallest:,} {settings['data']} images for these models; "
+                        f"cell keys would name a cap that is not there): lower it in the grid file or with "
+                        f"{_option('max_train_samples')}")
+    base = min(smallest, settings["max_train_samples"] or math.inf)
     for batch, nodes, devices, multiple in itertools.product(
             values["batches"], values["nodes"], values["devices"], values["multiples"]):
         devices *= nodes

@@ -287,6 +287,7 @@ def gradient_bytes(name: str, bytes_per_value: int = 4) -> int:
 
 
 def has_batchnorm(name: str) -> bool:
+    """Whether model `name` keeps running statistics (rows then record what replicas do with them)."""
     return any(isinstance(layer, BatchNorm) for layer, _ in layer_shapes(name))
 
 

@@ -114,10 +114,11 @@ def time_passes(passes: list[tuple[str, Callable[[], None]]], sync: Callable[[],
     return {"seconds": seconds, "contention": epoch_contention([probe.stop()], contention_limit)}
 
 
-def median_interval(seconds: list[float]) -> dict:
-    """The median of `seconds` with its distribution-free 95% interval (the order statistics
-    that bracket the median, scipy.stats.quantile_test) and the 90th percentile."""
-    values = np.asarray(seconds, dtype=float)
+def median_interval(values: list[float] | np.ndarray) -> dict:
+    """The median of `values` (one per round) with its distribution-free 95% interval (the
+    order statistics that bracket the median, scipy.stats.quantile_test) and the 90th
+    percentile."""
+    values = np.asarray(values, dtype=float)
     median = float(np.median(values))
     ci = stats.quantile_test(values, q=median, p=0.5).confidence_interval(LEVEL)
     return {"median": median, "low": float(ci.low), "high": float(ci.high),
@@ -152,32 +153,34 @@ def backward_flops(layer, shape: tuple, first: bool) -> int:
 
 
 def summarize(model: str, batch: int, measured: dict) -> dict:
-    """One framework's table: per unit its medians, share of the step and achieved GFLOP/s."""
-    seconds = measured["seconds"]
-    round_totals = np.sum([seconds[f"step.{name}"] for name in STEP_PASSES], axis=0)
+    """One framework's table: per unit its times, share of the step and achieved GFLOP/s, and
+    the units' sum beside the step. A round ran every pass once, so each derived number is taken
+    per round (a share, a rate, a sum) and summarised like a time: median and 95% interval."""
+    seconds = {name: np.asarray(values, dtype=float) for name, values in measured["seconds"].items()}
+    total = np.sum([seconds[f"step.{name}"] for name in STEP_PASSES], axis=0)
     step = {name: median_interval(seconds[f"step.{name}"]) for name in STEP_PASSES}
-    step["total"] = median_interval(round_totals)
-    units = []
+    step["total"] = median_interval(total)
+    units, units_total = [], np.zeros_like(total)
     for index, (unit, layer, shape) in enumerate(named_layers(model)):
         if f"{unit}.forward" not in seconds:
             continue
-        forward = median_interval(seconds[f"{unit}.forward"])
-        backward = (median_interval(seconds[f"{unit}.backward"])
-                    if f"{unit}.backward" in seconds else None)
-        both = forward["median"] + (backward["median"] if backward else 0.0)
+        forward, backward = seconds[f"{unit}.forward"], seconds.get(f"{unit}.backward")
+        both = forward + (backward if backward is not None else 0.0)
+        units_total += both
         flops = layer_flops(layer, shape) * batch
         flops_back = backward_flops(layer, shape, index == 0) * batch
         units.append({
             "unit": unit, "layer": layer_text(layer), "output_shape": list(output_shape(layer, shape)),
             "params": layer_parameters(layer), "forward_flops": flops,
-            "backward_flops": flops_back, "forward": forward, "backward": backward,
-            "share_of_step": both / step["total"]["median"],
-            "forward_gflops": flops / forward["median"] / 1e9 if flops else None,
-            "backward_gflops": (flops_back / backward["median"] / 1e9
-                                if flops_back and backward else None)})
-    units_sum = sum(u["forward"]["median"] + (u["backward"]["median"] if u["backward"] else 0)
-                    for u in units)
-    return {"units": units, "step": step, "units_seconds": units_sum,
+            "backward_flops": flops_back, "forward": median_interval(forward),
+            "backward": median_interval(backward) if backward is not None else None,
+            "share_of_step": median_interval(both / total),
+            "forward_gflops": median_interval(flops / forward / 1e9) if flops else None,
+            "backward_gflops": (median_interval(flops_back / backward / 1e9)
+                                if flops_back and backward is not None else None)})
+    return {"units": units, "step": step, "units_seconds": median_interval(units_total),
+            "units_share": median_interval(units_total / total),
+            "rest_seconds": median_interval(total - units_total),
             "all_units": len(units) == len(list(named_layers(model)))}
 
 

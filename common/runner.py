@@ -20,8 +20,8 @@ from common import env, results
 from common.backend import get_backend
 from common.claims import Claims
 from common.errors import UserError
-from common.grid import threads_per_device
-from common.launch import LocalLauncher, signals_held
+from common.grid import Cell, threads_per_device
+from common.launch import LocalLauncher, SlurmLauncher, signals_held
 from common.progress import GridProgress
 from common.schema import Measurement, make_row, now
 
@@ -196,7 +196,8 @@ def launch(backend, cell, log_path, launcher, watch=lambda folder: None, measure
         return outcome(Path(out_dir), ended, log_path)
 
 
-def measure(cell, method, request, log_path, launcher) -> tuple[dict | None, str | None]:
+def measure(cell: Cell, method: str, request: dict, log_path: Path,
+            launcher: LocalLauncher | SlurmLauncher) -> tuple[dict | None, str | None]:
     """Launch `cell`'s processes to run Backend.`method` ("probe" or "profile") with `request`
     instead of training: (its result, None), or (None, why there is none)."""
     backend = get_backend(cell.backend)

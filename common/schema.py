@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from common.backend import BACKENDS
 from common.models import flops_per_sample, parameter_count
 
 SCHEMA_VERSION = 4
@@ -161,8 +162,11 @@ def upgrade(row: Any) -> Any:
     version = row["schema_version"]
     for added in range(version + 1, SCHEMA_VERSION + 1):
         row = {**ADDED[added], **row}
-    if version < 4 and row.get("device_type") == "cuda":
-        row["host_memory"] = "pinned-non-blocking"  # what the PyTorch loader did on GPUs then
+    torch_on_gpu = (BACKENDS.get(row.get("backend"), "").startswith("pt_backend.")
+                    and row.get("device_type") == "cuda")
+    if version < 4 and torch_on_gpu:  # what the PyTorch loader did on GPUs then, in the key too
+        row["host_memory"] = "pinned-non-blocking"
+        row["cell_key"] = f"{row['cell_key']}|pinned-non-blocking"
     return {**row, "schema_version": SCHEMA_VERSION}
 
 

@@ -9,7 +9,6 @@ from common.models import (
     BATCHNORM,
     BatchNorm,
     Conv,
-    Dense,
     Flatten,
     GlobalAvgPool,
     MaxPool,
@@ -48,7 +47,7 @@ def torch_layer(layer) -> nn.Module:
         return nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten())
     elif isinstance(layer, Flatten):
         return nn.Flatten()
-    else:
+    else:  # Dense
         module = nn.Linear(layer.in_features, layer.out_features)
     return nn.Sequential(module, nn.ReLU()) if layer.relu else module
 

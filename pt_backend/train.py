@@ -37,14 +37,14 @@ class EpochShardSampler(DistributedSampler):
     """DistributedSampler (set_epoch each epoch) dealing common.data's order, so every backend and
     framework trains on the same samples in the same global batches."""
 
-    def __init__(self, dataset, global_batch, seed, rank, world):
+    def __init__(self, dataset, global_batch, seed, rank, world, replicas):
         super().__init__(dataset, num_replicas=world, rank=rank, shuffle=True, seed=seed, drop_last=True)
-        self.global_batch = global_batch
+        self.global_batch, self.replicas = global_batch, replicas
         self.num_samples = len(dataset) // global_batch * global_batch // world
 
     def __iter__(self):
         return iter(rank_indices(len(self.dataset), self.global_batch, self.seed, self.epoch,
-                                 self.rank, self.num_replicas).tolist())
+                                 self.rank, self.num_replicas, self.replicas).tolist())
 
 
 def _as_is(batch):
@@ -93,8 +93,10 @@ class TorchLoop(TrainingLoop):
                             cell.weight_decay), self.model)
         self.dataset = TrainSet(self.job.data.train_images, self.job.data.train_labels,
                                 cell.multiple)
+        # DataParallel splits each batch into contiguous parts, one per GPU it drives.
         self.sampler = EpochShardSampler(self.dataset, cell.global_batch, cell.seed,
-                                         self.comm.rank, self.comm.world)
+                                         self.comm.rank, self.comm.world,
+                                         self.backend.devices_per_process(cell))
         # host_memory (seeds/001): pageable, or pinned (page-locked) by the loader, copied
         # with or without non_blocking; pinned ones run only with CUDA (TorchBackend says so).
         self.non_blocking = cell.host_memory == "pinned-non-blocking"

@@ -7,7 +7,7 @@ import math
 import pandas as pd
 
 from reports import analysis
-from reports.tables import MIB, bounds, interval, num, ratio_text, table
+from reports.tables import MIB, bounds, num, ratio_text, table, with_interval
 
 TIME_DEFINITION = (
     "Times are epoch 2's (epoch 1 warms up), over the usable repeats, with the 95% interval of "
@@ -166,11 +166,6 @@ def lab_tables(cells, scaling, communication, limits):
 def seconds(cell, field):
     """'1.23 [1.10, 1.36]', or the mean alone without an interval (one repeat)."""
     return with_interval(cell[field], cell[f"{field}_ci"])
-
-
-def with_interval(mean, half, digits=None):
-    spread = interval(mean, half)
-    return num(mean, digits) + ("" if spread == "—" else f" {spread}")
 
 
 def pivot(records, values):

@@ -10,22 +10,33 @@ from reports.figures import color, render
 from reports.tables import num
 
 COLUMNS = (("unit", "<"), ("layer", "<"), ("output", "<"), ("params", ">"),
-           ("fwd ms [95% CI]", "<"), ("bwd ms [95% CI]", "<"), ("share", ">"),
-           ("fwd GFLOP/s", ">"), ("bwd GFLOP/s", ">"))
+           ("fwd ms [95% CI]", "<"), ("bwd ms [95% CI]", "<"), ("share [95% CI]", "<"),
+           ("fwd GFLOP/s [95% CI]", "<"), ("bwd GFLOP/s [95% CI]", "<"))
 METHOD = ("Each unit runs alone on its input inside the model, forward then backward (the "
-          "gradients of its weights and input), synchronised, wall clock; a time is the median "
-          "of the kept rounds with its distribution-free 95% interval; share = the unit's "
-          "forward + backward medians / the whole step's median; GFLOP/s = 2 x multiply-"
-          "accumulates of its convolutions and dense layers / the median (backward: twice the "
-          "forward's, once for the first unit, which computes no input gradient).")
+          "gradients of its weights and input), synchronised, wall clock, once per round beside "
+          "one whole training step; share = the unit's forward + backward / the whole step; "
+          "GFLOP/s = 2 x multiply-accumulates of its convolutions and dense layers / the time "
+          "(backward: twice the forward's, once for the first unit, which computes no input "
+          "gradient); times, shares, rates and sums are taken per round, and each shown is the "
+          "median of the kept rounds with its distribution-free 95% interval.")
+
+
+def interval(summary, scale: float = 1.0, form=num) -> str:
+    """'1.23 [1.20, 1.31]': a median and its interval times `scale`; '—' where there is none."""
+    if summary is None:
+        return "—"
+    median, low, high = (form(summary[key] * scale) for key in ("median", "low", "high"))
+    return f"{median} [{low}, {high}]"
 
 
 def ms(summary) -> str:
-    """'1.23 [1.20, 1.31]' in milliseconds, '—' for a pass that does not exist."""
-    if summary is None:
-        return "—"
-    return (f"{num(summary['median'] * 1e3)} "
-            f"[{num(summary['low'] * 1e3)}, {num(summary['high'] * 1e3)}]")
+    """A time in milliseconds with its interval."""
+    return interval(summary, 1e3)
+
+
+def percent(summary) -> str:
+    """A share in per cent with its interval."""
+    return interval(summary, 100, lambda value: f"{value:.1f}").replace(" [", "% [", 1)
 
 
 def table_text(record: dict) -> str:
@@ -33,43 +44,43 @@ def table_text(record: dict) -> str:
     lines = [f"{record['model']}, batch {record['batch']}, {record['data']} data, "
              f"{record['warmup']} warm-up + {record['steps']} timed rounds"]
     for framework in record["frameworks"]:
-        step, contention = framework["step"], framework["contention"]
+        step = framework["step"]
         lines += ["", f"{framework['backend']}: {framework['framework']} "
                       f"{framework['framework_version']} on {framework['device_name']} "
                       f"({framework['device_type']}, {framework['threads']} threads)"]
         rows = [[name for name, _ in COLUMNS]] + [
             [unit["unit"], unit["layer"], "x".join(map(str, unit["output_shape"])),
              f"{unit['params']:,}", ms(unit["forward"]), ms(unit["backward"]),
-             f"{unit['share_of_step']:.1%}", num(unit["forward_gflops"], 1),
-             num(unit["backward_gflops"], 1)] for unit in framework["units"]]
+             percent(unit["share_of_step"]), interval(unit["forward_gflops"]),
+             interval(unit["backward_gflops"])] for unit in framework["units"]]
         widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
         lines += ["  ".join(f"{value:{align}{width}}" for value, (_, align), width
-                            in zip(row, COLUMNS, widths)) for row in rows]
-        total = step["total"]["median"]
+                            in zip(row, COLUMNS, widths)).rstrip() for row in rows]
         which = "every unit" if framework["all_units"] else "the units timed"
-        lines += [f"whole step: {ms(step['total'])} ms = forward with loss "
-                  f"{ms(step['forward'])} + backward {ms(step['backward'])} + optimizer "
+        lines += [f"whole step: {ms(step['total'])} ms; its passes: forward with loss "
+                  f"{ms(step['forward'])}, backward {ms(step['backward'])}, optimizer "
                   f"{ms(step['optimizer'])}",
-                  f"{which}, each alone: {num(framework['units_seconds'] * 1e3)} ms "
-                  f"({framework['units_seconds'] / total:.0%} of the step)"
-                  + (rest_text(total - framework["units_seconds"]) if framework["all_units"]
-                     else ""),
-                  contention_text(contention)]
+                  f"{which}, each alone: {ms(framework['units_seconds'])} ms "
+                  f"({percent(framework['units_share'])} of the step)"
+                  + (rest_text(framework["rest_seconds"]) if framework["all_units"] else ""),
+                  contention_text(framework["contention"])]
     lines += [f"{missing['backend']}: not measured: {missing['why'].splitlines()[0]}"
               for missing in record["not_measured"]]
     return "\n".join([*lines, "", *textwrap.wrap(METHOD, 100)])
 
 
-def rest_text(rest: float) -> str:
+def rest_text(rest: dict) -> str:
     """What the step spends beyond its units alone (the loss, the optimizer, the framework), or
     why the units alone took longer."""
-    if rest >= 0:
-        return f"; rest of step (loss, optimizer, framework): {num(rest * 1e3)} ms"
-    return (f"; {num(-rest * 1e3)} ms more than the step: alone, each pass pays its own launch "
+    if rest["median"] >= 0:
+        return f"; rest of step (loss, optimizer, framework): {ms(rest)} ms"
+    beyond = {"median": -rest["median"], "low": -rest["high"], "high": -rest["low"]}
+    return (f"; {ms(beyond)} ms more than the step: alone, each pass pays its own launch "
             f"and synchronisation, which passes inside a step overlap")
 
 
 def contention_text(contention: dict) -> str:
+    """What else used the machine while it was timed; CONTENDED past the cell's limit."""
     share = (contention["other_cpu_share"] or 0) + (contention["steal_share"] or 0)
     text = (f"other processes and steal used {share:.0%} of the cores while it was timed "
             f"(1-minute load {contention['load_1m']:.1f})")

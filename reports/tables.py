@@ -28,10 +28,17 @@ def num(value, digits=None):
     return f"{value:.3g}"
 
 
-def interval(mean, half):
+def interval(mean, half, digits=None):
+    """'[mean - half, mean + half]', '—' where there is no interval (one repeat)."""
     if half is None or math.isnan(half):
         return "—"
-    return f"[{num(mean - half)}, {num(mean + half)}]"
+    return f"[{num(mean - half, digits)}, {num(mean + half, digits)}]"
+
+
+def with_interval(mean, half, digits=None):
+    """'0.9812 [0.9790, 0.9834]', or the mean alone where there is no interval (one repeat)."""
+    spread = interval(mean, half, digits)
+    return num(mean, digits) + ("" if spread == "—" else f" {spread}")
 
 
 def bounds(low, high):
@@ -85,7 +92,7 @@ def cells_table(cells):
                          ("epoch-2 rate 95% CI", lambda c: bounds(c["epoch2_rate_low"],
                                                                   c["epoch2_rate_high"])),
                          ("epoch-2 time (s)", column("epoch2_seconds", num)),
-                         ("test accuracy", lambda c: num(c["test_accuracy"], 4)),
+                         ("test accuracy, 95% CI", accuracy_text),
                          ("runs", column("statuses"))])
 
 
@@ -180,6 +187,11 @@ def wrapper_table(wrapper):
                            ("rate / reference, 95% CI", lambda w: ratio_text(w["ratio"]))])
 
 
+def accuracy_text(cell) -> str:
+    """The mean test accuracy over the repeats, with its interval."""
+    return with_interval(cell["test_accuracy"], cell["test_accuracy_ci"], 4)
+
+
 def accuracy_table(cells):
     measured = analysis.measured(cells)
     epochs = sorted({e for means in measured["epoch_means"] for e in means})
@@ -191,7 +203,7 @@ def accuracy_table(cells):
         return text
     return table(measured, [*CELL, *[(f"epoch {e} loss / accuracy", loss_accuracy(e))
                                      for e in epochs],
-                            ("test accuracy", lambda c: num(c["test_accuracy"], 4))])
+                            ("test accuracy, 95% CI", accuracy_text)])
 
 
 def batchnorm_table(cells):
@@ -202,9 +214,8 @@ def batchnorm_table(cells):
     return table(with_batchnorm, [
         *CELL, ("training", column("training")),
         ("running statistics across replicas", column("batchnorm")),
-        ("largest difference from replica 0 at the end",
-         lambda c: "—" if c["devices"] == 1 else num(c["batchnorm_difference"])),
-        ("test accuracy", lambda c: num(c["test_accuracy"], 4))])
+        ("largest difference from replica 0 at the end", column("batchnorm_difference", num)),
+        ("test accuracy, 95% CI", accuracy_text)])
 
 
 def memory_table(cells):

@@ -151,6 +151,8 @@ def test_a_folder_without_cifar_says_where_it_looked(tmp_path, monkeypatch):
     with pytest.raises(UserError) as error:
         data.load_cifar10(tmp_path)
     assert str(tmp_path / data.CIFAR_FOLDER) in str(error.value)
+    assert "(lacks data_batch_2, data_batch_3, data_batch_4, data_batch_5, test_batch)" in str(
+        error.value)
     assert "cifar-10-python.tar.gz" in str(error.value) and "--data synthetic" in str(error.value)
 
 
@@ -159,6 +161,8 @@ def test_a_folder_without_cifar_says_where_it_looked(tmp_path, monkeypatch):
     (["--model", "small", "--data", "cifar10"], "model 'small' takes mnist images (1x28x28)"),
     (["--model", "vgg19", "--data", "cifar10", "--data-dir", "{bad}"],
      "data_batch_1 is corrupt or not the original CIFAR-10 file"),
+    (["--max-train-samples", "55000"],
+     "max_train_samples 55,000 is more than the training set (50,000 synthetic images"),
 ])
 def test_bad_input_is_one_clear_error_and_exit_2(tmp_path, arguments, message):
     write_pickles(tmp_path / "bad" / data.CIFAR_FOLDER, cifar_parts())

@@ -70,3 +70,18 @@ def test_rank_shards_are_disjoint_and_rebuild_the_global_batches(world):
         together = np.concatenate([s[step * per_device:(step + 1) * per_device] for s in shards])
         assert sorted(together) == sorted(single[step * global_batch:(step + 1) * global_batch])
     assert len(np.unique(np.concatenate(shards))) == len(single)
+
+
+@pytest.mark.parametrize("replicas", [2, 4])
+def test_a_contiguous_split_over_replicas_gives_each_what_distributed_sampler_gives_its_rank(
+        replicas):
+    """DataParallel and MirroredStrategy cut one process's batch into contiguous parts: with the
+    reordered indices, part r of every batch is rank r's per-device batch of a process per device
+    (so BatchNorm normalises over the same samples in pt-dp, tf-mirrored and pt-ddp)."""
+    samples, global_batch = 1030, 64
+    one_process = data.rank_indices(samples, global_batch, 0, 1, 0, 1, replicas)
+    per_device = global_batch // replicas
+    for rank in range(replicas):
+        shard = data.rank_indices(samples, global_batch, 0, 1, rank, replicas)
+        parts = one_process.reshape(-1, replicas, per_device)[:, rank]
+        assert np.array_equal(parts.reshape(-1), shard)

@@ -22,8 +22,8 @@ WRONG_ORDER = '''import common.data as data
 real_rank_indices = data.rank_indices
 
 
-def every_rank_takes_rank_0s_shard(samples, global_batch, seed, epoch, rank, world):
-    return real_rank_indices(samples, global_batch, seed, epoch, 0, world)
+def every_rank_takes_rank_0s_shard(samples, global_batch, seed, epoch, rank, world, replicas=1):
+    return real_rank_indices(samples, global_batch, seed, epoch, 0, world, replicas)
 
 
 data.rank_indices = every_rank_takes_rank_0s_shard

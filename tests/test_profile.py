@@ -2,8 +2,8 @@
 through the real command line; what the record holds and how its numbers fit together; bad
 input exits 2 with one line."""
 import json
-import math
 
+import numpy as np
 import pytest
 from conftest import xbench
 
@@ -56,17 +56,20 @@ def test_the_numbers_fit_together(resnet_profile):
         assert conv1["backward_flops"] == conv1["forward_flops"]  # no input gradient
         assert block1["backward_flops"] == 2 * block1["forward_flops"]
         assert pool["forward_gflops"] is None and pool["params"] == 0
-        assert block1["forward_gflops"] == pytest.approx(
-            block1["forward_flops"] / block1["forward"]["median"] / 1e9)
-        # a median lies in its interval; a share is the unit's medians over the step's
+        # every derived number is the median of its per-round values, inside its interval
+        seconds = {name: np.asarray(values) for name, values in framework["seconds"].items()}
+        total = sum(seconds[f"step.{name}"] for name in STEP_PASSES)
+        assert block1["forward_gflops"]["median"] == pytest.approx(
+            np.median(block1["forward_flops"] / seconds["block1.forward"] / 1e9))
         for unit in units:
-            for summary in (unit["forward"], unit["backward"]):
+            both = seconds[f"{unit['unit']}.forward"] + seconds[f"{unit['unit']}.backward"]
+            assert unit["share_of_step"]["median"] == pytest.approx(np.median(both / total))
+            for summary in (unit["forward"], unit["backward"], unit["share_of_step"],
+                            unit["forward_gflops"] or unit["forward"]):
                 assert summary["low"] <= summary["median"] <= summary["high"]
-            assert unit["share_of_step"] == pytest.approx(
-                (unit["forward"]["median"] + unit["backward"]["median"])
-                / step["total"]["median"])
-        assert math.isclose(sum(u["share_of_step"] for u in units),
-                            framework["units_seconds"] / step["total"]["median"])
+        units_total = sum(seconds[f"{u['unit']}.{p}"] for u in units for p in ("forward", "backward"))
+        assert framework["units_seconds"]["median"] == pytest.approx(np.median(units_total))
+        assert framework["rest_seconds"]["median"] == pytest.approx(np.median(total - units_total))
         # the whole step runs every unit forward and backward: longer than any one unit alone
         assert step["total"]["median"] > max(u["forward"]["median"] for u in units)
 

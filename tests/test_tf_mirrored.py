@@ -87,7 +87,8 @@ def test_tf_data_yields_pytorchs_global_batches(mnist):
     data = Images(mnist.train_images[:300], mnist.train_labels[:300], mnist.test_images,
                   mnist.test_labels, mnist.dataset, mnist.source, mnist.layout)
     dataset = pt_train.TrainSet(data.train_images, data.train_labels, multiple=2)
-    sampler = pt_train.EpochShardSampler(dataset, global_batch=128, seed=7, rank=0, world=1)
+    sampler = pt_train.EpochShardSampler(dataset, global_batch=128, seed=7, rank=0, world=1,
+                                         replicas=1)
     sampler.set_epoch(2)
     torch_batches = list(torch.utils.data.DataLoader(dataset, batch_size=128, sampler=sampler,
                                                      drop_last=True, collate_fn=lambda b: b))

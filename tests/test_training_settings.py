@@ -1,7 +1,8 @@
 """Training settings identical in every backend: SGD with momentum and weight decay, the learning
 rate scaled with the batch and warmed up, one trajectory in both frameworks; --no-set-epoch shows
 what DistributedSampler does without set_epoch; bad settings are refused with exit 2; rows of
-schema 2 are read as the Adam rows they were."""
+schema 2 are read as the Adam rows they were, and older GPU rows of PyTorch as the pinned copies
+they made."""
 import json
 
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 
 from common.grid import Cell
 from common.results import read_rows
-from common.schema import SCHEMA_VERSION
+from common.schema import ADDED, SCHEMA_VERSION
 from tests.conftest import write_grid, xbench
 
 SGD = ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9", "--weight-decay", "0.0005",
@@ -93,3 +94,19 @@ def test_rows_of_schema_2_are_read_as_the_adam_rows_they_were(smoke, tmp_path):
     assert not problems and rows[0]["schema_version"] == SCHEMA_VERSION
     assert (rows[0]["optimizer"], rows[0]["lr"], rows[0]["warmup_epochs"]) == ("adam", 1e-3, 0)
     assert np.isclose(rows[0]["epochs"][1]["rate"], smoke.all[0]["epochs"][1]["rate"])
+
+
+@pytest.mark.parametrize("backend, memory", [("pt-ddp", "pinned-non-blocking"),
+                                             ("tf-mirrored", "pageable")])
+def test_older_gpu_rows_keep_their_host_memory_apart_from_todays_cells(smoke, tmp_path, backend,
+                                                                        memory):
+    """Before schema 4 PyTorch's loader pinned and copied non-blocking on a GPU; tf.data never
+    pinned. An old pinned row must not share a key with today's pageable cell (resume would skip
+    it, a report would mix the two)."""
+    pageable_key = smoke.all[0]["cell_key"]
+    old = {k: v for k, v in smoke.all[0].items() if k not in ADDED[4]} | {
+        "schema_version": 3, "backend": backend, "device_type": "cuda", "cell_key": pageable_key}
+    (tmp_path / "old.jsonl").write_text(json.dumps(old) + "\n")
+    rows, problems = read_rows(tmp_path / "old.jsonl")
+    assert not problems and rows[0]["host_memory"] == memory
+    assert (rows[0]["cell_key"] == pageable_key) == (memory == "pageable"), rows[0]["cell_key"]

@@ -18,7 +18,7 @@ def profile(cell, kind, request):
     generator = tf.random.Generator.from_seed(cell.seed)
     passes, unit_input = [], x
     for index, unit in enumerate(model.layers):
-        output = unit(unit_input, training=False)
+        output = unit(unit_input, training=True)  # batch statistics, as PyTorch in train mode
         if unit.name in request["units"]:
             gradient = generator.normal(output.shape)
             passes += unit_passes(unit, unit_input, gradient, input_gradient=index > 0)

@@ -65,13 +65,10 @@ class TrainPipeline:
         return self.samples // self.global_batch
 
     def indices(self, epoch):
-        """This process's share of each global batch, ordered so that the strategy's contiguous
-        split gives replica r the samples PyTorch's sampler gives rank r (every r-th): replicas
-        then normalise (BatchNorm) over the same samples in every backend."""
-        order = rank_indices(self.samples, self.global_batch, self.seed, epoch, self.comm.rank,
-                             self.comm.world)
-        per_replica = self.global_batch // self.comm.world // self.replicas
-        return order.reshape(-1, per_replica, self.replicas).transpose(0, 2, 1).reshape(-1)
+        """This process's share of each global batch, ordered for the strategy's contiguous
+        split over its replicas."""
+        return rank_indices(self.samples, self.global_batch, self.seed, epoch, self.comm.rank,
+                            self.comm.world, self.replicas)
 
     def dataset(self, epochs):
         """All the epochs' batches in one dataset, so that one iterator serves the whole run:
