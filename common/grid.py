@@ -421,8 +421,8 @@ def _check_sizes(values, settings):
     if settings["max_train_samples"] > smallest:
         raise UserError(f"max_train_samples {settings['max_train_samples']:,} is more than the "
                         f"training set ({smallest:,} {settings['data']} images for these models; "
-                        f"cell keys would name a cap that is not there): lower it in the grid file or with "
-                        f"{_option('max_train_samples')}")
+                        f"cell keys would name a cap that is not there): lower it in the grid "
+                        f"file or with {_option('max_train_samples')}")
     base = min(smallest, settings["max_train_samples"] or math.inf)
     for batch, nodes, devices, multiple in itertools.product(
             values["batches"], values["nodes"], values["devices"], values["multiples"]):

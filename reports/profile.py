@@ -21,8 +21,9 @@ METHOD = ("Each unit runs alone on its input inside the model, forward then back
           "median of the kept rounds with its distribution-free 95% interval.")
 
 
-def interval(summary, scale: float = 1.0, form=num) -> str:
-    """'1.23 [1.20, 1.31]': a median and its interval times `scale`; '—' where there is none."""
+def median_text(summary, scale: float = 1.0, form=num) -> str:
+    """'1.23 [1.20, 1.31]': a median (common.profile.median_interval) and its interval times
+    `scale`; '—' where there is none."""
     if summary is None:
         return "—"
     median, low, high = (form(summary[key] * scale) for key in ("median", "low", "high"))
@@ -31,12 +32,12 @@ def interval(summary, scale: float = 1.0, form=num) -> str:
 
 def ms(summary) -> str:
     """A time in milliseconds with its interval."""
-    return interval(summary, 1e3)
+    return median_text(summary, 1e3)
 
 
 def percent(summary) -> str:
     """A share in per cent with its interval."""
-    return interval(summary, 100, lambda value: f"{value:.1f}").replace(" [", "% [", 1)
+    return median_text(summary, 100, lambda value: f"{value:.1f}%")
 
 
 def table_text(record: dict) -> str:
@@ -51,8 +52,8 @@ def table_text(record: dict) -> str:
         rows = [[name for name, _ in COLUMNS]] + [
             [unit["unit"], unit["layer"], "x".join(map(str, unit["output_shape"])),
              f"{unit['params']:,}", ms(unit["forward"]), ms(unit["backward"]),
-             percent(unit["share_of_step"]), interval(unit["forward_gflops"]),
-             interval(unit["backward_gflops"])] for unit in framework["units"]]
+             percent(unit["share_of_step"]), median_text(unit["forward_gflops"]),
+             median_text(unit["backward_gflops"])] for unit in framework["units"]]
         widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
         lines += ["  ".join(f"{value:{align}{width}}" for value, (_, align), width
                             in zip(row, COLUMNS, widths)).rstrip() for row in rows]
