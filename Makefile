@@ -18,7 +18,7 @@ setup: $(VENV)/.setup-done
 $(VENV)/.setup-done: pyproject.toml scripts/build_horovod.sh scripts/horovod-0.28.1.patch common/machine.py
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	eval "$$(python3 -m common.machine --gpu '$(GPU)' --torch-index '$(TORCH_INDEX)')" && \
+	eval "$$(python3 common/machine.py --gpu '$(GPU)' --torch-index '$(TORCH_INDEX)')" && \
 	$(PY) -m pip install -q $$TORCH_ARGS && \
 	$(PY) -m pip install -q -e ".[$$EXTRAS]" && \
 	scripts/build_horovod.sh $(PY) && \

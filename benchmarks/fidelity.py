@@ -13,11 +13,12 @@ import time
 import torch
 import torch.nn.functional as F
 
-from common.backend import cpu_cores, get_backend
-from common.data import MEAN, STD, epoch_order, load_mnist
-from common.grid import Cell
-from common.training import Job
-from pt_backend.models import build_model, build_optimizer
+from xbench.common.cell import Cell
+from xbench.common.data import MEAN, STD, epoch_order, load_mnist
+from xbench.common.job import Job
+from xbench.common.machine import cpu_cores
+from xbench.common.registry import get_backend
+from xbench.pt_backend.models import build_model, build_optimizer
 
 
 def xbench_rate(cell, data, threads):

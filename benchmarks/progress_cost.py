@@ -10,12 +10,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from common.backend import cpu_cores, get_backend
-from common.data import load_mnist
-from common.grid import Cell
-from common.progress import ProgressReport
-from common.training import Job
-from reports.stats import ratio_of_means
+from xbench.common.cell import Cell
+from xbench.common.data import load_mnist
+from xbench.common.job import Job
+from xbench.common.machine import cpu_cores
+from xbench.common.progress import ProgressReport
+from xbench.common.registry import get_backend
+from xbench.reports.stats import ratio_of_means
 
 
 def rate(cell, data, folder):

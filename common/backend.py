@@ -6,40 +6,32 @@ the model. The framework base classes (pt_backend.base.TorchBackend,
 tf_backend.base.TensorFlowBackend) do the common set-up and run the framework's training loop;
 a backend class says only what makes it different.
 
-The registry holds import paths, not classes, so that `common` never imports a framework: the
-class is imported only when a cell of that backend is asked for.
+The registry of backends by name is common.registry.
 """
 from __future__ import annotations
 
 import abc
-import importlib
 import importlib.metadata
 import importlib.util
 import math
-import os
 import sys
 from typing import TYPE_CHECKING, ClassVar
 
-from common.data import train_samples
-from common.errors import Unsupported, UserError, did_you_mean
-from common.models import activations_per_sample, gradient_bytes, has_batchnorm, parameter_count
+from xbench.common.data import train_samples
+from xbench.common.errors import Unsupported
+from xbench.common.models import (
+    activations_per_sample,
+    gradient_bytes,
+    has_batchnorm,
+    parameter_count,
+)
 
 if TYPE_CHECKING:
-    from common.grid import Cell
-    from common.launch import Placement
-    from common.schema import Measurement
-    from common.training import Job
+    from xbench.common.cell import Cell
+    from xbench.common.job import Job
+    from xbench.common.placement import Placement
+    from xbench.common.schema import Measurement
 
-BACKENDS = {
-    "pt-single": "pt_backend.single:SingleDeviceTorchBackend",
-    "pt-dp": "pt_backend.dp:DataParallelBackend",
-    "pt-ddp": "pt_backend.ddp:DistributedDataParallelBackend",
-    "tf-single": "tf_backend.single:SingleDeviceTensorFlowBackend",
-    "tf-mirrored": "tf_backend.mirrored:MirroredBackend",
-    "tf-multiworker": "tf_backend.multiworker:MultiWorkerMirroredBackend",
-    "hvd-torch": "pt_backend.hvd:HorovodTorchBackend",
-    "hvd-tf": "tf_backend.hvd:HorovodTensorFlowBackend",
-}
 
 
 class Backend(abc.ABC):
@@ -79,7 +71,7 @@ class Backend(abc.ABC):
     def launch_command(self, cell: Cell, worker_args: list[str], placement: Placement) -> list[str]:
         """The command line run at this backend's launch scope; each rank runs `common.worker`.
         `placement`: where the cell's nodes are (common.launch.Placement)."""
-        return [sys.executable, "-m", "common.worker", *worker_args]
+        return [sys.executable, "-m", "xbench.common.worker", *worker_args]
 
     # --- in each launched process --------------------------------------------------------------
 
@@ -198,31 +190,3 @@ def _version(module: str) -> str:
         except importlib.metadata.PackageNotFoundError:
             continue
     return "?"
-
-
-def check_backend_name(name: str) -> str:
-    """`name` if a backend is registered under it, else a clear error with a near miss."""
-    if name not in BACKENDS:
-        raise UserError(f"unknown backend '{name}'{did_you_mean(name, BACKENDS)}; "
-                        f"choose from {', '.join(BACKENDS)}")
-    return name
-
-
-def backend_class(name: str) -> type[Backend]:
-    """The class registered under `name` (importing its module imports no framework)."""
-    module, cls = BACKENDS[check_backend_name(name)].split(":")
-    found = getattr(importlib.import_module(module), cls)
-    assert found.name == name, f"{BACKENDS[name]} says it is '{found.name}', not '{name}'"
-    return found
-
-
-def get_backend(name: str) -> Backend:
-    """A backend of the class registered under `name`."""
-    return backend_class(name)()
-
-
-def cpu_cores() -> int:
-    """Cores this process may use (respects taskset / cgroup affinity)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-

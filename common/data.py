@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from common.errors import UserError
-from common.models import INPUT_SHAPES, MODELS
+from xbench.common.errors import UserError
+from xbench.common.models import INPUT_SHAPES, MODELS
 
 # Per-channel mean and standard deviation of each dataset's training pixels after /255.
 NORMALISATION = {"mnist": ((0.1307,), (0.3081,)),
@@ -162,13 +162,8 @@ def _idx_path(folder, stem):
 
 
 def _read_idx(path, md5_gz, md5_raw):
-    raw = path.read_bytes()
-    expected = md5_gz if path.suffix == ".gz" else md5_raw
-    if hashlib.md5(raw).hexdigest() != expected:
-        raise UserError(f"{path} is corrupt or not the original MNIST file: its MD5 does not match "
-                        f"({path.stat().st_size:,} bytes; an interrupted download leaves a truncated "
-                        f"file). Delete it and fetch it again with `xbench data download --to "
-                        f"{path.parent}`")
+    raw = _verified(path, md5_gz if path.suffix == ".gz" else md5_raw, "MNIST",
+                    f"fetch it again with `xbench data download --to {path.parent}`")
     if path.suffix == ".gz":
         raw = gzip.decompress(raw)
     dims = raw[3]
@@ -275,13 +270,16 @@ def load_cifar10(data_dir=None, pickles=CIFAR_PICKLES, archives=CIFAR_ARCHIVES) 
                     f"{CIFAR_HOW_TO_GET}")
 
 
-def _verified(path: Path, md5: str) -> bytes:
+def _verified(path: Path, md5: str, dataset: str = "CIFAR-10",
+              remedy: str = CIFAR_HOW_TO_GET) -> bytes:
+    """The file's bytes if their MD5 is the published one, else a UserError saying how to get
+    the file again."""
     raw = path.read_bytes()
     if hashlib.md5(raw).hexdigest() != md5:
-        raise UserError(f"{path} is corrupt or not the original CIFAR-10 file: its MD5 does not "
+        raise UserError(f"{path} is corrupt or not the original {dataset} file: its MD5 does not "
                         f"match the published one ({path.stat().st_size:,} bytes; an interrupted "
                         f"download or extraction leaves a truncated file). Delete it and "
-                        f"{CIFAR_HOW_TO_GET}")
+                        f"{remedy}")
     return raw
 
 

@@ -6,7 +6,7 @@ import socket
 import subprocess
 from pathlib import Path
 
-from common.backend import cpu_cores
+from xbench.common.machine import cpu_cores
 
 PACKAGES = ("torch", "tensorflow", "tensorflow-cpu", "keras", "horovod", "numpy", "xbench")
 REPO = Path(__file__).resolve().parent.parent

@@ -18,10 +18,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.backend import Backend, cpu_cores, get_backend
-from common.data import train_samples
-from common.grid import Cell, threads_per_device
-from common.results import read_rows
+from xbench.common.backend import Backend
+from xbench.common.cell import Cell, threads_per_device
+from xbench.common.data import train_samples
+from xbench.common.machine import cpu_cores
+from xbench.common.progress import duration
+from xbench.common.registry import get_backend
+from xbench.common.results import read_rows
 
 PROBE_BATCH, PROBE_STEPS = 128, 20
 PROBE_OVERHEAD_SECONDS = 15  # launch, imports, data, test accuracy: what a probe does not see
@@ -95,7 +98,7 @@ def from_rows(cell: Cell, rows: list[dict]) -> Estimate | None:
 
 def probe(model: str) -> float | None:
     """Samples per second of `model` on this machine's CPU (None without PyTorch)."""
-    done = subprocess.run([sys.executable, "-m", "pt_backend.throughput", model,
+    done = subprocess.run([sys.executable, "-m", "xbench.pt_backend.throughput", model,
                            str(PROBE_BATCH), str(PROBE_STEPS)],
                           capture_output=True, text=True, timeout=600,
                           cwd=Path(__file__).resolve().parent.parent)
@@ -139,3 +142,24 @@ def estimate(cells: list[Cell], results_path: Path, resume: bool) -> list[Estima
             estimates[i] = Estimate("unsupported", None, "the compute reference of cells that "
                                                          "cannot run here: not run")
     return estimates
+
+
+def dry_run_plan(cells: list[Cell], results_path: Path, resume: bool) -> list[str]:
+    """`xbench grid --dry-run`'s lines: every cell with what would happen to it here, then the
+    total time it should take."""
+    estimates = estimate(cells, results_path, resume)
+    lines = []
+    for number, (cell, found) in enumerate(zip(cells, estimates), 1):
+        what = (f"about {duration(found.seconds)} ({found.source})" if found.status == "to run"
+                else f"{found.status}: {found.source}")
+        lines.append(f"[{number}/{len(cells)}] {cell.label}  [{cell.key}]  {what}")
+    by = {status: [e for e in estimates if e.status == status]
+          for status in ("done", "unsupported", "to run")}
+    known = [e.seconds for e in by["to run"] if e.seconds is not None]
+    total = f"about {duration(sum(known))} here" if known else "no estimate here"
+    unknown = len(by["to run"]) - len(known)
+    lines.append(f"{len(cells)} cells: {len(by['done'])} done already, {len(by['unsupported'])} "
+                 f"unsupported here, {len(by['to run'])} to run: {total}"
+                 + (f" (and {unknown} without an estimate)" if unknown else "")
+                 + f"; would append to {results_path}")
+    return lines

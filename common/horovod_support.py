@@ -49,13 +49,13 @@ class HorovodLaunch:
         return cell.devices
 
     def launch_command(self, cell, worker_args, placement):
-        """`horovodrun -np WORLD -H host1:N,host2:N --gloo python -m common.worker ...`."""
+        """`horovodrun -np WORLD -H host1:N,host2:N --gloo python -m xbench.common.worker ...`."""
         horovodrun = Path(sys.executable).with_name("horovodrun")
         launcher = (str(horovodrun) if horovodrun.exists()
                     else shutil.which("horovodrun") or "horovodrun")
         hosts = ",".join(f"{host}:{cell.devices}" for host in placement.hosts)
         return [launcher, "-np", str(cell.world), "-H", hosts, "--gloo",
-                sys.executable, "-m", "common.worker", *worker_args]
+                sys.executable, "-m", "xbench.common.worker", *worker_args]
 
     def describe(self):
         return describe()

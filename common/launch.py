@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import json
 import math
 import os
 import random
@@ -22,66 +21,28 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, TYPE_CHECKING, Protocol
 
 import psutil
 
-from common.backend import Backend, cpu_cores
-from common.errors import UserError
-from common.grid import Cell
+from xbench.common.cell import Cell
+from xbench.common.errors import UserError
+from xbench.common.machine import cpu_cores
+from xbench.common.placement import PLACEMENT_ENV, Placement
+from xbench.common.settings import SETTINGS, SLURM
 
-PLACEMENT_ENV = "XBENCH_PLACEMENT"
-TASK_ENV = "XBENCH_TASK"  # a worker's index among the workers of its node (common.spawn)
+if TYPE_CHECKING:
+    from xbench.common.backend import Backend
+
 KILL_GRACE_SECONDS = 5
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 SLURM_POLL_SECONDS = 1.0
 WATCH_SECONDS = 0.25  # how often a waiting launcher looks at the cell
 FINISHED = {"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY",
             "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
-
-
-@dataclass(frozen=True)
-class Placement:
-    """One host name per node, as the other nodes reach it, and the first of the consecutive
-    ports the cell may use: `port` for a rendezvous, `port + 1 + rank` for worker `rank`; `names`:
-    the nodes as the launcher names them (Slurm's node names)."""
-    hosts: tuple[str, ...]
-    port: int
-    names: tuple[str, ...] = ()
-
-    def to_env(self) -> str:
-        return json.dumps({"hosts": list(self.hosts), "port": self.port,
-                           "names": list(self.names or self.hosts)})
-
-    @classmethod
-    def from_env(cls) -> Placement:
-        found = json.loads(os.environ[PLACEMENT_ENV])
-        return cls(tuple(found["hosts"]), found["port"], tuple(found["names"]))
-
-    def worker_addresses(self, per_node: int) -> list[str]:
-        return [f"{host}:{self.port + 1 + node * per_node + i}"
-                for node, host in enumerate(self.hosts) for i in range(per_node)]
-
-
-def task_index() -> int:
-    """This worker's rank among the cell's workers of a per-device launch: Slurm's task id, or
-    the index common.spawn gave it on this machine."""
-    return int(os.environ.get("SLURM_PROCID", os.environ.get(TASK_ENV, 0)))
-
-
-def local_task_index() -> int:
-    return int(os.environ.get("SLURM_LOCALID", os.environ.get(TASK_ENV, 0)))
-
-
-def node_name() -> str:
-    """The node this process runs on, as the launcher names it (a rank that horovodrun started
-    is on the host it was given: its HOROVOD_HOSTNAME)."""
-    if os.environ.get("HOROVOD_HOSTNAME") and PLACEMENT_ENV in os.environ:
-        placement = Placement.from_env()
-        if os.environ["HOROVOD_HOSTNAME"] in placement.hosts:
-            return placement.names[placement.hosts.index(os.environ["HOROVOD_HOSTNAME"])]
-    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
 def free_ports(count: int) -> int:
@@ -163,6 +124,42 @@ class Ended:
     how: str = ""
 
 
+class Launcher(Protocol):
+    """Where a cell's processes run (LocalLauncher, SlurmLauncher): the cores and memory of a
+    node there, and `run`, which starts a cell's processes and waits for them."""
+    name: str
+
+    @property
+    def cores(self) -> int: ...
+
+    @property
+    def node_memory_mb(self) -> int: ...
+
+    @property
+    def memory_mb(self) -> int:
+        """What a cell may use when it starts."""
+
+    def check(self, cells: list[Cell]) -> None:
+        """A clear error, before anything runs, for cells this launcher cannot place."""
+
+    def run(self, backend: Backend, cell: Cell, worker_args: list[str], environment: dict,
+            log: IO[str], token: str, watch: Callable[[], None] = lambda: None) -> Ended:
+        """Start the cell's processes and wait for them (`watch()` is called while they run)."""
+
+
+def make_launcher(settings: dict) -> Launcher:
+    """The launcher the grid's settings ask for (common.settings: launcher, slurm_*; absent
+    ones take their defaults)."""
+    chosen = {s.key: settings.get(s.key) for s in (SETTINGS["launcher"], *SLURM)}
+    chosen = {key: SETTINGS[key].default if value is None else value
+              for key, value in chosen.items()}
+    if chosen["launcher"] == "slurm":
+        return SlurmLauncher(chosen["slurm_partition"], chosen["slurm_account"],
+                             chosen["slurm_time"], chosen["slurm_gpus_per_node"],
+                             chosen["slurm_args"])
+    return LocalLauncher()
+
+
 class LocalLauncher:
     """This machine: one node, the default."""
     name = "local"
@@ -189,7 +186,7 @@ class LocalLauncher:
         placement = Placement(("127.0.0.1",), free_ports(cell.world + 1), (socket.gethostname(),))
         command = backend.launch_command(cell, worker_args, placement)
         if backend.launch_scope == "task":
-            command = [sys.executable, "-m", "common.spawn", str(cell.devices), "--", *command]
+            command = [sys.executable, "-m", "xbench.common.spawn", str(cell.devices), "--", *command]
         log.write(" ".join(command) + "\n")
         log.flush()
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
@@ -298,7 +295,7 @@ class SlurmLauncher:
             log, token: str, watch=lambda: None) -> Ended:
         """Submit the cell's job and wait for it (`watch()` is called while it runs)."""
         script = Path(worker_args[1]) / "job.sh"
-        script.write_text(f"#!/bin/bash\nexec {sys.executable} -m common.slurm_job "
+        script.write_text(f"#!/bin/bash\nexec {sys.executable} -m xbench.common.slurm_job "
                           f"{' '.join(worker_args)}\n")
         command = self.sbatch_command(cell, backend, script, Path(log.name))
         log.write(" ".join(command) + "\n")

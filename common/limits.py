@@ -19,8 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from common.collectives import Collectives
-from common.results import read_json_lines
+from xbench.common.collectives import Collectives
+from xbench.common.results import read_json_lines
 
 PROBE_FILE = "probe.jsonl"  # beside the results files; one line per `xbench probe` run
 PROBE_VERSION = 1

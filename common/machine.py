@@ -1,7 +1,8 @@
-"""What this machine has (NVIDIA GPUs, from `nvidia-smi`) and what `make setup` installs for it.
+"""What this machine has (the cores this process may use, NVIDIA GPUs from `nvidia-smi`) and
+what `make setup` installs for it.
 
 Standard library only: `make setup` runs it with the system's python3 before the environment
-exists (`python3 -m common.machine --gpu auto` prints the plan as shell variables).
+exists (`python3 common/machine.py --gpu auto` prints the plan as shell variables).
 
 On a machine without NVIDIA GPUs: torch==2.13.0 as pip resolves it (the CPU build on the
 project's machines), tensorflow-cpu, Horovod on gloo. With GPUs: PyPI's Linux wheel of
@@ -11,6 +12,7 @@ pip packages), and Horovod built with NCCL (scripts/build_horovod.sh does so whe
 and torch sees a GPU).
 """
 import argparse
+import os
 import shlex
 import shutil
 import subprocess
@@ -18,6 +20,11 @@ import sys
 
 TORCH = "torch==2.13.0"  # the pinned version; never let pip resolve a newer one
 PYPI = "https://pypi.org/simple"
+
+
+def cpu_cores() -> int:
+    """Cores this process may use (respects taskset / cgroup affinity)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def nvidia_gpus() -> list[str]:

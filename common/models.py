@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from xbench.common.errors import known_name
+
 # The images each dataset holds: channels, height, width.
 INPUT_SHAPES = {"mnist": (1, 28, 28), "cifar10": (3, 32, 32)}
 NUM_CLASSES = 10
@@ -130,6 +132,11 @@ MODELS = {
 }
 LAYER_NAMES = {Conv: "conv", BatchNorm: "bn", MaxPool: "pool", GlobalAvgPool: "avgpool",
                Flatten: "flatten", Dense: "fc", Residual: "block"}
+
+
+def check_model_name(name: str) -> str:
+    """`name` if it is a model here, else a clear error with a near miss."""
+    return known_name(name, MODELS, "model")
 
 
 def input_shape(name: str) -> tuple[int, int, int]:

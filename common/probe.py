@@ -13,12 +13,12 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from common import env
-from common.grid import Cell
-from common.limits import PROBE_VERSION
-from common.models import MODELS, gradient_bytes
-from common.runner import check_devices, measure
-from common.schema import now
+from xbench.common import env
+from xbench.common.cell import Cell
+from xbench.common.limits import PROBE_VERSION
+from xbench.common.models import MODELS, gradient_bytes
+from xbench.common.runner import check_devices, measure
+from xbench.common.schema import now
 
 MATMUL_BACKENDS = ("pt-single", "tf-single")
 ALL_REDUCE_BACKENDS = ("pt-ddp", "hvd-torch", "tf-multiworker")

@@ -32,25 +32,25 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from common import env
-from common.contention import ContentionProbe, epoch_contention
-from common.errors import UserError, did_you_mean
-from common.grid import Cell
-from common.models import (
-    MODELS,
+from xbench.common import env
+from xbench.common.cell import Cell
+from xbench.common.contention import ContentionProbe, epoch_contention
+from xbench.common.errors import UserError, did_you_mean
+from xbench.common.models import (
     BatchNorm,
     Conv,
     Dense,
     GlobalAvgPool,
     MaxPool,
     Residual,
+    check_model_name,
     layer_flops,
     layer_parameters,
     named_layers,
     output_shape,
 )
-from common.runner import measure
-from common.schema import now
+from xbench.common.runner import measure
+from xbench.common.schema import now
 
 PROFILE_VERSION = 1
 PROFILE_BACKENDS = ("pt-single", "tf-single")  # one device: a unit's time is its own
@@ -64,9 +64,7 @@ MIN_STEPS = 6  # the fewest rounds whose extremes bracket the median with 95% co
 def check_request(model: str, batch: int, backends: list[str], units: list[str],
                   steps: int, warmup: int) -> list[str]:
     """The units to time (every one where `units` is empty); a UserError on bad input."""
-    if model not in MODELS:
-        raise UserError(f"unknown model '{model}'{did_you_mean(model, MODELS)}; choose from "
-                        f"{', '.join(MODELS)}")
+    check_model_name(model)
     if batch < 1:
         raise UserError(f"--batch must be at least 1, not {batch}")
     if steps < MIN_STEPS:

@@ -17,8 +17,8 @@ import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
-from common.errors import UserError
-from common.schema import row_problem, upgrade
+from xbench.common.errors import UserError
+from xbench.common.schema import row_problem, upgrade
 
 
 def new_run_id():

@@ -16,16 +16,15 @@ import traceback
 import uuid
 from pathlib import Path
 
-from common import env, results
-from common.backend import get_backend
-from common.claims import Claims
-from common.errors import UserError
-from common.grid import Cell, threads_per_device
-from common.launch import LocalLauncher, SlurmLauncher, signals_held
-from common.progress import GridProgress
-from common.schema import Measurement, make_row, now
+from xbench.common import env, results
+from xbench.common.cell import Cell, threads_per_device
+from xbench.common.claims import Claims
+from xbench.common.errors import UserError
+from xbench.common.launch import Launcher, LocalLauncher, signals_held
+from xbench.common.progress import GridProgress
+from xbench.common.registry import get_backend
+from xbench.common.schema import Measurement, make_row, now
 
-REPO = Path(__file__).resolve().parent.parent
 LOG_TAIL_LINES = 15
 ERROR_PRIORITY = ("oom", "unsupported", "failed")  # which rank's error names the cell's status
 DEVICES_PER_CORE = 4  # more CPU devices (processes or logical devices) measure only contention
@@ -187,9 +186,7 @@ def launch(backend, cell, log_path, launcher, watch=lambda folder: None, measure
                                         **({"measure": measure} if measure else {})}))
         process_threads = threads * backend.devices_per_process(cell)
         environment = {**os.environ, "OMP_NUM_THREADS": str(process_threads),
-                       "PYTHONUNBUFFERED": "1", "XBENCH_CELL": token,
-                       "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO),
-                                                                   os.environ.get("PYTHONPATH")]))}
+                       "PYTHONUNBUFFERED": "1", "XBENCH_CELL": token}
         with open(log_path, "w") as log:
             ended = launcher.run(backend, cell, [str(job_path), out_dir], environment, log, token,
                                  lambda: watch(out_dir))
@@ -197,7 +194,7 @@ def launch(backend, cell, log_path, launcher, watch=lambda folder: None, measure
 
 
 def measure(cell: Cell, method: str, request: dict, log_path: Path,
-            launcher: LocalLauncher | SlurmLauncher) -> tuple[dict | None, str | None]:
+            launcher: Launcher) -> tuple[dict | None, str | None]:
     """Launch `cell`'s processes to run Backend.`method` ("probe" or "profile") with `request`
     instead of training: (its result, None), or (None, why there is none)."""
     backend = get_backend(cell.backend)

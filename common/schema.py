@@ -10,27 +10,20 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from common.backend import BACKENDS
-from common.models import flops_per_sample, parameter_count
+from xbench.common.models import flops_per_sample, parameter_count
+from xbench.common.settings import IN_ROW
 
 SCHEMA_VERSION = 4
 # What rows of older versions lack; they are reported and left out, never mixed with these.
 OLDER_VERSIONS = {1: "schema 1 rows come from an xbench whose 1-device cells of tf-mirrored ran no "
                     "MirroredStrategy, whose frameworks started from different initial weights, "
                     "and which recorded no contention; run the grid again"}
-# The cell's training settings, as the row records them (common.grid.Cell has each).
-TRAINING = ("optimizer", "lr", "momentum", "weight_decay", "lr_scaling", "reference_batch",
-            "warmup_epochs", "set_epoch")
-# The cell's input settings, as the row records them (common.grid.Cell has each).
-INPUT = ("max_test_samples", "host_memory", "loader_workers")
 # What each version added that the rows before it all had implicitly, filled in when an older row
-# is read: schema 2 rows trained with Adam at 1e-3, no scaling, no warm-up; rows before 4 were
-# evaluated on the whole test set by the MNIST models (no BatchNorm) with no loader workers.
-ADDED = {3: {"optimizer": "adam", "lr": 1e-3, "momentum": 0.0, "weight_decay": 0.0,
-             "lr_scaling": "none", "reference_batch": 128, "warmup_epochs": 0,
-             "set_epoch": True, "batch_sweep": None},
-         4: {"max_test_samples": 0, "host_memory": "pageable", "loader_workers": 0,
-             "batchnorm": None}}
+# is read: the settings it first recorded (common.settings: `since`, `implied`), and schema 3's
+# batch sweep (none) and schema 4's BatchNorm (the MNIST models have none).
+ADDED = {version: {**{s.row_name: s.row_value(s.cell_default) for s in IN_ROW
+                      if s.since == version}, **derived}
+         for version, derived in {3: {"batch_sweep": None}, 4: {"batchnorm": None}}.items()}
 UPGRADES = (2, 3)  # the older versions this xbench reads
 STATUSES = ("ok", "failed", "timeout", "oom", "unsupported")
 
@@ -76,22 +69,16 @@ IDENTITY = {
     "cell_key": (TEXT, "always"), "repeat": (WHOLE, "always"), "status": (TEXT, "always"),
     "error": (TEXT, "not ok"), "started_at": (TEXT, "always"), "finished_at": (TEXT, "always"),
 }
+KINDS = {int: WHOLE, float: NUMBER, str: TEXT, bool: BOOL}
+# The cell's configuration: the settings a row records (common.settings), and what the runner
+# derives from the cell and its backend.
 CONFIGURATION = {
-    "backend": (TEXT, "always"), "framework": (TEXT, "ok"), "model": (TEXT, "always"),
-    "params": (WHOLE, "always"), "flops_per_sample": (WHOLE, "always"),
-    "dataset": (TEXT, "always"), "dataset_multiple": (WHOLE, "always"),
-    "max_train_samples": (WHOLE, "always"), "batch_mode": (TEXT, "always"),
+    **{s.row_name: (KINDS[s.kind], "never" if s.zero_is_null else "always") for s in IN_ROW},
+    "framework": (TEXT, "ok"), "params": (WHOLE, "always"), "flops_per_sample": (WHOLE, "always"),
     "global_batch": (WHOLE, "always"), "per_device_batch": (WHOLE, "always"),
-    "nodes": (WHOLE, "always"), "devices": (WHOLE, "always"), "world_size": (WHOLE, "always"),
-    "launcher": (TEXT, "always"), "seed": (WHOLE, "always"), "memory_limit_mb": (WHOLE, "never"),
-    "threads_per_device": (WHOLE, "always"), "threads_pinned": (BOOL, "always"),
-    "contention_limit": (NUMBER, "always"),
-    "optimizer": (TEXT, "always"), "lr": (NUMBER, "always"), "momentum": (NUMBER, "always"),
-    "weight_decay": (NUMBER, "always"), "lr_scaling": (TEXT, "always"),
-    "reference_batch": (WHOLE, "always"), "warmup_epochs": (WHOLE, "always"),
-    "set_epoch": (BOOL, "always"), "batch_sweep": (TEXT, "never"),
-    "max_test_samples": (WHOLE, "always"), "host_memory": (TEXT, "always"),
-    "loader_workers": (WHOLE, "always"), "batchnorm": (TEXT, "never"),
+    "world_size": (WHOLE, "always"), "threads_per_device": (WHOLE, "always"),
+    "threads_pinned": (BOOL, "always"), "batch_sweep": (TEXT, "never"),
+    "batchnorm": (TEXT, "never"),
 }
 MEASUREMENTS = {
     "framework_version": (TEXT, "ok"), "dataset_source": (TEXT, "ok"),
@@ -131,18 +118,12 @@ def make_row(cell, run_id: str, started_at: str, status: str, error: str | None,
         "schema_version": SCHEMA_VERSION, "run_id": run_id, "grid": cell.grid,
         "cell_key": cell.key, "repeat": cell.repeat, "status": status, "error": error,
         "started_at": started_at, "finished_at": now(),
-        "backend": cell.backend, "framework": framework, "model": cell.model,
-        "params": measured.get("params", parameter_count(cell.model)),
-        "flops_per_sample": flops_per_sample(cell.model), "dataset": cell.data,
-        "dataset_multiple": cell.multiple, "max_train_samples": cell.max_train_samples,
-        "batch_mode": cell.batch_mode, "global_batch": cell.global_batch,
-        "per_device_batch": cell.per_device_batch, "nodes": cell.nodes, "devices": cell.devices,
-        "world_size": cell.world, "launcher": cell.launcher, "seed": cell.seed,
-        "memory_limit_mb": cell.memory_limit_mb or None,
+        **{s.row_name: s.row_value(getattr(cell, s.field_name)) for s in IN_ROW},
+        "framework": framework, "params": measured.get("params", parameter_count(cell.model)),
+        "flops_per_sample": flops_per_sample(cell.model), "global_batch": cell.global_batch,
+        "per_device_batch": cell.per_device_batch, "world_size": cell.world,
         "threads_per_device": threads_per_device, "threads_pinned": bool(cell.threads),
-        "contention_limit": cell.contention_limit,
-        **{name: getattr(cell, name) for name in TRAINING}, "batch_sweep": cell.sweep or None,
-        **{name: getattr(cell, name) for name in INPUT}, "batchnorm": batchnorm,
+        "batch_sweep": cell.sweep or None, "batchnorm": batchnorm,
         **{name: measured.get(name) for name in MEASUREMENTS},
         "epochs": measured.get("epochs", []),
         "peak_memory_bytes": max(memory) if memory else None,
@@ -162,8 +143,7 @@ def upgrade(row: Any) -> Any:
     version = row["schema_version"]
     for added in range(version + 1, SCHEMA_VERSION + 1):
         row = {**ADDED[added], **row}
-    torch_on_gpu = (BACKENDS.get(row.get("backend"), "").startswith("pt_backend.")
-                    and row.get("device_type") == "cuda")
+    torch_on_gpu = row.get("framework") == "torch" and row.get("device_type") == "cuda"
     if version < 4 and torch_on_gpu:  # what the PyTorch loader did on GPUs then, in the key too
         row["host_memory"] = "pinned-non-blocking"
         row["cell_key"] = f"{row['cell_key']}|pinned-non-blocking"

@@ -1,4 +1,4 @@
-"""`python -m common.slurm_job JOB_JSON OUT_DIR`: the batch script of a cell's Slurm job, on the
+"""`python -m xbench.common.slurm_job JOB_JSON OUT_DIR`: the batch script of a cell's Slurm job, on the
 job's first node. It finds the nodes Slurm allocated and how the other nodes reach each of them,
 then runs the backend's command at its launch scope: with srun once per node or once per device,
 or here, once, for a launcher that starts every rank itself (horovodrun)."""
@@ -9,9 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from common.backend import get_backend
-from common.grid import Cell
-from common.launch import PLACEMENT_ENV, Placement
+from xbench.common.cell import Cell
+from xbench.common.placement import PLACEMENT_ENV, Placement
+from xbench.common.registry import get_backend
 
 
 def allocated_nodes() -> tuple[list[str], list[str]]:

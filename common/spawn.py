@@ -1,4 +1,4 @@
-"""`python -m common.spawn N -- COMMAND...`: N copies of a command on this machine, as Slurm's
+"""`python -m xbench.common.spawn N -- COMMAND...`: N copies of a command on this machine, as Slurm's
 srun --ntasks-per-node=N starts them on a node: copy i gets XBENCH_TASK=i. When one copy fails
 the others are ended (as torchrun does), and the first failure's exit code is this one's; a
 SIGTERM to this process ends every copy. Used by the local launcher for backends with a worker per
@@ -9,7 +9,8 @@ import subprocess
 import sys
 import time
 
-from common.launch import TASK_ENV, end_with
+from xbench.common.launch import end_with
+from xbench.common.placement import TASK_ENV
 
 
 def main(argv: list[str]) -> int:

@@ -1,4 +1,4 @@
-"""The one shape of training in every backend, and what each launched process is given.
+"""The one shape of training in every backend.
 
 `TrainingLoop.run` is the order of the parts (set-up; per epoch: barrier, clock, timed steps,
 totals; then the evidence and the measurement) and all the arithmetic on them, written once. A
@@ -8,20 +8,17 @@ hooks, which are framework code: building the model, one training step, reading 
 import abc
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from common.backend import Backend
-from common.collectives import Collectives
-from common.contention import ContentionProbe, epoch_contention
-from common.data import Images
-from common.evidence import batchnorm_evidence, sample_evidence, weights_digest
-from common.grid import Cell
-from common.launch import node_name
-from common.progress import ProgressReport
-from common.schema import Measurement
-from common.timing import EpochClock, StepTimer, epoch_record, step_percentiles
+from xbench.common.backend import Backend
+from xbench.common.collectives import Collectives
+from xbench.common.contention import ContentionProbe, epoch_contention
+from xbench.common.evidence import batchnorm_evidence, sample_evidence, weights_digest
+from xbench.common.job import Job
+from xbench.common.placement import node_name
+from xbench.common.schema import Measurement
+from xbench.common.timing import EpochClock, StepTimer, epoch_record, step_percentiles
 
 EVAL_BATCH = 1000  # test images per forward pass when measuring test accuracy
 # The thread budget of every device in every backend, besides its compute threads (the cores
@@ -29,21 +26,6 @@ EVAL_BATCH = 1000  # test images per forward pass when measuring test accuracy
 # driving k devices gets k times each.
 INTER_OP_PER_DEVICE = 1
 INPUT_PIPELINE_PER_DEVICE = 1
-
-
-@dataclass
-class Job:
-    """What each launched process is given: the cell, its data, the compute threads of each of its
-    devices, and the wall-clock time (`time.time()`) at which the runner launched it (start-up is
-    counted from it)."""
-    cell: Cell
-    data: Images
-    threads_per_device: int
-    launched_at: float
-    progress: ProgressReport = field(default_factory=ProgressReport)
-
-    def startup_seconds(self) -> float:
-        return time.time() - self.launched_at
 
 
 class TrainingLoop(abc.ABC):

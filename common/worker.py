@@ -1,4 +1,4 @@
-"""Entry point of every launched process: `python -m common.worker JOB_JSON OUT_DIR`.
+"""Entry point of every launched process: `python -m xbench.common.worker JOB_JSON OUT_DIR`.
 
 Each rank loads the data and calls its backend's `train` (or, for `xbench probe` and
 `xbench profile`, its `probe` or `profile`). The reporting rank writes `result.json`
@@ -14,13 +14,13 @@ import sys
 import traceback
 from pathlib import Path
 
-from common import data as data_module
-from common import env
-from common.backend import get_backend
-from common.errors import Unsupported, UserError
-from common.grid import Cell
-from common.progress import ProgressReport
-from common.training import Job
+from xbench.common import data as data_module
+from xbench.common import env
+from xbench.common.cell import Cell
+from xbench.common.errors import Unsupported, UserError
+from xbench.common.job import Job
+from xbench.common.progress import ProgressReport
+from xbench.common.registry import get_backend
 
 
 def write_json(path, payload):

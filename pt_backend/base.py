@@ -8,18 +8,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from common.backend import Backend
-from common.collectives import Collectives, OneProcess
+from xbench.common.backend import Backend
+from xbench.common.cell import Cell
+from xbench.common.collectives import Collectives, OneProcess
+from xbench.common.job import Job
+from xbench.common.schema import Measurement
 
 if TYPE_CHECKING:
     import torch
 
-    from common.grid import Cell
-    from common.schema import Measurement
-    from common.training import Job
-
 
 class TorchBackend(Backend):
+    """Every PyTorch backend: one process per device where it starts several (its
+    `start_processes` joins them), the model placed on the process's first device and wrapped by
+    `wrap_model`, the optimizer by `wrap_optimizer`, then pt_backend.train.TorchLoop."""
     framework = "torch"
     requires = ("torch",)
     framework_memory_mb = 450
@@ -60,7 +62,7 @@ class TorchBackend(Backend):
         """Threads, device and processes of `cell` in this process (stop_processes undoes it)."""
         import torch
 
-        from common.training import INTER_OP_PER_DEVICE
+        from xbench.common.training import INTER_OP_PER_DEVICE
 
         self.cell = cell
         devices = self.devices_per_process(cell)
@@ -77,7 +79,7 @@ class TorchBackend(Backend):
         return comm, device
 
     def train(self, job: Job) -> Measurement | None:
-        from pt_backend.train import TorchLoop
+        from xbench.pt_backend.train import TorchLoop
 
         try:
             comm, device = self.set_up(job.cell, job.threads_per_device)
@@ -86,7 +88,7 @@ class TorchBackend(Backend):
             self.stop_processes()
 
     def probe(self, cell: Cell, threads_per_device: int, request: dict) -> dict | None:
-        from pt_backend.limits import probe
+        from xbench.pt_backend.limits import probe
 
         try:
             comm, device = self.set_up(cell, threads_per_device)
@@ -95,7 +97,7 @@ class TorchBackend(Backend):
             self.stop_processes()
 
     def profile(self, cell: Cell, threads_per_device: int, request: dict) -> dict:
-        from pt_backend.profile import profile
+        from xbench.pt_backend.profile import profile
 
         try:
             _, device = self.set_up(cell, threads_per_device)
@@ -104,5 +106,5 @@ class TorchBackend(Backend):
             self.stop_processes()
 
     def is_out_of_memory(self, error: BaseException) -> bool:
-        from pt_backend.train import is_out_of_memory
+        from xbench.pt_backend.train import is_out_of_memory
         return is_out_of_memory(error)

@@ -2,9 +2,9 @@
 import os
 import sys
 
-from common.backend import wire
-from common.collectives import Collectives
-from pt_backend.base import TorchBackend
+from xbench.common.backend import wire
+from xbench.common.collectives import Collectives
+from xbench.pt_backend.base import TorchBackend
 
 
 class DistributedDataParallelBackend(TorchBackend):
@@ -28,7 +28,7 @@ class DistributedDataParallelBackend(TorchBackend):
                           f"--rdzv-endpoint={placement.hosts[0]}:{placement.port}",
                           f"--rdzv-id=xbench-{placement.port}"]
         return [sys.executable, "-m", "torch.distributed.run", *rendezvous,
-                f"--nproc-per-node={cell.devices}", "-m", "common.worker", *worker_args]
+                f"--nproc-per-node={cell.devices}", "-m", "xbench.common.worker", *worker_args]
 
     def start_processes(self, device_kind):
         import torch.distributed as dist

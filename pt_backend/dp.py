@@ -1,9 +1,9 @@
 """pt-dp: torch.nn.DataParallel, one process driving N GPUs (the blog's PyTorch backend)."""
 import math
 
-from common.backend import wire
-from common.models import MODELS, gradient_bytes, input_shape
-from pt_backend.base import TorchBackend
+from xbench.common.backend import wire
+from xbench.common.models import MODELS, gradient_bytes, input_shape
+from xbench.pt_backend.base import TorchBackend
 
 
 class DataParallelBackend(TorchBackend):

@@ -1,7 +1,7 @@
 """hvd-torch: Horovod's ring all-reduce over PyTorch, N processes started by horovodrun."""
-from common import horovod_support
-from common.collectives import Collectives
-from pt_backend.base import TorchBackend
+from xbench.common import horovod_support
+from xbench.common.collectives import Collectives
+from xbench.pt_backend.base import TorchBackend
 
 
 class HorovodTorchBackend(horovod_support.HorovodLaunch, TorchBackend):

@@ -3,8 +3,8 @@ all-reduce times through a PyTorch backend's collectives (gloo or nccl for pt-dd
 hvd-torch)."""
 import torch
 
-from common.env import cpu_name
-from common.limits import matmul_record, time_all_reduce, time_matmul
+from xbench.common.env import cpu_name
+from xbench.common.limits import matmul_record, time_all_reduce, time_matmul
 
 SIZE = {"cpu": 2048, "cuda": 8192}  # n of the n x n matmul: large enough to reach the peak
 

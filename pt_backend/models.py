@@ -4,19 +4,8 @@ from collections import OrderedDict
 import torch
 from torch import nn
 
-from common.models import (
-    ADAM,
-    BATCHNORM,
-    BatchNorm,
-    Conv,
-    Flatten,
-    GlobalAvgPool,
-    MaxPool,
-    Residual,
-    initial_weights,
-    input_shape,
-    named_layers,
-)
+from xbench.common import models as spec
+from xbench.common.models import ADAM, BATCHNORM, initial_weights, input_shape, named_layers
 
 
 class ResidualBlock(nn.Module):
@@ -32,20 +21,20 @@ class ResidualBlock(nn.Module):
 
 def torch_layer(layer) -> nn.Module:
     """One spec layer as a module (a ReLU after it where the spec says so)."""
-    if isinstance(layer, Residual):
+    if isinstance(layer, spec.Residual):
         return ResidualBlock(nn.Sequential(*map(torch_layer, layer.body)),
                              nn.Sequential(*map(torch_layer, layer.shortcut)))
-    if isinstance(layer, Conv):
+    if isinstance(layer, spec.Conv):
         module = nn.Conv2d(layer.in_channels, layer.out_channels, layer.kernel, layer.stride,
                            padding=layer.kernel // 2, bias=layer.bias)
-    elif isinstance(layer, BatchNorm):
+    elif isinstance(layer, spec.BatchNorm):
         module = nn.BatchNorm2d(layer.channels, eps=BATCHNORM["epsilon"],
                                 momentum=BATCHNORM["torch_momentum"])
-    elif isinstance(layer, MaxPool):
+    elif isinstance(layer, spec.MaxPool):
         return nn.MaxPool2d(layer.size)
-    elif isinstance(layer, GlobalAvgPool):
+    elif isinstance(layer, spec.GlobalAvgPool):
         return nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten())
-    elif isinstance(layer, Flatten):
+    elif isinstance(layer, spec.Flatten):
         return nn.Flatten()
     else:  # Dense
         module = nn.Linear(layer.in_features, layer.out_features)

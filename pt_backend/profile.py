@@ -3,11 +3,11 @@ training step, as torch runs them in training (train mode: BatchNorm uses batch 
 import torch
 from torch import nn
 
-from common.data import load
-from common.profile import STEP_PASSES, time_passes
-from pt_backend.limits import device_name
-from pt_backend.models import build_model, build_optimizer
-from pt_backend.train import normalise
+from xbench.common.data import load
+from xbench.common.profile import STEP_PASSES, time_passes
+from xbench.pt_backend.limits import device_name
+from xbench.pt_backend.models import build_model, build_optimizer
+from xbench.pt_backend.train import normalise
 
 
 def profile(cell, device, request):

@@ -1,6 +1,6 @@
 """pt-single: PyTorch with no parallel wrapper on one device: the reference that tells what pt-dp,
 pt-ddp and hvd-torch cost at one device."""
-from pt_backend.base import TorchBackend
+from xbench.pt_backend.base import TorchBackend
 
 
 class SingleDeviceTorchBackend(TorchBackend):

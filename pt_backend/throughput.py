@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from pt_backend.models import build_model, build_optimizer
+from xbench.pt_backend.models import build_model, build_optimizer
 
 
 def samples_per_second(model_name: str, batch: int, steps: int) -> float:

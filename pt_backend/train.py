@@ -8,10 +8,10 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
 
-from common.data import rank_indices
-from common.env import cpu_name, peak_rss_bytes
-from common.training import EVAL_BATCH, TrainingLoop
-from pt_backend.models import batchnorm_statistics, build_model, build_optimizer
+from xbench.common.data import rank_indices
+from xbench.common.env import cpu_name, peak_rss_bytes
+from xbench.common.training import EVAL_BATCH, TrainingLoop
+from xbench.pt_backend.models import batchnorm_statistics, build_model, build_optimizer
 
 
 class TrainSet(torch.utils.data.Dataset):

@@ -10,10 +10,10 @@ import math
 import numpy as np
 import pandas as pd
 
-from common.backend import BACKENDS, backend_class
-from common.limits import flop_utilisation, peak_flops, probe_all_reduce
-from common.models import MODELS, flops_per_sample, gradient_bytes
-from reports.stats import difference_of_means, ratio_of_means, summarize
+from xbench.common.limits import flop_utilisation, peak_flops, probe_all_reduce
+from xbench.common.models import MODELS, flops_per_sample, gradient_bytes
+from xbench.common.registry import BACKENDS, backend_class
+from xbench.reports.stats import difference_of_means, ratio_of_means, summarize
 
 CONFIG = ["env", "series", "backend", "dataset", "model", "dataset_multiple", "batch_mode", "batch",
           "global_batch", "per_device_batch", "nodes", "devices"]

@@ -10,9 +10,9 @@ import math
 
 import pandas as pd
 
-from reports import analysis
-from reports.load import load
-from reports.stats import ratio_of_means
+from xbench.reports import analysis
+from xbench.reports.load import load
+from xbench.reports.stats import ratio_of_means
 
 ENVIRONMENT = ("host", "cpu_count", "python")
 
@@ -79,7 +79,7 @@ def slower_than(cells, percent):
 
 
 def text_table(cells) -> pd.DataFrame:
-    from reports.tables import ratio_text
+    from xbench.reports.tables import ratio_text
     return pd.DataFrame([{
         "backend": c["series"], "model": c["model"],
         "batch": f"{analysis.batch_kind(c['batch_mode'])} {c['batch']}",

@@ -11,8 +11,8 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-from common.backend import BACKENDS
-from reports import analysis
+from xbench.common.registry import BACKENDS
+from xbench.reports import analysis
 
 matplotlib.use("Agg")  # files only, never a display
 

@@ -6,8 +6,8 @@ import math
 
 import pandas as pd
 
-from reports import analysis
-from reports.tables import MIB, bounds, num, ratio_text, table, with_interval
+from xbench.reports import analysis
+from xbench.reports.tables import MIB, bounds, num, ratio_text, table, with_interval
 
 TIME_DEFINITION = (
     "Times are epoch 2's (epoch 1 warms up), over the usable repeats, with the 95% interval of "

@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from common.errors import UserError
-from common.limits import probe_path, read_probes
-from common.results import flat_table, read_rows
-from reports.query import select
+from xbench.common.errors import UserError
+from xbench.common.limits import probe_path, read_probes
+from xbench.common.results import flat_table, read_rows
+from xbench.reports.query import select
 
 CONFIG_FIELDS = ("backend", "model", "dataset", "dataset_multiple", "batch_mode", "global_batch",
                  "per_device_batch", "devices")

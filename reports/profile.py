@@ -6,8 +6,8 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from reports.figures import color, render
-from reports.tables import num
+from xbench.reports.figures import color, render
+from xbench.reports.tables import num
 
 COLUMNS = (("unit", "<"), ("layer", "<"), ("output", "<"), ("params", ">"),
            ("fwd ms [95% CI]", "<"), ("bwd ms [95% CI]", "<"), ("share [95% CI]", "<"),

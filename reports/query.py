@@ -10,7 +10,7 @@ import operator
 
 import pandas as pd
 
-from common.errors import UserError
+from xbench.common.errors import UserError
 
 COMPARISONS = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt,
                ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge}

@@ -10,7 +10,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common.errors import UserError
+from xbench.common.errors import UserError
 
 NAMES = ("chromium", "chromium-browser", "google-chrome")
 # Headless, as root, isolated: no sandbox (root), no GPU, and nothing that reaches the network.

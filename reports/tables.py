@@ -5,7 +5,7 @@ from html import escape
 
 import pandas as pd
 
-from reports import analysis
+from xbench.reports import analysis
 
 MIB = 2 ** 20
 SUMMARY_LIMIT = 10  # lines per section of the printed summary; summary.md has every line

@@ -8,7 +8,7 @@ import logging
 import os
 from pathlib import Path
 
-from common.errors import UserError
+from xbench.common.errors import UserError
 
 PARAMS = ("grid", "cell_key", "repeat", "backend", "framework", "model", "dataset",
           "dataset_multiple", "batch_mode", "global_batch", "per_device_batch", "nodes",

@@ -5,8 +5,8 @@ changed accuracy; and warnings for what the verdicts leave out.
 """
 import math
 
-from reports import analysis
-from reports.stats import ratio_of_means, repeats_to_settle
+from xbench.reports import analysis
+from xbench.reports.stats import ratio_of_means, repeats_to_settle
 
 MIN_REPEATS = 3
 

@@ -1,7 +1,8 @@
 """`make gpu-check`: the GPU path of xbench, proven on whatever CUDA machine this is.
 
 Needs a CUDA build of PyTorch and xbench's pure-Python dependencies in the running python3 (no
-venv build, no TensorFlow: it runs from this checkout with PYTHONPATH). It runs the probe (matmul
+venv build, no TensorFlow: it runs this checkout uninstalled, its folders linked as the `xbench`
+packages pyproject.toml maps them to). It runs the probe (matmul
 per GPU at fp32/tf32/bf16, nccl all-reduce at every GPU count), then pt-single, pt-dp, pt-ddp
 (and hvd-torch where Horovod is built) on 1, 2, 4 ... and all the GPUs, 3 repeats each, on real
 MNIST where it finds it (XBENCH_DATA_DIR, shared/data/mnist, ../shared/data/mnist; else synthetic
@@ -16,6 +17,8 @@ import importlib.util
 import os
 import subprocess
 import sys
+import tempfile
+import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -47,11 +50,21 @@ def refusal() -> str | None:
     return None
 
 
+def link_packages(folder: Path) -> Path:
+    """`folder`, holding `xbench/<package>` links to this checkout's folders as pyproject.toml's
+    package-dir maps them: on PYTHONPATH, `import xbench.common` then works with no install."""
+    mapping = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-dir"]
+    for package, source in mapping.items():
+        link = folder.joinpath(*package.split("."))
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(REPO / source, target_is_directory=True)
+    return folder
+
+
 def xbench(*args: str) -> int:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO),
-                                                                      os.environ.get("PYTHONPATH")]))}
     print("+ xbench " + " ".join(args), flush=True)
-    return subprocess.run([sys.executable, "-m", "common.cli", *args], cwd=REPO, env=env).returncode
+    return subprocess.run([sys.executable, "-m", "xbench.cli.main", *args], cwd=REPO).returncode
 
 
 def main() -> int:
@@ -67,6 +80,14 @@ def main() -> int:
     names = sorted({torch.cuda.get_device_name(i) for i in range(gpus)})
     print(f"gpu-check: torch {torch.__version__} (CUDA {torch.version.cuda}) sees {gpus} GPU(s): "
           f"{', '.join(names)}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="xbench-uninstalled-") as folder:
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [
+            str(link_packages(Path(folder))), os.environ.get("PYTHONPATH")]))
+        return check(out, gpus)
+
+
+def check(out: Path, gpus: int) -> int:
+    """The probe, the grid, its report and the profile, each through the `xbench` command."""
     counts = device_counts(gpus)
     backends = ["pt-single", "pt-dp", "pt-ddp"]
     if importlib.util.find_spec("horovod"):

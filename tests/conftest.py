@@ -12,7 +12,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 SLOW = 600  # generous limits: the machine is small and shared
 MNIST_DIR = Path(os.environ.get("XBENCH_TEST_DATA", REPO.parent / "shared" / "data" / "mnist"))
-XBENCH = [sys.executable, "-m", "common.cli"]
+XBENCH = [sys.executable, "-m", "xbench.cli.main"]
 
 
 @pytest.fixture(scope="session")
@@ -24,7 +24,7 @@ def mnist_dir():
 
 @pytest.fixture(scope="session")
 def mnist(mnist_dir):
-    from common.data import load_mnist
+    from xbench.common.data import load_mnist
     return load_mnist(mnist_dir)
 
 
@@ -43,7 +43,7 @@ def smoke(mnist_dir, tmp_path_factory):
     backend on 1 and (where it spans devices) 2 devices, then the compute references (1 device at
     the 2-device ranks' per-device batch and threads). The tests of each backend read their rows
     from it: `rows[(backend, devices)]` the grid's cells, `references[backend]` the references."""
-    from common.results import read_rows
+    from xbench.common.results import read_rows
     results = tmp_path_factory.mktemp("smoke") / "smoke.jsonl"
     run = xbench("grid", "--preset", "smoke", "--max-train-samples", SMOKE_SLICE,
                  "--data-dir", mnist_dir, "--results", results, timeout=1800)
@@ -59,7 +59,7 @@ def smoke(mnist_dir, tmp_path_factory):
 def probe(tmp_path_factory):
     """One real `xbench probe`: torch's and TensorFlow's matmuls, gloo (pt-ddp) on 2 and 4
     processes: (its folder, its record, what it printed)."""
-    from common.limits import read_probes
+    from xbench.common.limits import read_probes
     folder = tmp_path_factory.mktemp("probe")
     run = xbench("probe", "--backend", "pt-single,tf-single,pt-ddp", "--devices", "2,4",
                  "--results-dir", folder)

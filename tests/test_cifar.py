@@ -15,16 +15,16 @@ import pytest
 import tensorflow as tf
 import torch
 
-from common import data
-from common.backend import BACKENDS, backend_class
-from common.errors import UserError
-from common.models import MODELS, has_batchnorm, initial_weights, parameter_count
-from common.schema import row_problem
-from pt_backend import models as pt_models
-from pt_backend import train as pt_train
-from tf_backend import models as tf_models
-from tf_backend import train as tf_train
-from tf_backend.collectives import OneTensorFlowProcess
+from xbench.common import data
+from xbench.common.errors import UserError
+from xbench.common.models import MODELS, has_batchnorm, initial_weights, parameter_count
+from xbench.common.registry import BACKENDS, backend_class
+from xbench.common.schema import row_problem
+from xbench.pt_backend import models as pt_models
+from xbench.pt_backend import train as pt_train
+from xbench.tf_backend import models as tf_models
+from xbench.tf_backend import train as tf_train
+from xbench.tf_backend.collectives import OneTensorFlowProcess
 
 CIFAR_MODELS = [name for name, spec in MODELS.items() if spec.dataset == "cifar10"]
 BATCH = 32
@@ -166,7 +166,7 @@ def test_a_folder_without_cifar_says_where_it_looked(tmp_path, monkeypatch):
 ])
 def test_bad_input_is_one_clear_error_and_exit_2(tmp_path, arguments, message):
     write_pickles(tmp_path / "bad" / data.CIFAR_FOLDER, cifar_parts())
-    command = [sys.executable, "-m", "common.cli", "grid", "--preset", "cifar-smoke",
+    command = [sys.executable, "-m", "xbench.cli.main", "grid", "--preset", "cifar-smoke",
                "--results", str(tmp_path / "r.jsonl"),
                *(a.replace("{bad}", str(tmp_path / "bad")) for a in arguments)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
@@ -186,7 +186,7 @@ def cifar_results(tmp_path_factory):
     backend on 2 (pt-dp's is unsupported on a CPU)."""
     results = tmp_path_factory.mktemp("cifar") / "cifar.jsonl"
     for backends, devices in ((SINGLE + ["pt-dp"], "1"), (SPANNING, "2")):
-        done = subprocess.run([sys.executable, "-m", "common.cli", "-q", "grid", "--preset",
+        done = subprocess.run([sys.executable, "-m", "xbench.cli.main", "-q", "grid", "--preset",
                                "cifar-smoke", "--backend", ",".join(backends), "--devices",
                                devices, "--results", str(results)],
                               capture_output=True, text=True, timeout=1500)
@@ -248,7 +248,7 @@ def test_each_backends_batchnorm_statistics_are_recorded_and_checked(cifar_rows,
 
 
 def test_the_report_shows_what_each_backend_does_with_the_statistics(cifar_results, tmp_path):
-    done = subprocess.run([sys.executable, "-m", "common.cli", "report", str(cifar_results),
+    done = subprocess.run([sys.executable, "-m", "xbench.cli.main", "report", str(cifar_results),
                            "--out", str(tmp_path), "--format", "md", "--include-contended"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -267,7 +267,7 @@ MIRRORED_READ = """
 import numpy as np, tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-from tf_backend.models import batchnorm_statistics, build_model
+from xbench.tf_backend.models import batchnorm_statistics, build_model
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 with strategy.scope():
     model = build_model("resnet18")

@@ -1,18 +1,20 @@
-"""After a grid: `xbench compare` of two runs of one grid (one beside a busy loop), the conventions
-a command-line tool keeps (--version, --json, NO_COLOR), and export to a real MLflow store."""
+"""After a grid: `xbench compare` of a grid's run against the same rows slowed and marked
+contended, the conventions a command-line tool keeps (--version, --json, NO_COLOR), and export to a
+real MLflow store."""
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 from conftest import REPO, SLOW, XBENCH, write_grid
 from test_progress import run_in_terminal
 
-from common.results import read_rows
+from xbench.common.results import append_row, new_run_id, read_rows
 
 SETTINGS = {"name": "same", "backends": ["pt-single"], "batches": [64, 128], "repeats": 3,
             "max_train_samples": 1024}
+EPOCH_SECONDS = (1.0, 1.05, 0.95)  # per repeat: the rows compared carry these times, so that
+SLOWED = 1.5  # how much slower NEW is, and so the verdicts, do not depend on this machine
 
 
 def xbench(*args, env=None):
@@ -20,21 +22,31 @@ def xbench(*args, env=None):
                           timeout=SLOW, env=env)
 
 
+def timed(row, run_id, factor, contended):
+    """`row` with every epoch taking EPOCH_SECONDS[repeat] x `factor`, as if another load had
+    used half the machine where `contended`."""
+    seconds = EPOCH_SECONDS[row["repeat"]] * factor
+    epochs = [{**e, "seconds": seconds, "rate": e["samples"] / seconds,
+               "seconds_per_rank": [seconds] * len(e["seconds_per_rank"]),
+               "contention": {**e["contention"], "contended": contended,
+                              "other_cpu_share": 0.5 if contended else 0.0}}
+              for e in row["epochs"]]
+    return {**row, "run_id": run_id, "epochs": epochs, "contended": contended}
+
+
 @pytest.fixture(scope="module")
 def quiet_and_busy(mnist_dir, tmp_path_factory):
-    """One grid run twice: on a quiet machine, then beside a busy loop (one: two made the slowed
-    runs' times vary from 0.7 to 5 s, too widely for 3 repeats to bound the ratio)."""
+    """One real grid (3 repeats of 2 cells); its rows with fixed epoch times (BASE), and the same
+    rows SLOWED times slower and marked contended (NEW)."""
     folder = tmp_path_factory.mktemp("compare")
     grid = write_grid(folder, **SETTINGS)
-    quiet = xbench("grid", grid, "--data-dir", mnist_dir, "--results", folder / "quiet.jsonl")
-    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"])]
-    try:
-        busy = xbench("grid", grid, "--data-dir", mnist_dir, "--results", folder / "busy.jsonl")
-    finally:
-        for loop in loops:
-            loop.kill()
-            loop.wait()
-    assert quiet.returncode == busy.returncode == 0, quiet.stderr + busy.stderr
+    ran = xbench("grid", grid, "--data-dir", mnist_dir, "--results", folder / "ran.jsonl")
+    assert ran.returncode == 0, ran.stderr
+    rows = read_rows(folder / "ran.jsonl")[0]
+    for name, factor, contended in (("quiet", 1.0, False), ("busy", SLOWED, True)):
+        run_id = new_run_id()
+        for row in rows:
+            append_row(folder / f"{name}.jsonl", timed(row, run_id, factor, contended))
     return folder / "quiet.jsonl", folder / "busy.jsonl"
 
 

@@ -5,12 +5,12 @@ mistake in them fails here, in CI, before it reaches a GPU."""
 import pytest
 import torch
 
-from common.errors import Unsupported
-from common.grid import Cell
-from common.models import gradient_bytes
-from pt_backend.ddp import DistributedDataParallelBackend
-from pt_backend.dp import DataParallelBackend
-from pt_backend.single import SingleDeviceTorchBackend
+from xbench.common.cell import Cell
+from xbench.common.errors import Unsupported
+from xbench.common.models import gradient_bytes
+from xbench.pt_backend.ddp import DistributedDataParallelBackend
+from xbench.pt_backend.dp import DataParallelBackend
+from xbench.pt_backend.single import SingleDeviceTorchBackend
 
 
 def cell(backend, devices, device="cuda"):
@@ -74,7 +74,7 @@ def test_no_gpu_and_a_cuda_cell_is_unsupported_not_silently_cpu(gpus, monkeypatc
 
 
 def test_peak_memory_is_read_per_gpu_that_was_used(monkeypatch):
-    from pt_backend.train import TorchLoop
+    from xbench.pt_backend.train import TorchLoop
     peaks = {0: 3 * 2**30, 1: 2 * 2**30, 2: 0, 3: 0}
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", peaks.__getitem__)

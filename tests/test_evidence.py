@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 from conftest import REPO, SLOW, XBENCH, write_grid
 
-from common.data import rank_indices
-from common.evidence import sample_evidence
-from common.results import read_rows
-from reports import build_report
+from xbench.common.data import rank_indices
+from xbench.common.evidence import sample_evidence
+from xbench.common.results import read_rows
+from xbench.reports.build import build_report
 
 SAMPLES = 1024
 # In every process (sitecustomize runs at start-up): each rank is dealt rank 0's shard, the bug of
 # a sampler that was never told its rank.
-WRONG_ORDER = '''import common.data as data
+WRONG_ORDER = '''import xbench.common.data as data
 
 real_rank_indices = data.rank_indices
 

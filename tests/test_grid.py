@@ -3,8 +3,8 @@ import re
 
 import pytest
 
-from common.errors import UserError
-from common.grid import expand, preset_path, read_grid_file
+from xbench.common.errors import UserError
+from xbench.common.grid import expand, preset_path, read_grid_file
 
 BASE = {"name": "t", "backends": ["pt-ddp"], "models": ["small"], "multiples": [1],
         "batches": [128], "devices": [1, 2]}
@@ -36,7 +36,7 @@ def test_overrides_narrow_the_axes_and_batch_modes():
 
 def test_compute_references_run_each_n_device_cell_at_its_threads_and_per_device_batch(
         monkeypatch):
-    monkeypatch.setattr("common.grid.cpu_cores", lambda: 8)
+    monkeypatch.setattr("xbench.common.grid.cpu_cores", lambda: 8)
     cells = expand({**BASE, "devices": [1, 2, 4], "batches": [128, 256]})
     references = [c for c in cells if c.reference_for]
     assert sorted((c.batch, c.threads, c.devices) for c in references) == [

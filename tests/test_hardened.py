@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 from conftest import REPO, SLOW, XBENCH, write_grid
 
-from common.grid import Cell
-from common.results import read_rows
-from common.schema import SCHEMA_VERSION, make_row, now
+from xbench.common.cell import Cell
+from xbench.common.results import read_rows
+from xbench.common.schema import SCHEMA_VERSION, make_row, now
 
 SLICE = 512
 

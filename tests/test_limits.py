@@ -9,10 +9,10 @@ import sys
 import pandas as pd
 import pytest
 
-from common.limits import all_reduce_record, bus_bandwidth, flop_utilisation, peak_flops
-from common.machine import install_plan, wants_gpu
-from common.models import MODELS, flops_per_sample, gradient_bytes
 from tests.conftest import REPO, xbench
+from xbench.common.limits import all_reduce_record, bus_bandwidth, flop_utilisation, peak_flops
+from xbench.common.machine import install_plan, wants_gpu
+from xbench.common.models import MODELS, flops_per_sample, gradient_bytes
 
 
 def test_probe_measures_matmul_at_every_thread_count_and_gloo_at_both_gradient_sizes(probe):
@@ -124,11 +124,11 @@ def test_setup_plan_follows_what_nvidia_smi_lists(tmp_path):
     fake.chmod(0o755)
     for path, expected in ((f"{tmp_path}{os.pathsep}{os.environ['PATH']}", "tf-gpu,gpu-watch,dev"),
                            (os.environ["PATH"], "tf,dev")):
-        plan = subprocess.run([sys.executable, "-m", "common.machine"], cwd=REPO, text=True,
+        plan = subprocess.run([sys.executable, "-m", "xbench.common.machine"], cwd=REPO, text=True,
                               capture_output=True, env={**os.environ, "PATH": path})
         assert plan.returncode == 0 and f"EXTRAS={expected}\n" in plan.stdout, plan.stderr
     assert "2 NVIDIA GPU(s)" in subprocess.run(
-        [sys.executable, "-m", "common.machine"], cwd=REPO, text=True, capture_output=True,
+        [sys.executable, "-m", "xbench.common.machine"], cwd=REPO, text=True, capture_output=True,
         env={**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"}).stderr
 
 
@@ -140,15 +140,23 @@ def test_gpu_check_refuses_cleanly_without_a_gpu():
 
 
 def test_cli_runs_uninstalled_from_a_checkout(tmp_path):
-    """make gpu-check runs xbench with PYTHONPATH and no install: its version comes from
-    pyproject.toml then."""
-    copy = tmp_path / "checkout"
-    shutil.copytree(REPO / "common", copy / "common")
-    shutil.copy(REPO / "pyproject.toml", copy)
+    """make gpu-check runs xbench with no install: the checkout's folders linked as the packages
+    pyproject.toml maps them to, on PYTHONPATH; its version comes from pyproject.toml then."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        from gpu_check import link_packages
+    finally:
+        sys.path.pop(0)
+    packages = link_packages(tmp_path / "packages")
     code = ("import importlib.metadata as m, sys\n"
             "def missing(name): raise m.PackageNotFoundError(name)\n"
             "m.version = missing\n"
-            "from common.cli import own_version\nprint(own_version())")
-    run = subprocess.run([sys.executable, "-c", code], cwd=copy, capture_output=True, text=True)
+            "import xbench.common.settings\n"
+            "from xbench.cli.console import own_version\n"
+            "print(own_version()); print(xbench.common.settings.__file__)")
+    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                         text=True, env={**os.environ, "PYTHONPATH": str(packages)})
     assert run.returncode == 0, run.stderr
-    assert run.stdout.strip() == "0.1.0 (uninstalled)"
+    version, where = run.stdout.splitlines()
+    assert version == "0.1.0 (uninstalled)"
+    assert where == str(packages / "xbench" / "common" / "settings.py")

@@ -4,8 +4,14 @@ counts), and FLOPs counted by torch equal to the spec's."""
 import numpy as np
 import pytest
 
-from common.models import MODELS, flops_per_sample, gradient_bytes, initial_weights, parameter_count
-from pt_backend.models import build_model, describe
+from xbench.common.models import (
+    MODELS,
+    flops_per_sample,
+    gradient_bytes,
+    initial_weights,
+    parameter_count,
+)
+from xbench.pt_backend.models import build_model, describe
 
 
 @pytest.mark.parametrize("name, params", [("small", 402_442), ("large", 4_104_202),

@@ -3,8 +3,8 @@ the page rendered in headless Chromium (checked through the DevTools protocol)."
 import fcntl
 import json
 import math
-import re
 import os
+import re
 import select
 import subprocess
 import sys
@@ -16,14 +16,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from common.errors import UserError
-from common.grid import Cell
-from common.models import gradient_bytes, parameter_count
-from common import schema
-from reports import analysis, build_report, parse_formats
-from reports.load import load
-from reports.screenshot import chromium_command, screenshot
-from reports.stats import summarize
+from xbench.common import schema
+from xbench.common.cell import Cell
+from xbench.common.errors import UserError
+from xbench.common.models import gradient_bytes, parameter_count
+from xbench.reports import analysis
+from xbench.reports.build import build_report, parse_formats
+from xbench.reports.load import load
+from xbench.reports.screenshot import chromium_command, screenshot
+from xbench.reports.stats import summarize
 
 MNIST = Path(__file__).resolve().parents[2] / "shared/data/mnist"
 XBENCH = Path(sys.executable).parent / "xbench"

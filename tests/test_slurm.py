@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, SLOW, XBENCH, write_grid
 
-from common.results import read_rows
+from xbench.common.results import read_rows
 
 CLUSTER = REPO / "scripts" / "slurm_cluster.sh"
 SLICE = 1024

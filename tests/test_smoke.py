@@ -4,9 +4,9 @@ budgets."""
 import pytest
 from conftest import SMOKE_SLICE
 
-from common.backend import BACKENDS, backend_class
-from common.schema import FIELDS, row_problem
-from common.table import format_rows
+from xbench.common.registry import BACKENDS, backend_class
+from xbench.common.schema import FIELDS, row_problem
+from xbench.common.table import format_rows
 
 SPANNING = [b for b in BACKENDS if backend_class(b).spans_devices]
 SINGLE = [b for b in BACKENDS if not backend_class(b).spans_devices]

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from reports.stats import difference_of_means, ratio_of_means, repeats_to_settle, summarize
+from xbench.reports.stats import difference_of_means, ratio_of_means, repeats_to_settle, summarize
 
 
 def test_fieller_interval_covers_the_true_ratio_95_percent_of_the_time():

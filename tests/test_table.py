@@ -1,5 +1,5 @@
 """The plain-text table a grid prints at its end (common.table)."""
-from common.table import format_rows
+from xbench.common.table import format_rows
 
 
 def row(backend, devices, status, epochs=(), test_accuracy=None):

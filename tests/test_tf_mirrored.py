@@ -5,10 +5,10 @@ import pytest
 import torch
 from conftest import SMOKE_SLICE as SLICE
 
-from common.data import Images
-from pt_backend import train as pt_train
-from tf_backend import train as tf_train
-from tf_backend.collectives import OneTensorFlowProcess
+from xbench.common.data import Images
+from xbench.pt_backend import train as pt_train
+from xbench.tf_backend import train as tf_train
+from xbench.tf_backend.collectives import OneTensorFlowProcess
 
 # What may differ between a tf-mirrored and a pt-ddp row of one cell: backend fields and measurements.
 BACKEND_FIELDS = {"run_id", "cell_key", "started_at", "finished_at", "backend", "framework",

@@ -6,14 +6,14 @@ import pytest
 import tensorflow as tf
 import torch
 
-from common.models import MODELS, flops_per_sample, initial_weights, parameter_count
+from xbench.common.models import MODELS, flops_per_sample, initial_weights, parameter_count
 
 MNIST_MODELS = [name for name, spec in MODELS.items() if spec.dataset == "mnist"]
-from pt_backend import models as pt_models
-from pt_backend import train as pt_train
-from tf_backend import models as tf_models
-from tf_backend import train as tf_train
-from tf_backend.collectives import OneTensorFlowProcess
+from xbench.pt_backend import models as pt_models
+from xbench.pt_backend import train as pt_train
+from xbench.tf_backend import models as tf_models
+from xbench.tf_backend import train as tf_train
+from xbench.tf_backend.collectives import OneTensorFlowProcess
 
 BATCH = 64
 

@@ -8,10 +8,10 @@ import json
 import numpy as np
 import pytest
 
-from common.grid import Cell
-from common.results import read_rows
-from common.schema import ADDED, SCHEMA_VERSION
 from tests.conftest import write_grid, xbench
+from xbench.common.cell import Cell
+from xbench.common.results import read_rows
+from xbench.common.schema import ADDED, SCHEMA_VERSION
 
 SGD = ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9", "--weight-decay", "0.0005",
        "--lr-scaling", "linear", "--reference-batch", "64", "--warmup-epochs", "1"]
@@ -96,16 +96,17 @@ def test_rows_of_schema_2_are_read_as_the_adam_rows_they_were(smoke, tmp_path):
     assert np.isclose(rows[0]["epochs"][1]["rate"], smoke.all[0]["epochs"][1]["rate"])
 
 
-@pytest.mark.parametrize("backend, memory", [("pt-ddp", "pinned-non-blocking"),
-                                             ("tf-mirrored", "pageable")])
+@pytest.mark.parametrize("backend, framework, memory", [
+    ("pt-ddp", "torch", "pinned-non-blocking"), ("tf-mirrored", "tensorflow", "pageable")])
 def test_older_gpu_rows_keep_their_host_memory_apart_from_todays_cells(smoke, tmp_path, backend,
-                                                                        memory):
+                                                                        framework, memory):
     """Before schema 4 PyTorch's loader pinned and copied non-blocking on a GPU; tf.data never
     pinned. An old pinned row must not share a key with today's pageable cell (resume would skip
     it, a report would mix the two)."""
     pageable_key = smoke.all[0]["cell_key"]
     old = {k: v for k, v in smoke.all[0].items() if k not in ADDED[4]} | {
-        "schema_version": 3, "backend": backend, "device_type": "cuda", "cell_key": pageable_key}
+        "schema_version": 3, "backend": backend, "framework": framework, "device_type": "cuda",
+        "cell_key": pageable_key}
     (tmp_path / "old.jsonl").write_text(json.dumps(old) + "\n")
     rows, problems = read_rows(tmp_path / "old.jsonl")
     assert not problems and rows[0]["host_memory"] == memory

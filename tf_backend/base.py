@@ -8,18 +8,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from common.backend import Backend
-from tf_backend.collectives import OneTensorFlowProcess, TensorFlowCollectives
+from xbench.common.backend import Backend
+from xbench.common.cell import Cell
+from xbench.common.job import Job
+from xbench.common.schema import Measurement
+from xbench.tf_backend.collectives import OneTensorFlowProcess, TensorFlowCollectives
 
 if TYPE_CHECKING:
     import tensorflow as tf
 
-    from common.grid import Cell
-    from common.schema import Measurement
-    from common.training import Job
-
 
 class TensorFlowBackend(Backend):
+    """Every TensorFlow backend: threads and visible devices set before TensorFlow starts, the
+    replicas of this process held by the strategy `make_strategy` gives, the dataset split over
+    them by `distribute`, then tf_backend.train.TensorFlowLoop."""
     framework = "tensorflow"
     requires = ("tensorflow",)
     framework_memory_mb = 800
@@ -60,8 +62,8 @@ class TensorFlowBackend(Backend):
         device kind ("cpu" or "cuda")."""
         import tensorflow as tf
 
-        from common.training import INTER_OP_PER_DEVICE
-        from tf_backend.train import set_threads
+        from xbench.common.training import INTER_OP_PER_DEVICE
+        from xbench.tf_backend.train import set_threads
 
         self.cell = cell
         devices = self.devices_per_process(cell)
@@ -77,19 +79,19 @@ class TensorFlowBackend(Backend):
         return comm, self.make_strategy(kind), kind
 
     def train(self, job: Job) -> Measurement | None:
-        from tf_backend.train import TensorFlowLoop
+        from xbench.tf_backend.train import TensorFlowLoop
 
         comm, strategy, _ = self.set_up(job.cell, job.threads_per_device)
         return TensorFlowLoop(job, comm, self, strategy).run()
 
     def probe(self, cell: Cell, threads_per_device: int, request: dict) -> dict | None:
-        from tf_backend.limits import probe
+        from xbench.tf_backend.limits import probe
 
         comm, _, kind = self.set_up(cell, threads_per_device)
         return probe(self, comm, kind, request)
 
     def profile(self, cell: Cell, threads_per_device: int, request: dict) -> dict:
-        from tf_backend.profile import profile
+        from xbench.tf_backend.profile import profile
 
         _, _, kind = self.set_up(cell, threads_per_device)
         return profile(cell, kind, request)
@@ -104,5 +106,5 @@ class TensorFlowBackend(Backend):
         return super().cannot_launch(cell)
 
     def is_out_of_memory(self, error: BaseException) -> bool:
-        from tf_backend.train import is_out_of_memory
+        from xbench.tf_backend.train import is_out_of_memory
         return is_out_of_memory(error)

@@ -2,7 +2,7 @@
 variables, and gradients combined across processes."""
 import abc
 
-from common.collectives import Collectives, OneProcess
+from xbench.common.collectives import Collectives, OneProcess
 
 
 class TensorFlowCollectives(Collectives):

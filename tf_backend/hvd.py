@@ -5,9 +5,9 @@ process, gradients summed by `hvd.DistributedGradientTape`. Never `horovod.tenso
 Keras 3 its DistributedOptimizer runs without error but does not average, and replicas silently
 diverge. Horovod's TensorFlow ops want the `tf.Variable` under each Keras variable (`.value`).
 """
-from common import horovod_support
-from tf_backend.base import TensorFlowBackend
-from tf_backend.collectives import TensorFlowCollectives
+from xbench.common import horovod_support
+from xbench.tf_backend.base import TensorFlowBackend
+from xbench.tf_backend.collectives import TensorFlowCollectives
 
 
 class HorovodTensorFlowBackend(horovod_support.HorovodLaunch, TensorFlowBackend):

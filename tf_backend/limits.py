@@ -3,8 +3,8 @@
 collectives."""
 import tensorflow as tf
 
-from common.limits import matmul_record, time_all_reduce, time_matmul
-from tf_backend.train import device_name
+from xbench.common.limits import matmul_record, time_all_reduce, time_matmul
+from xbench.tf_backend.train import device_name
 
 SIZE = {"cpu": 2048, "cuda": 8192}  # n of the n x n matmul, as pt_backend.limits
 

@@ -6,7 +6,7 @@ NcclAllReduce has no CPU kernel there, so gradients are summed with ReductionToO
 (reduce on the first device, copy back to the others: not a ring). One device is a one-device
 MirroredStrategy, the same machinery as N devices: tf-single is TensorFlow without any strategy.
 """
-from tf_backend.base import TensorFlowBackend
+from xbench.tf_backend.base import TensorFlowBackend
 
 
 class MirroredBackend(TensorFlowBackend):

@@ -8,16 +8,10 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from common.models import (
+from xbench.common import models as spec
+from xbench.common.models import (
     ADAM,
     BATCHNORM,
-    BatchNorm,
-    Conv,
-    Dense,
-    Flatten,
-    GlobalAvgPool,
-    MaxPool,
-    Residual,
     initial_weights,
     input_shape,
     layer_shapes,
@@ -51,7 +45,7 @@ def keras_layers(layer, leaves):
     """One spec layer as Keras layers (NHWC), appending those that hold its weights to `leaves`
     in the spec's order. PyTorch pads a strided convolution by k // 2 on every side; Keras'
     "same" pads a stride-2 one on the bottom and right only, so that is padded explicitly."""
-    if isinstance(layer, Conv):
+    if isinstance(layer, spec.Conv):
         conv = keras.layers.Conv2D(
             layer.out_channels, layer.kernel, layer.stride, use_bias=layer.bias,
             padding="same" if layer.stride == 1 else "valid",
@@ -60,15 +54,15 @@ def keras_layers(layer, leaves):
         if layer.stride > 1 and layer.kernel > 1:
             return [keras.layers.ZeroPadding2D(layer.kernel // 2), conv]
         return [conv]
-    if isinstance(layer, BatchNorm):
+    if isinstance(layer, spec.BatchNorm):
         norm = TorchBatchNorm()
         leaves.append(norm)
         return [norm, keras.layers.ReLU()] if layer.relu else [norm]
-    if isinstance(layer, MaxPool):
+    if isinstance(layer, spec.MaxPool):
         return [keras.layers.MaxPooling2D(layer.size)]
-    if isinstance(layer, GlobalAvgPool):
+    if isinstance(layer, spec.GlobalAvgPool):
         return [keras.layers.GlobalAveragePooling2D()]
-    if isinstance(layer, Flatten):
+    if isinstance(layer, spec.Flatten):
         return [keras.layers.Flatten()]
     dense = keras.layers.Dense(layer.out_features, activation="relu" if layer.relu else None,
                                kernel_initializer="zeros")
@@ -87,7 +81,7 @@ def keras_unit(name, layer, shape, leaves):
                 tensor = keras_layer(tensor)
         return tensor
 
-    if isinstance(layer, Residual):
+    if isinstance(layer, spec.Residual):
         body = through(layer.body, inputs)
         outputs = keras.layers.ReLU()(keras.layers.Add()([body, through(layer.shortcut, inputs)]))
     else:
@@ -120,15 +114,15 @@ def keras_layout(name, tensors):
     converted, values = [], iter(tensors)
     flattened = None
     for layer, shape in layer_shapes(name):
-        if isinstance(layer, Flatten):
+        if isinstance(layer, spec.Flatten):
             flattened = shape
-        if isinstance(layer, BatchNorm):
+        if isinstance(layer, spec.BatchNorm):
             converted.append([next(values), next(values)])
-        elif isinstance(layer, Conv):
+        elif isinstance(layer, spec.Conv):
             kernel = next(values).transpose(2, 3, 1, 0)
             converted.append([np.ascontiguousarray(kernel)]
                              + ([next(values)] if layer.bias else []))
-        elif isinstance(layer, Dense):
+        elif isinstance(layer, spec.Dense):
             weight, bias = next(values), next(values)
             if flattened is not None:
                 c, h, w = flattened

@@ -12,9 +12,9 @@ import pickle
 
 import numpy as np
 
-from common.launch import Placement, local_task_index, task_index
-from tf_backend.base import TensorFlowBackend
-from tf_backend.collectives import TensorFlowCollectives
+from xbench.common.placement import Placement, local_task_index, task_index
+from xbench.tf_backend.base import TensorFlowBackend
+from xbench.tf_backend.collectives import TensorFlowCollectives
 
 
 class MultiWorkerMirroredBackend(TensorFlowBackend):

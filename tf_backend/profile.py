@@ -3,10 +3,10 @@ training step, each pass a compiled tf.function as in training (the gradient of 
 runs as a compiled function too), in training mode."""
 import tensorflow as tf
 
-from common.data import load
-from common.profile import STEP_PASSES, time_passes
-from tf_backend.models import build_model, build_optimizer
-from tf_backend.train import cross_entropy, device_name, normalise
+from xbench.common.data import load
+from xbench.common.profile import STEP_PASSES, time_passes
+from xbench.tf_backend.models import build_model, build_optimizer
+from xbench.tf_backend.train import cross_entropy, device_name, normalise
 
 
 def profile(cell, kind, request):

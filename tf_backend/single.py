@@ -1,6 +1,6 @@
 """tf-single: TensorFlow with no parallel wrapper on one device (its default strategy): the
 reference that tells what tf-mirrored and hvd-tf cost at one device."""
-from tf_backend.base import TensorFlowBackend
+from xbench.tf_backend.base import TensorFlowBackend
 
 
 class SingleDeviceTensorFlowBackend(TensorFlowBackend):

@@ -9,10 +9,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from common.data import rank_indices
-from common.env import cpu_name, peak_rss_bytes
-from common.training import EVAL_BATCH, INPUT_PIPELINE_PER_DEVICE, TrainingLoop
-from tf_backend.models import (
+from xbench.common.data import rank_indices
+from xbench.common.env import cpu_name, peak_rss_bytes
+from xbench.common.training import EVAL_BATCH, INPUT_PIPELINE_PER_DEVICE, TrainingLoop
+from xbench.tf_backend.models import (
     batchnorm_statistics,
     build_model,
     build_optimizer,

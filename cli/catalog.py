@@ -1,0 +1,72 @@
+"""`xbench models` and `xbench backends`: what this installation has."""
+import importlib
+import json
+
+import click
+
+from xbench.cli.console import framework_messages, say, verbose
+from xbench.common import models
+from xbench.common.registry import BACKENDS, get_backend
+
+FRAMEWORK_MODELS = {"PyTorch": "xbench.pt_backend.models:describe",
+                    "Keras": "xbench.tf_backend.models:describe"}
+
+
+@click.command("models")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def list_models(as_json):
+    """Every model: parameters and FLOPs per sample, from the spec and from each framework."""
+    found = []
+    with framework_messages() as messages:  # TensorFlow's and Keras' log lines as they load
+        for name in models.MODELS:
+            found.append({"model": name, "source": "spec (common)",
+                          "params": models.parameter_count(name),
+                          "flops_per_sample": models.flops_per_sample(name)})
+            for framework, path in FRAMEWORK_MODELS.items():
+                module, function = path.split(":")
+                try:
+                    described = getattr(importlib.import_module(module), function)(name)
+                except ImportError as e:
+                    found.append({"model": name, "source": framework, "params": None,
+                                  "flops_per_sample": None, "error": f"not installed ({e.name})"})
+                    continue
+                found.append({"model": name, "source": described["framework"],
+                              "params": described["params"],
+                              "flops_per_sample": described["flops_per_sample"]})
+    width = max(map(len, models.MODELS))
+    lines = [f"{'model':<{width}} {'images':<7} {'source':<20} {'parameters':>12} "
+             f"{'FLOPs/sample':>14}"]
+    for f in found:
+        numbers = (f"{f['params']:>12,} {f['flops_per_sample']:>14,}" if f["params"] is not None
+                   else f["error"])
+        lines.append(f"{f['model']:<{width}} {models.MODELS[f['model']].dataset:<7} "
+                     f"{f['source']:<20} {numbers}")
+    show(found, as_json, messages(), lines)
+    if not as_json:
+        say("FLOPs = 2 x multiply-accumulates of the forward pass (conv and dense layers).")
+
+
+@click.command("backends")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def list_backends(as_json):
+    """Every backend: available here or not, and why."""
+    found = []
+    with framework_messages() as messages:  # finding Horovod's extensions imports TensorFlow
+        for name in BACKENDS:
+            backend = get_backend(name)
+            reason = backend.missing()
+            found.append({"backend": name, "framework": backend.framework,
+                          "available": not reason, "reason": reason,
+                          "uses": None if reason else backend.describe(),
+                          "spans_nodes": backend.spans_nodes})
+    show(found, as_json, messages(), [
+        f"{f['backend']:<15} {f['framework']:<11} "
+        + (f"NOT AVAILABLE: {f['reason']}" if f["reason"] else "available " + f["uses"])
+        for f in found])
+
+
+def show(found: list[dict], as_json: bool, messages: str, lines: list[str]) -> None:
+    """What the frameworks said while loading (with -v), then JSON or the table's lines."""
+    if verbose() and messages:
+        click.echo(messages, err=True)
+    click.echo(json.dumps(found, indent=1) if as_json else "\n".join(lines))

@@ -1,0 +1,72 @@
+"""What every command shares: printing under -q/-v, list options, exit codes, the version."""
+import contextlib
+import importlib.metadata
+import os
+import sys
+import tempfile
+import tomllib
+from pathlib import Path
+
+import click
+
+DEFAULT_RESULTS_DIR = Path("results")
+# A grid exits 0 when every cell ended ok, oom or unsupported (each a result); this code when a
+# cell failed or timed out; 2 on bad input (nothing ran); 130 when interrupted.
+EXIT_CELLS_FAILED = 3
+EXIT_SLOWER = 4  # xbench compare --fail-above: a significant slowdown beyond the threshold
+
+
+def int_list(ctx, param, value):
+    """'1,2,4' -> [1, 2, 4] (a clear error for anything else)."""
+    if value is None:
+        return None
+    try:
+        return [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise click.BadParameter(f"'{value}' is not a comma-separated list of whole numbers") from None
+
+
+def str_list(ctx, param, value):
+    return None if value is None else [v.strip() for v in value.split(",") if v.strip()]
+
+
+def own_version() -> str:
+    """xbench's version: installed, or from pyproject.toml when run from a checkout (make
+    gpu-check runs it uninstalled)."""
+    try:
+        return importlib.metadata.version("xbench")
+    except importlib.metadata.PackageNotFoundError:
+        pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+        return tomllib.loads(pyproject.read_text())["project"]["version"] + " (uninstalled)"
+
+
+def say(text="", err=False, **style):
+    """Print unless --quiet (errors and warnings, err=True, always print)."""
+    ctx = click.get_current_context(silent=True)
+    if err or not (ctx and ctx.find_root().obj and ctx.find_root().obj["quiet"]):
+        click.secho(text, err=err, **style)
+
+
+def verbose() -> bool:
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx and ctx.find_root().obj and ctx.find_root().obj["verbose"])
+
+
+def quiet() -> bool:
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx and ctx.find_root().obj and ctx.find_root().obj["quiet"])
+
+
+@contextlib.contextmanager
+def framework_messages():
+    """Keep what frameworks write to the process's standard error (TensorFlow's C++ log, absl)
+    off the terminal while they load; `messages()` gives it back (printed with --verbose)."""
+    sys.stderr.flush()
+    saved, kept = os.dup(2), tempfile.TemporaryFile()
+    os.dup2(kept.fileno(), 2)
+    try:
+        yield lambda: (kept.seek(0), kept.read().decode(errors="replace").strip())[1]
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)

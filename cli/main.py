@@ -1,0 +1,59 @@
+"""The `xbench` group, its global options, and the entry point that turns errors into exit codes."""
+import os
+import sys
+
+import click
+
+from xbench.cli.catalog import list_backends, list_models
+from xbench.cli.compare import compare
+from xbench.cli.console import own_version
+from xbench.cli.data import data_group
+from xbench.cli.export import export
+from xbench.cli.grid import grid
+from xbench.cli.probe import probe
+from xbench.cli.profile import profile
+from xbench.cli.report import report
+from xbench.common.errors import UserError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(own_version(), prog_name="xbench")
+@click.option("-q", "--quiet", is_flag=True, help="Print only results, warnings and errors.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Also print what runs: each cell's log file, frameworks' own messages.")
+@click.pass_context
+def main(ctx, quiet, verbose):
+    """xbench: data-parallel training benchmarks across PyTorch, TensorFlow and Horovod.
+
+    Shell completion (click's): eval "$(_XBENCH_COMPLETE=bash_source xbench)" in ~/.bashrc
+    (zsh_source, fish_source for other shells)."""
+    if quiet and verbose:
+        raise UserError("-q/--quiet and -v/--verbose contradict each other; give one")
+    ctx.obj = {"quiet": quiet, "verbose": verbose}
+
+
+for command in (grid, probe, list_models, profile, list_backends, data_group, export, report,
+                compare):
+    main.add_command(command)
+
+
+def run():
+    """Entry point: user errors print one message and exit 2, never a traceback. NO_COLOR (any
+    value) turns colour off, as https://no-color.org asks."""
+    color = False if os.environ.get("NO_COLOR") else None
+    try:
+        main(standalone_mode=False, color=color)
+    except UserError as e:
+        click.secho(f"error: {e}", fg="red", err=True, color=color)
+        sys.exit(2)
+    except (click.exceptions.Abort, KeyboardInterrupt):  # Ctrl-C, or SIGTERM during a grid
+        click.echo("interrupted: the running cell was stopped and nothing half-written was kept; "
+                   "run the same command again to resume", err=True)
+        sys.exit(130)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,55 @@
+"""`xbench probe`: this machine's limits, the report's denominators."""
+from pathlib import Path
+
+import click
+
+from xbench.cli.console import DEFAULT_RESULTS_DIR, int_list, say, str_list
+from xbench.cli.options import setting_options
+from xbench.common import results
+from xbench.common.errors import UserError
+from xbench.common.launch import make_launcher
+from xbench.common.limits import append_probe, probe_path
+from xbench.common.machine import nvidia_gpus
+from xbench.common.probe import ALL_REDUCE_BACKENDS, MATMUL_BACKENDS, run_probe
+from xbench.common.settings import DEVICE_KINDS, SETTINGS, SLURM, check_axis
+from xbench.reports.probe import probe_text
+
+
+@click.command()
+@click.option("--backend", callback=str_list,
+              help="Which probes: the frameworks' matmuls (pt-single, tf-single) and the "
+                   "collectives of pt-ddp, hvd-torch, tf-multiworker; default: every one "
+                   "installed here.")
+@click.option("--devices", callback=int_list, default="2,4", show_default=True,
+              help="Processes per node of the all-reduce probes (the grid's device counts).")
+@click.option("--nodes", callback=int_list, default="1", show_default=True,
+              help="Node counts of the all-reduce probes (beyond 1: --launcher slurm).")
+@click.option("--device", type=click.Choice(DEVICE_KINDS), default="auto",
+              show_default=True, help="auto: cuda when nvidia-smi lists a GPU, else cpu.")
+@setting_options([SETTINGS["launcher"], *SLURM])
+@click.option("--results-dir", type=click.Path(file_okay=False), default=str(DEFAULT_RESULTS_DIR),
+              show_default=True, help="Folder of the results files the probe is kept beside.")
+def probe(backend, devices, nodes, device, results_dir, **where):
+    """Measure this machine's limits, the report's denominators: dense matmul GFLOP/s with each
+    framework's kernels, and all-reduce bus bandwidth of each collective library at the byte
+    sizes of the models' gradients (nccl-tests' algbw and busbw). Appends one record to
+    RESULTS_DIR/probe.jsonl; the report uses the newest one of the rows' environment. The
+    launcher and Slurm options are `xbench grid`'s."""
+    chosen = backend or [*MATMUL_BACKENDS, *ALL_REDUCE_BACKENDS]
+    unknown = [b for b in chosen if b not in (*MATMUL_BACKENDS, *ALL_REDUCE_BACKENDS)]
+    if unknown:
+        raise UserError(f"no probe for {', '.join(unknown)}; choose from "
+                        f"{', '.join([*MATMUL_BACKENDS, *ALL_REDUCE_BACKENDS])}")
+    devices = check_axis("devices", devices)
+    nodes = check_axis("nodes", nodes)
+    where = {key: SETTINGS[key].check_value(value) for key, value in where.items()
+             if value is not None}
+    if where.get("launcher", "local") == "local" and max(nodes) > 1:
+        raise UserError("--nodes beyond 1 needs --launcher slurm")
+    if device == "auto":
+        device = "cuda" if nvidia_gpus() else "cpu"
+    path = results.check_results_path(Path(results_dir) / "probe.jsonl")
+    record = run_probe(chosen, devices, nodes, device, make_launcher(where), say)
+    append_probe(probe_path(path), record)
+    click.echo(probe_text(record))
+    click.echo(f"probe: {probe_path(path)}")

@@ -1,0 +1,37 @@
+"""`xbench report`: figures, tables and one HTML page from results files."""
+from pathlib import Path
+
+import click
+
+from xbench.cli.console import DEFAULT_RESULTS_DIR
+
+
+@click.command()
+@click.argument("results_files", nargs=-1, type=click.Path(exists=True, dir_okay=False))
+@click.option("--out", type=click.Path(file_okay=False),
+              help="Folder to write into; default reports/out/<name of the first results file>.")
+@click.option("--format", "formats", default="html,md,png,svg,csv", show_default=True,
+              help="What to write, comma-separated: html, md, png, svg, csv.")
+@click.option("--where",
+              help="Keep only the rows matching a filter: columns compared with values, e.g. "
+                   "\"model == 'small' and devices > 1\".")
+@click.option("--include-contended", is_flag=True,
+              help="Use runs marked contended in the numbers and verdicts (left out by default).")
+@click.option("--baseline", type=click.Path(exists=True, dir_okay=False),
+              help="A results file to compare these with (a section like `xbench compare`).")
+@click.option("--lab", is_flag=True,
+              help="Add the course lab's answers in its layout (questions 1, 4, 5, 6, Tables 1-3, "
+                   "the case study's accuracy): for a lab grid's rows.")
+def report(results_files, out, formats, where, include_contended, baseline, lab):
+    """Figures, tables and one HTML page from results files (default: the newest in results/)."""
+    from xbench.reports.build import build_report, parse_formats  # pandas, scipy, matplotlib
+    from xbench.reports.load import newest_results
+    from xbench.reports.tables import shorten
+    paths = [Path(p) for p in results_files] or [newest_results(DEFAULT_RESULTS_DIR)]
+    out = Path(out or Path("reports/out") / paths[0].stem)
+    notices, summary, written = build_report(paths, out, parse_formats(formats), where,
+                                             include_contended, baseline and Path(baseline), lab)
+    for line in notices:
+        click.secho(line, fg="yellow", err=True)
+    click.echo("\n".join(shorten(summary)))
+    click.echo(f"report: {written.get('html', out)}")

@@ -1,0 +1,55 @@
+"""Where a cell's ranks run, as each rank reads it: the cell's nodes and ports (`Placement`, which
+the launcher hands down in the environment), this worker's index, and the node's name.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+from dataclasses import dataclass
+
+PLACEMENT_ENV = "XBENCH_PLACEMENT"
+TASK_ENV = "XBENCH_TASK"  # a worker's index among the workers of its node (common.spawn)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One host name per node, as the other nodes reach it, and the first of the consecutive
+    ports the cell may use: `port` for a rendezvous, `port + 1 + rank` for worker `rank`; `names`:
+    the nodes as the launcher names them (Slurm's node names)."""
+    hosts: tuple[str, ...]
+    port: int
+    names: tuple[str, ...] = ()
+
+    def to_env(self) -> str:
+        return json.dumps({"hosts": list(self.hosts), "port": self.port,
+                           "names": list(self.names or self.hosts)})
+
+    @classmethod
+    def from_env(cls) -> Placement:
+        found = json.loads(os.environ[PLACEMENT_ENV])
+        return cls(tuple(found["hosts"]), found["port"], tuple(found["names"]))
+
+    def worker_addresses(self, per_node: int) -> list[str]:
+        return [f"{host}:{self.port + 1 + node * per_node + i}"
+                for node, host in enumerate(self.hosts) for i in range(per_node)]
+
+
+def task_index() -> int:
+    """This worker's rank among the cell's workers of a per-device launch: Slurm's task id, or
+    the index common.spawn gave it on this machine."""
+    return int(os.environ.get("SLURM_PROCID", os.environ.get(TASK_ENV, 0)))
+
+
+def local_task_index() -> int:
+    return int(os.environ.get("SLURM_LOCALID", os.environ.get(TASK_ENV, 0)))
+
+
+def node_name() -> str:
+    """The node this process runs on, as the launcher names it (a rank that horovodrun started
+    is on the host it was given: its HOROVOD_HOSTNAME)."""
+    if os.environ.get("HOROVOD_HOSTNAME") and PLACEMENT_ENV in os.environ:
+        placement = Placement.from_env()
+        if os.environ["HOROVOD_HOSTNAME"] in placement.hosts:
+            return placement.names[placement.hosts.index(os.environ["HOROVOD_HOSTNAME"])]
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()

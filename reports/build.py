@@ -1,0 +1,214 @@
+"""`xbench report`: results files -> figures, tables, summary.md, cells.csv and one HTML page.
+
+Reads only the results files (through common.results) and needs no ML framework: pandas, numpy
+and matplotlib. `build_report` is the whole pipeline; the command line only parses options and
+prints.
+"""
+from datetime import datetime, timezone
+from pathlib import Path
+
+from xbench.common.errors import UserError
+from xbench.common.results import csv_safe
+from xbench.reports import analysis, figures, page, tables
+from xbench.reports.compare import compare
+from xbench.reports.compare import text_table as compare_table
+from xbench.reports.lab import TEXT as LAB_TEXT
+from xbench.reports.lab import lab_tables
+from xbench.reports.load import load, load_probes
+from xbench.reports.stats import CI_METHOD
+from xbench.reports.verdicts import verdicts
+
+COMPARE_TEXT = ("Each cell's epoch-2 rate in these results over its rate in the baseline, with "
+                "Fieller's 95% interval: faster or slower only where the interval excludes 1. "
+                "Contended runs are compared too and marked.")
+
+LIMITS_TEXT = (
+    "How far each cell is from what this machine can do, by `xbench probe` (a probe file beside "
+    "the results, of the rows' environment). Model FLOP utilisation (MFU) = forward FLOPs per "
+    "sample × 3 (forward and backward) × epoch-2 rate / the peak FLOP/s of the cell's devices: "
+    "the framework's own fp32 matmul rate, per GPU times the GPUs, or on a CPU the rate with all "
+    "the threads the cell's processes have on a node (a CPU device is its share of the cores). "
+    "The interval is the rate's; the probe's own spread is in the probe file. For an "
+    "all-reducing cell on N > 1 devices: its achieved bus bandwidth (nccl-tests' busbw = "
+    "gradient bytes / time × 2(N−1)/N) from its exposed communication time (the N-device step "
+    "less the compute reference's; this overstates the bandwidth: communication overlapped with "
+    "compute is not seen), against the probe's busbw of "
+    "the same library at the gradients' size on as many processes.")
+NO_PROBE = ("no probe of this machine beside the results: run `xbench probe` (its record goes to "
+            "probe.jsonl in the results' folder) and make the report again")
+
+FORMATS = ("html", "md", "png", "svg", "csv")
+SECTIONS = [
+    ("Figure 5: rates as in the blog", [
+        "The blog's Figure 5a-e for every backend in the results. Rate = training samples in the "
+        "epoch / wall-clock epoch time; epoch 2 is the steady state, epoch 1 carries one-time "
+        "costs."], ["fig5a_rate_vs_devices", "fig5b_rate_vs_batch", "fig5c_epoch2_time_by_multiple",
+                    "fig5d_epoch1_vs_epoch2", "fig5e_rate_vs_multiple"], []),
+    ("Scaling", [
+        "Speedup = R(N)/R(1) of the epoch-2 rate (samples / mean epoch time) against the same "
+        "backend's own 1-device cell of the same setup (its 1-device run goes through the same "
+        "parallel machinery), with Fieller's 95% interval; efficiency = speedup / N. An "
+        "efficiency above 100% is marked SUSPECT, not reported as a result. Strong scaling: the "
+        "global batch is fixed (batch_mode global); weak scaling: the per-device batch is fixed "
+        "(batch_mode per_device)."], ["scaling"], ["scaling"]),
+    ("What the parallel machinery costs at one device", [
+        "Each backend's 1-device rate over its framework's single-device reference with no "
+        "parallel wrapper (pt-single, tf-single), in the same setup: below 1× the wrapper costs "
+        "time even when there is nothing to parallelise."], [], ["wrapper"]),
+    ("Compute vs communication", [analysis.COMMUNICATION_ASSUMPTION],
+     ["compute_vs_communication"], ["communication"]),
+    ("Against the limit", [LIMITS_TEXT], [], ["limits"]),
+    ("Accuracy", [
+        "Mean training loss and accuracy per epoch, and test accuracy after training, against "
+        "devices and batch size (no learning-rate scaling).",
+        "A model with BatchNorm is evaluated with one replica's running statistics, so what a "
+        "backend does with them across replicas changes the test accuracy: the second table says "
+        "it per cell, with how far the replicas' statistics ended apart (the largest difference "
+        "of any statistic from replica 0's, relative to replica 0's largest; 0: every replica "
+        "holds rank 0's)."], ["accuracy"], ["accuracy", "batchnorm"]),
+    ("Memory", [
+        "Peak memory per device where recorded: allocated memory per GPU, or peak resident "
+        "memory per process on CPU. DataParallel gathers on device 0, which shows here."],
+     ["memory"], ["memory"]),
+    ("Start-up and first-epoch overhead", [
+        "Start-up: from launching the cell's process(es) to the first batch. First-epoch "
+        "overhead: epoch-1 time minus epoch-2 time."], ["overhead"], ["overhead"]),
+    ("Cells", [CI_METHOD + ". Contended runs are left out of every number unless the report "
+               "was made with --include-contended; the runs column counts them."], [],
+     ["cells", "not_ok"]),
+    ("Environment", [
+        "What ran where, from the rows. Rows from different machines or software versions are "
+        "separate environments and are never averaged together."], [], ["environment"]),
+]
+
+
+def parse_formats(text):
+    """'html,md' -> ['html', 'md'] (a UserError for anything else)."""
+    chosen = [f.strip().lower() for f in (text or ",".join(FORMATS)).split(",") if f.strip()]
+    unknown = [f for f in chosen if f not in FORMATS]
+    if unknown or not chosen:
+        raise UserError(f"--format takes a comma list of {', '.join(FORMATS)}; "
+                        f"got {text!r}")
+    return chosen
+
+
+def build_report(paths, out, formats=FORMATS, where=None, include_contended=False,
+                 baseline=None, lab=False):
+    """Write the report of the results files `paths` into `out`.
+
+    Returns (notices, summary lines, {kind: path written}); notices say what is wrong or must be
+    known (damaged lines, mixed environments, synthetic data), and never stop the report.
+    """
+    paths = [Path(p) for p in paths]
+    frame, problems = load(paths, where, include_contended)
+    cells = analysis.cell_table(frame)
+    scaling = analysis.scaling(cells)
+    communication = analysis.communication(cells)
+    probes, probe_problems = load_probes(paths, frame)
+    limits = analysis.against_limits(cells, communication, probes)
+    failures = analysis.failures(frame)
+    notices = tables.notices(frame, cells, problems + probe_problems, where)
+    verdict_lines = verdicts(cells, frame, include_contended)
+    summary = tables.summary(frame, verdict_lines, failures, [p.name for p in paths])
+    table_set = report_tables(frame, cells, scaling, communication, failures)
+    table_set["limits"] = ("MFU and all-reduce bandwidth against this machine's measured peaks",
+                           tables.limits_table(limits) if probes else limits.iloc[0:0],
+                           NO_PROBE if not probes else figures.NO_ROWS)
+    sections = SECTIONS
+    if lab:
+        table_set.update(lab_tables(cells, scaling, communication, limits))
+        sections = [("The course lab", LAB_TEXT, [], [n for n in table_set if n.startswith("lab_")]),
+                    *sections]
+    if baseline:
+        compared, notes = compare([baseline], paths)
+        table_set["compare"] = (f"Every cell also in {baseline.name}: NEW / BASE epoch-2 rate",
+                                compare_table(compared), "no cell is in both files")
+        sections = [(f"Compared with {baseline.name}", [COMPARE_TEXT, *notes], [], ["compare"]),
+                    *sections]
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    written = {}
+    drawn, missing = (figures.build(cells, scaling, communication)
+                      if {"html", "png", "svg"} & set(formats) else ([], {}))
+    pngs = {name: (title, caption, figures.render(figure, "png"))
+            for name, title, caption, figure in drawn if {"html", "png"} & set(formats)}
+    for name, _, _, figure in drawn:
+        if "png" in formats:
+            written[f"{name}.png"] = out / f"{name}.png"
+            written[f"{name}.png"].write_bytes(pngs[name][2])
+        if "svg" in formats:
+            written[f"{name}.svg"] = out / f"{name}.svg"
+            written[f"{name}.svg"].write_bytes(figures.render(figure, "svg"))
+    generated = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    meta = [f"Results: {', '.join(map(str, paths))}" + (f"; rows where {where}" if where else ""),
+            f"Generated {generated} by xbench report."]
+    if "html" in formats:
+        written["html"] = out / "index.html"
+        written["html"].write_text(page.html("xbench report", meta, verdict_lines, notices,
+                                             sections, pngs, missing, table_set),
+                                   encoding="utf-8")
+    if "md" in formats:
+        written["md"] = out / "summary.md"
+        figure_links = pngs if "png" in formats else {}
+        written["md"].write_text(markdown_page(meta, notices, verdict_lines, figure_links,
+                                               missing, table_set, sections), encoding="utf-8")
+    if "csv" in formats:
+        written["csv"] = out / "cells.csv"
+        csv_safe(tables.cells_csv(cells, limits)).to_csv(written["csv"], index=False)
+    return notices, summary, written
+
+
+def report_tables(frame, cells, scaling, communication, failures):
+    """{name: (title, table of text, why it would be empty)}: every table the HTML page and
+    summary.md show."""
+    return {
+        "cells": ("Every cell: rates, times and test accuracy over its usable repeats",
+                  tables.cells_table(cells), figures.NO_ROWS),
+        "not_ok": ("Runs that did not finish ok", tables.failures_table(failures),
+                   "every run finished ok"),
+        "scaling": ("Speedup and efficiency of every N-device cell", tables.scaling_table(scaling),
+                    "it needs usable cells on 1 and on more devices of one backend and setup "
+                    "(the smoke grid has 1 and 2 devices)"),
+        "wrapper": ("Rate at one device against no parallel wrapper",
+                    tables.wrapper_table(analysis.wrapper_cost(cells)),
+                    "it needs pt-single or tf-single beside the other backends at one device "
+                    "(every preset has them)"),
+        "communication": ("Compute, exposed communication and all-reduce bandwidth per cell",
+                          tables.communication_table(communication), figures.COMMUNICATION_NEEDS),
+        "accuracy": ("Loss and accuracy per epoch, test accuracy, per cell",
+                     tables.accuracy_table(cells), figures.NO_ROWS),
+        "batchnorm": ("BatchNorm's running statistics across replicas, per cell",
+                      tables.batchnorm_table(cells), "no model in these results has BatchNorm"),
+        "memory": ("Peak memory of each device, per cell", tables.memory_table(cells),
+                   "no usable run recorded its memory"),
+        "overhead": ("Start-up seconds and epoch-1 extra seconds, per cell",
+                     tables.overhead_table(cells), figures.NO_ROWS),
+        "environment": ("What ran where", tables.environment_table(analysis.environments(frame)),
+                        "there are no rows"),
+    }
+
+
+def markdown_page(meta, notices, verdict_lines, figure_links, missing, table_set,
+                  sections=SECTIONS):
+    """summary.md: the notices and verdicts, then each section's text, figures (where written as
+    PNG, or why one is not drawn) and tables. Everything from the results is escaped
+    (tables.markdown_text)."""
+    text = tables.markdown_text
+    parts = ["# xbench report", *map(text, meta), *[f"> **{text(n)}**" for n in notices],
+             "## What the results say",
+             "\n".join(f"- {text(line.strip())}" if line.startswith("  ") else f"\n**{text(line)}**"
+                       for line in verdict_lines)]
+    for heading, paragraphs, figure_names, table_names in sections:
+        parts += [f"## {text(heading)}", *map(text, paragraphs)]
+        for name in figure_names:
+            if name in figure_links:
+                title, caption, _ = figure_links[name]
+                parts.append(f"![{title}]({name}.png)\n\n{text(caption)}")
+            elif name in missing:
+                title, reason = missing[name]
+                parts.append(f"_{text(title)}: not drawn: {text(reason)}._")
+        for name in table_names:
+            title, table, empty = table_set[name]
+            parts += [f"### {text(title)}",
+                      tables.markdown(table) if len(table) else f"_(empty: {text(empty)})_"]
+    return "\n\n".join(parts) + "\n"

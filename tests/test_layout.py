@@ -1,0 +1,132 @@
+"""The house's shape: imports run one way (cli -> reports -> common <- backends), common/ has no
+import cycle, everything is imported under the one installed namespace `xbench`, and a plain
+wheel installs and runs in a fresh environment."""
+import ast
+import re
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+PACKAGES = {"cli": "xbench.cli", "common": "xbench.common", "pt_backend": "xbench.pt_backend",
+            "tf_backend": "xbench.tf_backend", "reports": "xbench.reports"}
+# What each package may import of the others besides itself (experiments: the grid files).
+ALLOWED = {"common": {"experiments"}, "pt_backend": {"common"}, "tf_backend": {"common"},
+           "reports": {"common"}, "cli": {"common", "reports"}}
+# A module named as text (the registry, `python -m ...`) under an old top-level name.
+OLD_NAME = re.compile(r"""["'](?:common|reports|pt_backend|tf_backend)\.[a-z_]+""")
+
+
+def imports(path: Path, top_level_only: bool) -> list[str]:
+    """The modules a file imports (with `top_level_only`, not those inside functions)."""
+    tree = ast.parse(path.read_text())
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    if top_level_only:  # and what `if TYPE_CHECKING:` blocks import at the top
+        nodes = [*nodes, *(n for block in tree.body if isinstance(block, ast.If)
+                           for n in block.body)]
+    found = []
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found += [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+    return found
+
+
+def source_files(package: str) -> list[Path]:
+    return sorted((REPO / package).glob("*.py"))
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_imports_run_one_way(package):
+    """common/ never imports reports/ or the command line; a backend imports only common/;
+    reports/ reads through common/ only."""
+    for path in source_files(package):
+        for name in imports(path, top_level_only=False):
+            parts = name.split(".")
+            if parts[0] == "xbench" and len(parts) > 1:
+                assert parts[1] in ALLOWED[package] | {package}, f"{path.name} imports {name}"
+
+
+def test_every_import_names_the_installed_namespace():
+    """No `import common` (it would resolve to another project's `common`): every import and
+    every module run with -m or named in the registry is under `xbench.`."""
+    for package in PACKAGES:
+        for path in source_files(package):
+            for name in imports(path, top_level_only=False):
+                assert name.split(".")[0] not in PACKAGES, f"{path.name} imports {name}"
+            assert not OLD_NAME.search(path.read_text()), f"{path.name} names a module " \
+                                                          f"without xbench."
+
+
+def test_common_has_no_import_cycle():
+    """The modules of common/ import each other (at the top, TYPE_CHECKING included) without a
+    circle: a Launcher protocol and Cell in a module of its own broke the old one."""
+    graph = {path.stem: {name.split(".")[2] for name in imports(path, top_level_only=True)
+                         if name.startswith("xbench.common.")} - {path.stem}
+             for path in source_files("common")}
+    done, path = set(), []
+
+    def visit(module):
+        assert module not in path, f"import cycle: {' -> '.join([*path, module])}"
+        if module in done:
+            return
+        path.append(module)
+        for imported in sorted(graph.get(module, ())):
+            visit(imported)
+        path.pop()
+        done.add(module)
+    for module in sorted(graph):
+        visit(module)
+
+
+def test_outside_the_repository_only_the_namespace_imports(tmp_path):
+    code = ("import importlib.util, xbench.common, xbench.reports, xbench.cli.main\n"
+            "print([importlib.util.find_spec(m) is None for m in "
+            "('common', 'reports', 'pt_backend', 'tf_backend')])")
+    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                         text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[True, True, True, True]"
+    failed = subprocess.run([sys.executable, "-c", "import common"], cwd=tmp_path,
+                            capture_output=True, text=True)
+    assert failed.returncode == 1 and "ModuleNotFoundError: No module named 'common'" in failed.stderr
+
+
+def test_a_plain_wheel_installs_and_runs_in_a_fresh_environment(tmp_path):
+    """`pip wheel .` (not the editable install): in a new venv with only the wheel and its
+    dependencies, `xbench --version`, `xbench backends` (no framework there: each backend says
+    what it lacks) and a preset's dry run (the grid files ship as package data) work."""
+    wheels = tmp_path / "wheels"
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w",
+                            str(wheels), str(REPO)], capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr
+    wheel, = wheels.glob("xbench-*.whl")
+    venv.create(tmp_path / "venv", with_pip=True)
+    python = tmp_path / "venv" / "bin" / "python"
+    installed = subprocess.run([str(python), "-m", "pip", "install", "-q", str(wheel)],
+                               capture_output=True, text=True, timeout=900)
+    assert installed.returncode == 0, installed.stderr
+    xbench = tmp_path / "venv" / "bin" / "xbench"
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    for args, expected in ((["--version"], "xbench, version 0.1.0"),
+                           (["backends"], "pt-ddp          torch       NOT AVAILABLE: torch not "
+                                          "installed"),
+                           (["grid", "--preset", "smoke", "--dry-run", "--results", "r.jsonl"],
+                            "20 cells: 0 done already, 20 unsupported here")):
+        run = subprocess.run([str(xbench), *args], cwd=outside, capture_output=True, text=True,
+                             timeout=300)
+        assert run.returncode == 0, run.stderr
+        assert expected in run.stdout, run.stdout
+
+
+def test_the_code_passes_its_linter():
+    """ruff with pyproject.toml's rules (unused or undefined names, sorted imports)."""
+    run = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "."], cwd=REPO,
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
