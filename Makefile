@@ -36,10 +36,11 @@ demo: setup
 	fi
 	$(XBENCH) report results/demo.jsonl --out reports/out/demo
 
-# The report's browser test needs Debian's chromium: installed here when absent (CI runs as root).
+# The report's browser test needs Debian's chromium, the capped-link fault iproute2's ip and tc:
+# installed here when absent (CI runs as root).
 test: setup
-	@command -v chromium >/dev/null || { apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+	@command -v chromium >/dev/null && command -v tc >/dev/null || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium iproute2 >/dev/null; }
 	$(PY) -m pytest
 
 # On a machine with CUDA PyTorch (no venv, no TensorFlow needed): the PyTorch backends on every

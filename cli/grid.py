@@ -44,7 +44,7 @@ def grid(grid_file, preset, batch_sweep, data_dir, results_path, resume, dry_run
         raise UserError("give --batch or --batch-sweep, not both")
     overrides["batches"] = batch_sweep or overrides["batches"]
     where = make_launcher(grid_module.resolve(spec, overrides)[1])
-    cells = grid_module.expand(spec, overrides, cores=where.cores)
+    cells = grid_module.expand(spec, overrides)
     where.check(cells)
     # Every path is resolved here, once: the cells run in other working directories.
     results_path = results.check_results_path(

@@ -17,6 +17,7 @@ import math
 import sys
 from typing import TYPE_CHECKING, ClassVar
 
+from xbench.common import faults
 from xbench.common.data import train_samples
 from xbench.common.errors import Unsupported
 from xbench.common.models import (
@@ -47,6 +48,11 @@ class Backend(abc.ABC):
     launch_scope: ClassVar[str] = "node"
     requires: ClassVar[tuple[str, ...]] = ()  # importable modules this backend needs
     install_hint: ClassVar[str] = ""          # what to run when one of them is missing
+    # How the library that moves the gradients between replicas tells of its collectives (None:
+    # there is none, or none it tells of): the step attribution's waiting and communication
+    # (common.attribution); `collectives_not_counted` says where an untold one's time goes.
+    collectives_counted: ClassVar[str | None] = None
+    collectives_not_counted: ClassVar[str] = "none: no collective between processes"
     # A process's framework, libraries and data before training (peak RSS of the small model's
     # smoke cells on CPU: 420-460 MB with PyTorch, 690-750 MB with TensorFlow).
     framework_memory_mb: ClassVar[int] = 0
@@ -113,6 +119,13 @@ class Backend(abc.ABC):
         if cell.nodes > 1 and not self.spans_nodes:
             return (f"{self.name} runs on one machine: it cannot span {cell.nodes} nodes; "
                     f"pt-ddp, tf-multiworker, hvd-torch and hvd-tf can")
+        slow = faults.parse(cell.inject).slow_rank
+        ranks = self.processes(cell) * cell.nodes
+        if slow is not None and self.devices_per_process(cell) > 1:
+            return (f"inject slow-rank: {self.name}'s {cell.devices} replicas share one process, "
+                    f"so one of them cannot be slowed alone")
+        if slow is not None and slow >= ranks:
+            return f"inject slow-rank={slow}: the cell has ranks 0 to {ranks - 1}"
         return None
 
     def choose_device(self, cell: Cell, gpus_seen: int, seen_by: str) -> str:

@@ -64,7 +64,7 @@ class CellMethods:
 
     @classmethod
     def from_dict(cls, values: dict) -> Cell:
-        return cls(**{**values, "reference_for": tuple(values.get("reference_for", ()))})
+        return cls(**values)
 
 
 def _settings_fields() -> list[tuple]:
@@ -81,14 +81,13 @@ Cell = dataclasses.make_dataclass("Cell", [
     *_settings_fields(),
     ("threads", int, 0),  # compute threads per device; 0: the cores shared out over the devices
     ("data_dir", str | None, None),
-    ("reference_for", tuple[str, ...], ()),  # a compute reference: the keys of the cells it serves
     ("sweep", str, ""),  # the batch sweep this cell is on ("32x4"), if any
     ("repeat", int, 0),
 ], bases=(CellMethods,), frozen=True, kw_only=True)
 Cell.__module__ = __name__
 Cell.__doc__ = ("One configuration of the grid; `repeat` says which repetition of it this run is. "
                 "Fields: the grid's name, the settings of common.settings.IN_CELL, and threads, "
-                "data_dir, reference_for, sweep, repeat.")
+                "data_dir, sweep, repeat.")
 
 
 def threads_per_device(cell: Cell, cores: int) -> int:

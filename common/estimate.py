@@ -135,12 +135,6 @@ def estimate(cells: list[Cell], results_path: Path, resume: bool) -> list[Estima
                          if rate else Estimate("to run", None, "no earlier rows, and no PyTorch "
                                                                "here to probe with"))
             estimates.append(found)
-    # a compute reference whose N-device cells are all unsupported is not run
-    unsupported = {c.key for c, e in zip(cells, estimates) if e.status == "unsupported"}
-    for i, cell in enumerate(cells):
-        if cell.reference_for and all(k in unsupported for k in cell.reference_for):
-            estimates[i] = Estimate("unsupported", None, "the compute reference of cells that "
-                                                         "cannot run here: not run")
     return estimates
 
 

@@ -8,16 +8,19 @@ import tomllib
 from pathlib import Path
 
 from xbench import experiments
-from xbench.common.cell import Cell, threads_per_device
+from xbench.common.cell import Cell
 from xbench.common.data import check_fits, train_samples
 from xbench.common.errors import UserError, did_you_mean
-from xbench.common.machine import cpu_cores
 from xbench.common.registry import backend_class
 from xbench.common.settings import AXES, IN_CELL, OPTIMIZERS, SETTINGS, check_axis, defaults
 
 EXPERIMENTS = Path(experiments.__file__).resolve().parent
 SWEEP = re.compile(r"^(\d+)\s*x\s*(\d+)$")
 MAX_CELLS = 100_000
+# Keys older grid files may hold, and why they went.
+REMOVED = {"compute_references": "compute and communication are now counted inside every "
+                                 "N-device cell (its step attribution), so no 1-device reference "
+                                 "runs are added; remove the key"}
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
@@ -32,6 +35,8 @@ def read_grid_file(path):
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise UserError(f"{path} is not valid TOML: {e}") from None
     for key in spec:
+        if key in REMOVED:
+            raise UserError(f"{path}: '{key}' is no longer a setting: {REMOVED[key]}")
         if key not in SETTINGS:
             raise UserError(f"{path}: unknown key '{key}'{did_you_mean(key, SETTINGS)}; "
                             f"known keys: {', '.join(SETTINGS)}")
@@ -95,10 +100,9 @@ def sweep_batches(text: str, settings: dict, models: list[str], multiples: list[
     return batches
 
 
-def expand(spec: dict, overrides: dict | None = None, data_dir=None,
-           cores: int | None = None) -> list[Cell]:
-    """Validate the spec (with command-line overrides applied) and return its cells in run order.
-    `cores`: the cores of one node where the cells will run (default: this machine's)."""
+def expand(spec: dict, overrides: dict | None = None, data_dir=None) -> list[Cell]:
+    """Validate the spec (with command-line overrides applied) and return its cells in run
+    order."""
     values, settings = resolve(spec, overrides)
 
     configurations = []
@@ -116,34 +120,10 @@ def expand(spec: dict, overrides: dict | None = None, data_dir=None,
     if not configurations:
         raise UserError(f"no cells: {', '.join(values['backends'])} run on one device only, and "
                         f"--devices {','.join(map(str, values['devices']))} has no 1")
-    if settings["compute_references"]:
-        configurations += compute_references(configurations, cores or cpu_cores())
     # Repeat by repeat: every configuration once, then again, so that a drift in what else the
     # machine does spreads over all of them instead of falling on one configuration's repeats.
     return [dataclasses.replace(c, repeat=r) for r in range(settings["repeats"])
             for c in configurations]
-
-
-def compute_references(cells: list[Cell], cores: int) -> list[Cell]:
-    """For every N-device cell: the same backend on 1 device at the N-device cell's per-device
-    batch and compute threads per device (on a CPU, N ranks share the cores, so each has fewer
-    threads than a 1-device run). Compute vs communication compares the two. A reference already
-    in the grid is not added again; each says which cells it serves (`reference_for`), so the
-    runner can skip one whose cells cannot run here."""
-    have = {c.key for c in cells}
-    added = {}
-    for cell in cells:
-        if cell.world == 1:
-            continue
-        threads = threads_per_device(cell, cores)
-        alone = dataclasses.replace(cell, nodes=1, devices=1, batch=cell.per_device_batch)
-        reference = dataclasses.replace(
-            alone, threads=0 if threads == threads_per_device(alone, cores) else threads)
-        if reference.key in have:
-            continue
-        served = added.get(reference.key, reference).reference_for
-        added[reference.key] = dataclasses.replace(reference, reference_for=(*served, cell.key))
-    return list(added.values())
 
 
 def _check_sizes(values, settings):

@@ -28,6 +28,7 @@ from typing import IO, TYPE_CHECKING, Protocol
 
 import psutil
 
+from xbench.common import faults
 from xbench.common.cell import Cell
 from xbench.common.errors import UserError
 from xbench.common.machine import cpu_cores
@@ -41,6 +42,7 @@ KILL_GRACE_SECONDS = 5
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 SLURM_POLL_SECONDS = 1.0
 WATCH_SECONDS = 0.25  # how often a waiting launcher looks at the cell
+TOKEN_BUCKET_SECONDS = 0.004  # a capped link's burst: this long at its rate
 FINISHED = {"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY",
             "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
 
@@ -142,6 +144,9 @@ class Launcher(Protocol):
     def check(self, cells: list[Cell]) -> None:
         """A clear error, before anything runs, for cells this launcher cannot place."""
 
+    def cannot_run(self, cell: Cell) -> str | None:
+        """Why this launcher cannot run `cell` here (its row is then unsupported), or None."""
+
     def run(self, backend: Backend, cell: Cell, worker_args: list[str], environment: dict,
             log: IO[str], token: str, watch: Callable[[], None] = lambda: None) -> Ended:
         """Start the cell's processes and wait for them (`watch()` is called while they run)."""
@@ -160,12 +165,47 @@ def make_launcher(settings: dict) -> Launcher:
     return LocalLauncher()
 
 
+def capped_link(command: list[str], rate: str, bytes_per_second: float) -> list[str]:
+    """`command` run in a network namespace of its own (unshare), whose loopback, the only link
+    its processes have, is capped by a token bucket at `rate` (tc's tbf): a slow network on one
+    machine (the link fault, common.faults). The bucket holds a few milliseconds of traffic and
+    at least a loopback packet (64 KiB), so the cap holds over any collective's transfer."""
+    burst = max(64 * 1024, int(bytes_per_second * TOKEN_BUCKET_SECONDS))
+    script = (f"ip link set lo up && tc qdisc add dev lo root tbf rate {rate} burst {burst} "
+              f"latency 100ms && exec \"$@\"")
+    return ["unshare", "--net", "--", "sh", "-c", script, "xbench-capped-link", *command]
+
+
+def namespaces_refused() -> str | None:
+    """Why this process may not run a cell in a capped network namespace here, or None."""
+    missing = [c for c in ("unshare", "ip", "tc") if shutil.which(c) is None]
+    if missing:
+        return (f"a capped link needs {', '.join(missing)} (util-linux, iproute2), which is "
+                f"not on PATH here")
+    try:
+        tried = subprocess.run(capped_link(["true"], "1gbit", 1.25e8), capture_output=True,
+                               text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"xbench could not start a network namespace here: {e}"
+    if tried.returncode != 0:
+        return (f"xbench may not create a network namespace with a capped loopback here (it "
+                f"needs root, or CAP_NET_ADMIN): {tried.stderr.strip()[:300]}")
+    return None
+
+
 class LocalLauncher:
     """This machine: one node, the default."""
     name = "local"
 
     def check(self, cells: list[Cell]) -> None:
         """Nothing to check: a cell that cannot run here becomes its row."""
+
+    def cannot_run(self, cell: Cell) -> str | None:
+        if faults.parse(cell.inject).link is None:
+            return None
+        if not hasattr(self, "_refused"):
+            self._refused = namespaces_refused()
+        return self._refused and f"inject link: {self._refused}"
 
     @property
     def cores(self) -> int:
@@ -187,6 +227,9 @@ class LocalLauncher:
         command = backend.launch_command(cell, worker_args, placement)
         if backend.launch_scope == "task":
             command = [sys.executable, "-m", "xbench.common.spawn", str(cell.devices), "--", *command]
+        injected = faults.parse(cell.inject)
+        if injected.link:
+            command = capped_link(command, injected.link, injected.link_bytes_per_second)
         log.write(" ".join(command) + "\n")
         log.flush()
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
@@ -220,6 +263,12 @@ class SlurmLauncher:
     gpus_per_node: int = 0
     extra: str = ""
     name = "slurm"
+
+    def cannot_run(self, cell: Cell) -> str | None:
+        if faults.parse(cell.inject).link:
+            return ("inject link caps the loopback of one machine's network namespace; a Slurm "
+                    "cell's ranks talk over the cluster's network: run it with --launcher local")
+        return None
 
     def check(self, cells: list[Cell]) -> None:
         """The partition has the nodes the cells ask for; a clear error before anything is

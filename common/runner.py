@@ -17,6 +17,7 @@ import uuid
 from pathlib import Path
 
 from xbench.common import env, results
+from xbench.common.attribution import split_text
 from xbench.common.cell import Cell, threads_per_device
 from xbench.common.claims import Claims
 from xbench.common.errors import UserError
@@ -80,13 +81,9 @@ def run_grid(cells, results_path, resume=True, echo=print, launcher=None, live=N
                 continue
             row = None
             try:
-                if cell.reference_for and all(statuses.get(k) == "unsupported"
-                                              for k in cell.reference_for):
-                    row = unneeded_reference(cell, run_id, launcher)
-                else:
-                    progress.cell_started(number, cell.label)
-                    row = run_cell(cell, run_id, log_dir / f"{number:03d}.log", launcher,
-                                   progress.watch)
+                progress.cell_started(number, cell.label)
+                row = run_cell(cell, run_id, log_dir / f"{number:03d}.log", launcher,
+                               progress.watch)
                 if cell.sweep and row["status"] == "oom":
                     row["error"] = (f"the first batch of sweep {cell.sweep} that did not fit "
                                     f"(larger ones are not run): {row['error']}")
@@ -125,15 +122,6 @@ def earlier_rows(results_path, echo=print):
     return rows
 
 
-def unneeded_reference(cell, run_id, launcher):
-    """The row of a compute reference whose N-device cells are all unsupported here: it is not
-    run (it would measure a comparison that cannot be made)."""
-    return make_row(cell, run_id, now(), "unsupported",
-                    f"not run: the compute reference of {', '.join(cell.reference_for)}, which "
-                    f"cannot run here", None, None, env.capture(), None, 0.0,
-                    threads_per_device(cell, launcher.cores))
-
-
 def run_cell(cell, run_id, log_path, launcher, watch=lambda folder: None):
     """One cell, start to end: its result row, whatever happened (`watch(folder)` is called
     while it runs, with the cell's folder)."""
@@ -142,7 +130,7 @@ def run_cell(cell, run_id, log_path, launcher, watch=lambda folder: None):
     try:
         backend = get_backend(cell.backend)
         framework, batchnorm = backend.framework, backend.batchnorm(cell)
-        reason = backend.missing() or backend.cannot_launch(cell)
+        reason = backend.missing() or backend.cannot_launch(cell) or launcher.cannot_run(cell)
         needed, node = backend.memory_estimate(cell), launcher.node_memory_mb * 2**20
         if reason:
             outcome = {"status": "unsupported", "error": reason}
@@ -246,8 +234,10 @@ def progress_line(row):
         first = (row.get("error") or "").strip().splitlines()
         return f"{row['status'].upper()}: {first[0] if first else ''}"
     last = row["epochs"][-1]
+    attributed = row["attribution"]["epochs"][-1] if row["attribution"] else None
     return (f"ok  epoch {last['epoch']}: {last['rate']:,.0f} samples/s, {last['seconds']:.2f} s; "
             f"start-up {row['startup_seconds']:.1f} s; test accuracy {row['test_accuracy']:.4f}"
+            + (f"\n    a step: {split_text(attributed['ranks'])}" if attributed else "")
             + (f"  {contention_mark(row)}" if row["contended"] else ""))
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from xbench.common.models import flops_per_sample, parameter_count
 from xbench.common.settings import IN_ROW
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # What rows of older versions lack; they are reported and left out, never mixed with these.
 OLDER_VERSIONS = {1: "schema 1 rows come from an xbench whose 1-device cells of tf-mirrored ran no "
                     "MirroredStrategy, whose frameworks started from different initial weights, "
@@ -23,8 +23,9 @@ OLDER_VERSIONS = {1: "schema 1 rows come from an xbench whose 1-device cells of 
 # batch sweep (none) and schema 4's BatchNorm (the MNIST models have none).
 ADDED = {version: {**{s.row_name: s.row_value(s.cell_default) for s in IN_ROW
                       if s.since == version}, **derived}
-         for version, derived in {3: {"batch_sweep": None}, 4: {"batchnorm": None}}.items()}
-UPGRADES = (2, 3)  # the older versions this xbench reads
+         for version, derived in {3: {"batch_sweep": None}, 4: {"batchnorm": None},
+                                  5: {"attribution": None}}.items()}
+UPGRADES = (2, 3, 4)  # the older versions this xbench reads
 STATUSES = ("ok", "failed", "timeout", "oom", "unsupported")
 
 NUMBER = (int, float)
@@ -54,6 +55,7 @@ class Measurement:
     contended: bool                   # another load used the machine in a timed epoch
     evidence: dict                    # digests of weights and of the samples each replica took
     backend_details: dict             # what the backend says of itself
+    attribution: dict                 # each step split into its parts (common.attribution)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -89,6 +91,7 @@ MEASUREMENTS = {
     "peak_memory_per_device": ((list,), "ok"), "hosts": ((list,), "ok"),
     "threads": ((dict,), "ok"),
     "contended": (BOOL, "ok"), "evidence": ((dict,), "ok"), "backend_details": ((dict,), "always"),
+    "attribution": ((dict,), "never"),
 }
 RUN = {"cell_seconds": (NUMBER, "always"), "log": (TEXT, "never"), "env": ((dict,), "always")}
 FIELDS = {**IDENTITY, **CONFIGURATION, **MEASUREMENTS, **RUN}

@@ -23,6 +23,7 @@ from typing import Any
 
 import psutil
 
+from xbench.common import faults
 from xbench.common.data import DATA_KINDS, TEST_SAMPLES, TRAIN_SAMPLES
 from xbench.common.errors import UserError, did_you_mean
 from xbench.common.models import MODELS, check_model_name
@@ -217,9 +218,6 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
             "Share of the cores (0-1) that other processes and steal may use during a timed "
             "epoch before its row is marked contended (default 0.25).", minimum=0, maximum=1,
             why="a share of the cores"),
-    Setting("compute_references", bool, True,
-            "Add (default) or leave out the 1-device runs at the N-device cells' per-device "
-            "batch and threads that compute vs communication needs.", field=None),
     Setting("launcher", str, "local",
             "Where cells run: this machine (local, the default) or a Slurm cluster, every cell "
             "one job.", choices=LAUNCHERS),
@@ -280,6 +278,14 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
             maximum=64, why="more worker processes than any machine here has cores for",
             key_part=lambda c: f"|workers{c.loader_workers}" if c.loader_workers else "",
             since=4),
+    # --- faults injected on purpose (common.faults) ---------------------------------------------
+    Setting("inject", str, [faults.NONE],
+            "Faults to inject, to see where the step attribution puts them (never by default; "
+            "rows with one stay out of verdicts and comparisons): none, input-delay=MS, "
+            "slow-rank=R:MS, link=RATE (e.g. 400mbit), joined with '+' (an axis, "
+            "comma-separated).", axis=True, check=faults.check,
+            key_part=lambda c: f"|inject-{c.inject}" if c.inject != faults.NONE else "",
+            since=5),
 ]}
 AXES = [s for s in SETTINGS.values() if s.axis]
 SLURM = [s for s in SETTINGS.values() if s.key.startswith("slurm_")]

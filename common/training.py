@@ -1,16 +1,19 @@
 """The one shape of training in every backend.
 
 `TrainingLoop.run` is the order of the parts (set-up; per epoch: barrier, clock, timed steps,
-totals; then the evidence and the measurement) and all the arithmetic on them, written once. A
-framework's loop (pt_backend.train.TorchLoop, tf_backend.train.TensorFlowLoop) implements only the
-hooks, which are framework code: building the model, one training step, reading its totals.
+totals; then the evidence, the attribution of the steps and the measurement) and all the
+arithmetic on them, written once. A framework's loop (pt_backend.train.TorchLoop,
+tf_backend.train.TensorFlowLoop) implements only the hooks, which are framework code: building the
+model, one training step (marking where its parts end: common.attribution), reading its totals.
 """
 import abc
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 
+from xbench.common import attribution, faults
+from xbench.common.attribution import StepMarks
 from xbench.common.backend import Backend
 from xbench.common.collectives import Collectives
 from xbench.common.contention import ContentionProbe, epoch_contention
@@ -18,7 +21,7 @@ from xbench.common.evidence import batchnorm_evidence, sample_evidence, weights_
 from xbench.common.job import Job
 from xbench.common.placement import node_name
 from xbench.common.schema import Measurement
-from xbench.common.timing import EpochClock, StepTimer, epoch_record, step_percentiles
+from xbench.common.timing import EpochClock, epoch_record, step_percentiles
 
 EVAL_BATCH = 1000  # test images per forward pass when measuring test accuracy
 # The thread budget of every device in every backend, besides its compute threads (the cores
@@ -33,6 +36,7 @@ class TrainingLoop(abc.ABC):
 
     def __init__(self, job: Job, comm: Collectives, backend: Backend):
         self.job, self.cell, self.comm, self.backend = job, job.cell, comm, backend
+        self.faults = faults.parse(self.cell.inject)
 
     # --- hooks: the framework's part -------------------------------------------------------
 
@@ -43,8 +47,10 @@ class TrainingLoop(abc.ABC):
     def sync(self) -> None:
         """Wait until the device has finished its queued work (nothing to wait for on the CPU)."""
 
-    def step_timer(self) -> StepTimer:
-        return StepTimer()
+    def step_clock(self) -> tuple[Callable[[], object], Callable[[object, object], float]]:
+        """Where each step's moments come from, and the seconds between two of them: the host
+        clock (on a GPU: CUDA events, so that a part is device time)."""
+        return time.perf_counter, lambda start, end: end - start
 
     @abc.abstractmethod
     def batches(self, epoch: int) -> Iterable:
@@ -58,7 +64,20 @@ class TrainingLoop(abc.ABC):
     @abc.abstractmethod
     def train_step(self, batch) -> None:
         """One optimizer step on `batch`, adding its loss sum and correct count to the totals and
-        keeping the sample indices each replica consumed (read from the batch)."""
+        keeping the sample indices each replica consumed (read from the batch). It marks where
+        each part it can see ends (`self.marks.mark(part)`), reports its collective
+        (`self.marks.collective`), and makes this rank's compute `self.faults.slow_for(rank)`
+        seconds longer (the slow-rank fault)."""
+
+    def traced_steps(self) -> list | None:
+        """Steps run after the timed epochs under a tracer that sees inside a step call
+        (common.attribution.Step, in seconds from a barrier every rank passed), for a framework
+        whose step is one opaque call; None where `train_step`'s marks see every part."""
+        return None
+
+    def attribution_sources(self) -> dict[str, str]:
+        """How each part of a step is known here: {part: how}."""
+        return {}
 
     @abc.abstractmethod
     def consumed(self) -> list[np.ndarray]:
@@ -115,65 +134,105 @@ class TrainingLoop(abc.ABC):
     def run(self) -> Measurement | None:
         """Train for the cell's epochs; the measurement on rank 0, None on the other ranks."""
         self.set_up()
+        marks = StepMarks if attribution.INSTRUMENTED else attribution.WindowMarks
+        self.marks = marks(*self.step_clock())
         probe = ContentionProbe(self.comm.rank == 0, self.gpu_indices())
         samples = self.steps_per_epoch * self.cell.global_batch
         report = self.job.progress
         if self.comm.rank == 0:
             report.start(self.cell.epochs, self.steps_per_epoch, self.cell.global_batch)
-        epochs, consumed, startup, step_seconds = [], [], None, []
+        epochs, consumed, startup, timed = [], [], None, []
         steps_done, rate = 0, None
         for epoch in range(1, self.cell.epochs + 1):
             batches = self.batches(epoch)
             self.reset_totals()
             self.comm.barrier()
+            self.marks.start_epoch()
             if startup is None:
                 startup = self.job.startup_seconds()
             report.begin_epoch(epoch)
             probe.start()
             clock = EpochClock(self.sync)
             clock.start()
-            timer = self.step_timer()
-            waiting = InputWait(batches)
-            for step, batch in enumerate(waiting, 1):
+            for step, batch in enumerate(self.timed_batches(batches), 1):
                 wanted = self.cell.learning_rate(steps_done, self.steps_per_epoch)
                 if wanted != rate:  # only under a warm-up, and once at the start
                     self.set_learning_rate(wanted)
                     rate = wanted
                 self.train_step(batch)
+                self.marks.end()
                 steps_done += 1
-                timer.mark()
                 report.done = step  # read by the report's own thread, outside this loop
             seconds = clock.stop()
             watched = probe.stop()
             report.end_epoch(seconds)
+            steps = self.marks.steps()
+            timed.append((seconds, steps))
             consumed.append(self.consumed())
             loss_sum, correct = (float(v) for v in self.comm.sum(self.totals()))
-            ranks = self.comm.gather((seconds, watched, waiting.seconds))
+            waited = sum(part_seconds(step, "input") for step in steps)
+            ranks = self.comm.gather((seconds, watched, waited))
             record = epoch_record(epoch, [s for s, _, _ in ranks], samples, loss_sum, correct)
             record["input_seconds"] = max(w for _, _, w in ranks)
             record["contention"] = epoch_contention([w for _, w, _ in ranks],
                                                     self.cell.contention_limit)
             epochs.append(record)
-            if epoch == self.cell.epochs:
-                step_seconds = _flat(self.comm.gather(timer.seconds()))
 
         report.stop()
+        step_seconds = _flat(self.comm.gather([s.end - s.start for s in timed[-1][1]]))
         memory = _flat(self.comm.gather(self.peak_memory()))
         digests = _flat(self.comm.gather([weights_digest(w) for w in self.replica_weights()]))
         statistics = _flat(self.comm.gather(self.replica_batchnorm()))
         by_replica = [list(epochs_of_replica) for epochs_of_replica in zip(*consumed)]
         replicas = _flat(self.comm.gather(by_replica))
         hosts = self.comm.gather(node_name())
+        accuracy = self.evaluate() if self.comm.rank == 0 else None
+        self.comm.barrier()
+        steps_attributed = (self.attribute(timed, self.traced_steps())
+                            if attribution.INSTRUMENTED else None)
         measurement = self.measure(epochs, startup, step_seconds, memory, digests, replicas,
-                                   hosts, statistics) if self.comm.rank == 0 else None
+                                   hosts, statistics, accuracy,
+                                   steps_attributed) if self.comm.rank == 0 else None
         # Every rank leaves together: a gloo rank that tore its process group down while rank 0
         # still evaluated aborted now and then ("terminate called without an active exception").
         self.comm.barrier()
         return measurement
 
+    def timed_batches(self, batches: Iterable) -> Iterator:
+        """The epoch's batches, each step's window opened when the loop asks for its batch, and
+        the wait for it marked as the step's input part (the input-delay fault waits there)."""
+        batches = iter(batches)
+        while True:
+            self.marks.begin()
+            try:
+                batch = next(batches)
+            except StopIteration:
+                self.marks.discard()
+                return
+            if self.faults.input_delay:
+                time.sleep(self.faults.input_delay)
+            self.marks.mark("input")
+            yield batch
+
+    def attribute(self, timed: list, traced: list | None) -> dict | None:
+        """Every timed epoch's steps split into their parts on every rank (common.attribution),
+        summarised per rank and gathered to rank 0. Where a step is one opaque call, the call is
+        split as the `traced` steps' calls were."""
+        shares = None
+        if traced is not None:
+            latest = attribution.latest_ready(self.comm.gather([s.ready for s in traced]))
+            shares = attribution.call_shares(traced, latest)
+        epochs = []
+        for seconds, steps in timed:
+            latest = attribution.latest_ready(self.comm.gather([s.ready for s in steps]))
+            ranks = self.comm.gather(attribution.summarize(steps, latest, seconds, shares))
+            epochs.append({"ranks": ranks, "slowest_rank": attribution.slowest_rank(ranks)})
+        return {"how": self.attribution_sources(), "epochs": epochs,
+                "traced_steps": len(traced) if traced is not None else None}
+
     def measure(self, epochs, startup, step_seconds, memory, digests, replicas, hosts,
-                statistics):
-        """Rank 0's measurement of the run (the test accuracy evaluated here)."""
+                statistics, accuracy, steps_attributed):
+        """Rank 0's measurement of the run."""
         described, details = self.describe(), self.backend.details()
         per_device = self.job.threads_per_device
         return Measurement(
@@ -182,7 +241,7 @@ class TrainingLoop(abc.ABC):
             train_samples=described.pop("train_samples"),
             device_type=described.pop("device_type"), device_name=described.pop("device_name"),
             epochs=epochs, startup_seconds=startup, **step_percentiles(step_seconds),
-            test_accuracy=self.evaluate(), peak_memory_per_device=memory, hosts=hosts,
+            test_accuracy=accuracy, peak_memory_per_device=memory, hosts=hosts,
             threads={"per_device": {"compute": per_device, "inter_op": INTER_OP_PER_DEVICE,
                                     "input_pipeline": INPUT_PIPELINE_PER_DEVICE},
                      "per_process": self.thread_pools()},
@@ -192,27 +251,13 @@ class TrainingLoop(abc.ABC):
                       **({"batchnorm": batchnorm_evidence(statistics)} if statistics[0] else {})},
             backend_details={"world_size": self.comm.world, **described, **details,
                              "traffic": self.backend.traffic(self.cell,
-                                                             details.get("reduction", "none"))})
+                                                             details.get("reduction", "none"))},
+            attribution=steps_attributed)
 
 
-class InputWait:
-    """The batches of an epoch, counting the seconds the loop waits for each (the input pipeline
-    as the training loop sees it: loading and collating, or waiting for a prefetching one):
-    the lab times its question 1 without data loading and its question 2 with it."""
-
-    def __init__(self, batches: Iterable):
-        self.batches, self.seconds = batches, 0.0
-
-    def __iter__(self):
-        batches = iter(self.batches)
-        while True:
-            asked = time.perf_counter()
-            try:
-                batch = next(batches)
-            except StopIteration:
-                return
-            self.seconds += time.perf_counter() - asked
-            yield batch
+def part_seconds(step, part: str) -> float:
+    """Seconds of the intervals of `step` marked `part`."""
+    return sum(end - start for label, start, end, _ in step.intervals if label == part)
 
 
 def _flat(lists):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from xbench.common.attribution import CollectiveClock
 from xbench.common.backend import Backend
 from xbench.common.cell import Cell
 from xbench.common.collectives import Collectives, OneProcess
@@ -48,6 +49,28 @@ class TorchBackend(Backend):
                        model: torch.nn.Module) -> torch.optim.Optimizer:
         """The optimizer, wrapped where the backend averages gradients itself."""
         return optimizer
+
+    def watch_collectives(self, wrapped: torch.nn.Module, model: torch.nn.Module,
+                          optimizer: torch.optim.Optimizer, clock: CollectiveClock) -> None:
+        """Have the library tell `clock` when each gradient collective is launched and done."""
+
+    @staticmethod
+    def watch_gradients(model: torch.nn.Module, clock: CollectiveClock) -> None:
+        """Tell `clock` when each gradient is ready, with its bytes: when DDP's and Horovod's own
+        hooks launch its all-reduce (DDP's once its bucket is full). These hooks cost nothing
+        measurable; a DDP communication hook in Python, timing each bucket, cost 5% of the rate
+        on 2 CPU ranks (benchmarks/attribution_cost.py)."""
+        for parameter in model.parameters():
+            parameter.register_post_accumulate_grad_hook(
+                lambda ready: clock.launched(ready.numel() * ready.element_size()))
+
+    def wait_for_gradients(self, optimizer: torch.optim.Optimizer,
+                           clock: CollectiveClock) -> None:
+        """After backward: wait for the gradients' collectives where backward itself does not."""
+
+    def update(self, optimizer: torch.optim.Optimizer) -> None:
+        """The optimizer's step on the (averaged) gradients."""
+        optimizer.step()
 
     def unsupported_reason(self, cell: Cell, device_kind: str) -> str | None:
         if cell.host_memory != "pageable" and device_kind == "cpu":

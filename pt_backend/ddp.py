@@ -44,6 +44,16 @@ class DistributedDataParallelBackend(TorchBackend):
     def local_rank(self):
         return int(os.environ["LOCAL_RANK"])
 
+    collectives_counted = ("DDP: its buckets' all-reduces launched as backward makes each bucket's "
+                           "gradients ready (the gradients' own hooks tell when, and their "
+                           "bytes), done when backward, which waits for them all, returns")
+
+    def watch_collectives(self, wrapped, model, optimizer, clock):
+        self.watch_gradients(model, clock)
+
+    def wait_for_gradients(self, optimizer, clock):
+        clock.done()
+
     def wrap_model(self, model, device):
         from torch.nn.parallel import DistributedDataParallel
         self.buffer_bytes = sum(b.numel() * b.element_size() for b in model.buffers())

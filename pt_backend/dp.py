@@ -10,6 +10,10 @@ class DataParallelBackend(TorchBackend):
     name = "pt-dp"
     device_ids = None
 
+    collectives_not_counted = ("not counted: on N GPUs DataParallel scatters the batch, replicates "
+                               "the module and gathers the outputs inside its forward, and "
+                               "reduces the gradients onto the first GPU inside its backward: "
+                               "their time is in those parts")
     batchnorm_statistics = ("DataParallel copies the module from the first GPU every step: each "
                             "replica normalises with its own share of the batch, and only the "
                             "first GPU's running statistics are updated and kept")

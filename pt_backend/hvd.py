@@ -26,6 +26,22 @@ class HorovodTorchBackend(horovod_support.HorovodLaunch, TorchBackend):
         self.hvd.broadcast_optimizer_state(optimizer, root_rank=0)
         return self.hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
 
+    collectives_counted = ("Horovod: each gradient's all-reduce launched by its hook as backward "
+                           "produces the gradient, and done when synchronize() has waited for "
+                           "them all")
+
+    def watch_collectives(self, wrapped, model, optimizer, clock):
+        if self.hvd.size() > 1:  # at size 1 Horovod reduces nothing
+            self.watch_gradients(model, clock)
+
+    def wait_for_gradients(self, optimizer, clock):
+        optimizer.synchronize()
+        clock.done()
+
+    def update(self, optimizer):
+        with optimizer.skip_synchronize():
+            optimizer.step()
+
     def details(self):
         return {"parallelism": "hvd.DistributedOptimizer", **horovod_support.details(self.hvd)}
 

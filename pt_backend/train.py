@@ -3,11 +3,14 @@
 The backend wraps the model and the optimizer its own way (pt_backend.base's hooks); the input
 pipeline, the step and the measurements are the same for all three, so their numbers compare.
 """
+import time
+
 import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
 
+from xbench.common.attribution import INSTRUMENTED, CollectiveClock
 from xbench.common.data import rank_indices
 from xbench.common.env import cpu_name, peak_rss_bytes
 from xbench.common.training import EVAL_BATCH, TrainingLoop
@@ -60,20 +63,16 @@ def normalise(images, mean, std):
             .div_(torch.tensor(std, device=images.device).view(shape)).contiguous())
 
 
-class CudaStepTimer:
-    """Per-step times from CUDA events: no host synchronisation inside the epoch."""
+def cuda_moment() -> torch.cuda.Event:
+    """A moment on the GPU: an event recorded on the current stream (no host synchronisation
+    inside the epoch; read once the epoch is over)."""
+    event = torch.cuda.Event(enable_timing=True)
+    event.record()
+    return event
 
-    def __init__(self):
-        self.events = []
-        self.mark()
 
-    def mark(self):
-        event = torch.cuda.Event(enable_timing=True)
-        event.record()
-        self.events.append(event)
-
-    def seconds(self):
-        return [a.elapsed_time(b) / 1000 for a, b in zip(self.events, self.events[1:])]
+def cuda_seconds(start: torch.cuda.Event, end: torch.cuda.Event) -> float:
+    return start.elapsed_time(end) / 1000
 
 
 class TorchLoop(TrainingLoop):
@@ -105,6 +104,10 @@ class TorchLoop(TrainingLoop):
                                  pin_memory=cell.host_memory != "pageable",
                                  num_workers=cell.loader_workers)
         self.loss_fn = nn.CrossEntropyLoss()
+        self.collectives = CollectiveClock(*self.step_clock())
+        if INSTRUMENTED:
+            self.backend.watch_collectives(self.wrapped, self.model, self.optimizer,
+                                           self.collectives)
         self.taken = []
         self.loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         self.correct = torch.zeros((), dtype=torch.int64, device=self.device)
@@ -113,8 +116,8 @@ class TorchLoop(TrainingLoop):
         if self.cuda:
             torch.cuda.synchronize()
 
-    def step_timer(self):
-        return CudaStepTimer() if self.cuda else super().step_timer()
+    def step_clock(self):
+        return (cuda_moment, cuda_seconds) if self.cuda else super().step_clock()
 
     def batches(self, epoch):
         if self.cell.set_epoch:  # without it, DistributedSampler deals epoch 0's order each time
@@ -132,10 +135,20 @@ class TorchLoop(TrainingLoop):
         x = normalise(images.to(self.device, non_blocking=self.non_blocking), data.mean, data.std)
         y = labels.to(self.device, non_blocking=self.non_blocking)
         self.optimizer.zero_grad()  # set_to_none, the default since torch 2.0
+        self.marks.mark("host")
         logits = self.wrapped(x)
         loss = self.loss_fn(logits, y)
+        self.marks.mark("forward")
+        time.sleep(self.faults.slow_for(self.comm.rank))  # the slow-rank fault, if injected
         loss.backward()
-        self.optimizer.step()
+        self.marks.mark("backward")
+        self.backend.wait_for_gradients(self.optimizer, self.collectives)
+        self.marks.mark("host")
+        self.backend.update(self.optimizer)
+        self.marks.mark("optimizer")
+        collective = self.collectives.take()
+        if collective:
+            self.marks.collective(*collective)
         self.loss_sum += loss.detach() * len(y)
         self.correct += (logits.argmax(1) == y).sum()
 
@@ -189,6 +202,16 @@ class TorchLoop(TrainingLoop):
             return []
         return list(range(self.device.index,
                           self.device.index + self.backend.devices_per_process(self.cell)))
+
+    def attribution_sources(self):
+        clock = ("CUDA events at its boundaries (device time)" if self.cuda
+                 else "the host clock at its boundaries")
+        collective = self.backend.collectives_counted or self.backend.collectives_not_counted
+        return {"input": f"{clock}: the loop's wait for the DataLoader's next batch",
+                **dict.fromkeys(("forward", "backward", "optimizer"), clock),
+                "waiting": collective, "communication": collective,
+                "host": "the rest of each step's window: copies to the device, zero_grad, "
+                        "bookkeeping"}
 
     def describe(self):
         return {"framework_version": torch.__version__,

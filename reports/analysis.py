@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from xbench.common.attribution import PARTS, mean_parts
 from xbench.common.limits import flop_utilisation, peak_flops, probe_all_reduce
 from xbench.common.models import MODELS, flops_per_sample, gradient_bytes
 from xbench.common.registry import BACKENDS, backend_class
@@ -22,17 +23,6 @@ SETUP = ["env", "backend", "dataset", "model", "dataset_multiple", "seed",
          "max_train_samples", "epochs_run", "device_type", "training"]
 METRICS = ["step_time_p50", "startup_seconds", "first_epoch_overhead", "test_accuracy",
            "last_loss", "last_accuracy", "peak_memory_bytes"]
-COMMUNICATION_ASSUMPTION = (
-    "Compute per step = the median epoch-2 step time of the same backend on 1 device at the same "
-    "per-device batch and the same compute threads per device (on a CPU the N ranks share the "
-    "cores, so the 1-device run of the grid, which has them all, is not the reference; the grid "
-    "adds a 1-device run at the ranks' threads); exposed communication = the N-device step time "
-    "minus that. Bandwidth only for backends whose gradients are all-reduced (nccl-tests "
-    "convention: algbw = gradient bytes / communication time, busbw = algbw × 2(N−1)/N); a "
-    "reduction to one device (tf-mirrored on CPU, DataParallel) is labelled as such and gets no "
-    "bus bandwidth. Communication that overlaps compute is not seen, so the time is what "
-    "training waits for, not all the time the all-reduce takes; where the N-device step is not "
-    "slower, no bandwidth is shown.")
 
 
 def backend_order(name):
@@ -91,7 +81,9 @@ def cell_table(frame):
                       replicas_agree=bool(ok["replicas_agree"].all()),
                       batchnorm=first.get("batchnorm"),
                       batchnorm_difference=ok["batchnorm_difference"].max(),
-                      test_accuracy_values=ok["test_accuracy"].dropna().tolist())
+                      test_accuracy_values=ok["test_accuracy"].dropna().tolist(),
+                      inject=first.get("inject"),
+                      attributions=[last_epoch_attribution(a) for a in ok["attribution"] if a])
         for epoch in (1, 2):
             seconds = ok[f"epoch{epoch}_seconds"].dropna().tolist()
             samples = first[f"epoch{epoch}_samples"]
@@ -124,7 +116,7 @@ CELL_COLUMNS = [
     "lr_scaling", "warmup_epochs", "batch_sweep", "traffic", "epoch2_input_seconds", "n", "runs",
     "contended_runs", "statuses", "steps_per_epoch", "epoch2_samples", "memory_per_device",
     "epoch_means", "global_digests", "shard_overlap", "replicas_agree", "batchnorm",
-    "batchnorm_difference", "test_accuracy_values",
+    "batchnorm_difference", "test_accuracy_values", "inject", "attributions",
     *[f"epoch{e}_{field}" for e in (1, 2) for field in (
         "seconds_values", "seconds", "seconds_ci", "rate", "rate_low", "rate_high")],
     *[f"{m}{suffix}" for m in METRICS for suffix in ("", "_std", "_ci")]]
@@ -203,27 +195,99 @@ def scaling(cells):
     return out
 
 
-def communication(cells):
-    """Per N > 1: compute (the 1-device step at the same per-device batch and threads per
-    device), exposed communication, and for all-reducing backends algbw and busbw (see
-    COMMUNICATION_ASSUMPTION)."""
-    keys = [*SETUP, "per_device_batch", "threads_per_device"]
-    usable = cells[cells["n"] > 0].dropna(subset=["step_time_p50"]) if not cells.empty else cells
-    if usable.empty:
-        return pd.DataFrame(columns=[*CONFIG, "compute_seconds", "comm_seconds", "busbw"])
-    ones = usable[usable["devices"] == 1][[*keys, "step_time_p50", "threads_pinned"]]
-    many = measured(usable)
-    out = many[many["devices"] > 1].merge(ones, on=keys, suffixes=("", "_ref"))
-    out = out.rename(columns={"step_time_p50_ref": "compute_seconds"})
-    out["comm_seconds"] = out["step_time_p50"] - out["compute_seconds"]
-    out["gradient_bytes"] = [gradient_bytes(m) if m in MODELS else np.nan for m in out["model"]]
-    exposed = out["comm_seconds"].where((out["comm_seconds"] > 0)
-                                        & (out["reduction"] == "all-reduce"))
-    out["algbw"] = out["gradient_bytes"] / exposed
-    out["busbw"] = bus_bandwidth(out["algbw"], out["devices"])
-    out["compute_epoch_seconds"] = out["compute_seconds"] * out["steps_per_epoch"]
-    out["comm_epoch_seconds"] = out["comm_seconds"] * out["steps_per_epoch"]
-    return out
+def last_epoch_attribution(record: dict) -> dict:
+    """One run's step attribution (common.attribution), its last epoch: each part's seconds
+    (the mean over the ranks), the steps, whether every epoch and rank added up, the time its
+    collectives moved data per step (median over steps, on the rank that saw the most of it),
+    the bytes they reduced where counted, the slowest rank and how each part is known."""
+    epoch = record["epochs"][-1]
+    ranks = epoch["ranks"]
+    return {"parts": mean_parts(ranks), "steps": ranks[0]["steps"],
+            "residual": float(np.mean([r["residual_seconds"] for r in ranks])),
+            "adds_up": all(r["adds_up"] for e in record["epochs"] for r in e["ranks"]),
+            "moving": max(r["collective"]["moving_median"] for r in ranks),
+            "bytes": ranks[0]["collective"]["bytes_per_step"],
+            "slowest_rank": epoch["slowest_rank"], "how": record["how"]}
+
+
+def attribution(cells):
+    """Per measured cell with attributed runs: each part per step (ms, the mean over repeats,
+    with its interval) and its share of the step; the epoch's compute (input, forward,
+    backward, optimizer, host, and what no step window covered) and communication (waiting for
+    the slowest rank, exposed communication) with their intervals, which add up to the epoch
+    time; and for a cell whose gradients cross between N > 1 devices, the time its collectives
+    moved data per step and the bandwidth that makes (see COMMUNICATION)."""
+    ok = measured(cells)
+    ok = ok[ok["attributions"].map(bool)] if len(ok) else ok
+    records = []
+    for _, cell in ok.iterrows():
+        runs = cell["attributions"]
+        record = {**{column: cell[column] for column in CONFIG},
+                  **{column: cell[column] for column in (
+                      "cell_key", "training", "reduction", "collective_library", "scaling",
+                      "epoch2_seconds", "epoch2_seconds_ci", "inject", "n", "threads_pinned")},
+                  "n_attributed": len(runs), "adds_up": all(r["adds_up"] for r in runs),
+                  "residual_share": max(abs(r["residual"]) / max(sum(r["parts"].values()), 1e-12)
+                                        for r in runs),
+                  "how": runs[0]["how"], "slowest_rank": runs[0]["slowest_rank"]}
+        for part in PARTS:
+            per_step = summarize([r["parts"][part] / r["steps"] for r in runs])
+            record[f"{part}_step"], record[f"{part}_step_ci"] = per_step["mean"], per_step["ci"]
+        step = sum(record[f"{part}_step"] for part in PARTS)
+        record.update({f"{part}_share": record[f"{part}_step"] / step if step else math.nan
+                       for part in PARTS})
+        for name, parts in (("comm", COMMUNICATION_PARTS),
+                            ("compute", [p for p in PARTS if p not in COMMUNICATION_PARTS])):
+            total = summarize([sum(r["parts"][p] for p in parts)
+                               + (r["residual"] if name == "compute" else 0) for r in runs])
+            record[f"{name}_epoch_seconds"], record[f"{name}_epoch_ci"] = total["mean"], total["ci"]
+        record.update(bandwidth(cell, runs))
+        records.append(record)
+    return pd.DataFrame(records, columns=ATTRIBUTION_COLUMNS)
+
+
+COMMUNICATION_PARTS = ("waiting", "communication")
+ATTRIBUTION_COLUMNS = [
+    *CONFIG, "cell_key", "training", "reduction", "collective_library", "scaling",
+    "epoch2_seconds", "epoch2_seconds_ci", "inject", "n", "threads_pinned",
+    "n_attributed",
+    "adds_up", "residual_share", "how", "slowest_rank",
+    *[f"{part}{suffix}" for part in PARTS for suffix in ("_step", "_step_ci", "_share")],
+    "compute_epoch_seconds", "compute_epoch_ci", "comm_epoch_seconds", "comm_epoch_ci",
+    "moving_seconds", "moving_ci", "bytes", "bytes_how", "algbw", "busbw", "busbw_ci"]
+COMMUNICATION = (
+    "Every step of every rank is split into input, forward, backward, optimizer, waiting for "
+    "the slowest rank, exposed communication and host overhead (common.attribution): the "
+    "boundaries come from the host clock (CUDA events on a GPU), and the collectives are counted "
+    "by the library that does them (DDP's and Horovod's gradient hooks and the end of their wait, "
+    "TensorFlow's profiler trace). Moving time = the collectives' time in flight less waiting "
+    "for the slowest rank, per step (median; the rank that saw the most of it): it includes "
+    "what overlaps the backward pass, which exposed communication does not, so where a "
+    "collective overlaps compute (DDP's first buckets, Horovod) the bandwidth over it is a lower "
+    "bound of what the link can do. Bandwidth for "
+    "backends that all-reduce (nccl-tests' convention: algbw = bytes reduced / moving time, "
+    "busbw = algbw × 2(N−1)/N), from the bytes the library reduced where counted, else the "
+    "model's gradients; a reduction to one device (DataParallel, MirroredStrategy on a CPU) "
+    "gets no ring bandwidth.")
+
+
+def bandwidth(cell, runs) -> dict:
+    """The moving time per step, the bytes reduced, and for an all-reducing cell on N > 1
+    devices algbw and busbw (the mean over repeats, busbw with its interval)."""
+    moving = summarize([r["moving"] for r in runs])
+    counted = [r["bytes"] for r in runs if r["bytes"]]
+    size = counted[0] if counted else (gradient_bytes(cell["model"]) if cell["model"] in MODELS
+                                       else math.nan)
+    found = {"moving_seconds": moving["mean"], "moving_ci": moving["ci"], "bytes": size,
+             "bytes_how": "counted" if counted else "computed from the model",
+             "algbw": math.nan, "busbw": math.nan, "busbw_ci": math.nan}
+    if cell["devices"] > 1 and cell["reduction"] == "all-reduce":
+        per_run = [bus_bandwidth(size / r["moving"], cell["devices"]) for r in runs
+                   if r["moving"] > 0]
+        busbw = summarize(per_run)
+        found.update(algbw=size / moving["mean"] if moving["mean"] > 0 else math.nan,
+                     busbw=busbw["mean"], busbw_ci=busbw["ci"])
+    return found
 
 
 def bus_bandwidth(algbw, devices):
@@ -231,11 +295,13 @@ def bus_bandwidth(algbw, devices):
     return algbw * 2 * (devices - 1) / devices
 
 
-def against_limits(cells, communication, probes):
+def against_limits(cells, attributed, probes):
     """Per measured cell: model FLOP utilisation against the probe's matmul peak (with the
     interval of the cell's rate), and for an all-reducing cell on N > 1 devices its achieved bus
-    bandwidth (from the exposed communication time, `communication`) against the probe's, at the
-    gradients' size, with the same library and placement. `probes`: reports.load.load_probes' {env label: probe}."""
+    bandwidth (from its collectives' counted moving time, `attributed`: `attribution`) against
+    the probe's, at the gradients' size, with the same library and placement; an achieved
+    bandwidth above the probe's is marked suspect. `probes`: reports.load.load_probes'
+    {env label: probe}."""
     records = []
     for _, cell in measured(cells).iterrows():
         probe = probes.get(cell["env"], {"matmul": [], "all_reduce": []})
@@ -251,11 +317,11 @@ def against_limits(cells, communication, probes):
                    for suffix in ("", "_low", "_high")}
         achieved, reference = math.nan, None
         if cell["devices"] > 1 and cell["reduction"] == "all-reduce" and known:
-            exposed = (communication[(communication["env"] == cell["env"])
-                                     & (communication["cell_key"] == cell["cell_key"])]
-                       if len(communication) else communication)
-            if len(exposed) and not math.isnan(exposed["busbw"].iloc[0]):
-                achieved = exposed["busbw"].iloc[0]
+            mine = (attributed[(attributed["env"] == cell["env"])
+                               & (attributed["cell_key"] == cell["cell_key"])]
+                    if len(attributed) else attributed)
+            if len(mine) and not math.isnan(mine["busbw"].iloc[0]):
+                achieved = mine["busbw"].iloc[0]
             reference = probe_all_reduce(probe["all_reduce"], cell["collective_library"],
                                          cell["device_type"], int(cell["nodes"]),
                                          int(cell["devices"]), gradient_bytes(cell["model"]))
@@ -271,6 +337,7 @@ def against_limits(cells, communication, probes):
             "probe_busbw_high": reference["busbw_high"] if reference else math.nan})
     out = pd.DataFrame(records, columns=LIMIT_COLUMNS)
     out["bandwidth_share"] = out["achieved_busbw"] / out["probe_busbw"]
+    out["bandwidth_suspect"] = out["bandwidth_share"] > 1
     return out
 
 
@@ -340,10 +407,11 @@ def evidence_problems(cells):
 
 def families(cells):
     """The cells grouped by what a user decides for: model, data, batch (everything but the
-    backend and the device count)."""
+    backend and the device count); cells with an injected fault are in none."""
     keys = ["env", "training", "dataset", "model", "dataset_multiple", "batch_mode", "batch", "seed",
             "max_train_samples", "epochs_run", "device_type"]
     ok = measured(cells)
+    ok = ok[ok["inject"].fillna("none") == "none"] if len(ok) else ok
     return [] if ok.empty else list(ok.groupby(keys, dropna=False, sort=False))
 
 

@@ -7,6 +7,7 @@ prints.
 from datetime import datetime, timezone
 from pathlib import Path
 
+from xbench.common.attribution import MEANING
 from xbench.common.errors import UserError
 from xbench.common.results import csv_safe
 from xbench.reports import analysis, figures, page, tables
@@ -30,10 +31,17 @@ LIMITS_TEXT = (
     "the threads the cell's processes have on a node (a CPU device is its share of the cores). "
     "The interval is the rate's; the probe's own spread is in the probe file. For an "
     "all-reducing cell on N > 1 devices: its achieved bus bandwidth (nccl-tests' busbw = "
-    "gradient bytes / time × 2(N−1)/N) from its exposed communication time (the N-device step "
-    "less the compute reference's; this overstates the bandwidth: communication overlapped with "
-    "compute is not seen), against the probe's busbw of "
-    "the same library at the gradients' size on as many processes.")
+    "bytes reduced / moving time × 2(N−1)/N, from the collectives' counted time: see Where a "
+    "step's time goes) against the probe's busbw of the same library at the gradients' size on "
+    "as many processes; one above the probe's is marked SUSPECT and is not a result.")
+ATTRIBUTION_TEXT = (
+    "The parts: " + "; ".join(f"{part}, {meaning}" for part, meaning in MEANING.items()) + ". "
+    "Each in ms per step (the mean over the cell's ranks and repeats, with the "
+    "95% interval over repeats) and as a share of the step. They add up to the step windows by "
+    "construction; what the windows do not cover of the epoch (its iterator's set-up, the final "
+    "synchronisation) is the residual, and a cell whose residual is above 5% of its epoch says "
+    "so. How each part is known is in the rows (attribution.how). Cells with an injected fault "
+    "(inject) show where it landed, and stay out of every verdict.")
 NO_PROBE = ("no probe of this machine beside the results: run `xbench probe` (its record goes to "
             "probe.jsonl in the results' folder) and make the report again")
 
@@ -55,8 +63,8 @@ SECTIONS = [
         "Each backend's 1-device rate over its framework's single-device reference with no "
         "parallel wrapper (pt-single, tf-single), in the same setup: below 1× the wrapper costs "
         "time even when there is nothing to parallelise."], [], ["wrapper"]),
-    ("Compute vs communication", [analysis.COMMUNICATION_ASSUMPTION],
-     ["compute_vs_communication"], ["communication"]),
+    ("Where a step's time goes", [analysis.COMMUNICATION, ATTRIBUTION_TEXT],
+     ["step_parts"], ["attribution", "communication"]),
     ("Against the limit", [LIMITS_TEXT], [], ["limits"]),
     ("Accuracy", [
         "Mean training loss and accuracy per epoch, and test accuracy after training, against "
@@ -103,20 +111,20 @@ def build_report(paths, out, formats=FORMATS, where=None, include_contended=Fals
     frame, problems = load(paths, where, include_contended)
     cells = analysis.cell_table(frame)
     scaling = analysis.scaling(cells)
-    communication = analysis.communication(cells)
+    attributed = analysis.attribution(cells)
     probes, probe_problems = load_probes(paths, frame)
-    limits = analysis.against_limits(cells, communication, probes)
+    limits = analysis.against_limits(cells, attributed, probes)
     failures = analysis.failures(frame)
     notices = tables.notices(frame, cells, problems + probe_problems, where)
-    verdict_lines = verdicts(cells, frame, include_contended)
+    verdict_lines = verdicts(cells, frame, include_contended, attributed, limits)
     summary = tables.summary(frame, verdict_lines, failures, [p.name for p in paths])
-    table_set = report_tables(frame, cells, scaling, communication, failures)
+    table_set = report_tables(frame, cells, scaling, attributed, failures)
     table_set["limits"] = ("MFU and all-reduce bandwidth against this machine's measured peaks",
                            tables.limits_table(limits) if probes else limits.iloc[0:0],
                            NO_PROBE if not probes else figures.NO_ROWS)
     sections = SECTIONS
     if lab:
-        table_set.update(lab_tables(cells, scaling, communication, limits))
+        table_set.update(lab_tables(cells, scaling, attributed, limits))
         sections = [("The course lab", LAB_TEXT, [], [n for n in table_set if n.startswith("lab_")]),
                     *sections]
     if baseline:
@@ -128,7 +136,7 @@ def build_report(paths, out, formats=FORMATS, where=None, include_contended=Fals
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written = {}
-    drawn, missing = (figures.build(cells, scaling, communication)
+    drawn, missing = (figures.build(cells, scaling, attributed)
                       if {"html", "png", "svg"} & set(formats) else ([], {}))
     pngs = {name: (title, caption, figures.render(figure, "png"))
             for name, title, caption, figure in drawn if {"html", "png"} & set(formats)}
@@ -154,11 +162,12 @@ def build_report(paths, out, formats=FORMATS, where=None, include_contended=Fals
                                                missing, table_set, sections), encoding="utf-8")
     if "csv" in formats:
         written["csv"] = out / "cells.csv"
-        csv_safe(tables.cells_csv(cells, limits)).to_csv(written["csv"], index=False)
+        csv_safe(tables.cells_csv(cells, limits, attributed)).to_csv(written["csv"],
+                                                                     index=False)
     return notices, summary, written
 
 
-def report_tables(frame, cells, scaling, communication, failures):
+def report_tables(frame, cells, scaling, attributed, failures):
     """{name: (title, table of text, why it would be empty)}: every table the HTML page and
     summary.md show."""
     return {
@@ -173,8 +182,11 @@ def report_tables(frame, cells, scaling, communication, failures):
                     tables.wrapper_table(analysis.wrapper_cost(cells)),
                     "it needs pt-single or tf-single beside the other backends at one device "
                     "(every preset has them)"),
-        "communication": ("Compute, exposed communication and all-reduce bandwidth per cell",
-                          tables.communication_table(communication), figures.COMMUNICATION_NEEDS),
+        "attribution": ("The parts of a step, per cell", tables.attribution_table(attributed),
+                        figures.NO_ATTRIBUTION),
+        "communication": ("Waiting, communication and bandwidth of every N-device cell",
+                          tables.communication_table(attributed),
+                          "it needs attributed cells on N > 1 devices (the smoke grid has 2)"),
         "accuracy": ("Loss and accuracy per epoch, test accuracy, per cell",
                      tables.accuracy_table(cells), figures.NO_ROWS),
         "batchnorm": ("BatchNorm's running statistics across replicas, per cell",

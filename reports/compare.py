@@ -4,6 +4,7 @@ faster, slower or "no change" at that confidence, and what differs between their
 
 Contended runs are compared too (a regression check wants every run), and marked: a slowdown
 beside other load may be the machine's, not the change's (`--exclude-contended` leaves them out).
+Cells with an injected fault are never compared: they are slow on purpose.
 """
 import json
 import math
@@ -21,7 +22,8 @@ def compare(base_paths, new_paths, include_contended=True):
     """(cells, notes): one row per cell in both files, and the environments' differences."""
     base_frame, base_problems = load(base_paths, include_contended=include_contended)
     new_frame, new_problems = load(new_paths, include_contended=include_contended)
-    base, new = analysis.cell_table(base_frame), analysis.cell_table(new_frame)
+    base, new = (analysis.cell_table(frame[frame["inject"] == "none"]) if len(frame)
+                 else analysis.cell_table(frame) for frame in (base_frame, new_frame))
     keys = ["cell_key", "series", "backend", "model", "batch_mode", "batch", "nodes", "devices",
             "epoch2_samples"]
     both = (base[base["n"] > 0][[*keys, "epoch2_rate", "epoch2_seconds_values", "n",

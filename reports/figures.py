@@ -1,5 +1,5 @@
-"""The report's figures (matplotlib, Agg): the blog's Figure 5a-e, scaling, compute vs
-communication, accuracy, memory and start-up overhead.
+"""The report's figures (matplotlib, Agg): the blog's Figure 5a-e, scaling, where a step's time
+goes, accuracy, memory and start-up overhead.
 
 Every backend keeps one colour in every figure (from the registry's order); a figure that varies
 some axes holds the others at their most common value and says which in its caption. Error bars
@@ -11,6 +11,7 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
+from xbench.common.attribution import PARTS
 from xbench.common.registry import BACKENDS
 from xbench.reports import analysis
 
@@ -35,13 +36,13 @@ def plain(text):
 
 
 NO_ROWS = "no cell of these results has a usable run"
-COMMUNICATION_NEEDS = ("it needs, for an N-device cell, a 1-device run of its backend at the "
-                       "same per-device batch and threads per device: grids add these compute "
-                       "references unless --no-compute-references (the smoke and lab grids have "
-                       "them)")
+NO_ATTRIBUTION = ("no usable run records its step attribution (rows of xbench before schema 5 "
+                  "do not): run the grid again")
+PART_COLORS = dict(zip(PARTS, ["#8c564b", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e",
+                               "#d62728", "#7f7f7f"]))
 
 
-def build(cells, scaling, communication):
+def build(cells, scaling, attributed):
     """([(name, title, caption, Figure)] for every figure there are data for,
     {name: (title, why it is not drawn and what would draw it)} for the others)."""
     makers = [
@@ -52,8 +53,8 @@ def build(cells, scaling, communication):
         ("fig5d_epoch1_vs_epoch2", "Figure 5d: epoch-1 vs epoch-2 rate", epoch1_vs_epoch2),
         ("fig5e_rate_vs_multiple", "Figure 5e: epoch-2 rate vs dataset multiple", rate_vs_multiple),
         ("scaling", "Scaling: speedup and efficiency", lambda c: scaling_figure(scaling)),
-        ("compute_vs_communication", "Compute vs communication per step",
-         lambda c: communication_figure(communication)),
+        ("step_parts", "Where a step's time goes, per cell",
+         lambda c: attribution_figure(attributed)),
         ("accuracy", "Loss, training and test accuracy by epoch, devices and batch", accuracy),
         ("memory", "Figure: peak memory of each device, by cell", memory),
         ("overhead", "Figure: launch-to-first-batch and epoch-1 extra time vs devices", overhead),
@@ -273,36 +274,34 @@ def scaling_figure(scaling):
             "R = mean epoch-2 rate; dashed: ideal."), figure
 
 
-def communication_figure(communication):
-    """Stacked bars per series, device count and per-device batch: compute, then exposed
-    communication on top."""
-    if communication.empty:
-        return COMMUNICATION_NEEDS
-    models = sorted(communication["model"].unique())
-    figure, axes = panels(len(models), width=6.0, columns=2)
+def attribution_figure(attributed):
+    """Stacked bars of the parts of one step (ms, the mean over repeats) for every backend and
+    device count side by side, one panel per model, at the most common data and batch."""
+    if attributed.empty:
+        return NO_ATTRIBUTION
+    fixed = analysis.reference(attributed, ["dataset_multiple", "batch_mode", "batch", "training"])
+    data = analysis.at(attributed, fixed)
+    models = sorted(data["model"].unique())
+    figure, axes = panels(len(models), width=max(6.0, 0.5 * len(data)), columns=1)
     for ax, model in zip(axes, models):
-        rows = communication[communication["model"] == model]
-        key = ["devices", "per_device_batch", "scaling"]
-        groups = sorted(set(rows[key].itertuples(index=False, name=None)))
-        series = list(by_series(rows))
-        width = 0.8 / len(series)
-        for i, (name, style, data) in enumerate(series):
-            positions = [groups.index(group) + (i + 0.5) * width - 0.4
-                         for group in data[key].itertuples(index=False, name=None)]
-            compute = data["compute_seconds"] * 1000
-            comm = data["comm_seconds"].clip(lower=0) * 1000
-            ax.bar(positions, compute, width, color=style["color"], label=plain(f"{name}: compute"))
-            ax.bar(positions, comm, width, bottom=compute, color="white", edgecolor=style["color"],
-                   hatch="//", label=plain(f"{name}: exposed communication"))
-        ax.set_xticks(range(len(groups)), [f"N={n}\n{b}/device\n{kind}" for n, b, kind in groups])
-        ax.set_xlabel("devices N, per-device batch (samples), scaling")
-        ax.set_ylabel("median step time (ms)")
+        rows = [row for _, _, series in by_series(data[data["model"] == model])
+                for _, row in series.sort_values("devices").iterrows()]
+        positions = range(len(rows))
+        bottom = np.zeros(len(rows))
+        for part in PARTS:
+            height = np.array([row[f"{part}_step"] * 1000 for row in rows])
+            ax.bar(positions, height, 0.7, bottom=bottom, color=PART_COLORS[part],
+                   label=part)
+            bottom += height
+        ax.set_xticks(positions, [plain(f"{row['series']}, {row['devices']} dev") for row in rows],
+                      fontsize=7, rotation=30, ha="right")
+        ax.set_ylabel("one step (ms, mean over repeats)")
         ax.set_title(plain(f"model {model}"))
         ax.grid(axis="y", alpha=0.3)
     legend(figure, list(axes))
-    return ("Solid: compute (the 1-device step at the same per-device batch); hatched: exposed "
-            "communication (the rest of the N-device step). Ring all-reduce assumed for bandwidth "
-            "(see the table)."), figure
+    return (fixed_text(fixed) + "Each bar: one step of the cell, split into its parts (the mean "
+            "over its ranks and repeats): input, forward, backward, optimizer, waiting for the "
+            "slowest rank, exposed communication, host overhead."), figure
 
 
 def accuracy(cells):

@@ -14,7 +14,11 @@ TIME_DEFINITION = (
     "the mean. xbench's epoch time includes the input pipeline, as the lab's question 2 asks; "
     "the lab's question 1 excludes data loading, so question 1 also gives the time the training "
     "loop waited for its batches (measured each epoch: `epochs[].input_seconds`) and the epoch "
-    "time without it.")
+    "time without it. Tables 2 and 3 come from the step attribution (see Where a step's time "
+    "goes): compute = input, forward, backward, optimizer and host overhead (and what no step "
+    "window covers), comm = waiting for the slowest rank and exposed communication, so the two "
+    "add up to Table 1's time; the bandwidth is the collectives' counted moving time's "
+    "(nccl-tests' busbw, the ring algorithm of the lab's [2]).")
 TEXT = [
     "The lab's questions answered from the rows: question 1 (one device, the batch grown by a "
     "batch sweep until the first that does not fit in memory), Tables 1-3 (weak scaling: the "
@@ -55,25 +59,39 @@ def table_1(scaling, cells):
                    "Speedup": speedup} for c, speedup in rows], ["Time (s)", "Speedup"])
 
 
-def table_2(communication):
-    """Per backend and N > 1 devices, for each per-device batch: compute and communication
-    seconds per epoch."""
-    return pivot([{"backend": c["series"], "training": c["training"], "devices": c["devices"],
-                   "batch": c["per_device_batch"], "Compute (s)": num(c["compute_epoch_seconds"]),
-                   "Comm (s)": num(c["comm_epoch_seconds"])}
-                  for _, c in communication.iterrows()], ["Compute (s)", "Comm (s)"])
-
-
-def table_3(limits):
-    """Per all-reducing backend and N > 1 devices, for each per-device batch: the bus bandwidth
-    achieved, and its share of the probe's."""
-    many = limits[(limits["devices"] > 1) & limits["achieved_busbw"].notna()]
+def table_2(attributed):
+    """Per backend and N > 1 devices, for each per-device batch: the epoch's compute and
+    communication seconds from the step attribution, with their intervals; they add up to
+    Table 1's time."""
+    many = attributed[attributed["devices"] > 1] if len(attributed) else attributed
     return pivot([{"backend": c["series"], "training": c["training"], "devices": c["devices"],
                    "batch": c["per_device_batch"],
-                   "Bandwidth (GB/s)": num(c["achieved_busbw"] * 1e-9),
-                   "of probe's": "—" if math.isnan(c["bandwidth_share"])
-                   else f"{c['bandwidth_share']:.0%}"}
-                  for _, c in many.iterrows()], ["Bandwidth (GB/s)", "of probe's"])
+                   "Compute (s)": with_interval(c["compute_epoch_seconds"], c["compute_epoch_ci"]),
+                   "Comm (s)": with_interval(c["comm_epoch_seconds"], c["comm_epoch_ci"])}
+                  for _, c in many.iterrows()], ["Compute (s)", "Comm (s)"])
+
+
+def table_3(attributed, limits):
+    """Per backend and N > 1 devices, for each per-device batch: the bus bandwidth its counted
+    communication achieved, and its share of the probe's (SUSPECT above it). DataParallel's
+    reduction to one device, whose time no library counts, gets its traffic as the lab assumes
+    it: the gradients once per device."""
+    many = attributed[attributed["devices"] > 1] if len(attributed) else attributed
+    records = []
+    for _, c in many.iterrows():
+        probed = limits[(limits["env"] == c["env"]) & (limits["cell_key"] == c["cell_key"])]
+        share = probed["bandwidth_share"].iloc[0] if len(probed) else math.nan
+        if c["reduction"] == "reduce-to-one":
+            bandwidth = (f"not counted; traffic {num(c['devices'] * c['bytes'] / MIB)} MiB/step "
+                         f"(the gradients once per device)")
+        else:
+            bandwidth = with_interval(c["busbw"] * 1e-9, c["busbw_ci"] * 1e-9)
+        records.append({"backend": c["series"], "training": c["training"],
+                        "devices": c["devices"], "batch": c["per_device_batch"],
+                        "Bandwidth (GB/s)": f"SUSPECT (above the probe's): {bandwidth}"
+                        if share > 1 else bandwidth,
+                        "of probe's": "—" if math.isnan(share) or share > 1 else f"{share:.0%}"})
+    return pivot(records, ["Bandwidth (GB/s)", "of probe's"])
 
 
 def question_4(cells):
@@ -140,18 +158,18 @@ def case_study(cells):
          f"{bounds(c['difference'][1], c['difference'][2])}")])
 
 
-def lab_tables(cells, scaling, communication, limits):
+def lab_tables(cells, scaling, attributed, limits):
     """{name: (title, table, why it would be empty)} of the lab section."""
     return {
         "lab_q1": ("Question 1: one epoch per batch on one device", question_1(cells),
                    "no 1-device cells: run the lab preset (its batch sweep)"),
         "lab_table1": ("Table 1: time and speedup per batch per device", table_1(scaling, cells),
                        "it needs per_device batches on 1 and more devices (the lab preset)"),
-        "lab_table2": ("Table 2: compute and communication per epoch", table_2(communication),
-                       "it needs N-device cells and their compute references"),
-        "lab_table3": ("Table 3: communication bandwidth utilisation", table_3(limits),
-                       "it needs all-reducing N-device cells and `xbench probe` beside the "
-                       "results"),
+        "lab_table2": ("Table 2: compute and communication per epoch (they add up to Table 1's "
+                       "time)", table_2(attributed),
+                       "it needs N-device cells whose rows attribute their steps"),
+        "lab_table3": ("Table 3: communication bandwidth utilisation", table_3(attributed, limits),
+                       "it needs N-device cells whose rows attribute their steps"),
         "lab_q4": ("Question 4: the last epoch's training loss and accuracy, with and without "
                    "the remedies", question_4(cells), "no usable cells"),
         "lab_q5": ("Question 5: sample orders with and without set_epoch", question_5(cells),

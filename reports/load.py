@@ -96,6 +96,8 @@ def rows_frame(rows, include_contended=False):
     frame["replicas_agree"] = [len(set(e.get("replica_weight_digests") or [])) <= 1
                                for e in evidence]
     frame["batchnorm"] = [row.get("batchnorm") for row in rows]
+    frame["inject"] = [row.get("inject", "none") for row in rows]
+    frame["attribution"] = [row.get("attribution") for row in rows]
     frame["batchnorm_difference"] = numbers([(e.get("batchnorm") or {}).get(
         "max_relative_difference") for e in evidence])
     return frame
@@ -143,6 +145,8 @@ def training_label(row):
         label += f", {row['host_memory']}"
     if row.get("loader_workers"):
         label += f", {row['loader_workers']} loader workers"
+    if row.get("inject", "none") != "none":
+        label += f", inject {row['inject']}"
     return label
 
 

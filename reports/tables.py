@@ -5,6 +5,7 @@ from html import escape
 
 import pandas as pd
 
+from xbench.common.attribution import PARTS
 from xbench.reports import analysis
 
 MIB = 2 ** 20
@@ -96,9 +97,9 @@ def cells_table(cells):
                          ("runs", column("statuses"))])
 
 
-def cells_csv(cells, limits):
-    """cells.csv: the cells as numbers, for other tools (with MFU and bandwidths where a probe
-    gives them)."""
+def cells_csv(cells, limits, attributed):
+    """cells.csv: the cells as numbers, for other tools (with each part of a step where the rows
+    attribute it, and MFU and bandwidths where a probe gives them)."""
     frame = cells[["env", "cell_key", "backend", "dataset", "model", "dataset_multiple",
                    "batch_mode", "global_batch", "per_device_batch", "devices",
                    "threads_per_device", "n", "runs", "statuses"]].copy()
@@ -109,8 +110,13 @@ def cells_csv(cells, limits):
         frame[f"epoch{epoch}_seconds_mean"] = cells[f"epoch{epoch}_seconds"]
     frame["test_accuracy_mean"] = cells["test_accuracy"]
     frame["test_accuracy_ci95"] = cells["test_accuracy_ci"]
-    return frame.merge(limits[["env", "cell_key", "mfu", "mfu_low", "mfu_high", "achieved_busbw",
-                               "probe_busbw"]], on=["env", "cell_key"], how="left")
+    parts = attributed[["env", "cell_key", *[f"{part}_step" for part in PARTS], "adds_up",
+                        "moving_seconds"]].rename(columns={f"{part}_step": f"{part}_seconds_per_step"
+                                                           for part in PARTS})
+    return (frame.merge(parts, on=["env", "cell_key"], how="left")
+            .merge(limits[["env", "cell_key", "mfu", "mfu_low", "mfu_high", "achieved_busbw",
+                           "bandwidth_suspect", "probe_busbw"]], on=["env", "cell_key"],
+                   how="left"))
 
 
 def failures_table(failures):
@@ -133,27 +139,45 @@ def scaling_table(scaling):
         ("efficiency, 95% CI", efficiency)])
 
 
-def communication_table(communication):
-    def times(field, scale):
-        return lambda c: num(c[field] * scale)
+def attribution_table(attributed):
+    """Every attributed cell: each part of a step in ms with its interval and its share, the
+    step, whether it added up, and the slowest rank."""
+    def part(name):
+        return lambda c: (f"{with_interval(c[f'{name}_step'] * 1000, c[f'{name}_step_ci'] * 1000)}"
+                          f" ({c[f'{name}_share']:.0%})")
 
-    def busbw(c):
+    def added(c):
+        return (f"yes (residual {c['residual_share']:.1%})" if c["adds_up"] else
+                f"NO: {c['residual_share']:.1%} of the epoch is in no step")
+    return table(attributed, [
+        *CELL, ("training", column("training")), ("n", column("n_attributed")),
+        *[(f"{name} (ms)", part(name)) for name in PARTS],
+        ("step (ms)", lambda c: num(sum(c[f"{name}_step"] for name in PARTS) * 1000)),
+        ("parts add up", added),
+        ("slowest rank", lambda c: "—" if pd.isna(c["slowest_rank"])
+         else str(int(c["slowest_rank"])))])
+
+
+def communication_table(attributed):
+    """The cells whose gradients cross between N > 1 devices: what the step waits for, what the
+    collectives moved and how fast."""
+    def gigabytes(c, field):
         if c["reduction"] != "all-reduce":
-            return f"— ({c['reduction']}: no bus bandwidth)"
-        return num(c["busbw"] * 1e-9)
-    return table(communication, [
-        *WHO, ("scaling", column("scaling")), ("devices N", column("devices")),
-        ("per-device batch", column("per_device_batch")),
-        ("threads/device", column("threads_per_device", num)),
-        ("reduction", column("reduction")),
-        ("step (ms)", times("step_time_p50", 1000)),
-        ("compute (ms/step)", times("compute_seconds", 1000)),
-        ("exposed comm (ms/step)", times("comm_seconds", 1000)),
-        ("compute (s/epoch)", times("compute_epoch_seconds", 1)),
-        ("comm (s/epoch)", times("comm_epoch_seconds", 1)),
-        ("gradient (MiB)", times("gradient_bytes", 1 / MIB)),
-        ("algbw (GB/s)", lambda c: num(c["algbw"] * 1e-9) if c["reduction"] == "all-reduce"
-         else "—"), ("busbw (GB/s)", busbw)])
+            return f"— ({c['reduction']}: no ring bandwidth)"
+        return num(c[field] * 1e-9)
+    many = attributed[attributed["devices"] > 1] if len(attributed) else attributed
+    return table(many, [
+        *CELL, ("training", column("training")), ("reduction", column("reduction")),
+        ("waiting for the slowest rank (ms/step)",
+         lambda c: with_interval(c["waiting_step"] * 1000, c["waiting_step_ci"] * 1000)),
+        ("exposed communication (ms/step)", lambda c: with_interval(
+            c["communication_step"] * 1000, c["communication_step_ci"] * 1000)),
+        ("moving (ms/step)", lambda c: with_interval(c["moving_seconds"] * 1000,
+                                                      c["moving_ci"] * 1000)),
+        ("bytes reduced (MiB/step)", lambda c: f"{num(c['bytes'] / MIB)} ({c['bytes_how']})"),
+        ("algbw (GB/s)", lambda c: gigabytes(c, "algbw")),
+        ("busbw (GB/s)", lambda c: gigabytes(c, "busbw") if c["reduction"] != "all-reduce"
+         else with_interval(c["busbw"] * 1e-9, c["busbw_ci"] * 1e-9))])
 
 
 def limits_table(limits):
@@ -171,12 +195,14 @@ def limits_table(limits):
             f" [{percent(c['mfu_low'])}, {percent(c['mfu_high'])}]"
             if math.isfinite(c["mfu_low"]) and math.isfinite(c["mfu_high"]) else "")),
         ("library", lambda c: c["library"] if isinstance(c["library"], str) else "—"),
-        ("achieved busbw (GB/s), from exposed communication",
-         lambda c: gigabytes(c["achieved_busbw"])),
+        ("achieved busbw (GB/s), from counted communication",
+         lambda c: f"SUSPECT: {gigabytes(c['achieved_busbw'])} is above the probe's, not a "
+                   f"result" if c["bandwidth_suspect"] else gigabytes(c["achieved_busbw"])),
         ("probe busbw (GB/s), slowest-fastest", lambda c: "—" if math.isnan(c["probe_busbw"])
          else f"{gigabytes(c['probe_busbw'])} ({gigabytes(c['probe_busbw_low'])}-"
               f"{gigabytes(c['probe_busbw_high'])})"),
-        ("achieved / probe", lambda c: percent(c["bandwidth_share"]))])
+        ("achieved / probe", lambda c: "—" if c["bandwidth_suspect"]
+         else percent(c["bandwidth_share"]))])
 
 
 def wrapper_table(wrapper):

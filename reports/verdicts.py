@@ -5,6 +5,7 @@ changed accuracy; and warnings for what the verdicts leave out.
 """
 import math
 
+from xbench.common.attribution import COMPUTE
 from xbench.reports import analysis
 from xbench.reports.stats import ratio_of_means, repeats_to_settle
 
@@ -54,8 +55,9 @@ def fastest(cells, devices):
                                             best["epoch2_seconds_values"])
 
 
-def pays_off(scaled):
-    """A line per backend and device count on its speedup over its own 1-device run."""
+def pays_off(scaled, attributed, limits):
+    """A line per backend and device count on its speedup over its own 1-device run, and where
+    it is below 1, why (from the N-device cell's step attribution)."""
     lines = []
     for _, row in scaled[scaled["devices"] > 1].iterrows():
         ratio, efficiency = row["speedup_ratio"], row["efficiency_ratio"]
@@ -72,12 +74,54 @@ def pays_off(scaled):
         else:
             lines.append(f"{head}; " + undecided(row["epoch2_seconds_values_ref"],
                                                  row["epoch2_seconds_values"]))
+        reason = why(row, attributed, limits) if ratio.value < 1 else None
+        if reason:
+            lines.append(f"  why: {reason}")
     return lines
 
 
-def more_devices(cells):
+PART_WORDS = {"communication": "waiting for the collective after every rank's compute is done "
+                               "(exposed communication)",
+              "waiting": "waiting for the slowest rank", "input": "waiting for input",
+              "host": "on host overhead"}
+
+
+def why(cell, attributed, limits):
+    """One line on what an N-device cell's step spends beyond compute, how its compute compares
+    with the same backend's 1-device compute, and its bandwidth against the probe's (None where
+    its rows do not attribute their steps)."""
+    def same(frame, devices):
+        return frame[(frame["env"] == cell["env"]) & (frame["backend"] == cell["backend"])
+                     & (frame["training"] == cell["training"]) & (frame["model"] == cell["model"])
+                     & (frame["dataset_multiple"] == cell["dataset_multiple"])
+                     & (frame["batch_mode"] == cell["batch_mode"])
+                     & (frame["batch"] == cell["batch"]) & (frame["devices"] == devices)]
+    mine = same(attributed, cell["devices"]) if len(attributed) else attributed
+    if mine.empty:
+        return None
+    mine = mine.iloc[0]
+    parts = [f"{mine[f'{part}_share']:.0%} {PART_WORDS[part]}" for part in PART_WORDS
+             if mine[f"{part}_share"] >= 0.05]
+    text = ("the step spends " + ", ".join(parts) if parts
+            else "the step is nearly all compute")
+    one = same(attributed, 1)
+    if len(one):
+        compute = sum(mine[f"{part}_step"] for part in COMPUTE)
+        alone = sum(one.iloc[0][f"{part}_step"] for part in COMPUTE)
+        ideal = 1 / mine["devices"] if mine["batch_mode"] == "global" else 1.0
+        text += (f"; each rank's compute takes {compute / alone:.2f}× the 1-device step's "
+                 f"(ideal {ideal:.2f}×)")
+    probed = limits[(limits["env"] == mine["env"]) & (limits["cell_key"] == mine["cell_key"])]
+    if len(probed) and math.isfinite(probed["bandwidth_share"].iloc[0]):
+        share = probed["bandwidth_share"].iloc[0]
+        text += ("; its bus bandwidth is SUSPECT (above the probe's)" if share > 1 else
+                 f"; the link reached {share:.0%} of the probe's bus bandwidth")
+    return text
+
+
+def more_devices(cells, attributed, limits):
     """The decision itself: the fastest N-device cell against the fastest 1-device cell,
-    whatever their backends."""
+    whatever their backends (and why, where the N devices are slower)."""
     ones = cells[cells["devices"] == 1]
     if ones.empty:
         return []
@@ -93,6 +137,9 @@ def more_devices(cells):
         lines.append(decided(head, ratio, f"{devices} devices pay off here",
                              f"{devices} devices do not pay off here (slower than 1)",
                              one["epoch2_seconds_values"], best["epoch2_seconds_values"]))
+        reason = why(best, attributed, limits) if ratio.value < 1 else None
+        if reason:
+            lines.append(f"  why ({best['series']}): {reason}")
     return lines
 
 
@@ -144,8 +191,11 @@ def accuracy_lines(changes):
     return lines
 
 
-def verdicts(cells, frame, include_contended=False):
-    """The verdict lines: per family a heading and indented findings, then warnings."""
+def verdicts(cells, frame, include_contended=False, attributed=None, limits=None):
+    """The verdict lines: per family a heading and indented findings, then warnings. Cells with
+    an injected fault are left out (they show where a fault lands, not what to choose)."""
+    attributed = analysis.attribution(cells) if attributed is None else attributed
+    limits = analysis.against_limits(cells, attributed, {}) if limits is None else limits
     scaled, changes = analysis.scaling(cells), analysis.accuracy_change(cells)
     wrapper = analysis.wrapper_cost(cells)
     lines = []
@@ -154,8 +204,9 @@ def verdicts(cells, frame, include_contended=False):
         keys = set(family["cell_key"])
         for devices in sorted(family["devices"].unique()):
             lines.append("  fastest on " + fastest(family, devices))
-        lines += ["  " + line for line in more_devices(family)]
-        lines += ["  " + line for line in pays_off(scaled[scaled["cell_key"].isin(keys)])]
+        lines += ["  " + line for line in more_devices(family, attributed, limits)]
+        lines += ["  " + line for line in pays_off(scaled[scaled["cell_key"].isin(keys)],
+                                                   attributed, limits)]
         lines += ["  " + line for line in wrapper_lines(wrapper[wrapper["cell_key"].isin(keys)])]
         lines += ["  " + line for line in accuracy_lines(changes[changes["cell_key"].isin(keys)])]
     if not lines:

@@ -28,10 +28,10 @@ def mnist(mnist_dir):
     return load_mnist(mnist_dir)
 
 
-def xbench(*args, cwd=REPO, timeout=600):
+def xbench(*args, cwd=REPO, timeout=600, env=None):
     """Run the real `xbench` command line; returns the CompletedProcess (text)."""
     return subprocess.run([*XBENCH, *map(str, args)], capture_output=True, text=True, cwd=cwd,
-                          timeout=timeout)
+                          timeout=timeout, env=env)
 
 
 SMOKE_SLICE = 2048
@@ -40,9 +40,8 @@ SMOKE_SLICE = 2048
 @pytest.fixture(scope="session")
 def smoke(mnist_dir, tmp_path_factory):
     """The smoke preset, run once through the real command line on 2,048 real MNIST images: every
-    backend on 1 and (where it spans devices) 2 devices, then the compute references (1 device at
-    the 2-device ranks' per-device batch and threads). The tests of each backend read their rows
-    from it: `rows[(backend, devices)]` the grid's cells, `references[backend]` the references."""
+    backend on 1 and (where it spans devices) 2 devices. The tests of each backend read their rows
+    from it: `rows[(backend, devices)]`."""
     from xbench.common.results import read_rows
     results = tmp_path_factory.mktemp("smoke") / "smoke.jsonl"
     run = xbench("grid", "--preset", "smoke", "--max-train-samples", SMOKE_SLICE,
@@ -51,8 +50,7 @@ def smoke(mnist_dir, tmp_path_factory):
     rows, problems = read_rows(results)
     return SimpleNamespace(
         run=run, results=results, problems=problems, all=rows,
-        rows={(r["backend"], r["devices"]): r for r in rows if not r["threads_pinned"]},
-        references={r["backend"]: r for r in rows if r["threads_pinned"]})
+        rows={(r["backend"], r["devices"]): r for r in rows})
 
 
 @pytest.fixture(scope="session")
@@ -70,11 +68,10 @@ def probe(tmp_path_factory):
 
 
 def write_grid(folder, name="faults", **settings):
-    """A small grid file: the small model on a slice of MNIST, no compute references unless
-    asked (JSON values are valid TOML)."""
+    """A small grid file: the small model on a slice of MNIST (JSON values are valid TOML)."""
     spec = {"name": name, "backends": ["pt-dp"], "models": ["small"], "multiples": [1],
             "batches": [128], "devices": [1], "epochs": 2, "max_train_samples": 512,
-            "timeout": SLOW, "compute_references": False, **settings}
+            "timeout": SLOW, **settings}
     path = Path(folder) / f"{name}-{uuid.uuid4().hex[:6]}.toml"
     path.write_text("".join(f"{key} = {json.dumps(value)}\n" for key, value in spec.items()))
     return path

@@ -81,3 +81,68 @@ def test_peak_memory_is_read_per_gpu_that_was_used(monkeypatch):
     loop = TorchLoop.__new__(TorchLoop)
     loop.cuda = True
     assert loop.peak_memory() == [3 * 2**30, 2 * 2**30]
+
+
+class FakeEvent:
+    """torch.cuda.Event on a fake GPU whose clock is `FakeEvent.now` (ms): where a recorded
+    event lands on the device's timeline."""
+    now = 0.0
+
+    def __init__(self, enable_timing=False):
+        assert enable_timing
+        self.at = None
+
+    def record(self):
+        self.at = FakeEvent.now
+
+    def elapsed_time(self, end):
+        return end.at - self.at
+
+
+def test_on_a_gpu_every_part_is_timed_with_cuda_events(monkeypatch):
+    """The loop's moments on a GPU are CUDA events (device time, no host synchronisation), read
+    once the epoch is over: the parts come out in the device's seconds."""
+    from xbench.common.attribution import CollectiveClock, StepMarks, partition
+    from xbench.pt_backend.train import TorchLoop
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    loop = TorchLoop.__new__(TorchLoop)
+    loop.cuda = True
+    marks, clock = StepMarks(*loop.step_clock()), CollectiveClock(*loop.step_clock())
+    marks.start_epoch()
+    for part, at in (("begin", 1.0), ("input", 3.0), ("forward", 8.0), ("launch", 15.0),
+                     ("backward", 19.0), ("done", 19.0), ("optimizer", 22.0), ("end", 23.0)):
+        FakeEvent.now = at  # milliseconds on the device
+        if part == "begin":
+            marks.begin()
+        elif part == "launch":
+            clock.launched(1024)
+        elif part == "done":
+            clock.done()
+        elif part == "end":
+            marks.collective(*clock.take())
+            marks.end()
+        else:
+            marks.mark(part)
+    [step] = marks.steps()
+    assert (step.start, step.end) == pytest.approx((0.001, 0.023))
+    parts = partition(step, latest_ready=None)
+    assert parts["input"] == pytest.approx(0.002) and parts["forward"] == pytest.approx(0.005)
+    assert parts["backward"] == pytest.approx(0.007)  # 8..15 ms, then the all-reduce to 19
+    assert parts["communication"] == pytest.approx(0.004) and parts["optimizer"] == pytest.approx(
+        0.003)
+    assert step.collective_bytes == 1024
+
+
+def test_ddp_tells_each_gradient_ready_with_its_bytes_and_backward_ends_the_wait():
+    """DDP launches a bucket's all-reduce when backward has made its gradients: the gradients'
+    hooks tell the clock each moment and its bytes, and DDP's backward returns when they are
+    all done."""
+    from xbench.common.attribution import CollectiveClock
+    moments = iter([1.0, 2.0, 5.0])
+    clock = CollectiveClock(stamp=lambda: next(moments))
+    model = torch.nn.Linear(3, 2)
+    backend = DistributedDataParallelBackend()
+    backend.watch_collectives(model, model, None, clock)
+    model(torch.ones(4, 3)).sum().backward()
+    backend.wait_for_gradients(None, clock)
+    assert clock.take() == (2.0, 5.0, 4.0, (3 * 2 + 2) * 4)  # weight and bias, float32

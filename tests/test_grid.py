@@ -11,7 +11,7 @@ BASE = {"name": "t", "backends": ["pt-ddp"], "models": ["small"], "multiples": [
 
 
 def test_seed_grid_is_the_blogs():
-    cells = [c for c in expand(read_grid_file(preset_path("seed"))) if not c.reference_for]
+    cells = expand(read_grid_file(preset_path("seed")))
     # 6 data-parallel backends on 1, 2, 4 devices; the 2 single-device references on 1
     assert len(cells) == (6 * 3 + 2) * 2 * 3 * 3
     assert {c.multiple for c in cells} == {1, 4, 8} and {c.batch for c in cells} == {128, 256, 512}
@@ -24,29 +24,26 @@ def test_seed_grid_is_the_blogs():
 def test_overrides_narrow_the_axes_and_batch_modes():
     cells = expand(read_grid_file(preset_path("seed")),
                    {"backends": ["pt-ddp"], "models": ["small"], "multiples": [1], "batches": [128],
-                    "devices": [1, 2], "repeats": 2, "batch_mode": "per_device",
-                    "compute_references": False})
+                    "devices": [1, 2], "repeats": 2, "batch_mode": "per_device"})
     # repeat by repeat: each configuration once, then each again
     assert [(c.devices, c.repeat) for c in cells] == [(1, 0), (2, 0), (1, 1), (2, 1)]
     assert [(c.global_batch, c.per_device_batch) for c in cells[:2]] == [(128, 128), (256, 128)]
-    strong = expand({**BASE, "compute_references": False})
+    strong = expand(BASE)
     assert [(c.global_batch, c.per_device_batch) for c in strong] == [(128, 128), (128, 64)]
     assert len({c.key for c in cells}) == 2  # repeats share the key
 
 
-def test_compute_references_run_each_n_device_cell_at_its_threads_and_per_device_batch(
-        monkeypatch):
-    monkeypatch.setattr("xbench.common.grid.cpu_cores", lambda: 8)
-    cells = expand({**BASE, "devices": [1, 2, 4], "batches": [128, 256]})
-    references = [c for c in cells if c.reference_for]
-    assert sorted((c.batch, c.threads, c.devices) for c in references) == [
-        (32, 2, 1), (64, 2, 1), (64, 4, 1), (128, 4, 1)]
-    two = next(c for c in cells if c.devices == 2 and c.batch == 128)
-    assert next(c for c in references if c.batch == 64 and c.threads == 4).reference_for == (two.key,)
-    assert all("|t" in c.key and c.key != two.key for c in references)
-    # a single-device reference backend spans no devices: it gets no N-device cell, no reference
+def test_a_single_device_reference_has_no_n_device_cell():
     single = expand({**BASE, "backends": ["tf-single"], "devices": [1, 2]})
-    assert [(c.backend, c.devices, c.reference_for) for c in single] == [("tf-single", 1, ())]
+    assert [(c.backend, c.devices) for c in single] == [("tf-single", 1)]
+
+
+def test_a_removed_key_says_why(tmp_path):
+    path = tmp_path / "g.toml"
+    path.write_text('backends = ["pt-ddp"]\ncompute_references = true\n')
+    with pytest.raises(UserError, match="'compute_references' is no longer a setting: compute "
+                                        "and communication are now counted"):
+        read_grid_file(path)
 
 
 @pytest.mark.parametrize("change, message", [

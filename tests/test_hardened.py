@@ -252,8 +252,8 @@ def test_a_grid_name_cannot_leave_the_results_folder(name, message, tmp_path):
 def test_a_row_the_file_cannot_take_is_kept_beside_it_and_no_half_row_stays(mnist_dir, tmp_path):
     """A file size limit (as a full disk would) cuts the append short: the half line is cut off
     again, the row is kept in <results>.unsaved.jsonl, and the grid says so and stops (exit 2)."""
-    results = tmp_path / "r.jsonl"
-    results.write_text(json.dumps(hand_row(key="earlier")) + "\n")
+    results = tmp_path / "r.jsonl"  # an earlier row larger than any file the cell itself writes
+    results.write_text(json.dumps(hand_row(key="earlier", error="x" * 50_000)) + "\n")
     before = results.read_bytes()
     limit = len(before) + 2000
 

@@ -3,6 +3,7 @@ import cycle, everything is imported under the one installed namespace `xbench`,
 wheel installs and runs in a fresh environment."""
 import ast
 import re
+import shutil
 import subprocess
 import sys
 import venv
@@ -101,9 +102,15 @@ def test_a_plain_wheel_installs_and_runs_in_a_fresh_environment(tmp_path):
     """`pip wheel .` (not the editable install): in a new venv with only the wheel and its
     dependencies, `xbench --version`, `xbench backends` (no framework there: each backend says
     what it lacks) and a preset's dry run (the grid files ship as package data) work."""
-    wheels = tmp_path / "wheels"
+    source, wheels = tmp_path / "source", tmp_path / "wheels"
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+                           cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    for name in files:  # a copy, so that setuptools' build folder is not left in the checkout
+        if (REPO / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, source / name)
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w",
-                            str(wheels), str(REPO)], capture_output=True, text=True, timeout=600)
+                            str(wheels), str(source)], capture_output=True, text=True, timeout=600)
     assert built.returncode == 0, built.stderr
     wheel, = wheels.glob("xbench-*.whl")
     venv.create(tmp_path / "venv", with_pip=True)
@@ -118,7 +125,7 @@ def test_a_plain_wheel_installs_and_runs_in_a_fresh_environment(tmp_path):
                            (["backends"], "pt-ddp          torch       NOT AVAILABLE: torch not "
                                           "installed"),
                            (["grid", "--preset", "smoke", "--dry-run", "--results", "r.jsonl"],
-                            "20 cells: 0 done already, 20 unsupported here")):
+                            "14 cells: 0 done already, 14 unsupported here")):
         run = subprocess.run([str(xbench), *args], cwd=outside, capture_output=True, text=True,
                              timeout=300)
         assert run.returncode == 0, run.stderr

@@ -4,6 +4,7 @@ budgets."""
 import pytest
 from conftest import SMOKE_SLICE
 
+from xbench.common.attribution import PARTS
 from xbench.common.registry import BACKENDS, backend_class
 from xbench.common.schema import FIELDS, row_problem
 from xbench.common.table import format_rows
@@ -121,14 +122,26 @@ def test_one_device_runs_the_backends_own_machinery(smoke, backend):
         assert smoke.rows[(single, 1)]["backend_details"]["parallelism"].startswith("none")
 
 
-def test_compute_references_run_at_the_ranks_threads_and_per_device_batch(smoke):
-    """Each 2-device cell has a 1-device run of its backend at 64 per device and its threads;
-    pt-dp's is not run, since its 2-device cell cannot run on a CPU."""
-    for backend in SPANNING:
-        reference, two = smoke.references[backend], smoke.rows[(backend, 2)]
-        assert reference["devices"] == 1 and reference["global_batch"] == two["per_device_batch"]
-        assert reference["threads_per_device"] == two["threads_per_device"]
-        if backend == "pt-dp":
-            assert reference["status"] == "unsupported" and "not run" in reference["error"]
-        else:
-            assert reference["status"] == "ok", reference["error"]
+def test_every_ok_row_attributes_its_steps_and_they_add_up(smoke):
+    """Every ok row of the smoke grid splits every step of every rank into its parts, in every
+    epoch; the parts cover the epoch but for a residual under 5%; collectives are counted where
+    gradients cross between ranks."""
+    for (backend, devices), row in smoke.rows.items():
+        if row["status"] != "ok":
+            continue
+        attribution = row["attribution"]
+        assert set(attribution["how"]) == set(PARTS), backend
+        assert len(attribution["epochs"]) == len(row["epochs"])
+        for epoch, timed in zip(attribution["epochs"], row["epochs"]):
+            assert len(epoch["ranks"]) == len(row["hosts"])  # one per process
+            for rank, seconds in zip(epoch["ranks"], timed["seconds_per_rank"]):
+                covered = sum(part["seconds"] for part in rank["parts"].values())
+                assert rank["adds_up"] and abs(seconds - covered) <= 0.05 * seconds, backend
+                assert rank["steps"] == timed["samples"] // row["global_batch"]
+        moving = [r["collective"]["moving_median"] for r in attribution["epochs"][-1]["ranks"]]
+        if devices > 1 and row["backend_details"]["reduction"] == "all-reduce":
+            assert min(moving) > 0, backend
+        elif backend not in ("pt-ddp", "tf-multiworker"):  # these reduce over a group of one
+            assert max(moving) == 0, (backend, devices, moving)
+
+

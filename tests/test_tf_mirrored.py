@@ -12,7 +12,8 @@ from xbench.tf_backend.collectives import OneTensorFlowProcess
 
 # What may differ between a tf-mirrored and a pt-ddp row of one cell: backend fields and measurements.
 BACKEND_FIELDS = {"run_id", "cell_key", "started_at", "finished_at", "backend", "framework",
-                  "framework_version", "log", "cell_seconds", "backend_details", "env", "threads"}
+                  "framework_version", "log", "cell_seconds", "backend_details", "env", "threads",
+                  "attribution"}
 MEASUREMENTS = {"epochs", "startup_seconds", "step_time_p50", "step_time_p90", "test_accuracy",
                 "peak_memory_bytes", "peak_memory_per_device", "contended", "evidence", "hosts"}
 

@@ -46,8 +46,7 @@ def test_the_schedule_ramps_from_lr_to_the_scaled_lr():
                 reference_batch=128, warmup_epochs=2)
     assert [cell.learning_rate(step, 10) for step in (0, 10, 20, 49)] == pytest.approx(
         [0.1, 0.15, 0.2, 0.2])
-    root = Cell(**{**cell.to_dict(), "lr_scaling": "sqrt", "warmup_epochs": 0,
-                   "reference_for": ()})
+    root = Cell(**{**cell.to_dict(), "lr_scaling": "sqrt", "warmup_epochs": 0})
     assert root.learning_rate(0, 10) == pytest.approx(0.1 * 2 ** 0.5)
 
 

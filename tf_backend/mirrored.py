@@ -11,6 +11,8 @@ from xbench.tf_backend.base import TensorFlowBackend
 
 class MirroredBackend(TensorFlowBackend):
     name = "tf-mirrored"
+    collectives_counted = ("the reduction over the replicas in the trace: NcclAllReduce on GPUs; on "
+                           "a CPU the sums on the first device (AddN) and the copies between devices")
     batchnorm_statistics = TensorFlowBackend.mirrored_batchnorm
 
     def make_strategy(self, device_kind):

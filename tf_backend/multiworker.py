@@ -19,6 +19,8 @@ from xbench.tf_backend.collectives import TensorFlowCollectives
 
 class MultiWorkerMirroredBackend(TensorFlowBackend):
     name = "tf-multiworker"
+    collectives_counted = ("TensorFlow's CollectiveReduceV2 ops in the trace: from the last one's "
+                           "launch (this worker's gradients ready) to the end of the last")
     batchnorm_statistics = TensorFlowBackend.mirrored_batchnorm
     spans_nodes = True
     launch_scope = "task"

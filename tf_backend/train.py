@@ -5,10 +5,14 @@ collectives its processes talk through (tf-mirrored: one process, N replicas; hv
 processes, one replica each). Data order, loss and step follow the PyTorch loop, so a TensorFlow
 row and a PyTorch row of one cell compare.
 """
+import itertools
+import time
+
 import keras
 import numpy as np
 import tensorflow as tf
 
+from xbench.common.attribution import CALL
 from xbench.common.data import rank_indices
 from xbench.common.env import cpu_name, peak_rss_bytes
 from xbench.common.training import EVAL_BATCH, INPUT_PIPELINE_PER_DEVICE, TrainingLoop
@@ -18,6 +22,7 @@ from xbench.tf_backend.models import (
     build_optimizer,
     parameter_count,
 )
+from xbench.tf_backend.trace import BOOKKEEPING_SCOPE, INJECTED_SCOPE, TRACED_STEPS, traced_steps
 
 
 class EpochTotals:
@@ -105,22 +110,33 @@ def correct_count(labels, logits):
                                  tf.float32))
 
 
-def make_replica_step(model, optimizer, comm, global_batch, totals):
+def make_replica_step(model, optimizer, comm, global_batch, totals, slow_seconds=0.0):
     """One optimizer step on one replica's share of a global batch. Its loss is its samples'
     loss sum / the global batch, so gradients summed over every replica are those of the global
-    batch's mean loss: the same step as on one device."""
+    batch's mean loss: the same step as on one device. `slow_seconds`: the slow-rank fault,
+    this rank's compute made that much longer (an op of its own scope, which the trace counts as
+    the rank's backward pass)."""
 
     def replica_step(images, labels, indices):
         with tf.GradientTape() as tape:
             logits = model(images, training=True)
             losses = cross_entropy(labels, logits)
             loss = tf.reduce_sum(losses) / global_batch
+            if slow_seconds:
+                with tf.name_scope(INJECTED_SCOPE):
+                    loss += tf.numpy_function(lambda: _sleep(slow_seconds), [], tf.float32)
         gradients = comm.gradients(tape, loss, model.trainable_variables)
         optimizer.apply_gradients(zip(gradients, model.trainable_variables))
-        totals.add(tf.reduce_sum(losses), correct_count(labels, logits))
+        with tf.name_scope(BOOKKEEPING_SCOPE):
+            totals.add(tf.reduce_sum(losses), correct_count(labels, logits))
         return indices
 
     return replica_step
+
+
+def _sleep(seconds):
+    time.sleep(seconds)
+    return np.float32(0.0)
 
 
 def set_threads(intra_op, inter_op):
@@ -157,15 +173,16 @@ class TensorFlowLoop(TrainingLoop):
                                       self.comm, INPUT_PIPELINE_PER_DEVICE * self.replicas,
                                       self.replicas)
         replica_step = make_replica_step(self.model, self.optimizer, self.comm, cell.global_batch,
-                                         self.epoch_totals)
+                                         self.epoch_totals, self.faults.slow_for(self.comm.rank))
 
         @tf.function
         def train_step(images, labels, indices):
             return self.strategy.run(replica_step, args=(images, labels, indices))
 
         self.step = train_step
+        # One epoch's batches more than the timed epochs take: the traced steps' (traced_steps).
         self.distributed = self.backend.distribute(self.strategy,
-                                                   lambda: self.pipeline.dataset(cell.epochs))
+                                                   lambda: self.pipeline.dataset(cell.epochs + 1))
         self.iterator = None
         self.taken = []
 
@@ -193,7 +210,40 @@ class TensorFlowLoop(TrainingLoop):
             yield next(self.iterator)
 
     def train_step(self, batch):
-        self.taken.append(self.strategy.experimental_local_results(self.step(*batch)))
+        self.marks.mark("host")
+        indices = self.step(*batch)
+        self.marks.mark(CALL)  # split as the traced steps' calls are (traced_steps)
+        self.taken.append(self.strategy.experimental_local_results(indices))
+
+    def traced_steps(self):
+        """TRACED_STEPS more steps under TensorFlow's profiler, after the timed epochs and the
+        evaluation, from a barrier every rank passed (their batches fetched first, so that the
+        trace holds the calls alone; on a GPU each call synchronised, so that it holds the
+        device's time)."""
+        count = min(TRACED_STEPS, self.steps_per_epoch)
+        batches = list(itertools.islice(self.batches(self.cell.epochs + 1), count))
+        self.comm.barrier()
+        origin = time.perf_counter()
+
+        def run_step(index):
+            self.step(*batches[index])
+            self.sync()
+        steps = traced_steps(run_step, lambda: time.perf_counter() - origin, count,
+                             self.optimizer.name)
+        self.taken = []
+        return steps
+
+    def attribution_sources(self):
+        traced = (f"shares of each step's call (one tf.function) as TensorFlow's profiler traced "
+                  f"them in {TRACED_STEPS} steps after the timed epochs; ops by name scope")
+        collective = (f"{traced}; the collective: {self.backend.collectives_counted}"
+                      if self.backend.collectives_counted
+                      else self.backend.collectives_not_counted)
+        return {"input": "the host clock: the loop's wait for tf.data's next batch",
+                **dict.fromkeys(("forward", "backward", "optimizer"), traced),
+                "waiting": collective, "communication": collective,
+                "host": "the host clock outside the call (bookkeeping), and inside it the share "
+                        "of its time no op of the trace covers"}
 
     def consumed(self):
         taken, self.taken = self.taken, []

@@ -1,0 +1,282 @@
+"""Why a step takes what it takes: the attribution's arithmetic on hand-made steps, the faults'
+settings, and faults the suite injects into real cells landing in their parts (an input delay in
+the input wait, a slow rank in the others' waiting, a capped link in the counted communication),
+for pt-ddp, hvd-torch and tf-multiworker on 2 ranks and the one-process backends."""
+import json
+import os
+import shutil
+import sys
+
+import pytest
+
+from tests.conftest import write_grid, xbench
+from xbench.common import faults
+from xbench.common.attribution import (
+    COUNTED,
+    MARKED,
+    CollectiveClock,
+    Step,
+    StepMarks,
+    call_shares,
+    covered_seconds,
+    latest_ready,
+    partition,
+    slowest_rank,
+    split,
+    summarize,
+)
+from xbench.common.errors import UserError
+from xbench.common.launch import capped_link
+from xbench.common.results import read_rows
+
+MS = 1e-3
+
+
+def marked(start, *parts):
+    """A step from `start` whose marked parts follow each other: (part, seconds) pairs."""
+    step, at = Step(start), start
+    for part, seconds in parts:
+        step.intervals.append((part, at, at + seconds, MARKED))
+        at += seconds
+    step.end = at
+    return step
+
+
+def test_marked_parts_add_up_to_the_window():
+    step = marked(0.0, ("input", 2 * MS), ("host", 1 * MS), ("forward", 5 * MS),
+                  ("backward", 9 * MS), ("optimizer", 3 * MS), ("host", 1 * MS))
+    parts = partition(step, None)
+    assert parts == pytest.approx({"input": 2 * MS, "forward": 5 * MS, "backward": 9 * MS,
+                                   "optimizer": 3 * MS, "waiting": 0, "communication": 0,
+                                   "host": 2 * MS})
+    assert sum(parts.values()) == pytest.approx(step.end - step.start)
+
+
+def test_the_collectives_wait_splits_where_the_last_rank_became_ready():
+    """Backward's window holds the all-reduce: from this rank's ready (10 ms) it waits for the
+    last rank (ready at 14 ms), then for the collective itself (done at 17 ms)."""
+    step = marked(0.0, ("forward", 4 * MS), ("backward", 14 * MS), ("optimizer", 2 * MS))
+    step.ready, step.collective_end = 10 * MS, 17 * MS
+    parts = partition(step, latest_ready=14 * MS)
+    assert parts["backward"] == pytest.approx(7 * MS)  # 4..10 ms and 17..18 ms
+    assert parts["waiting"] == pytest.approx(4 * MS) and parts["communication"] == pytest.approx(
+        3 * MS)
+    assert sum(parts.values()) == pytest.approx(20 * MS)
+    # the slowest rank itself waits for nobody
+    assert partition(step, latest_ready=10 * MS)["waiting"] == 0
+
+
+def test_a_traced_op_wins_over_the_collectives_wait():
+    """A rank still computing (an op a trace counted) is not waiting, even with a collective in
+    flight; the moments no op covers are host overhead."""
+    step = Step(0.0, 10 * MS, [("backward", 1 * MS, 4 * MS, COUNTED),
+                               ("optimizer", 8 * MS, 9 * MS, COUNTED)])
+    step.ready, step.collective_end = 3 * MS, 8 * MS
+    parts = partition(step, latest_ready=5 * MS)
+    assert parts == pytest.approx({"input": 0, "forward": 0, "backward": 3 * MS,
+                                   "optimizer": 1 * MS, "waiting": 1 * MS,
+                                   "communication": 3 * MS, "host": 2 * MS})
+
+
+def test_an_opaque_call_is_split_as_the_traced_calls_were():
+    traced = [Step(0.0, 10 * MS, [("forward", 0, 4 * MS, COUNTED),
+                                  ("backward", 4 * MS, 9 * MS, COUNTED)])]
+    shares = call_shares(traced, [None])
+    assert shares["forward"] == pytest.approx(0.4) and shares["host"] == pytest.approx(0.1)
+    timed = marked(0.0, ("input", 1 * MS), ("call", 20 * MS))
+    parts, busy = split(timed, None, shares)
+    assert parts["forward"] == pytest.approx(8 * MS) and parts["backward"] == pytest.approx(
+        10 * MS)
+    assert parts["input"] == pytest.approx(1 * MS) and busy == 0
+    assert sum(parts.values()) == pytest.approx(21 * MS)
+
+
+def test_a_collective_clock_keeps_ready_end_time_in_flight_and_bytes():
+    moments = iter([1.0, 2.0, 3.5])
+    clock = CollectiveClock(stamp=lambda: next(moments))
+    clock.launched(100)  # 1.0: the first bucket's gradients ready
+    clock.launched(50)   # 2.0: the last: this rank is ready
+    clock.done()         # 3.5: backward (or synchronize) stopped waiting for them
+    assert clock.take() == (2.0, 3.5, 2.5, 150)
+    assert clock.take() is None  # the next step starts empty
+    assert covered_seconds([(0, 1), (0.5, 2), (3, 4)]) == pytest.approx(3.0)
+
+
+def test_the_epoch_summary_names_its_residual_and_the_slowest_rank():
+    moments = [0.0, 0.0, 0.001, 0.01, 0.01, 0.01, 0.011, 0.02, 0.02]  # origin, then 4 a step
+    marks = StepMarks(stamp=iter(moments).__next__)
+    marks.start_epoch()
+    for _ in range(2):
+        marks.begin()
+        marks.mark("input")
+        marks.mark("forward")
+        marks.end()
+    steps = marks.steps()
+    summary = summarize(steps, [None, None], epoch_seconds=0.0205)
+    assert summary["parts"]["forward"]["seconds"] == pytest.approx(0.018)
+    assert summary["residual_seconds"] == pytest.approx(0.0005) and summary["adds_up"]
+    assert not summarize(steps, [None, None], epoch_seconds=0.03)["adds_up"]
+    waited = [{"parts": {"waiting": {"seconds": s}}} for s in (0.5, 0.0, 0.4)]
+    assert slowest_rank(waited) == 1 and slowest_rank(waited[:1]) is None
+    assert latest_ready([[1.0, None], [2.0, None]]) == [2.0, None]
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("none", faults.Faults()),
+    ("input-delay=20", faults.Faults(input_delay=0.02)),
+    ("slow-rank=1:30+link=400mbit", faults.Faults(slow_rank=1, slow_seconds=0.03,
+                                                  link="400mbit")),
+])
+def test_faults_parse(text, expected):
+    assert faults.parse(text) == expected
+    assert faults.parse("link=400mbit").link_bytes_per_second == 50e6
+
+
+@pytest.mark.parametrize("text, message", [
+    ("input-delay=0", "a delay is milliseconds above 0"),
+    ("input-delay=nan", "a delay is milliseconds above 0"),
+    ("slow-rank=x:30", "slow-rank=R:MS takes a rank R"),
+    ("link=fast", "link=RATE takes tc's rate"),
+    ("packet-loss=1", "unknown fault 'packet-loss'"),
+    ("input-delay=5+input-delay=6", "names input-delay twice"),
+])
+def test_bad_faults_are_one_clear_error(text, message):
+    with pytest.raises(UserError, match=message):
+        faults.parse(text)
+
+
+def test_a_bad_fault_on_the_command_line_exits_2():
+    run = xbench("grid", "--preset", "smoke", "--inject", "slow-rank=1", "--dry-run")
+    assert run.returncode == 2 and "slow-rank=R:MS takes a rank R" in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_a_capped_link_is_a_network_namespace_with_a_token_bucket():
+    command = capped_link(["python", "-m", "x"], "400mbit", 50e6)
+    assert command[:3] == ["unshare", "--net", "--"]
+    assert "tc qdisc add dev lo root tbf rate 400mbit burst 200000" in command[5]
+    assert command[-3:] == ["python", "-m", "x"]
+
+
+# --- faults injected into real cells ------------------------------------------------------------
+
+SLOW_MS, DELAY_MS, LINK = 100, 40, "200mbit"
+MULTI = ["pt-ddp", "hvd-torch", "tf-multiworker"]
+INJECTED = ["none", f"input-delay={DELAY_MS}", f"slow-rank=1:{SLOW_MS}", f"link={LINK}"]
+
+
+@pytest.fixture(scope="module")
+def injected(mnist_dir, tmp_path_factory):
+    """pt-ddp, hvd-torch and tf-multiworker on 2 ranks with each fault and without, and the
+    one-process backends without and with an input delay, on 1,024 real MNIST images (8 steps
+    an epoch)."""
+    folder = tmp_path_factory.mktemp("faults")
+    rows = []
+    for name, settings in (("multi", {"backends": MULTI, "devices": [2], "inject": INJECTED}),
+                           ("single", {"backends": ["pt-single", "tf-single", "tf-mirrored"],
+                                       "devices": [1, 2],
+                                       "inject": ["none", f"input-delay={DELAY_MS}",
+                                                  f"slow-rank=1:{SLOW_MS}"]})):
+        grid = write_grid(folder, name=name, max_train_samples=1024, **settings)
+        run = xbench("grid", grid, "--data-dir", mnist_dir, "--results", folder / f"{name}.jsonl",
+                     timeout=1800)
+        assert run.returncode == 0, run.stdout + run.stderr
+        rows += read_rows(folder / f"{name}.jsonl")[0]
+    return {(r["backend"], r["devices"], r["inject"]): r for r in rows}
+
+
+def last_epoch(row):
+    return row["attribution"]["epochs"][-1]["ranks"]
+
+
+def test_every_injected_row_says_so_and_adds_up(injected):
+    for (backend, devices, inject), row in injected.items():
+        assert row["inject"] == inject and (inject == "none") == ("|inject-" not in row["cell_key"])
+        if row["status"] != "ok":
+            continue
+        for epoch in row["attribution"]["epochs"]:
+            assert all(rank["adds_up"] for rank in epoch["ranks"]), (backend, inject)
+        traced = row["attribution"]["traced_steps"]  # a tf.function step is split by a trace
+        assert traced == (8 if row["framework"] == "tensorflow" else None)
+
+
+@pytest.mark.parametrize("backend, devices", [(b, 2) for b in MULTI] + [
+    ("pt-single", 1), ("tf-single", 1), ("tf-mirrored", 1), ("tf-mirrored", 2)])
+def test_an_input_delay_lands_in_the_input_wait(injected, backend, devices):
+    plain = last_epoch(injected[(backend, devices, "none")])
+    delayed = last_epoch(injected[(backend, devices, f"input-delay={DELAY_MS}")])
+    expected = DELAY_MS * MS * delayed[0]["steps"]
+    for before, after in zip(plain, delayed):
+        added = after["parts"]["input"]["seconds"] - before["parts"]["input"]["seconds"]
+        assert added == pytest.approx(expected, rel=0.1, abs=2 * MS), (backend, added, expected)
+
+
+@pytest.mark.parametrize("backend", MULTI)
+def test_a_slow_rank_lands_in_the_others_waiting(injected, backend):
+    row = injected[(backend, 2, f"slow-rank=1:{SLOW_MS}")]
+    fast, slow = last_epoch(row)
+    assert fast["parts"]["waiting"]["median"] == pytest.approx(SLOW_MS * MS, rel=0.1)
+    assert slow["parts"]["waiting"]["median"] < 0.1 * SLOW_MS * MS  # nobody to wait for
+    assert row["attribution"]["epochs"][-1]["slowest_rank"] == 1
+
+
+def test_a_slow_rank_needs_a_rank_of_its_own(injected):
+    """tf-mirrored's replicas share one process; one device has no rank 1."""
+    for devices, reason in ((2, "replicas share one process"), (1, "the cell has ranks 0 to 0")):
+        row = injected[("tf-mirrored", devices, f"slow-rank=1:{SLOW_MS}")]
+        assert row["status"] == "unsupported" and reason in row["error"]
+
+
+@pytest.mark.parametrize("backend", MULTI)
+def test_a_capped_link_lands_in_the_counted_communication(injected, backend):
+    """On one machine every rank's traffic crosses the one capped loopback: what a ring moves
+    in a step, 2(N-1) x the gradient bytes, over the link's rate is how long the collectives
+    must move data; the rank that saw most of it counted that, within 20%."""
+    row = injected[(backend, 2, f"link={LINK}")]
+    traffic = sum(item["bytes"] for item in row["backend_details"]["traffic"])
+    predicted = traffic / faults.parse(f"link={LINK}").link_bytes_per_second
+    counted = max(rank["collective"]["moving_median"] for rank in last_epoch(row))
+    assert counted == pytest.approx(predicted, rel=0.2), (counted, predicted)
+    plain = max(rank["collective"]["moving_median"]
+                for rank in last_epoch(injected[(backend, 2, "none")]))
+    assert counted > 3 * plain  # the cap, not the machine, set it
+
+
+def test_without_tc_a_capped_link_is_unsupported_with_the_reason(mnist_dir, tmp_path):
+    """Where a namespace with a capped loopback cannot be made (here: tc is not on PATH; as a
+    user without CAP_NET_ADMIN it is refused the same way) the cell says why."""
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    for tool in ("unshare", "ip"):
+        (bare / tool).symlink_to(shutil.which(tool))
+    grid = write_grid(tmp_path, backends=["pt-single"], inject=["link=400mbit"])
+    env = {**os.environ, "PATH": f"{bare}{os.pathsep}{os.path.dirname(sys.executable)}"}
+    run = xbench("grid", grid, "--data-dir", mnist_dir, "--results", tmp_path / "r.jsonl",
+                 env=env)
+    assert run.returncode == 0, run.stderr
+    [row] = read_rows(tmp_path / "r.jsonl")[0]
+    assert row["status"] == "unsupported"
+    assert "inject link: a capped link needs tc (util-linux, iproute2)" in row["error"]
+
+
+def test_the_grid_prints_the_split_of_a_step(tmp_path, mnist_dir):
+    grid = write_grid(tmp_path, backends=["pt-single"], max_train_samples=512)
+    run = xbench("grid", grid, "--data-dir", mnist_dir, "--results", tmp_path / "r.jsonl")
+    assert run.returncode == 0, run.stderr
+    line = next(line for line in run.stdout.splitlines() if "a step:" in line)
+    shares = [int(part.split()[-1].rstrip("%")) for part in line.split(":", 1)[1].split("·")]
+    assert 95 <= sum(shares) <= 105 and "forward" in line and "backward" in line
+
+
+def test_injected_cells_stay_out_of_verdicts_and_comparisons(injected, tmp_path):
+    rows = [r for r in injected.values() if r["backend"] == "pt-ddp"]
+    results = tmp_path / "r.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = xbench("report", results, "--out", tmp_path / "out", "--format", "md")
+    assert report.returncode == 0, report.stderr
+    summary = (tmp_path / "out" / "summary.md").read_text().replace("\\", "")
+    verdicts = summary.split("## What the results say")[1].split("\n## ")[0]
+    assert "inject" not in verdicts
+    assert "inject slow-rank=1:100" in summary  # but shown in the tables
+    compared = json.loads(xbench("compare", results, results, "--json").stdout)["cells"]
+    assert [c["cell_key"] for c in compared] == [injected[("pt-ddp", 2, "none")]["cell_key"]]
