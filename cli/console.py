@@ -14,6 +14,7 @@ DEFAULT_RESULTS_DIR = Path("results")
 # cell failed or timed out; 2 on bad input (nothing ran); 130 when interrupted.
 EXIT_CELLS_FAILED = 3
 EXIT_SLOWER = 4  # xbench compare --fail-above: a significant slowdown beyond the threshold
+EXIT_NOTHING_COMPARED = 5  # xbench compare --fail-above: no cell had usable runs in both files
 
 
 def int_list(ctx, param, value):

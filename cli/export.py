@@ -15,13 +15,17 @@ def export(results_file, target, mlflow_uri):
     """Write a results file as a flat .csv or .parquet table, or to MLflow (--mlflow)."""
     if not target and mlflow_uri is None:
         raise UserError("give a TARGET file (.csv or .parquet), or --mlflow [URI]")
+    if target:
+        results.check_export_target(target)
+    if mlflow_uri is not None:
+        from xbench.reports import tracking  # mlflow-skinny is optional
+        mlflow_uri = tracking.check_store(mlflow_uri or tracking.default_uri())
     rows, problems = results.read_rows(results_file)
     for problem in problems:
         click.secho(problem, fg="yellow", err=True)
     if target:
         click.echo(f"{len(rows)} rows -> {results.export(rows, target)}")
     if mlflow_uri is not None:
-        from xbench.reports import tracking  # mlflow-skinny is optional
-        uri, logged, there = tracking.export(rows, mlflow_uri or tracking.default_uri())
+        uri, logged, there = tracking.export(rows, mlflow_uri)
         click.echo(f"{logged} rows -> MLflow runs in {uri} (experiment '{tracking.EXPERIMENT}')"
                    + (f"; {there} already there" if there else ""))

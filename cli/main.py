@@ -1,6 +1,7 @@
 """The `xbench` group, its global options, and the entry point that turns errors into exit codes."""
 import os
 import sys
+import warnings
 
 import click
 
@@ -29,7 +30,9 @@ def main(ctx, quiet, verbose):
     (zsh_source, fish_source for other shells)."""
     if quiet and verbose:
         raise UserError("-q/--quiet and -v/--verbose contradict each other; give one")
-    ctx.obj = {"quiet": quiet, "verbose": verbose}
+    if not verbose:  # the libraries' warnings (numpy, matplotlib, pandas) are not xbench's word
+        warnings.simplefilter("ignore")
+    ctx.ensure_object(dict).update(quiet=quiet, verbose=verbose, command=ctx.invoked_subcommand)
 
 
 for command in (grid, probe, list_models, profile, list_backends, data_group, export, report,
@@ -41,14 +44,16 @@ def run():
     """Entry point: user errors print one message and exit 2, never a traceback. NO_COLOR (any
     value) turns colour off, as https://no-color.org asks."""
     color = False if os.environ.get("NO_COLOR") else None
+    state = {}
     try:
-        main(standalone_mode=False, color=color)
+        main(standalone_mode=False, color=color, obj=state)
     except UserError as e:
         click.secho(f"error: {e}", fg="red", err=True, color=color)
         sys.exit(2)
-    except (click.exceptions.Abort, KeyboardInterrupt):  # Ctrl-C, or SIGTERM during a grid
-        click.echo("interrupted: the running cell was stopped and nothing half-written was kept; "
-                   "run the same command again to resume", err=True)
+    except (click.exceptions.Abort, KeyboardInterrupt):  # Ctrl-C, or SIGTERM while measuring
+        resumes = state.get("command") == "grid"
+        click.echo("interrupted: what was running was stopped and nothing half-written was kept"
+                   + ("; run the same command again to resume" if resumes else ""), err=True)
         sys.exit(130)
     except click.ClickException as e:
         e.show()

@@ -1,9 +1,10 @@
 """`xbench probe`: this machine's limits, the report's denominators."""
+import sys
 from pathlib import Path
 
 import click
 
-from xbench.cli.console import DEFAULT_RESULTS_DIR, int_list, say, str_list
+from xbench.cli.console import DEFAULT_RESULTS_DIR, EXIT_CELLS_FAILED, int_list, say, str_list
 from xbench.cli.options import setting_options
 from xbench.common import results
 from xbench.common.errors import UserError
@@ -50,6 +51,12 @@ def probe(backend, devices, nodes, device, results_dir, **where):
         device = "cuda" if nvidia_gpus() else "cpu"
     path = results.check_results_path(Path(results_dir) / "probe.jsonl")
     record = run_probe(chosen, devices, nodes, device, make_launcher(where), say)
+    if not record["matmul"] and not record["all_reduce"]:
+        reasons = "; ".join(f"{n['what']}: {n['why'].splitlines()[0]}"
+                            for n in record["not_measured"])
+        click.secho(f"the probe measured nothing, so nothing was appended: {reasons}", fg="red",
+                    err=True)
+        sys.exit(EXIT_CELLS_FAILED)
     append_probe(probe_path(path), record)
     click.echo(probe_text(record))
     click.echo(f"probe: {probe_path(path)}")

@@ -10,6 +10,7 @@ from xbench.common.errors import UserError
 from xbench.common.launch import LocalLauncher
 from xbench.common.machine import nvidia_gpus
 from xbench.common.models import MODELS
+from xbench.common.outputs import writable_folder
 from xbench.common.registry import get_backend
 from xbench.common.settings import DEVICE_KINDS
 
@@ -41,15 +42,16 @@ def profile(model, batch, backend, units, steps, warmup, device, seed, out, as_j
     from xbench.common.profile import PROFILE_BACKENDS, check_request, run_profile  # scipy
     from xbench.reports.profile import table_text, write  # matplotlib
     backends = backend or [b for b in PROFILE_BACKENDS if not get_backend(b).missing()]
-    timed = check_request(model, batch, backends, units or [], steps, warmup)
+    timed = check_request(model, batch, backends, units or [], steps, warmup, seed)
     if not backends:
         raise UserError("neither PyTorch nor TensorFlow is installed: run `make setup`")
+    out = writable_folder(out or Path("reports/out") / f"profile-{model}-b{batch}", "the profile")
     if device == "auto":
         device = "cuda" if nvidia_gpus() else "cpu"
     echo = (lambda text: say(text, err=True)) if as_json else say
     record = run_profile(model, batch, backends, timed, steps, warmup, device, seed,
                          LocalLauncher(), echo)
-    written = write(record, Path(out or Path("reports/out") / f"profile-{model}-b{batch}"))
+    written = write(record, out)
     click.echo(json.dumps(record, indent=1) if as_json else table_text(record))
     say(f"profile: {', '.join(map(str, written))}", err=as_json)
     if not record["frameworks"]:

@@ -4,6 +4,7 @@ from pathlib import Path
 import click
 
 from xbench.cli.console import DEFAULT_RESULTS_DIR
+from xbench.common.outputs import writable_folder
 
 
 @click.command()
@@ -28,7 +29,7 @@ def report(results_files, out, formats, where, include_contended, baseline, lab)
     from xbench.reports.load import newest_results
     from xbench.reports.tables import shorten
     paths = [Path(p) for p in results_files] or [newest_results(DEFAULT_RESULTS_DIR)]
-    out = Path(out or Path("reports/out") / paths[0].stem)
+    out = writable_folder(out or Path("reports/out") / paths[0].stem, "the report")
     notices, summary, written = build_report(paths, out, parse_formats(formats), where,
                                              include_contended, baseline and Path(baseline), lab)
     for line in notices:

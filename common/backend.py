@@ -11,6 +11,7 @@ The registry of backends by name is common.registry.
 from __future__ import annotations
 
 import abc
+import importlib.machinery
 import importlib.metadata
 import importlib.util
 import math
@@ -181,6 +182,13 @@ class Backend(abc.ABC):
         """True if `error` is this framework's out-of-memory error."""
         return isinstance(error, MemoryError)
 
+    def bound_tensor_memory(self, megabytes: int) -> bool:
+        """Called before the framework is imported in a cell with memory_limit_mb: True if the
+        framework's own allocator now holds its tensors to `megabytes` (and raises its
+        out-of-memory error beyond); False if the worker's data-segment limit (RLIMIT_DATA) is
+        the bound, as it is for a framework that raises MemoryError when it is reached."""
+        return False
+
 
 def wire(what: str, size: float, how: str, basis: str) -> dict:
     """One item of Backend.traffic: bytes per step, 'counted' where the framework let xbench count
@@ -189,10 +197,20 @@ def wire(what: str, size: float, how: str, basis: str) -> dict:
 
 
 def _importable(module: str) -> bool:
+    """Whether `module` can be found, without importing it or its parent packages (finding
+    horovod.tensorflow.mpi_lib by find_spec would import horovod.tensorflow, and TensorFlow
+    with it, noise and seconds included)."""
+    parts = module.split(".")
     try:
-        return importlib.util.find_spec(module) is not None
+        spec = importlib.util.find_spec(parts[0])
+        for depth in range(2, len(parts) + 1):
+            if spec is None or not spec.submodule_search_locations:
+                return False
+            spec = importlib.machinery.PathFinder.find_spec(".".join(parts[:depth]),
+                                                            spec.submodule_search_locations)
     except (ImportError, ValueError):
         return False
+    return spec is not None
 
 
 def _version(module: str) -> str:

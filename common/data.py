@@ -203,15 +203,30 @@ def rank_indices(samples: int, global_batch: int, seed: int, epoch: int, rank: i
 
 
 def download(to):
-    """Fetch the four .gz files (for users with internet; never used by tests or CI)."""
+    """Fetch the four .gz files (for users with internet; never used by tests or CI). Each is
+    written beside its final name and renamed once whole; a failure is one line."""
+    import urllib.error
     import urllib.request
     to = Path(to)
-    to.mkdir(parents=True, exist_ok=True)
+    try:
+        to.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot make the folder {to} for MNIST: {e.strerror}") from None
     for stem, md5_gz, _ in IDX_FILES.values():
         target = to / f"{stem}.gz"
         if not target.is_file() or hashlib.md5(target.read_bytes()).hexdigest() != md5_gz:
             print(f"downloading {stem}.gz")
-            urllib.request.urlretrieve(DOWNLOAD_URL + f"{stem}.gz", target)
+            partial = target.with_name(f"{target.name}.part")
+            try:
+                with urllib.request.urlopen(DOWNLOAD_URL + f"{stem}.gz", timeout=60) as answer:
+                    partial.write_bytes(answer.read())
+                partial.replace(target)
+            except (urllib.error.URLError, OSError) as e:
+                partial.unlink(missing_ok=True)
+                reason = getattr(e, "reason", None) or e.strerror or e
+                raise UserError(f"could not download MNIST from {DOWNLOAD_URL}{stem}.gz: "
+                                f"{reason}; without a network, copy the four .gz files into "
+                                f"{to} by hand") from None
         if hashlib.md5(target.read_bytes()).hexdigest() != md5_gz:
             raise UserError(f"{target} downloaded but its MD5 is wrong; try again")
     return to

@@ -24,7 +24,7 @@ from xbench.common.data import train_samples
 from xbench.common.machine import cpu_cores
 from xbench.common.progress import duration
 from xbench.common.registry import get_backend
-from xbench.common.results import read_rows
+from xbench.common.results import read_rows, results_files
 
 PROBE_BATCH, PROBE_STEPS = 128, 20
 PROBE_OVERHEAD_SECONDS = 15  # launch, imports, data, test accuracy: what a probe does not see
@@ -62,10 +62,10 @@ def unsupported_here(backend: Backend, cell: Cell, gpus: int) -> str | None:
 
 def history(results_path: Path) -> list[dict]:
     """Ok rows of this machine in the results file's folder (every *.jsonl there)."""
-    host, rows = socket.gethostname(), []
+    host, rows, seen = socket.gethostname(), [], set()
     folder = results_path.parent
-    for path in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
-        rows += [r for r in read_rows(path)[0]
+    for path in results_files(folder) if folder.is_dir() else []:
+        rows += [r for r in read_rows(path, seen)[0]
                  if r["status"] == "ok" and r["env"].get("host") == host]
     return rows
 

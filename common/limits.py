@@ -21,6 +21,7 @@ from typing import Any
 
 from xbench.common.collectives import Collectives
 from xbench.common.results import read_json_lines
+from xbench.common.schema import NESTED, POSITIVE, TEXT, WHOLE, Maybe, shape_problem
 
 PROBE_FILE = "probe.jsonl"  # beside the results files; one line per `xbench probe` run
 PROBE_VERSION = 1
@@ -107,12 +108,24 @@ def read_probes(path: Path) -> tuple[list[dict], list[str]]:
     return read_json_lines(path, probe_problem, "a probe record")
 
 
+# What the report takes from a probe record (common.schema.shape_problem's shapes).
+PROBE_RECORD = {
+    "env": NESTED["env"], "measured_at?": TEXT,
+    "matmul": [{"framework": TEXT, "device_type": TEXT, "precision": TEXT,
+                "threads": Maybe(WHOLE), "size": WHOLE, "gflops": POSITIVE,
+                "gflops_low": POSITIVE, "gflops_high": POSITIVE}],
+    "all_reduce": [{"library": TEXT, "device_type": TEXT, "nodes": WHOLE, "world_size": WHOLE,
+                    "bytes": WHOLE, "seconds": POSITIVE, "busbw": POSITIVE,
+                    "busbw_low": POSITIVE, "busbw_high": POSITIVE}],
+    "not_measured?": [{"what": TEXT, "why": TEXT}]}
+
+
 def probe_problem(record: Any) -> str | None:
-    if not isinstance(record, dict) or record.get("probe_version") != PROBE_VERSION:
+    """Why `record` is not a probe record the report can use (None if it is one)."""
+    if not isinstance(record, dict) or record.get("probe_version") != PROBE_VERSION \
+            or type(record["probe_version"]) is not int:
         return f"not an object with probe_version {PROBE_VERSION}"
-    if not all(isinstance(record.get(k), list) for k in ("matmul", "all_reduce")):
-        return "no 'matmul' and 'all_reduce' lists"
-    return None
+    return shape_problem(record, PROBE_RECORD, "probe")
 
 
 def cell_threads(cores: int, devices_per_node: int, threads_per_device: int) -> int:

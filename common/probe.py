@@ -17,7 +17,7 @@ from xbench.common import env
 from xbench.common.cell import Cell
 from xbench.common.limits import PROBE_VERSION
 from xbench.common.models import MODELS, gradient_bytes
-from xbench.common.runner import check_devices, measure
+from xbench.common.runner import check_devices, measure, stop_on_signals
 from xbench.common.schema import now
 
 MATMUL_BACKENDS = ("pt-single", "tf-single")
@@ -68,7 +68,7 @@ def run_probe(backends: list[str], devices: list[int], nodes: list[int], device:
     check_devices([cell for cell, _ in steps], launcher.cores)
     record = {"probe_version": PROBE_VERSION, "measured_at": now(), "env": env.capture(),
               "cores": launcher.cores, "matmul": [], "all_reduce": [], "not_measured": []}
-    with tempfile.TemporaryDirectory(prefix="xbench-probe-") as logs:
+    with stop_on_signals(), tempfile.TemporaryDirectory(prefix="xbench-probe-") as logs:
         for number, (cell, request) in enumerate(steps, 1):
             what = describe(cell, request)
             found, why = measure(cell, "probe", request, Path(logs) / f"{number:02d}.log",

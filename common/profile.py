@@ -49,7 +49,7 @@ from xbench.common.models import (
     named_layers,
     output_shape,
 )
-from xbench.common.runner import measure
+from xbench.common.runner import measure, stop_on_signals
 from xbench.common.schema import now
 
 PROFILE_VERSION = 1
@@ -59,20 +59,26 @@ PROFILE_OPTIMIZER = "adam"  # the grids' default optimizer, with its default set
 TIMEOUT = 1800  # seconds one framework's profile may take
 LEVEL = 0.95
 MIN_STEPS = 6  # the fewest rounds whose extremes bracket the median with 95% confidence
+MAX_STEPS = 1000  # beyond, a profile runs for hours and its interval is no narrower to speak of
+MAX_WARMUP = 100  # tracing, allocation and algorithm search are over after a few rounds
+SEEDS = 2 ** 32  # seeds are 32-bit in every framework
 
 
 def check_request(model: str, batch: int, backends: list[str], units: list[str],
-                  steps: int, warmup: int) -> list[str]:
+                  steps: int, warmup: int, seed: int) -> list[str]:
     """The units to time (every one where `units` is empty); a UserError on bad input."""
     check_model_name(model)
     if batch < 1:
         raise UserError(f"--batch must be at least 1, not {batch}")
-    if steps < MIN_STEPS:
-        raise UserError(f"--steps must be at least {MIN_STEPS} (fewer rounds give the median no "
-                        f"95% interval), not {steps}")
-    if warmup < 1:
-        raise UserError(f"--warmup must be at least 1 (the first round traces and allocates), "
-                        f"not {warmup}")
+    if not MIN_STEPS <= steps <= MAX_STEPS:
+        raise UserError(f"--steps must be from {MIN_STEPS} (fewer rounds give the median no 95% "
+                        f"interval) to {MAX_STEPS}, not {steps}")
+    if not 1 <= warmup <= MAX_WARMUP:
+        raise UserError(f"--warmup must be from 1 (the first round traces and allocates) to "
+                        f"{MAX_WARMUP}, not {warmup}")
+    if not 0 <= seed < SEEDS:
+        raise UserError(f"--seed must be from 0 to {SEEDS - 1:,} (seeds are 32-bit in every "
+                        f"framework), not {seed}")
     for name in backends:
         if name not in PROFILE_BACKENDS:
             raise UserError(f"profile times units on one device: backend '{name}' is not one of "
@@ -192,7 +198,7 @@ def run_profile(model: str, batch: int, backends: list[str], units: list[str], s
               "data": "synthetic", "optimizer": PROFILE_OPTIMIZER, "units": units,
               "env": env.capture(), "frameworks": [], "not_measured": []}
     request = {"units": units, "steps": steps, "warmup": warmup}
-    with tempfile.TemporaryDirectory(prefix="xbench-profile-") as logs:
+    with stop_on_signals(), tempfile.TemporaryDirectory(prefix="xbench-profile-") as logs:
         for name in backends:
             echo(f"{name}: timing {len(units)} unit(s) of {model} at batch {batch}, "
                  f"{warmup} warm-up + {steps} rounds ...")

@@ -11,6 +11,7 @@ import errno
 import fcntl
 import json
 import os
+import stat
 import sys
 import tempfile
 import uuid
@@ -18,6 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from xbench.common.errors import UserError
+from xbench.common.outputs import writable_file
 from xbench.common.schema import row_problem, upgrade
 
 
@@ -106,18 +108,48 @@ def keep_unwritten(path, line):
     return "the row could not be saved anywhere and was printed on standard error above"
 
 
-def read_rows(path):
+def read_rows(path, seen: set | None = None):
     """(rows, problems): every valid row, and '<path>: line N: what is wrong' for the others
-    (common.schema.row_problem is the one judge of a row)."""
-    return read_json_lines(path, row_problem, "a result row", upgrade)
+    (common.schema.row_problem is the one judge of a row). A row is one run of one cell,
+    identified by (run id, cell key, repeat): a copy of a row (a file appended to itself, the
+    same file given twice: pass the same `seen` across files) is dropped and counted, never
+    read as a repeat."""
+    rows, problems = read_json_lines(path, row_problem, "a result row", upgrade)
+    seen = set() if seen is None else seen
+    unique = []
+    for row in rows:
+        identity = row_identity(row)
+        if identity not in seen:
+            seen.add(identity)
+            unique.append(row)
+    if len(unique) < len(rows):
+        problems.append(f"{path}: {len(rows) - len(unique)} duplicate row(s) dropped: the same "
+                        f"run id, cell and repeat as a row read before (a copy is not a repeat)")
+    return unique, problems
+
+
+def row_identity(row: dict) -> tuple[str, str, int]:
+    """What names one run of one cell: its run id, cell key and repeat."""
+    return row["run_id"], row["cell_key"], row["repeat"]
+
+
+def results_files(folder: Path) -> list[Path]:
+    """The regular *.jsonl files in `folder` (a pipe or a device named so is never opened)."""
+    return sorted(p for p in Path(folder).glob("*.jsonl") if p.is_file())
 
 
 def read_json_lines(path, problem_of, kind, convert=lambda value: value):
     """(values, problems) of a JSON Lines file: each line's value (`convert`ed) where
     `problem_of(value)` finds nothing wrong, and '<path>: line N: what is wrong' for the others
-    (blank lines skipped)."""
+    (blank lines skipped). Only a regular file is read: a pipe would never end."""
     values, problems = [], []
-    with open(path, encoding="utf-8", errors="replace") as f:
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        os.close(descriptor)
+        raise UserError(f"{path} is not a regular file (a pipe, a device or a folder): xbench "
+                        f"reads results and probes only from files")
+    os.set_blocking(descriptor, True)
+    with open(descriptor, encoding="utf-8", errors="replace") as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -126,9 +158,9 @@ def read_json_lines(path, problem_of, kind, convert=lambda value: value):
             except json.JSONDecodeError as e:
                 problems.append(f"{path}: line {number}: not valid JSON ({e.msg}); line skipped")
                 continue
-            except RecursionError:
-                problems.append(f"{path}: line {number}: nested too deeply to be {kind}; "
-                                f"line skipped")
+            except (RecursionError, ValueError) as e:  # ValueError: an integer of 4,300+ digits
+                what = "nested too deeply" if isinstance(e, RecursionError) else "a number too long"
+                problems.append(f"{path}: line {number}: {what} to be {kind}; line skipped")
                 continue
             value = convert(value)
             problem = problem_of(value)
@@ -181,15 +213,24 @@ def csv_safe(frame):
     return frame
 
 
+EXPORT_SUFFIXES = (".csv", ".parquet")
+
+
+def check_export_target(path) -> Path:
+    """The export's file, checked before anything is read: a known suffix, a folder that takes it."""
+    path = Path(path)
+    if path.suffix not in EXPORT_SUFFIXES:
+        raise UserError(f"cannot export to '{path.suffix}': use a .csv or .parquet file name")
+    return writable_file(path, "the export")
+
+
 def export(rows, path):
     """Write rows to .csv or .parquet (pandas; pyarrow for Parquet)."""
     import pandas as pd
     frame = pd.DataFrame(flat_table(rows))
-    path = Path(path)
+    path = check_export_target(path)
     if path.suffix == ".csv":
         csv_safe(frame).to_csv(path, index=False)
-    elif path.suffix == ".parquet":
-        frame.to_parquet(path, index=False)
     else:
-        raise UserError(f"cannot export to '{path.suffix}': use a .csv or .parquet file name")
+        frame.to_parquet(path, index=False)
     return path

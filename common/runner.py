@@ -63,7 +63,7 @@ def run_grid(cells, results_path, resume=True, echo=print, launcher=None, live=N
     log_dir = Path(f"{results_path}.logs") / run_id
     progress = GridProgress(len(cells), echo, live, quiet)
     rows = []
-    with _stop_on_signals():
+    with stop_on_signals():
         for number, cell in enumerate(cells, 1):
             prefix = f"[{number}/{len(cells)}] {cell.label}"
             taken = ("done" if resume and (cell.key, cell.repeat) in done_before
@@ -252,9 +252,10 @@ def contention_mark(row):
 
 
 @contextlib.contextmanager
-def _stop_on_signals():
-    """Turn SIGTERM into KeyboardInterrupt while a grid runs, so both stop the running cell
-    (its processes are killed in `launch`) and write nothing half-done."""
+def stop_on_signals():
+    """Turn SIGTERM into KeyboardInterrupt while a grid, a probe or a profile runs, so both
+    stop the running cell (its processes are killed in `launch`), clean up its temporary
+    folders and write nothing half-done."""
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         yield

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from xbench.common.attribution import PARTS
 from xbench.common.models import flops_per_sample, parameter_count
 from xbench.common.settings import IN_ROW
 
@@ -97,10 +98,49 @@ RUN = {"cell_seconds": (NUMBER, "always"), "log": (TEXT, "never"), "env": ((dict
 FIELDS = {**IDENTITY, **CONFIGURATION, **MEASUREMENTS, **RUN}
 AT_LEAST_ONE = ("dataset_multiple", "global_batch", "per_device_batch", "nodes", "devices",
                 "world_size", "params")
-EPOCH_FIELDS = {"epoch": WHOLE, "seconds": NUMBER, "samples": WHOLE, "rate": NUMBER,
-                "loss": NUMBER, "accuracy": NUMBER, "seconds_per_rank": (list,),
-                "contention": (dict,), "input_seconds": NUMBER}
-OPTIONAL_EPOCH_FIELDS = ("rate", "input_seconds")  # no rate for a 0 s epoch; schema 2 had no input
+
+
+class Maybe:
+    """A nested value that may be null."""
+    def __init__(self, shape):
+        self.shape = shape
+
+
+class Each:
+    """An object whose keys are any text and whose values all have `shape` (a package list)."""
+    def __init__(self, shape):
+        self.shape = shape
+
+
+POSITIVE = "a positive number"  # a finite number above 0 (an epoch's seconds)
+# The nested values readers use, by shape: a tuple of types, POSITIVE, an object {key: shape}
+# (a key ending in '?' may be absent; other keys are allowed), [shape] a list of them, Maybe,
+# Each. What a reader takes from a row is checked here, so a wrong value is a skipped line.
+CONTENTION = {"contended": BOOL, "other_cpu_share": Maybe(NUMBER), "steal_share": Maybe(NUMBER)}
+EPOCH = {"epoch": WHOLE, "seconds": POSITIVE, "samples": WHOLE, "rate?": Maybe(NUMBER),
+         "loss": NUMBER, "accuracy": NUMBER, "seconds_per_rank": [NUMBER],
+         "contention": CONTENTION, "input_seconds?": Maybe(NUMBER)}  # schema 2 had no input
+RANK_ATTRIBUTION = {
+    "parts": {part: {"seconds": NUMBER, "median": NUMBER, "p10": NUMBER, "p90": NUMBER}
+              for part in PARTS},
+    "steps": WHOLE, "residual_seconds": NUMBER, "adds_up": BOOL,
+    "collective": {"busy_seconds": NUMBER, "moving_seconds": NUMBER, "moving_median": NUMBER,
+                   "bytes_per_step": Maybe(WHOLE)}}
+NESTED = {
+    "epochs": [EPOCH],
+    "env": {"host?": Maybe(TEXT), "cpu_count?": Maybe(WHOLE), "python?": Maybe(TEXT),
+            "packages?": Maybe(Each(Maybe(TEXT))), "git_commit?": Maybe(TEXT)},
+    "evidence": Maybe({"replica_weight_digests?": Maybe([TEXT]),
+                       "global_batches_digests?": Maybe([TEXT]),
+                       "shard_overlap?": Maybe([NUMBER]),
+                       "batchnorm?": Maybe({"max_relative_difference": Maybe(NUMBER)})}),
+    "backend_details": {"reduction?": Maybe(TEXT), "collective_library?": Maybe(TEXT),
+                        "traffic?": Maybe([{"what": TEXT, "bytes": NUMBER, "how": TEXT,
+                                            "basis": TEXT}])},
+    "hosts": Maybe([TEXT]), "peak_memory_per_device": Maybe([WHOLE]),
+    "attribution": Maybe({"how": Each(TEXT), "epochs": [
+        {"ranks": [RANK_ATTRIBUTION], "slowest_rank": Maybe(WHOLE)}]}),
+}
 
 
 def now() -> str:
@@ -140,8 +180,8 @@ def make_row(cell, run_id: str, started_at: str, status: str, error: str | None,
 def upgrade(row: Any) -> Any:
     """A row of an older version this xbench can read, as a row of this version (what it lacks
     it had implicitly, ADDED)."""
-    if not (isinstance(row, dict) and row.get("schema_version") in UPGRADES
-            and not isinstance(row["schema_version"], bool)):
+    if not (isinstance(row, dict) and type(row.get("schema_version")) is int
+            and row["schema_version"] in UPGRADES):
         return row
     version = row["schema_version"]
     for added in range(version + 1, SCHEMA_VERSION + 1):
@@ -155,21 +195,24 @@ def upgrade(row: Any) -> Any:
 
 def row_problem(row: Any) -> str | None:
     """Why `row` is not a result row of this schema (None if it is one). Unknown extra fields
-    are allowed; a missing field, a value of the wrong type, or a version this xbench does not
-    read are not."""
+    are allowed; a missing field, a value of the wrong type or shape (nested ones included),
+    or a version this xbench does not read are not."""
     if not isinstance(row, dict):
         return "not a JSON object"
     if "schema_version" not in row:
         return "no 'schema_version' field"
     version = row["schema_version"]
-    if version in OLDER_VERSIONS and not isinstance(version, bool):
+    if type(version) is not int:
+        return f"'schema_version' is {type(version).__name__}, not a whole number"
+    if version in OLDER_VERSIONS:
         return OLDER_VERSIONS[version]
     if version != SCHEMA_VERSION:
-        return (f"schema_version {version!r} is not {SCHEMA_VERSION}, the version this xbench "
+        shown = version if abs(version) < 10 ** 9 else "(a very large number)"
+        return (f"schema_version {shown} is not {SCHEMA_VERSION}, the version this xbench "
                 f"reads; report it with the xbench that wrote it")
     status = row.get("status")
     if status not in STATUSES:
-        return f"status {status!r} is not one of {', '.join(STATUSES)}"
+        return f"status {_shown(status)} is not one of {', '.join(STATUSES)}"
     for name, (kinds, required) in FIELDS.items():
         if name not in row:
             return f"no '{name}' field"
@@ -180,20 +223,66 @@ def row_problem(row: Any) -> str | None:
             continue
         if not _is(value, kinds):
             return f"'{name}' is {type(value).__name__}, not {' or '.join(k.__name__ for k in kinds)}"
+        problem = shape_problem(value, NESTED[name], name) if name in NESTED else None
+        if problem:
+            return problem
     small = [name for name in AT_LEAST_ONE if row[name] < 1]
     if small:
         return f"{', '.join(small)} below 1"
     if row["repeat"] < 0:
         return "'repeat' is negative"
-    for index, epoch in enumerate(row["epochs"], 1):
-        problem = _epoch_problem(epoch)
-        if problem:
-            return f"epoch entry {index}: {problem}"
-    if status == "ok" and not row["epochs"]:
-        return "an ok row with no epochs"
+    if status == "ok" and len(row["epochs"]) < 2:
+        return (f"an ok row with {len(row['epochs'])} epoch(s); every ok row has at least 2 "
+                f"(the first is warm-up)")
     if not _valid_text(row):
         return "a text in it is not valid Unicode (a lone surrogate)"
     return None
+
+
+def shape_problem(value: Any, shape: Any, where: str) -> str | None:
+    """What is wrong with `value` as a value of `shape` (see NESTED), naming where it is
+    ('epochs[2].contention.contended'), or None."""
+    if isinstance(shape, Maybe):
+        return None if value is None else shape_problem(value, shape.shape, where)
+    if shape is POSITIVE:
+        if not (_is(value, NUMBER) and value > 0):
+            return f"'{where}' is {_shown(value)}, not a positive number"
+        return None
+    if isinstance(shape, tuple):
+        if not _is(value, shape):
+            return (f"'{where}' is {_shown(value)}, not "
+                    f"{' or '.join(k.__name__ for k in shape)}")
+        return None
+    if isinstance(shape, list):
+        if not isinstance(value, list):
+            return f"'{where}' is {type(value).__name__}, not a list"
+        return next(filter(None, (shape_problem(item, shape[0], f"{where}[{index}]")
+                                  for index, item in enumerate(value, 1))), None)
+    if not isinstance(value, dict):
+        return f"'{where}' is {type(value).__name__}, not an object"
+    if isinstance(shape, Each):
+        return next(filter(None, (shape_problem(item, shape.shape, f"{where}.{key}")
+                                  for key, item in value.items())), None)
+    for key, inner in shape.items():
+        name = key.rstrip("?")
+        if name not in value:
+            if key.endswith("?"):
+                continue
+            return f"'{where}' has no '{name}'"
+        problem = shape_problem(value[name], inner, f"{where}.{name}")
+        if problem:
+            return problem
+    return None
+
+
+def _shown(value) -> str:
+    """A value in a message: short, whatever it is."""
+    if isinstance(value, (dict, list)):
+        return f"a{'n object' if isinstance(value, dict) else ' list'}"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10 ** 9:
+        return "a very large number"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _valid_text(value) -> bool:
@@ -222,17 +311,3 @@ def _is(value, kinds) -> bool:
     if isinstance(value, float) and not math.isfinite(value):
         return False
     return isinstance(value, kinds)
-
-
-def _epoch_problem(epoch) -> str | None:
-    if not isinstance(epoch, dict):
-        return "not an object"
-    for name, kinds in EPOCH_FIELDS.items():
-        value = epoch.get(name)
-        if value is None and name in OPTIONAL_EPOCH_FIELDS:
-            continue
-        if not _is(value, kinds):
-            return f"'{name}' is {type(value).__name__}, not {' or '.join(k.__name__ for k in kinds)}"
-    if not all(_is(s, NUMBER) for s in epoch["seconds_per_rank"]):
-        return "'seconds_per_rank' holds something that is not a number"
-    return None

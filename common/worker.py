@@ -33,7 +33,8 @@ def limit_memory(megabytes, framework):
     """Let this process allocate only `megabytes` more once its framework is imported and its data
     loaded (RLIMIT_DATA), so that a batch that does not fit raises the framework's out-of-memory
     error instead of swapping or waking the kernel's OOM killer. With the cell's memory_limit_mb
-    this emulates a smaller device; without it, the limit is the process's share of the memory
+    this emulates a smaller device (unless the backend bounds its tensors by its own allocator,
+    Backend.bound_tensor_memory); without it, the limit is the process's share of the memory
     the machine had available when the cell started."""
     importlib.import_module(framework)
     status = Path("/proc/self/status").read_text()
@@ -58,10 +59,13 @@ def main(job_path, out_dir):
             if result is not None:
                 write_json(out_dir / "result.json", {method: result, "env": env.capture()})
             return 0
+        limit = min(cell.memory_limit_mb or budget, budget)
+        if cell.memory_limit_mb and backend.bound_tensor_memory(limit):
+            limit = budget  # the framework's allocator holds its tensors; this is a backstop
         job = Job(cell=cell, data=data_module.load(cell),
                   threads_per_device=spec["threads_per_device"], launched_at=spec["launched_at"],
                   progress=ProgressReport(out_dir))
-        limit_memory(min(cell.memory_limit_mb or budget, budget), backend.framework)
+        limit_memory(limit, backend.framework)
         print(f"xbench worker {os.getpid()}: {len(job.data.train_images)} training images loaded; "
               f"training {cell.label}", file=sys.stderr, flush=True)
         measurement = backend.train(job)

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from xbench.common.attribution import PARTS, mean_parts
-from xbench.common.limits import flop_utilisation, peak_flops, probe_all_reduce
+from xbench.common.limits import bus_bandwidth, flop_utilisation, peak_flops, probe_all_reduce
 from xbench.common.models import MODELS, flops_per_sample, gradient_bytes
 from xbench.common.registry import BACKENDS, backend_class
 from xbench.reports.stats import difference_of_means, ratio_of_means, summarize
@@ -288,11 +288,6 @@ def bandwidth(cell, runs) -> dict:
         found.update(algbw=size / moving["mean"] if moving["mean"] > 0 else math.nan,
                      busbw=busbw["mean"], busbw_ci=busbw["ci"])
     return found
-
-
-def bus_bandwidth(algbw, devices):
-    """busbw = algbw * 2(N-1)/N: the bytes each link carries in a ring all-reduce (nccl-tests)."""
-    return algbw * 2 * (devices - 1) / devices
 
 
 def against_limits(cells, attributed, probes):

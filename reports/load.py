@@ -12,7 +12,7 @@ import pandas as pd
 
 from xbench.common.errors import UserError
 from xbench.common.limits import probe_path, read_probes
-from xbench.common.results import flat_table, read_rows
+from xbench.common.results import flat_table, read_rows, results_files
 from xbench.reports.query import select
 
 CONFIG_FIELDS = ("backend", "model", "dataset", "dataset_multiple", "batch_mode", "global_batch",
@@ -26,7 +26,7 @@ NUMBERS = ("epoch1_rate", "epoch2_rate", "epoch1_seconds", "epoch2_seconds", "ep
 
 def newest_results(folder):
     """The most recently modified *.jsonl in `folder` (the default of `xbench report`)."""
-    files = sorted(Path(folder).glob("*.jsonl"), key=lambda p: p.stat().st_mtime)
+    files = sorted(results_files(folder), key=lambda p: p.stat().st_mtime)
     if not files:
         raise UserError(f"no results file (*.jsonl) in {folder}/; run a grid first "
                         f"(`xbench grid --preset smoke`) or name a results file")
@@ -36,11 +36,12 @@ def newest_results(folder):
 def load(paths, where=None, include_contended=False):
     """(frame, problems): the valid rows of every file (filtered by `where`), and what was
     wrong with the others. A row's `usable` says whether its measurements enter the statistics:
-    it ran ok and was not contended (unless `include_contended`)."""
-    rows, problems = [], []
+    it ran ok and was not contended (unless `include_contended`). A row read before, in this
+    file or another, is dropped and counted (common.results.read_rows)."""
+    rows, problems, seen = [], [], set()
     for path in paths:
         try:
-            file_rows, file_problems = read_rows(path)
+            file_rows, file_problems = read_rows(path, seen)
         except OSError as e:
             raise UserError(f"cannot read the results file {path}: {e.strerror}") from None
         problems += file_problems

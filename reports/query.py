@@ -25,9 +25,12 @@ def select(frame: pd.DataFrame, where: str | None) -> pd.DataFrame:
         return frame
     try:
         tree = ast.parse(where, mode="eval")
+        mask = _mask(tree.body, frame, where)
     except SyntaxError as e:
         raise UserError(f"--where {where!r} is not a valid filter: SyntaxError: {e.msg}. {HOW}") from None
-    mask = _mask(tree.body, frame, where)
+    except (RecursionError, MemoryError):
+        raise UserError(f"--where of {len(where):,} characters is too deeply nested to be a "
+                        f"filter. {HOW}") from None
     if not isinstance(mask, pd.Series) or mask.dtype != bool:
         raise UserError(f"--where {where!r} does not give true/false per row. {HOW}")
     return frame[mask].reset_index(drop=True)
@@ -46,7 +49,7 @@ def _mask(node, frame, where):
     if isinstance(node, ast.Compare):
         result, left = None, node.left
         for op, right in zip(node.ops, node.comparators):
-            part = _compare(op, _operand(left, frame, where), _operand(right, frame, where), where)
+            part = _compare(op, left, right, frame, where)
             result = part if result is None else result & part
             left = right
         return result
@@ -79,7 +82,8 @@ def _refuse(node, where):
                     f"and literal values). {HOW}")
 
 
-def _compare(op, left, right, where):
+def _compare(op, left_node, right_node, frame, where):
+    left, right = _operand(left_node, frame, where), _operand(right_node, frame, where)
     if isinstance(op, (ast.In, ast.NotIn)):
         if not isinstance(left, pd.Series) or not isinstance(right, list):
             raise UserError(f"--where {where!r}: 'in' takes a column on the left and a list of "
@@ -88,7 +92,21 @@ def _compare(op, left, right, where):
         return found if isinstance(op, ast.In) else ~found
     if type(op) not in COMPARISONS:
         raise UserError(f"--where {where!r}: {type(op).__name__} is not a comparison it knows. {HOW}")
-    result = COMPARISONS[type(op)](left, right)
+    try:
+        result = COMPARISONS[type(op)](left, right)
+    except TypeError:
+        raise UserError(f"--where {where!r} compares {_described(left_node, left)}, with "
+                        f"{_described(right_node, right)}: give a value of the column's kind") from None
     if not isinstance(result, pd.Series):
         raise UserError(f"--where {where!r} compares two values without a column. {HOW}")
     return result.fillna(False).astype(bool)
+
+
+def _described(node, value) -> str:
+    """'global_batch, a number' or "'128', text": what a side of a comparison is."""
+    if isinstance(value, pd.Series):
+        kind = "a number" if pd.api.types.is_numeric_dtype(value) else "text"
+        return f"{ast.unparse(node)}, {kind}"
+    kind = "a number" if isinstance(value, (int, float)) else "text" if isinstance(value, str) \
+        else type(value).__name__
+    return f"{value!r}, {kind}"

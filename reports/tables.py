@@ -326,7 +326,8 @@ def notices(frame, cells, problems, where):
 def summary(frame, verdict_lines, failures, sources):
     """The text summary (a list of lines): the verdicts, and the runs that were not ok."""
     ok = int((frame["status"] == "ok").sum())
-    lines = [f"{len(frame)} rows ({ok} ok, {len(frame) - ok} not ok) from {', '.join(sources)}",
+    rows = f"{len(frame)} row{'' if len(frame) == 1 else 's'}"
+    lines = [f"{rows} ({ok} ok, {len(frame) - ok} not ok) from {', '.join(sources)}",
              "Verdicts (95% intervals; a comparison is stated only where its interval supports "
              "it):", *["  " + line for line in verdict_lines]]
     lines.append(f"Runs not ok: {len(failures)}" + (": " + ", ".join(

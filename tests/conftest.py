@@ -1,6 +1,7 @@
 """Shared fixtures. Tests read real MNIST from ../shared/data/mnist (or $XBENCH_TEST_DATA); never download."""
 import json
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -13,6 +14,12 @@ REPO = Path(__file__).resolve().parent.parent
 SLOW = 600  # generous limits: the machine is small and shared
 MNIST_DIR = Path(os.environ.get("XBENCH_TEST_DATA", REPO.parent / "shared" / "data" / "mnist"))
 XBENCH = [sys.executable, "-m", "xbench.cli.main"]
+
+# A suite started in the background of a non-interactive shell (`make test &`, nohup) inherits
+# SIGINT ignored, and so would every xbench it starts: the Ctrl-C tests would then see a grid that
+# never hears its Ctrl-C. A caught SIGINT is reset to the default in each child started.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")

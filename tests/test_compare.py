@@ -5,11 +5,14 @@ import json
 import os
 import subprocess
 
+import pandas as pd
 import pytest
 from conftest import REPO, SLOW, XBENCH, write_grid
 from test_progress import run_in_terminal
 
 from xbench.common.results import append_row, new_run_id, read_rows
+from xbench.reports.compare import slower_than
+from xbench.reports.stats import Ratio
 
 SETTINGS = {"name": "same", "backends": ["pt-single"], "batches": [64, 128], "repeats": 3,
             "max_train_samples": 1024}
@@ -113,3 +116,13 @@ def test_export_to_a_real_mlflow_store(quiet_and_busy, tmp_path):
         assert [(m.step, m.value) for m in sorted(history, key=lambda m: m.step)] == [
             (e["epoch"], pytest.approx(e["rate"])) for e in row["epochs"]]
         assert run.data.metrics["test_accuracy"] == pytest.approx(row["test_accuracy"])
+
+
+def test_the_gate_fails_only_where_the_interval_shows_the_slowdown():
+    """--fail-above 5: 0.94 [0.90, 0.99] does not show a 5% slowdown (it may be 1%); 0.90
+    [0.86, 0.93] does."""
+    cells = pd.DataFrame({"cell_key": ["maybe", "shown"],
+                          "ratio": [Ratio(0.94, 0.90, 0.99, (3, 3)),
+                                    Ratio(0.90, 0.86, 0.93, (3, 3))]})
+    assert list(slower_than(cells, 5)["cell_key"]) == ["shown"]
+    assert list(slower_than(cells, 10)["cell_key"]) == []

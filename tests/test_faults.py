@@ -217,7 +217,7 @@ def interrupt(driver, results, mark, sig):
     driver.send_signal(sig)
     stdout, stderr = driver.communicate(timeout=SLOW)
     assert driver.returncode == 130, stderr
-    assert "interrupted: the running cell was stopped" in stderr and "Traceback" not in stderr
+    assert "interrupted: what was running was stopped" in stderr and "Traceback" not in stderr
     assert_none_left(mark, within=30)
     assert results.read_bytes() == before  # no row, no half row
     return line

@@ -331,7 +331,7 @@ def test_malformed_and_partial_files_report_what_they_can(tmp_path):
     assert "line 6: not valid JSON" in done.stderr
     assert "line 2: not a result row: 'backend' is null in a row with status 'ok'" in done.stderr
     assert "line 3: not a result row: 'devices' is str, not int" in done.stderr
-    assert "1 rows (1 ok, 0 not ok)" in done.stdout
+    assert "1 row (1 ok, 0 not ok)" in done.stdout
     assert "fastest on 1 device: only pt-ddp ran" in done.stdout
     page = (tmp_path / "out" / "index.html").read_text()
     assert "line 4: not valid JSON" in page

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, SLOW, XBENCH, write_grid
 
+from xbench.common.limits import read_probes
 from xbench.common.results import read_rows
 
 CLUSTER = REPO / "scripts" / "slurm_cluster.sh"
@@ -134,3 +135,18 @@ def test_a_mixed_grid_records_what_cannot_span_nodes_as_unsupported(slurm, mnist
     assert rows["pt-dp"]["status"] == "unsupported"
     assert "pt-dp runs on one machine: it cannot span 2 nodes" in rows["pt-dp"]["error"]
     assert rows["pt-ddp"]["status"] == "ok", rows["pt-ddp"]["error"]
+
+
+def test_the_probe_measures_an_all_reduce_across_two_nodes(slurm, tmp_path):
+    """`xbench probe --launcher slurm` goes through the grid's Slurm settings (it once crashed
+    on the sbatch command): one all-reduce probe over node1 and node2, appended to probe.jsonl."""
+    done = subprocess.run([*XBENCH, "probe", "--backend", "pt-ddp", "--devices", "1", "--nodes",
+                           "2", "--launcher", "slurm", "--results-dir", str(tmp_path)],
+                          cwd=REPO, env=slurm, capture_output=True, text=True, timeout=SLOW)
+    assert done.returncode == 0, done.stdout + done.stderr
+    [record] = read_probes(tmp_path / "probe.jsonl")[0]
+    assert record["not_measured"] == []
+    measured = record["all_reduce"]
+    assert measured and all((a["nodes"], a["world_size"]) == (2, 2) for a in measured)
+    assert all(a["busbw"] > 0 and a["repeats"] > 0 for a in measured)
+    assert jobs(slurm) == ""

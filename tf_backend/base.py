@@ -6,6 +6,7 @@ and launch these backends without importing it.
 """
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from xbench.common.backend import Backend
@@ -108,3 +109,15 @@ class TensorFlowBackend(Backend):
     def is_out_of_memory(self, error: BaseException) -> bool:
         from xbench.tf_backend.train import is_out_of_memory
         return is_out_of_memory(error)
+
+    def bound_tensor_memory(self, megabytes: int) -> bool:
+        """TensorFlow under a data-segment limit dies in native code, not with its OOM error
+        (SIGSEGV in an allocator, SIGABRT from oneDNN's "could not create a primitive", Python's
+        "can't start new thread"): it reserves hundreds of MB of address space for thread stacks
+        and arenas, and the limit is met outside any tensor. Its CPU tensor allocator takes a
+        cap instead (the BFC allocator) and raises ResourceExhaustedError beyond it; but
+        oneDNN's kernels crash (SIGSEGV) when that allocator refuses them, so a memory-limited
+        cell runs TensorFlow's Eigen kernels (the row's backend_details say so: cpu_kernels)."""
+        os.environ.update(TF_CPU_ALLOCATOR_USE_BFC="true", TF_CPU_BFC_MEM_LIMIT_IN_MB=str(megabytes),
+                          TF_ENABLE_ONEDNN_OPTS="0")
+        return True

@@ -6,6 +6,7 @@ processes, one replica each). Data order, loss and step follow the PyTorch loop,
 row and a PyTorch row of one cell compare.
 """
 import itertools
+import os
 import time
 
 import keras
@@ -305,7 +306,10 @@ class TensorFlowLoop(TrainingLoop):
             "device_name": device_name(self.kind),
             "num_replicas_in_sync": self.comm.world * self.replicas,
             "replica_devices": self.replica_devices(),
-            "keras_version": keras.__version__}
+            "keras_version": keras.__version__,
+            "cpu_kernels": ("Eigen (oneDNN off: TF_ENABLE_ONEDNN_OPTS=0)"
+                            if os.environ.get("TF_ENABLE_ONEDNN_OPTS") == "0"
+                            else "oneDNN where TensorFlow has one (its x86 default)")}
 
     def thread_pools(self):
         return {"intra_op": tf.config.threading.get_intra_op_parallelism_threads(),

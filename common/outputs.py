@@ -1,0 +1,37 @@
+"""Where a command writes, checked before its work starts: a folder it can make and write in, a
+file it can create. A location that cannot take the output is one line (UserError), never a
+traceback after minutes of measuring."""
+import tempfile
+from pathlib import Path
+
+from xbench.common.errors import UserError
+
+
+def writable_folder(folder, what: str) -> Path:
+    """`folder`, made if missing, once a file could be written in it; else a UserError saying
+    why `what` ('the report') cannot go there."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as e:
+        in_the_way = next((p for p in (folder, *folder.parents) if p.is_file()), None)
+        reason = f"{in_the_way} is a file, not a folder" if in_the_way else e.strerror
+        raise UserError(f"cannot write {what} to {folder}: {reason}; choose another folder") \
+            from None
+    return folder
+
+
+def writable_file(path, what: str) -> Path:
+    """`path` once a file could be written in its folder (which must exist) and it is not
+    something other than a regular file; else a UserError saying why `what` cannot go there."""
+    path = Path(path)
+    if path.exists() and not path.is_file():
+        raise UserError(f"cannot write {what} to {path}: it exists and is not a regular file")
+    if not path.parent.is_dir():
+        raise UserError(f"cannot write {what} to {path}: the folder {path.parent} does not exist")
+    try:
+        tempfile.TemporaryFile(dir=path.parent).close()
+    except OSError as e:
+        raise UserError(f"cannot write {what} to {path}: {e.strerror}") from None
+    return path
