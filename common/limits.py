@@ -156,10 +156,10 @@ def peak_flops(matmul: list[dict], framework: str, device_type: str, nodes: int,
                      f"{nodes * devices_per_node}"}
 
 
-def flop_utilisation(flops_per_sample: float, rate: float, peak: float) -> float:
-    """Model FLOP utilisation: forward FLOPs per sample x 3 (forward and the backward's two
-    products) x samples per second, over the peak FLOP/s."""
-    return 3 * flops_per_sample * rate / peak
+def flop_utilisation(training_flops: float, rate: float, peak: float) -> float:
+    """Model FLOP utilisation: a training step's FLOPs per sample
+    (common.models.training_flops_per_sample) x samples per second, over the peak FLOP/s."""
+    return training_flops * rate / peak
 
 
 def probe_all_reduce(all_reduce: list[dict], library: str, device_type: str, nodes: int,

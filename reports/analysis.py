@@ -12,7 +12,7 @@ import pandas as pd
 
 from xbench.common.attribution import PARTS, mean_parts
 from xbench.common.limits import bus_bandwidth, flop_utilisation, peak_flops, probe_all_reduce
-from xbench.common.models import MODELS, flops_per_sample, gradient_bytes
+from xbench.common.models import MODELS, gradient_bytes, training_flops_per_sample
 from xbench.common.registry import BACKENDS, backend_class
 from xbench.reports.stats import difference_of_means, ratio_of_means, summarize
 
@@ -306,7 +306,7 @@ def against_limits(cells, attributed, probes):
                           int(cell["threads_per_device"]), int(cell["cores"] or 1))
         mfu = {}
         if peak and known:
-            flops = flops_per_sample(cell["model"])
+            flops = training_flops_per_sample(cell["model"])
             mfu = {f"mfu{suffix}": flop_utilisation(flops, cell[f"epoch2_rate{suffix}"],
                                                      peak["flops"])
                    for suffix in ("", "_low", "_high")}

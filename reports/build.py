@@ -25,8 +25,10 @@ COMPARE_TEXT = ("Each cell's epoch-2 rate in these results over its rate in the 
 
 LIMITS_TEXT = (
     "How far each cell is from what this machine can do, by `xbench probe` (a probe file beside "
-    "the results, of the rows' environment). Model FLOP utilisation (MFU) = forward FLOPs per "
-    "sample × 3 (forward and backward) × epoch-2 rate / the peak FLOP/s of the cell's devices: "
+    "the results, of the rows' environment). Model FLOP utilisation (MFU) = a training step's "
+    "FLOPs per sample (the forward's, and the backward's two products per layer but the first "
+    "layer's input gradient, which is never computed) × epoch-2 rate / the peak FLOP/s of the "
+    "cell's devices: "
     "the framework's own fp32 matmul rate, per GPU times the GPUs, or on a CPU the rate with all "
     "the threads the cell's processes have on a node (a CPU device is its share of the cores). "
     "The interval is the rate's; the probe's own spread is in the probe file. For an "

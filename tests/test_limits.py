@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import REPO, xbench
 from xbench.common.limits import all_reduce_record, bus_bandwidth, flop_utilisation, peak_flops
 from xbench.common.machine import install_plan, wants_gpu
-from xbench.common.models import MODELS, flops_per_sample, gradient_bytes
+from xbench.common.models import MODELS, gradient_bytes, training_flops_per_sample
 
 
 def test_probe_measures_matmul_at_every_thread_count_and_gloo_at_both_gradient_sizes(probe):
@@ -50,7 +50,7 @@ def test_smoke_report_shows_mfu_per_cell_and_2_device_bandwidth_against_the_prob
         gflops = next(m["gflops"] for m in record["matmul"] if m["framework"] == row["framework"]
                       and m["threads"] == threads)
         rate = row["epochs"][1]["rate"]
-        assert cell["mfu"] == pytest.approx(3 * flops_per_sample("small") * rate / (gflops * 1e9),
+        assert cell["mfu"] == pytest.approx(training_flops_per_sample("small") * rate / (gflops * 1e9),
                                             rel=1e-6), row["cell_key"]
     ddp = next(r for r in rows if r["backend"] == "pt-ddp" and r["devices"] == 2)
     cell = cells[cells["cell_key"] == ddp["cell_key"]].iloc[0]

@@ -9,7 +9,9 @@ from xbench.common.models import (
     flops_per_sample,
     gradient_bytes,
     initial_weights,
+    input_shape,
     parameter_count,
+    training_flops_per_sample,
 )
 from xbench.pt_backend.models import build_model, describe
 
@@ -29,9 +31,24 @@ def test_torch_flop_counter_agrees_with_the_spec(name):
     assert described["params"] == parameter_count(name)
 
 
+@pytest.mark.parametrize("name", list(MODELS))
+def test_a_training_steps_flops_are_what_torch_counts_in_one(name):
+    """Forward and backward of a batch of 2 under torch's FlopCounterMode: the spec's training
+    FLOPs, which leave out the first layer's input gradient (3 x forward would not)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+    model = build_model(name).train()
+    counter = FlopCounterMode(display=False)
+    with counter:
+        model(torch.zeros(2, *input_shape(name))).sum().backward()
+    assert counter.get_total_flops() == 2 * training_flops_per_sample(name)
+    assert training_flops_per_sample(name) < 3 * flops_per_sample(name)
+
+
 def test_small_model_flops_by_hand():
     # conv: 2 * 9 * 1 * 32 * 28 * 28; dense: 2 * 6272 * 64 + 2 * 64 * 10
     assert flops_per_sample("small") == 2 * 9 * 32 * 784 + 2 * 6272 * 64 + 2 * 640
+    assert training_flops_per_sample("small") == 3_315_456  # 3 x 1,255,680 - the conv's 451,584
 
 
 def test_initial_weights_follow_torch_default_bounds_and_the_seed():
