@@ -1,6 +1,8 @@
 """`xbench grid`: run a grid of cells, one result row per cell and repeat."""
 import dataclasses
+import math
 import sys
+import time
 
 import click
 
@@ -33,7 +35,15 @@ UNFINISHED = ("failed", "timeout")
 @click.option("--resume/--force", default=True,
               help="Skip cells that already have an ok row in the results file (default), or rerun all.")
 @click.option("--dry-run", is_flag=True, help="List the cells, run nothing.")
-def grid(grid_file, preset, batch_sweep, data_dir, results_path, resume, dry_run, **overrides):
+@click.option("--until-conclusive", is_flag=True,
+              help="After the grid, keep adding repeats of the cells whose comparisons are still "
+                   "inconclusive, most uncertain first, until each is settled or --budget is "
+                   "spent; then say what is left.")
+@click.option("--budget", type=click.FloatRange(min=0, max=30 * 24 * 60), default=60.0,
+              show_default=True, metavar="MINUTES",
+              help="With --until-conclusive: the most time its added repeats may take.")
+def grid(grid_file, preset, batch_sweep, data_dir, results_path, resume, dry_run,
+         until_conclusive, budget, **overrides):
     """Run a grid of cells (a grid file, or --preset), one result row per cell and repeat.
     Each option from --backend to --loader-workers overrides the grid-file key it names
     (--backend: backends; an axis takes a comma-separated list)."""
@@ -60,6 +70,8 @@ def grid(grid_file, preset, batch_sweep, data_dir, results_path, resume, dry_run
                     "real, accuracy is meaningless; rows say dataset=synthetic", fg="yellow",
                     err=True)
     rows = run_grid(cells, results_path, resume=resume, echo=say, launcher=where, quiet=quiet())
+    if until_conclusive:
+        rows += settle(cells, results_path, budget, where)
     click.echo(format_rows(rows))
     click.echo(f"results: {results_path}")
     if verbose():
@@ -70,3 +82,56 @@ def grid(grid_file, preset, batch_sweep, data_dir, results_path, resume, dry_run
         click.secho(f"{len(not_finished)} cell(s) {' or '.join(UNFINISHED)}: see their rows' "
                     f"errors and logs; exit code {EXIT_CELLS_FAILED}", fg="red", err=True)
         sys.exit(EXIT_CELLS_FAILED)
+
+
+def settle(cells, results_path, budget_minutes, launcher) -> list[dict]:
+    """Repeats until conclusive (hyperfine's and pyperf's idea, for a grid's comparisons): while
+    a cell of the grid ran ok but has no usable run (every run contended), or a comparison of
+    its cells is open and more repeats can settle it, run one more repeat of that cell, or of
+    both cells of the most uncertain comparison (largest p-value) first, unless those runs would
+    overrun the budget. Returns the rows it added."""
+    from xbench.reports import analysis  # pandas and scipy: loaded here
+    from xbench.reports.load import load
+    from xbench.reports.stats import MAX_REPEATS
+    from xbench.reports.verdicts import judged
+    grid_cells = {cell.key: cell for cell in cells}
+    deadline, added = time.monotonic() + budget_minutes * 60, []
+    while True:
+        frame, _ = load([results_path])
+        frame = frame[frame["cell_key"].isin(grid_cells)]
+        runs = frame.groupby("cell_key")["repeat"].max()
+        usable = frame[frame["usable"]].groupby("cell_key").size()
+        unmeasured = [key for key in dict.fromkeys(frame[frame["status"] == "ok"]["cell_key"])
+                      if not usable.get(key, 0)]
+        pending = [o for o in judged(analysis.cell_table(frame))[1].open
+                   if set(o.keys) <= set(grid_cells)]
+        tried = [o.keys for o in sorted(pending, key=lambda o: -1.0 if math.isnan(o.p_value)
+                                        else -o.p_value) if o.settleable]
+        keys = next((k for k in [*[(key,) for key in unmeasured], *tried]
+                     if all(runs.get(key, -1) + 1 < MAX_REPEATS for key in k)), None)
+        if keys is None:
+            break
+        took = frame[frame["cell_key"].isin(keys)]["cell_seconds"].mean()
+        if time.monotonic() + len(keys) * (0.0 if math.isnan(took) else took) > deadline:
+            say(f"until conclusive: the budget of {budget_minutes:g} min is spent", err=True)
+            break
+        more = [dataclasses.replace(grid_cells[key], repeat=int(runs.get(key, -1)) + 1)
+                for key in dict.fromkeys(keys)]
+        say(f"until conclusive: one more repeat of {' and '.join(c.label for c in more)}")
+        added += run_grid(more, results_path, echo=say, launcher=launcher, quiet=quiet())
+    left = [f"{key} (no uncontended run)" for key in unmeasured] + [
+        f"{' vs '.join(o.keys)} ({open_reason(o)})" for o in pending]
+    say(f"until conclusive: {len(added)} run(s) added; "
+        + (f"{len(left)} still open: " + "; ".join(left) if left
+           else "every comparison of the grid's cells is settled"), err=bool(left))
+    return added
+
+
+def open_reason(comparison) -> str:
+    if comparison.held:
+        return "held back by the false-discovery control"
+    if comparison.repeats < 2:
+        return "one run on a side"
+    if comparison.needed is None:
+        return "within the noise: more repeats are unlikely to settle it"
+    return f"about {comparison.needed} repeats a side would settle it"

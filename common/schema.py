@@ -132,6 +132,7 @@ NESTED = {
             "packages?": Maybe(Each(Maybe(TEXT))), "git_commit?": Maybe(TEXT)},
     "evidence": Maybe({"replica_weight_digests?": Maybe([TEXT]),
                        "global_batches_digests?": Maybe([TEXT]),
+                       "distributed_sampler_digests?": Maybe([TEXT]),
                        "shard_overlap?": Maybe([NUMBER]),
                        "batchnorm?": Maybe({"max_relative_difference": Maybe(NUMBER)})}),
     "backend_details": {"reduction?": Maybe(TEXT), "collective_library?": Maybe(TEXT),

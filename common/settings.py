@@ -261,8 +261,8 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
             why="warm-up must end before the run does",
             key_part=lambda c: f"|warm{c.warmup_epochs}" if c.warmup_epochs else "", since=3),
     Setting("set_epoch", bool, True,
-            "PyTorch backends: call DistributedSampler.set_epoch each epoch (default), or keep "
-            "epoch 0's order in every epoch (the lab's question 5, measured).",
+            "pt-ddp and hvd-torch: call DistributedSampler.set_epoch each epoch (default), or "
+            "keep epoch 0's order in every epoch (the lab's question 5, measured).",
             section="training", key_part=lambda c: "" if c.set_epoch else "|no-set-epoch",
             since=3),
     # --- how batches reach the device ----------------------------------------------------------

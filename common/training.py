@@ -79,6 +79,11 @@ class TrainingLoop(abc.ABC):
         """How each part of a step is known here: {part: how}."""
         return {}
 
+    def sampler_evidence(self) -> dict:
+        """What the framework's own sampler dealt, where the backend uses one (PyTorch's
+        DistributedSampler: the lab's question 5)."""
+        return {}
+
     @abc.abstractmethod
     def consumed(self) -> list[np.ndarray]:
         """Per replica of this process, the sample indices it trained on since the last call
@@ -248,6 +253,7 @@ class TrainingLoop(abc.ABC):
             contended=any(e["contention"]["contended"] for e in epochs),
             evidence={"replica_weight_digests": digests,
                       **sample_evidence(replicas, self.steps_per_epoch),
+                      **self.sampler_evidence(),
                       **({"batchnorm": batchnorm_evidence(statistics)} if statistics[0] else {})},
             backend_details={"world_size": self.comm.world, **described, **details,
                              "traffic": self.backend.traffic(self.cell,

@@ -27,6 +27,9 @@ class TorchBackend(Backend):
     requires = ("torch",)
     framework_memory_mb = 450
     install_hint = "install PyTorch with `make setup` (or `pip install torch` into the environment)"
+    # Each process draws its shard with a DistributedSampler (set_epoch each epoch); a backend of
+    # one process draws with a plain shuffling loader instead, as its users' code does.
+    distributed_sampler = True
 
     # --- hooks ---------------------------------------------------------------------------------
 
@@ -71,6 +74,13 @@ class TorchBackend(Backend):
     def update(self, optimizer: torch.optim.Optimizer) -> None:
         """The optimizer's step on the (averaged) gradients."""
         optimizer.step()
+
+    def cannot_launch(self, cell: Cell) -> str | None:
+        if not cell.set_epoch and not self.distributed_sampler:
+            return (f"{self.name} draws with a plain shuffling loader (one process needs no "
+                    f"DistributedSampler), which shuffles anew each epoch by itself: there is "
+                    f"no set_epoch to leave out; --no-set-epoch is for pt-ddp and hvd-torch")
+        return super().cannot_launch(cell)
 
     def unsupported_reason(self, cell: Cell, device_kind: str) -> str | None:
         if cell.host_memory != "pageable" and device_kind == "cpu":

@@ -9,6 +9,7 @@ from xbench.pt_backend.base import TorchBackend
 class DataParallelBackend(TorchBackend):
     name = "pt-dp"
     device_ids = None
+    distributed_sampler = False
 
     collectives_not_counted = ("not counted: on N GPUs DataParallel scatters the batch, replicates "
                                "the module and gathers the outputs inside its forward, and "

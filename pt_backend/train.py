@@ -8,11 +8,12 @@ import time
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader, DistributedSampler, Sampler
 
 from xbench.common.attribution import INSTRUMENTED, CollectiveClock
 from xbench.common.data import rank_indices
 from xbench.common.env import cpu_name, peak_rss_bytes
+from xbench.common.evidence import indices_digest
 from xbench.common.training import EVAL_BATCH, TrainingLoop
 from xbench.pt_backend.models import batchnorm_statistics, build_model, build_optimizer
 
@@ -48,6 +49,25 @@ class EpochShardSampler(DistributedSampler):
     def __iter__(self):
         return iter(rank_indices(len(self.dataset), self.global_batch, self.seed, self.epoch,
                                  self.rank, self.num_replicas, self.replicas).tolist())
+
+
+class EpochShuffleSampler(Sampler):
+    """A plain shuffling loader's order (DataLoader(shuffle=True): a new order each time it is
+    iterated, nothing to call between epochs), dealing common.data's order of the epoch it is
+    in, so the trajectory is every backend's. What pt-single and pt-dp draw with: one process
+    needs no DistributedSampler."""
+
+    def __init__(self, dataset, global_batch, seed, replicas):
+        self.samples, self.global_batch = len(dataset), global_batch
+        self.seed, self.replicas, self.next_epoch = seed, replicas, 1  # the loop's first epoch
+
+    def __iter__(self):
+        epoch, self.next_epoch = self.next_epoch, self.next_epoch + 1
+        return iter(rank_indices(self.samples, self.global_batch, self.seed, epoch, 0, 1,
+                                 self.replicas).tolist())
+
+    def __len__(self):
+        return self.samples // self.global_batch * self.global_batch
 
 
 def _as_is(batch):
@@ -93,9 +113,19 @@ class TorchLoop(TrainingLoop):
         self.dataset = TrainSet(self.job.data.train_images, self.job.data.train_labels,
                                 cell.multiple)
         # DataParallel splits each batch into contiguous parts, one per GPU it drives.
-        self.sampler = EpochShardSampler(self.dataset, cell.global_batch, cell.seed,
-                                         self.comm.rank, self.comm.world,
-                                         self.backend.devices_per_process(cell))
+        replicas = self.backend.devices_per_process(cell)
+        if self.backend.distributed_sampler:
+            self.sampler = EpochShardSampler(self.dataset, cell.global_batch, cell.seed,
+                                             self.comm.rank, self.comm.world, replicas)
+            # torch's own DistributedSampler, given the same set_epoch calls: the evidence of
+            # what it deals with and without them (its order is not common.data's)
+            self.torch_sampler = DistributedSampler(range(len(self.dataset)), self.comm.world,
+                                                    self.comm.rank, shuffle=True, seed=cell.seed,
+                                                    drop_last=True)
+            self.torch_orders = []
+        else:
+            self.sampler = EpochShuffleSampler(self.dataset, cell.global_batch, cell.seed,
+                                               replicas)
         # host_memory (seeds/001): pageable, or pinned (page-locked) by the loader, copied
         # with or without non_blocking; pinned ones run only with CUDA (TorchBackend says so).
         self.non_blocking = cell.host_memory == "pinned-non-blocking"
@@ -120,9 +150,21 @@ class TorchLoop(TrainingLoop):
         return (cuda_moment, cuda_seconds) if self.cuda else super().step_clock()
 
     def batches(self, epoch):
+        if not self.backend.distributed_sampler:
+            if self.sampler.next_epoch != epoch:  # a shuffling loader counts its own epochs
+                raise RuntimeError(f"the loader would deal epoch {self.sampler.next_epoch}'s "
+                                   f"order in epoch {epoch}")
+            return self.loader
         if self.cell.set_epoch:  # without it, DistributedSampler deals epoch 0's order each time
             self.sampler.set_epoch(epoch)
+            self.torch_sampler.set_epoch(epoch)
+        self.torch_orders.append(indices_digest(np.fromiter(self.torch_sampler, np.int64)))
         return self.loader
+
+    def sampler_evidence(self):
+        if not self.backend.distributed_sampler:
+            return {}
+        return {"distributed_sampler_digests": self.torch_orders}
 
     def set_learning_rate(self, value):
         for group in self.optimizer.param_groups:

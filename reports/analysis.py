@@ -77,6 +77,7 @@ def cell_table(frame):
                       memory_per_device=mean_per_device(ok["memory_per_device"]),
                       epoch_means=epoch_means(ok["epoch_list"]),
                       global_digests=sorted({d for d in ok["global_digests"] if d}),
+                      sampler_digests=sorted({d for d in ok["sampler_digests"] if d}),
                       shard_overlap=int(ok["shard_overlap"].max()) if len(ok) else 0,
                       replicas_agree=bool(ok["replicas_agree"].all()),
                       batchnorm=first.get("batchnorm"),
@@ -115,7 +116,7 @@ CELL_COLUMNS = [
     "collective_library", "cores", "devices_per_node", "training", "set_epoch",
     "lr_scaling", "warmup_epochs", "batch_sweep", "traffic", "epoch2_input_seconds", "n", "runs",
     "contended_runs", "statuses", "steps_per_epoch", "epoch2_samples", "memory_per_device",
-    "epoch_means", "global_digests", "shard_overlap", "replicas_agree", "batchnorm",
+    "epoch_means", "global_digests", "sampler_digests", "shard_overlap", "replicas_agree", "batchnorm",
     "batchnorm_difference", "test_accuracy_values", "inject", "attributions",
     *[f"epoch{e}_{field}" for e in (1, 2) for field in (
         "seconds_values", "seconds", "seconds_ci", "rate", "rate_low", "rate_high")],
@@ -181,7 +182,7 @@ def scaling(cells):
     if ok.empty:
         return pd.DataFrame(columns=[*CONFIG, "speedup", "efficiency", "scaling", "suspect"])
     ones = ok[ok["devices"] == 1][[*family, "n", "epoch2_rate", "epoch2_seconds_values",
-                                   "epoch2_samples"]]
+                                   "epoch2_samples", "cell_key"]]
     out = ok.merge(ones, on=family, suffixes=("", "_ref"))
     out["speedup_ratio"] = [ratio_of_means(t1, tn).scaled(sn / s1) for t1, tn, sn, s1 in zip(
         out["epoch2_seconds_values_ref"], out["epoch2_seconds_values"], out["epoch2_samples"],
@@ -333,6 +334,9 @@ def against_limits(cells, attributed, probes):
     out = pd.DataFrame(records, columns=LIMIT_COLUMNS)
     out["bandwidth_share"] = out["achieved_busbw"] / out["probe_busbw"]
     out["bandwidth_suspect"] = out["bandwidth_share"] > 1
+    # above the peak: the peak is the wrong one (another precision, another device) or the rate
+    # is disturbed; never a result
+    out["mfu_suspect"] = out["mfu"] > 1
     return out
 
 
@@ -352,7 +356,7 @@ def wrapper_cost(cells):
     ones["reference"] = ones["framework"].map(single_device_reference)
     family = [c for c in SETUP if c != "backend"] + ["batch_mode", "batch"]
     references = ones[ones["backend"] == ones["reference"]][
-        [*family, "backend", "epoch2_seconds_values", "epoch2_rate"]].rename(
+        [*family, "backend", "epoch2_seconds_values", "epoch2_rate", "cell_key"]].rename(
         columns={"backend": "reference"})
     out = ones[ones["backend"] != ones["reference"]].merge(references, on=[*family, "reference"],
                                                            suffixes=("", "_ref"))

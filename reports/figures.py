@@ -128,9 +128,10 @@ def by_series(cells):
         yield series, style, rows
 
 
-def error_bars(rows, y):
-    """The 95% interval of `y` as matplotlib's (below, above) error bars, or None: from a rate's
-    bounds, a ratio's interval (speedup, efficiency) or a mean's half-width."""
+def interval_bars(rows, y) -> np.ndarray | None:
+    """The 95% interval of `y` as (below, above) distances per row, infinite where unbounded,
+    NaN where there is none: from a rate's bounds, a ratio's interval (speedup, efficiency) or
+    a mean's half-width."""
     if f"{y}_low" in rows:
         below, above = rows[y] - rows[f"{y}_low"], rows[f"{y}_high"] - rows[y]
     elif f"{y}_ratio" in rows:
@@ -140,9 +141,30 @@ def error_bars(rows, y):
         below = above = rows[f"{y}_ci"]
     else:
         return None
-    bars = np.array([below, above], dtype=float)
-    bars[~np.isfinite(bars)] = np.nan
+    return np.array([below, above], dtype=float)
+
+
+def error_bars(rows, y):
+    """matplotlib's error bars of `y`'s 95% interval (None if no row has a bounded one); an
+    unbounded one is drawn by `mark_unbounded`, never left out as if there were no doubt."""
+    bars = interval_bars(rows, y)
+    if bars is None:
+        return None
+    bars = np.where(np.isfinite(bars), bars, np.nan)
     return None if np.isnan(bars).all() else bars
+
+
+def mark_unbounded(ax, xs, rows, y, color):
+    """A dotted line through the whole plot at each point whose interval is unbounded, and the
+    word: the data allow any value there."""
+    bars = interval_bars(rows, y)
+    if bars is None:
+        return
+    for x, value, unbounded in zip(xs, rows[y], np.isinf(bars).any(axis=0)):
+        if unbounded:
+            ax.axvline(x, linestyle=":", color=color, alpha=0.7)
+            ax.annotate("95% CI unbounded", (x, value), textcoords="offset points",
+                        xytext=(3, 6), fontsize=7, color=color)
 
 
 def lines(ax, cells, x, y, xlabel, ylabel):
@@ -151,6 +173,7 @@ def lines(ax, cells, x, y, xlabel, ylabel):
         rows = rows.sort_values(x)
         ax.errorbar(rows[x], rows[y], yerr=error_bars(rows, y), capsize=3, label=plain(series),
                     **style)
+        mark_unbounded(ax, rows[x], rows, y, style["color"])
     values = sorted(cells[x].dropna().unique())
     ax.set_xticks(values, [plain(v) for v in values])
     ax.set_xlabel(xlabel)
@@ -235,6 +258,7 @@ def epoch1_vs_epoch2(cells):
                    color=style["color"], alpha=0.45 if epoch == 1 else 1.0,
                    hatch="//" if epoch == 1 else None, edgecolor=style["color"],
                    label=plain(f"{name}, epoch {epoch}"))
+            mark_unbounded(ax, positions, rows, f"epoch{epoch}_rate", style["color"])
     ax.set_xticks(range(len(devices)), devices)
     ax.set_xlabel(DEVICES)
     ax.set_ylabel("rate (samples/s)")

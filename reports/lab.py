@@ -114,23 +114,26 @@ def question_4(cells):
 
 
 def question_5(cells):
-    """Per cell on N > 1 devices: how many different sample orders its epochs had (PyTorch's
-    with set_epoch and without)."""
+    """Per pt-ddp and hvd-torch cell on N > 1 devices, with set_epoch and without: how many
+    different orders torch's own DistributedSampler dealt over the epochs (given the same
+    set_epoch calls), beside how many the cell trained (the global batches' digests)."""
     ok = analysis.measured(cells)
-    ok = ok[(ok["devices"] > 1) & ok["set_epoch"].notna() & ok["global_digests"].map(bool)]
+    ok = ok[(ok["devices"] > 1) & ok["sampler_digests"].map(bool)
+            & ok["global_digests"].map(bool)]
 
-    def orders(cell):
-        distinct = len(set(cell["global_digests"][0]))
-        return f"{distinct} of {len(cell['global_digests'][0])}"
+    def distinct(digests):
+        return f"{len(set(digests[0]))} of {len(digests[0])}"
     return table(ok.sort_values(["series", "devices", "batch", "training"]), [
         ("backend", lambda c: c["series"]), ("devices", lambda c: c["devices"]),
         ("batch", lambda c: f"{analysis.batch_kind(c['batch_mode'])} {c['batch']}"),
         ("training", lambda c: c["training"]),
         ("set_epoch each epoch", lambda c: "yes" if c["set_epoch"] else "no"),
-        ("different sample orders over the epochs", orders),
-        ("what it means", lambda c: "each epoch shuffles anew" if len(set(c["global_digests"][0]))
-         > 1 else "every epoch trains the same order: the sampler seeds its shuffle with the "
-                  "epoch, which stays 0")])
+        ("orders torch's DistributedSampler dealt (epochs)", lambda c: distinct(
+            c["sampler_digests"])),
+        ("orders trained", lambda c: distinct(c["global_digests"])),
+        ("what it means", lambda c: "each epoch shuffles anew" if len(set(c["sampler_digests"][0]))
+         > 1 else "every epoch deals the same order: the sampler seeds its shuffle with the "
+                  "epoch, which stays 0 without set_epoch")])
 
 
 def question_6(cells):
@@ -173,7 +176,8 @@ def lab_tables(cells, scaling, attributed, limits):
         "lab_q4": ("Question 4: the last epoch's training loss and accuracy, with and without "
                    "the remedies", question_4(cells), "no usable cells"),
         "lab_q5": ("Question 5: sample orders with and without set_epoch", question_5(cells),
-                   "it needs PyTorch cells on N > 1 devices (--no-set-epoch for the contrast)"),
+                   "it needs pt-ddp or hvd-torch cells on N > 1 devices (--no-set-epoch for the "
+                   "contrast)"),
         "lab_q6": ("Question 6: what crosses the wire in one step", question_6(cells),
                    "it needs cells on N > 1 devices"),
         "lab_case": ("Case study: test accuracy on N devices against 1", case_study(cells),

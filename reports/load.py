@@ -93,6 +93,8 @@ def rows_frame(rows, include_contended=False):
     evidence = [row.get("evidence") or {} for row in rows]
     frame["global_digests"] = [tuple(e.get("global_batches_digests") or ()) or None
                                for e in evidence]
+    frame["sampler_digests"] = [tuple(e.get("distributed_sampler_digests") or ()) or None
+                                for e in evidence]
     frame["shard_overlap"] = [max(e.get("shard_overlap") or [0]) for e in evidence]
     frame["replicas_agree"] = [len(set(e.get("replica_weight_digests") or [])) <= 1
                                for e in evidence]

@@ -1,6 +1,7 @@
 """The statistics of the report, in one place, on scipy: the mean of repeats with its 95%
-interval, the ratio of two means with Fieller's 95% interval, and how many repeats would settle a
-comparison the data cannot yet decide.
+interval, the ratio of two means with Fieller's 95% interval and its p-value, the
+Benjamini-Hochberg control of false discoveries over many verdicts, and how many repeats would
+settle (with 80% power) a comparison the data cannot yet decide.
 
 A rate is samples / mean epoch time, so every ratio of rates (a speedup, "A is faster than B") is
 a ratio of mean epoch times, and its interval comes from the epoch times of the repeats.
@@ -17,6 +18,7 @@ CI_METHOD = ("95% CI of a mean = mean ± t·s/√n over the n repeats (Student's
              "ratio of means (rates, speedups) = Fieller's interval with Welch's degrees of "
              "freedom; no interval for n = 1")
 MAX_REPEATS = 50
+POWER = 0.8  # the chance "repeats that would settle it" gives of settling it
 
 
 def finite(values) -> np.ndarray:
@@ -95,18 +97,55 @@ def welch_df(va: float, vb: float, na: int, nb: int) -> float:
     return (va + vb) ** 2 / denominator if denominator > 0 else float(na + nb - 2)
 
 
-def repeats_to_settle(a, b, threshold: float = 1.0) -> int | None:
-    """Repeats per side at which, if the means and spreads stay as observed, the interval of
-    mean(a)/mean(b) would no longer contain `threshold`; None if even MAX_REPEATS would not (or
-    there is no spread yet to extrapolate from)."""
+def repeats_to_settle(a, b, threshold: float = 1.0, power: float = POWER) -> int | None:
+    """Repeats per side at which, if the true means and spreads are those observed, the
+    interval of mean(a)/mean(b) would exclude `threshold` with probability `power` (80%): the n
+    where the distance to the threshold is (t + z_power) standard errors of the ratio (delta
+    method, Welch's degrees of freedom). Where the interval would just stop containing the
+    threshold, a repeat of the grid settles it only half the time. None if even MAX_REPEATS
+    would not do (or there is no spread yet to extrapolate from)."""
     a, b = finite(a), finite(b)
-    if len(a) < 2 or len(b) < 2:
+    if len(a) < 2 or len(b) < 2 or b.mean() == 0:
         return None
+    ma, mb, sa2, sb2 = a.mean(), b.mean(), a.var(ddof=1), b.var(ddof=1)
+    r = ma / mb
     for n in range(max(len(a), len(b)) + 1, MAX_REPEATS + 1):
-        low, high = fieller(a.mean(), b.mean(), a.var(ddof=1), b.var(ddof=1), n, n)
-        if not low <= threshold <= high:
+        va, vb = sa2 / n, r * r * sb2 / n
+        error = math.sqrt(va + vb) / abs(mb)
+        if error == 0:
+            return n if r != threshold else None
+        t = stats.t.ppf(0.5 + LEVEL / 2, welch_df(va, vb, n, n))
+        if abs(r - threshold) >= (t + stats.norm.ppf(power)) * error:
             return n
     return None
+
+
+def ratio_p_value(a, b, threshold: float = 1.0) -> float:
+    """Two-sided p-value of "mean(a)/mean(b) = threshold" (the pivot Fieller's interval
+    inverts: mean(a) - threshold x mean(b) over its Welch standard error); NaN without two
+    repeats a side; 0 or 1 when neither side varies."""
+    a, b = finite(a), finite(b)
+    if len(a) < 2 or len(b) < 2:
+        return math.nan
+    va, vb = a.var(ddof=1) / len(a), threshold ** 2 * b.var(ddof=1) / len(b)
+    gap = a.mean() - threshold * b.mean()
+    if va + vb == 0:
+        return 0.0 if gap else 1.0
+    t = gap / math.sqrt(va + vb)
+    return float(2 * stats.t.sf(abs(t), welch_df(va, vb, len(a), len(b))))
+
+
+def false_discoveries_controlled(p_values) -> np.ndarray:
+    """Which of the comparisons may be stated with the false-discovery rate held at 1 - LEVEL
+    over all of them (Benjamini-Hochberg, scipy.stats.false_discovery_control); NaN p-values
+    (no interval) are never stated and do not count."""
+    p_values = np.asarray(p_values, dtype=float)
+    known = ~np.isnan(p_values)
+    stated = np.zeros(len(p_values), dtype=bool)
+    if known.any():
+        adjusted = stats.false_discovery_control(p_values[known], method="bh")
+        stated[known] = adjusted <= 1 - LEVEL
+    return stated
 
 
 def difference_of_means(a, b) -> tuple[float, float, float]:

@@ -114,7 +114,8 @@ def cells_csv(cells, limits, attributed):
                         "moving_seconds"]].rename(columns={f"{part}_step": f"{part}_seconds_per_step"
                                                            for part in PARTS})
     return (frame.merge(parts, on=["env", "cell_key"], how="left")
-            .merge(limits[["env", "cell_key", "mfu", "mfu_low", "mfu_high", "achieved_busbw",
+            .merge(limits[["env", "cell_key", "mfu", "mfu_low", "mfu_high", "mfu_suspect",
+                           "achieved_busbw",
                            "bandwidth_suspect", "probe_busbw"]], on=["env", "cell_key"],
                    how="left"))
 
@@ -191,9 +192,11 @@ def limits_table(limits):
         *WHO, ("batch", batch_text), ("devices", column("devices")),
         ("rate (samples/s)", column("epoch2_rate", num)),
         ("peak (from xbench probe)", lambda c: c["peak_basis"] or "— (no probe of it)"),
-        ("MFU, 95% CI of the rate", lambda c: percent(c["mfu"]) + (
-            f" [{percent(c['mfu_low'])}, {percent(c['mfu_high'])}]"
-            if math.isfinite(c["mfu_low"]) and math.isfinite(c["mfu_high"]) else "")),
+        ("MFU, 95% CI of the rate", lambda c: (
+            f"SUSPECT: {percent(c['mfu'])} is above the peak, not a result" if c["mfu_suspect"]
+            else percent(c["mfu"]) + (f" [{percent(c['mfu_low'])}, {percent(c['mfu_high'])}]"
+                                      if math.isfinite(c["mfu_low"])
+                                      and math.isfinite(c["mfu_high"]) else ""))),
         ("library", lambda c: c["library"] if isinstance(c["library"], str) else "—"),
         ("achieved busbw (GB/s), from counted communication",
          lambda c: f"SUSPECT: {gigabytes(c['achieved_busbw'])} is above the probe's, not a "

@@ -1,13 +1,23 @@
 """The verdicts at the top of the report: for each model, data and batch, which backend is fastest
 at each device count and whether adding devices pays off, each stated only where its 95% interval
-says so, otherwise "inconclusive" with the repeats that would settle it; whether more devices
-changed accuracy; and warnings for what the verdicts leave out.
+says so and the false-discovery rate over all the report's comparisons stays at 5%
+(Benjamini-Hochberg), otherwise "inconclusive" with the repeats that would settle it (with 80%
+power); whether more devices changed accuracy; and warnings for what the verdicts leave out.
 """
 import math
+from dataclasses import dataclass
+
+import numpy as np
 
 from xbench.common.attribution import COMPUTE
 from xbench.reports import analysis
-from xbench.reports.stats import ratio_of_means, repeats_to_settle
+from xbench.reports.stats import (
+    false_discoveries_controlled,
+    finite,
+    ratio_of_means,
+    ratio_p_value,
+    repeats_to_settle,
+)
 
 MIN_REPEATS = 3
 
@@ -21,9 +31,77 @@ def family_title(cells):
 
 
 def interval_text(ratio, unit="×"):
+    """'1.23× [1.10, 1.37]'; an unbounded interval says so ('[−∞, ∞], unbounded')."""
     if not ratio.has_interval:
         return f"{ratio.value:.2f}{unit}"
-    return f"{ratio.value:.2f}{unit} [{ratio.low:.2f}, {ratio.high:.2f}]"
+    low, high = (f"{v:.2f}" if math.isfinite(v) else ("−∞" if v < 0 else "∞")
+                 for v in (ratio.low, ratio.high))
+    bounded = math.isfinite(ratio.low) and math.isfinite(ratio.high)
+    return f"{ratio.value:.2f}{unit} [{low}, {high}]" + ("" if bounded else ", unbounded")
+
+
+class Judge:
+    """Whether a comparison may be stated. A ratio is stated where its 95% interval is beyond
+    its threshold and, over all the report's comparisons, Benjamini-Hochberg holds the
+    false-discovery rate at 5%. The verdicts are written twice: the first pass (no `stated`)
+    collects every comparison's p-value in order, the second decides with what the control
+    allows (`stated`, in the same order)."""
+
+    def __init__(self, stated: np.ndarray | None = None):
+        self.stated, self.p_values, self.open = stated, [], []
+
+    def decide(self, ratio, a_seconds, b_seconds, keys: tuple[str, str] = ("", "")) -> str | None:
+        """'above' or 'below' the threshold, 'held' (the interval excludes it, the control
+        does not allow it), or None. `ratio` is mean(a)/mean(b), maybe scaled (per sample):
+        its threshold of 1 is 1/scale for the epoch times' ratio. A comparison not stated is
+        kept in `open` with the cells (`keys`) whose repeats would settle it."""
+        a, b = finite(a_seconds), finite(b_seconds)
+        raw = a.mean() / b.mean() if len(a) and len(b) and b.mean() else math.nan
+        threshold = raw / ratio.value if ratio.value else math.nan
+        threshold = threshold if math.isfinite(threshold) and threshold > 0 else 1.0
+        index = len(self.p_values)
+        self.p_values.append(ratio_p_value(a, b, threshold))
+        side = "above" if ratio.above(1) else "below" if ratio.below(1) else None
+        if side and self.stated is not None and not self.stated[index]:
+            side = "held"
+        if side in (None, "held"):
+            self.open.append(Open(keys, self.p_values[-1], side == "held",
+                                  repeats_to_settle(a, b, threshold) if side is None else None,
+                                  min(len(a), len(b))))
+        return side
+
+    def note(self) -> list[str]:
+        """A line on the control, where there was anything to control."""
+        counted = int(np.sum(~np.isnan(np.asarray(self.p_values, dtype=float))))
+        if not counted:
+            return []
+        held = int(np.sum(~self.stated)) if self.stated is not None else 0
+        return [f"({counted} comparisons with an interval; a verdict is stated where its 95% "
+                f"interval excludes no change and the false-discovery rate over all of them is "
+                f"held at 5% (Benjamini-Hochberg)" + (f"; {held} held back" if held else "")
+                + ")"]
+
+
+@dataclass
+class Open:
+    """A comparison the verdicts could not state: its two cells, its p-value (NaN without two
+    runs a side), whether only the false-discovery control held it back, the repeats a side
+    that would settle it with 80% power (None: not known, or more than MAX_REPEATS) and the
+    repeats it has."""
+    keys: tuple[str, str]
+    p_value: float
+    held: bool
+    needed: int | None
+    repeats: int
+
+    @property
+    def settleable(self) -> bool:
+        """Whether more repeats can be expected to settle it."""
+        return self.held or self.repeats < 2 or self.needed is not None
+
+
+HELD = ("not stated: its interval excludes no change, but not with the false-discovery rate over "
+        "all the report's comparisons held at 5%")
 
 
 def undecided(a_seconds, b_seconds, threshold=1.0):
@@ -36,7 +114,7 @@ def undecided(a_seconds, b_seconds, threshold=1.0):
                                 "settle it"))
 
 
-def fastest(cells, devices):
+def fastest(cells, devices, judge):
     """A line on the fastest backend at `devices`, against the runner-up."""
     here = cells[cells["devices"] == devices].sort_values("epoch2_rate", ascending=False)
     if here.empty:
@@ -49,13 +127,15 @@ def fastest(cells, devices):
     ratio = ratio_of_means(second["epoch2_seconds_values"], best["epoch2_seconds_values"])
     versus = (f"{best['series']} {best['epoch2_rate']:,.0f} samples/s vs {second['series']} "
               f"{second['epoch2_rate']:,.0f}: {interval_text(ratio)}")
-    if ratio.above(1):
+    decision = judge.decide(ratio, second["epoch2_seconds_values"], best["epoch2_seconds_values"],
+                            (second["cell_key"], best["cell_key"]))
+    if decision == "above":
         return head + f"{best['series']} is fastest ({versus})"
-    return head + f"{versus}; " + undecided(second["epoch2_seconds_values"],
-                                            best["epoch2_seconds_values"])
+    return head + f"{versus}; " + (HELD if decision == "held" else undecided(
+        second["epoch2_seconds_values"], best["epoch2_seconds_values"]))
 
 
-def pays_off(scaled, attributed, limits):
+def pays_off(scaled, attributed, limits, judge):
     """A line per backend and device count on its speedup over its own 1-device run, and where
     it is below 1, why (from the N-device cell's step attribution)."""
     lines = []
@@ -67,13 +147,11 @@ def pays_off(scaled, attributed, limits):
                  f"machine was disturbed)" if row["suspect"] else f"{efficiency.value:.0%}")
         if row["suspect"]:
             lines.append(f"{head}: not taken as a result")
-        elif ratio.above(1):
-            lines.append(f"{head}: pays off")
-        elif ratio.below(1):
-            lines.append(f"{head}: does not pay off (slower than 1 device)")
         else:
-            lines.append(f"{head}; " + undecided(row["epoch2_seconds_values_ref"],
-                                                 row["epoch2_seconds_values"]))
+            lines.append(decided(head, ratio, "pays off",
+                                 "does not pay off (slower than 1 device)",
+                                 row["epoch2_seconds_values_ref"], row["epoch2_seconds_values"],
+                                 judge, (row["cell_key_ref"], row["cell_key"])))
         reason = why(row, attributed, limits) if ratio.value < 1 else None
         if reason:
             lines.append(f"  why: {reason}")
@@ -119,7 +197,7 @@ def why(cell, attributed, limits):
     return text
 
 
-def more_devices(cells, attributed, limits):
+def more_devices(cells, attributed, limits, judge):
     """The decision itself: the fastest N-device cell against the fastest 1-device cell,
     whatever their backends (and why, where the N devices are slower)."""
     ones = cells[cells["devices"] == 1]
@@ -136,24 +214,26 @@ def more_devices(cells, attributed, limits):
                 f"best ({one['series']}): {interval_text(ratio)}")
         lines.append(decided(head, ratio, f"{devices} devices pay off here",
                              f"{devices} devices do not pay off here (slower than 1)",
-                             one["epoch2_seconds_values"], best["epoch2_seconds_values"]))
+                             one["epoch2_seconds_values"], best["epoch2_seconds_values"],
+                             judge, (one["cell_key"], best["cell_key"])))
         reason = why(best, attributed, limits) if ratio.value < 1 else None
         if reason:
             lines.append(f"  why ({best['series']}): {reason}")
     return lines
 
 
-def decided(head, ratio, above, below, reference_seconds, seconds):
-    """'head: above' or 'head: below' where the ratio's interval excludes 1, else 'head;' and how
-    many repeats would settle it."""
-    if ratio.above(1):
+def decided(head, ratio, above, below, reference_seconds, seconds, judge, keys):
+    """'head: above' or 'head: below' where the judge states the ratio, else 'head;' and why
+    not (held back by the false-discovery control, or how many repeats would settle it)."""
+    decision = judge.decide(ratio, reference_seconds, seconds, keys)
+    if decision == "above":
         return f"{head}: {above}"
-    if ratio.below(1):
+    if decision == "below":
         return f"{head}: {below}"
-    return f"{head}; " + undecided(reference_seconds, seconds)
+    return f"{head}; " + (HELD if decision == "held" else undecided(reference_seconds, seconds))
 
 
-def wrapper_lines(wrapper):
+def wrapper_lines(wrapper, judge):
     lines = []
     for _, row in wrapper.iterrows():
         ratio = row["ratio"]
@@ -161,7 +241,8 @@ def wrapper_lines(wrapper):
                 f"{row['reference']} (no parallel wrapper)")
         lines.append(decided(head, ratio, "faster than no wrapper",
                              "its machinery costs time at 1 device",
-                             row["epoch2_seconds_values_ref"], row["epoch2_seconds_values"]))
+                             row["epoch2_seconds_values_ref"], row["epoch2_seconds_values"],
+                             judge, (row["cell_key_ref"], row["cell_key"])))
     return lines
 
 
@@ -193,9 +274,26 @@ def accuracy_lines(changes):
 
 def verdicts(cells, frame, include_contended=False, attributed=None, limits=None):
     """The verdict lines: per family a heading and indented findings, then warnings. Cells with
-    an injected fault are left out (they show where a fault lands, not what to choose)."""
+    an injected fault are left out (they show where a fault lands, not what to choose). Written
+    twice (Judge): the second time with the false-discovery control over every comparison."""
+    lines, judge = judged(cells, attributed, limits)
+    if not lines:
+        lines.append("No verdict: no cell has a usable run.")
+    return lines + judge.note() + warnings(cells, frame, include_contended)
+
+
+def judged(cells, attributed=None, limits=None):
+    """The verdicts' lines of every family and the Judge that decided them: a first pass
+    collects every comparison's p-value, the second states what the control allows."""
     attributed = analysis.attribution(cells) if attributed is None else attributed
     limits = analysis.against_limits(cells, attributed, {}) if limits is None else limits
+    collected = Judge()
+    family_lines(cells, attributed, limits, collected)
+    judge = Judge(false_discoveries_controlled(collected.p_values))
+    return family_lines(cells, attributed, limits, judge), judge
+
+
+def family_lines(cells, attributed, limits, judge):
     scaled, changes = analysis.scaling(cells), analysis.accuracy_change(cells)
     wrapper = analysis.wrapper_cost(cells)
     lines = []
@@ -203,15 +301,14 @@ def verdicts(cells, frame, include_contended=False, attributed=None, limits=None
         lines.append(f"{family_title(family)}:")
         keys = set(family["cell_key"])
         for devices in sorted(family["devices"].unique()):
-            lines.append("  fastest on " + fastest(family, devices))
-        lines += ["  " + line for line in more_devices(family, attributed, limits)]
+            lines.append("  fastest on " + fastest(family, devices, judge))
+        lines += ["  " + line for line in more_devices(family, attributed, limits, judge)]
         lines += ["  " + line for line in pays_off(scaled[scaled["cell_key"].isin(keys)],
-                                                   attributed, limits)]
-        lines += ["  " + line for line in wrapper_lines(wrapper[wrapper["cell_key"].isin(keys)])]
+                                                   attributed, limits, judge)]
+        lines += ["  " + line for line in wrapper_lines(wrapper[wrapper["cell_key"].isin(keys)],
+                                                        judge)]
         lines += ["  " + line for line in accuracy_lines(changes[changes["cell_key"].isin(keys)])]
-    if not lines:
-        lines.append("No verdict: no cell has a usable run.")
-    return lines + warnings(cells, frame, include_contended)
+    return lines
 
 
 def warnings(cells, frame, include_contended):

@@ -207,16 +207,20 @@ def test_an_input_delay_lands_in_the_input_wait(injected, backend, devices):
     delayed = last_epoch(injected[(backend, devices, f"input-delay={DELAY_MS}")])
     expected = DELAY_MS * MS * delayed[0]["steps"]
     for before, after in zip(plain, delayed):
+        # every step slept at least the delay inside its input window: whatever else runs here
+        assert after["parts"]["input"]["p10"] >= 0.98 * DELAY_MS * MS, (backend, after)
         added = after["parts"]["input"]["seconds"] - before["parts"]["input"]["seconds"]
-        assert added == pytest.approx(expected, rel=0.1, abs=2 * MS), (backend, added, expected)
+        # in the input part, not elsewhere (how close, on a quiet machine: benchmarks and notes)
+        assert 0.8 * expected <= added <= 2 * expected, (backend, added, expected)
 
 
 @pytest.mark.parametrize("backend", MULTI)
 def test_a_slow_rank_lands_in_the_others_waiting(injected, backend):
     row = injected[(backend, 2, f"slow-rank=1:{SLOW_MS}")]
     fast, slow = last_epoch(row)
-    assert fast["parts"]["waiting"]["median"] == pytest.approx(SLOW_MS * MS, rel=0.1)
-    assert slow["parts"]["waiting"]["median"] < 0.1 * SLOW_MS * MS  # nobody to wait for
+    # the fast rank waits for the slow one's sleep, give or take the ranks' compute difference
+    assert 0.5 * SLOW_MS * MS <= fast["parts"]["waiting"]["median"] <= 2 * SLOW_MS * MS
+    assert slow["parts"]["waiting"]["median"] < 0.5 * SLOW_MS * MS  # nobody to wait for
     assert row["attribution"]["epochs"][-1]["slowest_rank"] == 1
 
 
@@ -231,12 +235,14 @@ def test_a_slow_rank_needs_a_rank_of_its_own(injected):
 def test_a_capped_link_lands_in_the_counted_communication(injected, backend):
     """On one machine every rank's traffic crosses the one capped loopback: what a ring moves
     in a step, 2(N-1) x the gradient bytes, over the link's rate is how long the collectives
-    must move data; the rank that saw most of it counted that, within 20%."""
+    must move data; the rank that saw most of it counted about that (0.93-1.06 of it on a quiet
+    machine, in the note of the issue; here within what a busy machine allows)."""
     row = injected[(backend, 2, f"link={LINK}")]
     traffic = sum(item["bytes"] for item in row["backend_details"]["traffic"])
     predicted = traffic / faults.parse(f"link={LINK}").link_bytes_per_second
     counted = max(rank["collective"]["moving_median"] for rank in last_epoch(row))
-    assert counted == pytest.approx(predicted, rel=0.2), (counted, predicted)
+    # a token bucket lets a burst through, then no faster than its rate; a busy machine slower
+    assert 0.7 * predicted <= counted <= 2.5 * predicted, (counted, predicted)
     plain = max(rank["collective"]["moving_median"]
                 for rank in last_epoch(injected[(backend, 2, "none")]))
     assert counted > 3 * plain  # the cap, not the machine, set it

@@ -1,6 +1,7 @@
 """`xbench report`: known numbers from hand-made rows, damaged inputs, escaping, a real run, and
 the page rendered in headless Chromium (checked through the DevTools protocol)."""
 import fcntl
+import itertools
 import json
 import math
 import os
@@ -22,6 +23,7 @@ from xbench.common.attribution import summarize as summarize_steps
 from xbench.common.cell import Cell
 from xbench.common.errors import UserError
 from xbench.common.models import gradient_bytes, parameter_count
+from xbench.common.results import read_rows
 from xbench.reports import analysis
 from xbench.reports.build import build_report, parse_formats
 from xbench.reports.load import load
@@ -94,8 +96,11 @@ def make_row(backend="pt-ddp", devices=1, batch=128, mode="global", rates=(80.0,
         attribution=hand_attribution(
             [SAMPLES / r for r in rates], SAMPLES // (batch if mode == "global" else batch * devices),
             devices, (0.2 if devices > 1 else 0.0) if comm is None else comm))
-    return schema.make_row(cell, "hand-run", schema.now(), status, error, framework, measurement,
-                           env, None, 1.0, 1)
+    return schema.make_row(cell, f"hand-run-{next(RUNS)}", schema.now(), status, error, framework,
+                           measurement, env, None, 1.0, 1)
+
+
+RUNS = itertools.count()  # each hand-made row is its own run, as each grid's rows are
 
 
 def harmonic(*rates):
@@ -511,7 +516,8 @@ def test_report_of_a_real_run_of_single_runs_draws_no_verdict(tmp_path):
     grid = xbench("grid", "--preset", "smoke", "--backend", "pt-single,pt-dp", "--devices", "1,2",
                   "--max-train-samples", "512", "--data-dir", MNIST, "--results", results)
     assert grid.returncode == 0, grid.stdout + grid.stderr
-    done = xbench("report", results, "--out", tmp_path / "out", "--format", "html,csv")
+    done = xbench("report", results, "--out", tmp_path / "out", "--format", "html,csv",
+                  "--include-contended")  # a busy machine must not leave a side out
     assert done.returncode == 0, done.stderr
     # pt-single and pt-dp on 1 device; pt-dp on 2 cannot run on a CPU
     assert "3 rows (2 ok, 1 not ok)" in done.stdout
@@ -548,9 +554,98 @@ def test_report_of_three_repeats_states_only_what_its_intervals_support(tmp_path
     for line in verdicts:
         low, high = (float(v.replace("−∞", "-inf").replace("∞", "inf"))
                      for v in INTERVAL.search(line).groups()[1:])
-        if low > 1 or high < 1:
+        if low > 1 or high < 1:  # stated, or held back by the false-discovery control
             assert "inconclusive" not in line, line
-            assert any(word in line for word in (" is fastest", "costs time", "faster than")), line
+            assert any(word in line for word in (" is fastest", "costs time", "faster than",
+                                                 "not stated: its interval excludes")), line
         else:
             assert "inconclusive: " in line and ("repeats each would settle it" in line
                                                  or "within the noise" in line), line
+
+
+def test_an_unbounded_interval_is_drawn_and_printed_as_unbounded():
+    """Fieller's interval is unbounded where the denominator's runs do not bound it: the figure
+    draws a dotted line through the plot and says so, the text prints ∞ (a missing error bar
+    would look like certainty)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from xbench.reports.figures import lines
+    from xbench.reports.stats import Ratio
+    from xbench.reports.verdicts import interval_text
+    unbounded, bounded = Ratio(1.2, -math.inf, math.inf, (3, 3)), Ratio(1.9, 1.7, 2.1, (3, 3))
+    cells = pd.DataFrame({"series": ["pt-ddp"] * 2, "backend": ["pt-ddp"] * 2, "env": ["A"] * 2,
+                          "dataset": ["mnist"] * 2, "devices": [2, 4], "speedup": [1.2, 1.9],
+                          "speedup_ratio": [unbounded, bounded]})
+    figure, ax = plt.subplots()
+    lines(ax, cells, "devices", "speedup", "devices", "speedup")
+    dotted = [line for line in ax.lines if line.get_linestyle() == ":"]
+    assert len(dotted) == 1 and list(dotted[0].get_xdata()) == [2, 2]
+    assert [text.get_text() for text in ax.texts] == ["95% CI unbounded"]
+    plt.close(figure)
+    assert interval_text(unbounded) == "1.20× [−∞, ∞], unbounded"
+    assert interval_text(bounded) == "1.90× [1.70, 2.10]"
+
+
+def test_a_verdict_the_false_discovery_control_does_not_allow_is_held_back():
+    """Alone, 1.10× [1.05, 1.15] (p = 0.003) would be stated; among 20 comparisons where
+    the rest show nothing, Benjamini-Hochberg holds it back (it needs p <= 0.0025); 1.20×
+    (p = 0.00002) is stated either way."""
+    from xbench.reports.stats import false_discoveries_controlled, ratio_of_means
+    from xbench.reports.verdicts import Judge
+    weak, strong = ([1.10, 1.13, 1.14], [1.0, 1.02, 1.04]), ([1.2, 1.21, 1.22], [1.0, 1.01, 1.02])
+    nothing = ([1.0, 1.05, 0.95], [1.0, 1.04, 0.96])
+    for pairs, expected in (([weak, nothing], "above"), ([weak] + [nothing] * 19, "held"),
+                            ([strong] + [nothing] * 19, "above")):
+        collected = Judge()
+        for pair in pairs:
+            collected.decide(ratio_of_means(*pair), *pair)
+        judge = Judge(false_discoveries_controlled(collected.p_values))
+        decided = [judge.decide(ratio_of_means(*pair), *pair) for pair in pairs]
+        assert decided[0] == expected and set(decided[1:]) == {None}
+        assert "Benjamini-Hochberg" in judge.note()[0]
+
+
+def test_until_conclusive_adds_repeats_until_settled_or_says_why_not(tmp_path):
+    """pt-ddp on 1 and 2 devices, 2 repeats, then repeats until the comparison is settled or
+    the budget is spent: every run it added is one more repeat of a cell of an open comparison,
+    and it ends saying which."""
+    results = tmp_path / "r.jsonl"
+    done = xbench("grid", "--preset", "smoke", "--backend", "pt-ddp", "--devices", "1,2",
+                  "--repeat", "2", "--max-train-samples", "512", "--data-dir", MNIST,
+                  "--results", results, "--until-conclusive", "--budget", "2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = read_rows(results)[0]
+    added = len(rows) - 4
+    said = done.stdout + done.stderr
+    assert f"until conclusive: {added} run(s) added; " in said
+    repeats = sorted((r["cell_key"], r["repeat"]) for r in rows)
+    for key in {r["cell_key"] for r in rows}:  # repeats numbered on, none twice
+        mine = [repeat for k, repeat in repeats if k == key]
+        assert mine == list(range(len(mine)))
+    assert ("every comparison of the grid's cells is settled" in said
+            or " still open: " in said)
+    if "is settled" in said:
+        report = xbench("report", results, "--out", tmp_path / "out", "--format", "md")
+        line = next(l for l in report.stdout.splitlines() if "pt-ddp on 2 devices: speedup" in l)
+        assert "pays off" in line or "does not pay off" in line, line
+
+
+def test_an_mfu_above_the_peak_is_suspect_not_a_result(tmp_path):
+    """MFU over 100% means the peak is the wrong one (another precision, another device) or the
+    rate was disturbed: marked SUSPECT and not shown as a result."""
+    from xbench.reports.tables import limits_table
+    results = write_rows(tmp_path / "r.jsonl", [make_row(rates=(80, 100)),
+                                                make_row(rates=(80, 100), batch=64)])
+    frame, _ = load([results])
+    cells = analysis.cell_table(frame)
+    shown = []
+    for gflops in (0.1, 10.0):  # the small model trains at 100 x 3.3 MFLOP = 0.33 GFLOP/s
+        probe = {"matmul": [{"framework": "torch", "device_type": "cpu", "precision": "fp32",
+                             "threads": 1, "gflops": gflops}], "all_reduce": []}
+        limits = analysis.against_limits(cells, analysis.attribution(cells), {"A": probe})
+        column = limits_table(limits)["MFU, 95% CI of the rate"]
+        shown.append(column.iloc[0])
+    assert shown[0].startswith("SUSPECT: 33") and shown[0].endswith("above the peak, not a result")
+    assert shown[1].startswith("3.3%") and "SUSPECT" not in shown[1]

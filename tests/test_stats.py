@@ -6,7 +6,14 @@ import math
 import numpy as np
 import pytest
 
-from xbench.reports.stats import difference_of_means, ratio_of_means, repeats_to_settle, summarize
+from xbench.reports.stats import (
+    difference_of_means,
+    false_discoveries_controlled,
+    ratio_of_means,
+    ratio_p_value,
+    repeats_to_settle,
+    summarize,
+)
 
 
 def test_fieller_interval_covers_the_true_ratio_95_percent_of_the_time():
@@ -43,15 +50,41 @@ def shaped(values, n):
     return np.mean(values) + np.std(values, ddof=1) * z
 
 
-def test_repeats_to_settle_is_where_the_interval_stops_containing_one():
+def settled_share(a, b, n, trials=3000):
+    """How often a grid of n repeats a side, drawn with the means and spreads of a and b, gets
+    an interval that excludes 1."""
+    rng = np.random.default_rng(1)
+    draw = [(np.mean(v), np.std(v, ddof=1)) for v in (a, b)]
+    return np.mean([ratio_of_means(rng.normal(*draw[0], n), rng.normal(*draw[1], n)).low > 1
+                    for _ in range(trials)])
+
+
+def test_repeats_to_settle_settle_it_four_times_in_five():
     a, b = [1.05, 1.15, 1.10], [1.0, 1.08, 0.95]
     assert ratio_of_means(a, b).low < 1  # inconclusive with 3 repeats each
     needed = repeats_to_settle(a, b)
     assert needed is not None and needed > 3
-    assert ratio_of_means(shaped(a, needed), shaped(b, needed)).low > 1
-    assert ratio_of_means(shaped(a, needed - 1), shaped(b, needed - 1)).low <= 1
+    assert 0.8 <= settled_share(a, b, needed) <= 0.92
+    # where the interval of the observed means would just stop containing 1: a coin toss
+    just = next(n for n in range(4, 50) if ratio_of_means(shaped(a, n), shaped(b, n)).low > 1)
+    assert just < needed and settled_share(a, b, just) < 0.65
     assert repeats_to_settle([1.0, 1.01], [1.0, 1.01]) is None  # no difference: never settles
     assert repeats_to_settle([1.0], [2.0]) is None  # no spread to extrapolate from
+
+
+def test_p_value_agrees_with_the_interval_and_false_discoveries_are_controlled():
+    a, b = [10.0, 11.0, 12.0], [5.0, 5.5, 6.0]
+    assert ratio_p_value(a, b) < 0.05 and ratio_of_means(a, b).low > 1
+    assert ratio_p_value(a, b, threshold=2.0) > 0.9  # the observed ratio itself
+    assert math.isnan(ratio_p_value([1.0], b))
+    # Benjamini-Hochberg at 5%: ranks 1..4 of 4 need p <= 0.0125, 0.025, 0.0375, 0.05
+    stated = false_discoveries_controlled([0.01, 0.04, 0.03, math.nan, 0.5])
+    assert list(stated) == [True, False, False, False, False]
+    assert list(false_discoveries_controlled([0.01, 0.02, 0.03, 0.04])) == [True] * 4
+    # 200 comparisons where nothing differs: about 5% pass alone, none after the control
+    rng = np.random.default_rng(2)
+    p = [ratio_p_value(rng.normal(1, 0.05, 3), rng.normal(1, 0.05, 3)) for _ in range(200)]
+    assert 3 <= sum(v < 0.05 for v in p) and not false_discoveries_controlled(p).any()
 
 
 def test_mean_interval_and_difference_use_students_and_welchs_t():

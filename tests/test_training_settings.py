@@ -51,22 +51,34 @@ def test_the_schedule_ramps_from_lr_to_the_scaled_lr():
 
 
 def test_without_set_epoch_every_epoch_trains_epoch_0s_order(mnist_dir, tmp_path):
-    grid = write_grid(tmp_path, name="epochs", epochs=3, backends=["pt-ddp", "tf-single"],
+    """pt-ddp without set_epoch deals epoch 0's order each epoch, and torch's own
+    DistributedSampler, given the same calls, does the same; pt-single draws with a plain
+    shuffling loader, which reshuffles by itself (the same orders as pt-ddp with set_epoch), so
+    it has no set_epoch to leave out, nor has TensorFlow."""
+    grid = write_grid(tmp_path, name="epochs", epochs=3, backends=["pt-ddp", "pt-single",
+                                                                  "tf-single"],
                       devices=[2, 1], max_train_samples=512)
     for flag in ("--set-epoch", "--no-set-epoch"):
         run = xbench("grid", grid, flag, "--data-dir", mnist_dir, "--results",
                      tmp_path / f"{flag}.jsonl")
         assert run.returncode == 0, run.stderr
-    with_it = {r["backend"]: r for r in read_rows(tmp_path / "--set-epoch.jsonl")[0]
-               if r["devices"] == 2 or r["backend"] == "tf-single"}
-    without = {r["backend"]: r for r in read_rows(tmp_path / "--no-set-epoch.jsonl")[0]
-               if r["devices"] == 2 or r["backend"] == "tf-single"}
-    assert len(set(with_it["pt-ddp"]["evidence"]["global_batches_digests"])) == 3
-    assert len(set(without["pt-ddp"]["evidence"]["global_batches_digests"])) == 1
+    with_it, without = ({r["backend"]: r for r in read_rows(tmp_path / f"{flag}.jsonl")[0]
+                         if r["devices"] == 2 or r["backend"] != "pt-ddp"}
+                        for flag in ("--set-epoch", "--no-set-epoch"))
+    ddp, alone = with_it["pt-ddp"]["evidence"], with_it["pt-single"]["evidence"]
+    assert len(set(ddp["global_batches_digests"])) == 3
+    assert ddp["global_batches_digests"] == alone["global_batches_digests"]  # one trajectory
+    assert len(set(ddp["distributed_sampler_digests"])) == 3
+    assert "distributed_sampler_digests" not in alone
+    stuck = without["pt-ddp"]["evidence"]
+    assert len(set(stuck["global_batches_digests"])) == 1
+    assert len(set(stuck["distributed_sampler_digests"])) == 1
+    assert stuck["distributed_sampler_digests"][0] not in ddp["distributed_sampler_digests"]  # 0
     assert without["pt-ddp"]["set_epoch"] is False
     assert without["pt-ddp"]["cell_key"].endswith("|no-set-epoch")
-    assert without["tf-single"]["status"] == "unsupported"
-    assert "DistributedSampler" in without["tf-single"]["error"]
+    for backend, reason in (("pt-single", "plain shuffling loader"),
+                            ("tf-single", "DistributedSampler")):
+        assert without[backend]["status"] == "unsupported" and reason in without[backend]["error"]
 
 
 @pytest.mark.parametrize("options, message", [
