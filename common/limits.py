@@ -134,25 +134,28 @@ def cell_threads(cores: int, devices_per_node: int, threads_per_device: int) -> 
 
 
 def peak_flops(matmul: list[dict], framework: str, device_type: str, nodes: int,
-               devices_per_node: int, threads_per_device: int, cores: int) -> dict | None:
-    """What the cell's devices can do together by the probe: {"flops": FLOP/s, "basis": text},
-    or None when the probe lacks the framework's fp32 matmul on this device (at these threads).
-    On a GPU the per-device rate times the devices; on a CPU a "device" is its share of the
-    cores, so a node's peak is the rate measured with all the threads the cell's processes have
-    there together (not N times a one-thread rate), times the nodes."""
+               devices_per_node: int, threads_per_device: int, cores: int,
+               precision: str = "fp32") -> dict | None:
+    """What the cell's devices can do together by the probe at `precision` (the math the cell's
+    framework ran its dominant layers in: fp32, or tf32 on a GPU that allowed it): {"flops":
+    FLOP/s, "basis": text}, or None when the probe lacks the framework's matmul at that
+    precision on this device (at these threads). On a GPU the per-device rate times the devices;
+    on a CPU a "device" is its share of the cores, so a node's peak is the rate measured with all
+    the threads the cell's processes have there together (not N times a one-thread rate), times
+    the nodes."""
     threads = (cell_threads(cores, devices_per_node, threads_per_device)
                if device_type == "cpu" else None)
     found = [m for m in matmul if m["framework"] == framework and m["device_type"] == device_type
-             and m["precision"] == "fp32" and m["threads"] == threads]
+             and m["precision"] == precision and m["threads"] == threads]
     if not found:
         return None
     gflops = found[-1]["gflops"]
     if device_type == "cpu":
         return {"flops": nodes * gflops * 1e9,
-                "basis": f"{framework} fp32 matmul, {threads} thread(s): {gflops:,.1f} GFLOP/s"
-                         + (f" x {nodes} nodes" if nodes > 1 else "")}
+                "basis": f"{framework} {precision} matmul, {threads} thread(s): "
+                         f"{gflops:,.1f} GFLOP/s" + (f" x {nodes} nodes" if nodes > 1 else "")}
     return {"flops": nodes * devices_per_node * gflops * 1e9,
-            "basis": f"{framework} fp32 matmul: {gflops:,.1f} GFLOP/s per GPU x "
+            "basis": f"{framework} {precision} matmul: {gflops:,.1f} GFLOP/s per GPU x "
                      f"{nodes * devices_per_node}"}
 
 

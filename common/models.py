@@ -244,6 +244,15 @@ def flops_per_sample(name: str) -> int:
     return sum(layer_flops(layer, shape) for _, layer, shape in named_layers(name))
 
 
+def dominant_math(name: str) -> str:
+    """'convolution' or 'matmul': which kind of layer does most of the model's FLOPs (a GPU may
+    run the two at different precisions: PyTorch allows TF32 in convolutions only)."""
+    convolution = sum(layer_flops(layer, shape) for layer, shape in leaves(MODELS[name].layers,
+                                                                            input_shape(name))
+                      if isinstance(layer, Conv))
+    return "convolution" if 2 * convolution >= flops_per_sample(name) else "matmul"
+
+
 def training_flops_per_sample(name: str) -> int:
     """FLOPs of one sample's training step: the forward's, and per layer the backward's two
     products (the weights' gradient and the input's), each as many as the layer's forward, except

@@ -36,6 +36,7 @@ LAUNCHERS = ("local", "slurm")
 LR_SCALINGS = ("none", "linear", "sqrt")
 # How a PyTorch backend's batches reach the device (seeds/001): pageable memory and a blocking
 # copy, page-locked (pinned) memory, or pinned memory and a copy that overlaps the step.
+GPU_MATH = ("framework-default", "fp32", "tf32")
 HOST_MEMORY = ("pageable", "pinned", "pinned-non-blocking")
 SECTIONS = ("configuration", "training", "input")  # the result row's sections of settings
 SEEDS = 2**32 - 1  # seeds are 32-bit in every framework
@@ -208,6 +209,13 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
     # --- where it runs --------------------------------------------------------------------------
     Setting("device", str, "auto", "Force cpu or cuda.", row=None, choices=DEVICE_KINDS,
             key_part=lambda c: f"|{c.device}" + (f"|t{c.threads}" if c.threads else "")),
+    Setting("gpu_math", str, "framework-default",
+            "On GPUs, the precision float32 matmuls and convolutions may run in: each "
+            "framework's default (PyTorch: TF32 in convolutions only; TensorFlow: in both), "
+            "fp32 (TF32 off in both frameworks: one trajectory on a GPU too) or tf32.",
+            choices=GPU_MATH,
+            key_part=lambda c: "" if c.gpu_math == "framework-default" else f"|{c.gpu_math}",
+            since=5),
     Setting("timeout", int, 3600, "Seconds a cell may run before it is killed.", row=None,
             maximum=30 * 24 * 3600, why="30 days is the longest timeout a cell may have"),
     Setting("memory_limit_mb", int, 0,

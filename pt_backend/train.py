@@ -105,6 +105,8 @@ class TorchLoop(TrainingLoop):
 
     def set_up(self):
         cell = self.cell
+        if self.cuda:
+            use_gpu_math(cell.gpu_math)
         self.model = build_model(cell.model, cell.seed).to(self.device)
         self.wrapped = self.backend.wrap_model(self.model, self.device)
         self.optimizer = self.backend.wrap_optimizer(
@@ -260,7 +262,24 @@ class TorchLoop(TrainingLoop):
                 "params": sum(p.numel() for p in self.model.parameters() if p.requires_grad),
                 "train_samples": len(self.dataset), "device_type": self.device.type,
                 "device_name": (torch.cuda.get_device_name(self.device) if self.cuda
-                                else cpu_name())}
+                                else cpu_name()),
+                "math": math_allowed(self.device)}
+
+
+def use_gpu_math(setting: str) -> None:
+    """The cell's gpu_math: TF32 on or off in both matmuls and convolutions, or torch's
+    defaults left as they are."""
+    if setting != "framework-default":
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = setting == "tf32"
+
+
+def math_allowed(device) -> dict[str, str]:
+    """The precision PyTorch lets float32 matmuls and convolutions run in here: TF32 where the
+    GPU has it (compute capability 8.0 on) and torch allows it (by default in cuDNN's
+    convolutions, not in matmuls), else fp32."""
+    tf32 = device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 0)
+    return {"matmul": "tf32" if tf32 and torch.backends.cuda.matmul.allow_tf32 else "fp32",
+            "convolution": "tf32" if tf32 and torch.backends.cudnn.allow_tf32 else "fp32"}
 
 
 def is_out_of_memory(error):

@@ -11,8 +11,9 @@ import numpy as np
 import pandas as pd
 
 from xbench.common.attribution import PARTS, mean_parts
+from xbench.common.datasheets import datasheet_peak
 from xbench.common.limits import bus_bandwidth, flop_utilisation, peak_flops, probe_all_reduce
-from xbench.common.models import MODELS, gradient_bytes, training_flops_per_sample
+from xbench.common.models import MODELS, dominant_math, gradient_bytes, training_flops_per_sample
 from xbench.common.registry import BACKENDS, backend_class
 from xbench.reports.stats import difference_of_means, ratio_of_means, summarize
 
@@ -67,7 +68,7 @@ def cell_table(frame):
                       training=first["training"], set_epoch=first.get("set_epoch"),
                       lr_scaling=first.get("lr_scaling"), warmup_epochs=first.get("warmup_epochs"),
                       batch_sweep=first.get("batch_sweep"),
-                      traffic=first["traffic"],
+                      traffic=first["traffic"], math=first["math"],
                       epoch2_input_seconds=summarize([e[1] for e in ok["epoch_input_seconds"]
                                                       if len(e) > 1 and e[1] is not None])["mean"],
                       contended_runs=int((group["status"].eq("ok") & group["contended"]).sum()),
@@ -114,7 +115,8 @@ CELL_COLUMNS = [
     *CONFIG, "cell_key", "scaling", "seed", "max_train_samples", "epochs_run", "device_type",
     "device_name", "framework", "threads_per_device", "threads_pinned", "reduction",
     "collective_library", "cores", "devices_per_node", "training", "set_epoch",
-    "lr_scaling", "warmup_epochs", "batch_sweep", "traffic", "epoch2_input_seconds", "n", "runs",
+    "lr_scaling", "warmup_epochs", "batch_sweep", "traffic", "math", "epoch2_input_seconds", "n",
+    "runs",
     "contended_runs", "statuses", "steps_per_epoch", "epoch2_samples", "memory_per_device",
     "epoch_means", "global_digests", "sampler_digests", "shard_overlap", "replicas_agree", "batchnorm",
     "batchnorm_difference", "test_accuracy_values", "inject", "attributions",
@@ -292,8 +294,10 @@ def bandwidth(cell, runs) -> dict:
 
 
 def against_limits(cells, attributed, probes):
-    """Per measured cell: model FLOP utilisation against the probe's matmul peak (with the
-    interval of the cell's rate), and for an all-reducing cell on N > 1 devices its achieved bus
+    """Per measured cell: model FLOP utilisation (with the interval of the cell's rate) against
+    the probe's matmul peak at the precision the cell's framework ran its dominant layers in
+    (its row's `math`: fp32, or TF32 on a GPU that allowed it), and on a GPU also against the
+    data sheet's peak at that precision (common.datasheets); either above 100% is SUSPECT; and for an all-reducing cell on N > 1 devices its achieved bus
     bandwidth (from its collectives' counted moving time, `attributed`: `attribution`) against
     the probe's, at the gradients' size, with the same library and placement; an achieved
     bandwidth above the probe's is marked suspect. `probes`: reports.load.load_probes'
@@ -302,15 +306,21 @@ def against_limits(cells, attributed, probes):
     for _, cell in measured(cells).iterrows():
         probe = probes.get(cell["env"], {"matmul": [], "all_reduce": []})
         known = cell["model"] in MODELS
+        precision = ((cell["math"] or {}).get(dominant_math(cell["model"]), "fp32") if known
+                     else "fp32")
         peak = peak_flops(probe["matmul"], cell["framework"], cell["device_type"],
                           int(cell["nodes"]), int(cell["devices_per_node"]),
-                          int(cell["threads_per_device"]), int(cell["cores"] or 1))
+                          int(cell["threads_per_device"]), int(cell["cores"] or 1), precision)
+        sheet = (datasheet_peak(cell["device_name"], precision)
+                 if cell["device_type"] == "cuda" else None)
         mfu = {}
-        if peak and known:
-            flops = training_flops_per_sample(cell["model"])
-            mfu = {f"mfu{suffix}": flop_utilisation(flops, cell[f"epoch2_rate{suffix}"],
-                                                     peak["flops"])
-                   for suffix in ("", "_low", "_high")}
+        for name, ceiling in (("mfu", peak), ("sheet_mfu", sheet)):
+            if ceiling and known:
+                flops = training_flops_per_sample(cell["model"])
+                devices = int(cell["devices"]) if name == "sheet_mfu" else 1
+                mfu.update({f"{name}{suffix}": flop_utilisation(
+                    flops, cell[f"epoch2_rate{suffix}"], ceiling["flops"] * devices)
+                    for suffix in ("", "_low", "_high")})
         achieved, reference = math.nan, None
         if cell["devices"] > 1 and cell["reduction"] == "all-reduce" and known:
             mine = (attributed[(attributed["env"] == cell["env"])
@@ -325,8 +335,11 @@ def against_limits(cells, attributed, probes):
             **{column: cell[column] for column in CONFIG}, "cell_key": cell["cell_key"],
             "training": cell["training"],
             "epoch2_rate": cell["epoch2_rate"], "peak_flops": peak and peak["flops"],
-            "peak_basis": peak["basis"] if peak else None, "mfu": math.nan, "mfu_low": math.nan,
-            "mfu_high": math.nan, **mfu, "library": cell["collective_library"],
+            "peak_basis": peak["basis"] if peak else None, "precision": precision,
+            "sheet_basis": sheet["basis"] if sheet else None,
+            **dict.fromkeys([f"{name}{suffix}" for name in ("mfu", "sheet_mfu")
+                             for suffix in ("", "_low", "_high")], math.nan),
+            **mfu, "library": cell["collective_library"],
             "achieved_busbw": achieved,
             "probe_busbw": reference["busbw"] if reference else math.nan,
             "probe_busbw_low": reference["busbw_low"] if reference else math.nan,
@@ -336,12 +349,13 @@ def against_limits(cells, attributed, probes):
     out["bandwidth_suspect"] = out["bandwidth_share"] > 1
     # above the peak: the peak is the wrong one (another precision, another device) or the rate
     # is disturbed; never a result
-    out["mfu_suspect"] = out["mfu"] > 1
+    out["mfu_suspect"] = (out["mfu"] > 1) | (out["sheet_mfu"] > 1)
     return out
 
 
-LIMIT_COLUMNS = [*CONFIG, "cell_key", "training", "epoch2_rate", "peak_flops", "peak_basis", "mfu", "mfu_low",
-                 "mfu_high", "library", "achieved_busbw", "probe_busbw",
+LIMIT_COLUMNS = [*CONFIG, "cell_key", "training", "epoch2_rate", "peak_flops", "peak_basis",
+                 "precision", "mfu", "mfu_low", "mfu_high", "sheet_basis", "sheet_mfu",
+                 "sheet_mfu_low", "sheet_mfu_high", "library", "achieved_busbw", "probe_busbw",
                  "probe_busbw_low", "probe_busbw_high"]
 
 

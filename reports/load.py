@@ -86,6 +86,7 @@ def rows_frame(rows, include_contended=False):
     frame["reduction"] = [d.get("reduction") for d in details]
     frame["collective_library"] = [d.get("collective_library") for d in details]
     frame["traffic"] = [d.get("traffic") or [] for d in details]
+    frame["math"] = [d.get("math") or {} for d in details]
     frame["cores"] = [(row.get("env") or {}).get("cpu_count") for row in rows]
     frame["training"] = [training_label(row) for row in rows]
     frame["epoch_input_seconds"] = [[e.get("input_seconds") for e in epochs]

@@ -181,6 +181,17 @@ def communication_table(attributed):
          else with_interval(c["busbw"] * 1e-9, c["busbw_ci"] * 1e-9))])
 
 
+def mfu_text(c, name: str) -> str:
+    """'41.2% [39.0%, 43.5%]'; SUSPECT above 100% (of either ceiling: never a result)."""
+    def percent(value):
+        return "—" if value is None or math.isnan(value) else f"{value:.1%}"
+    if c["mfu_suspect"] and math.isfinite(c[name]):
+        return f"SUSPECT: {percent(c[name])} (above 100% of a ceiling), not a result"
+    bounds = (c[f"{name}_low"], c[f"{name}_high"])
+    return percent(c[name]) + (f" [{percent(bounds[0])}, {percent(bounds[1])}]"
+                               if all(map(math.isfinite, bounds)) else "")
+
+
 def limits_table(limits):
     def percent(value):
         return "—" if value is None or math.isnan(value) else f"{value:.1%}"
@@ -192,11 +203,9 @@ def limits_table(limits):
         *WHO, ("batch", batch_text), ("devices", column("devices")),
         ("rate (samples/s)", column("epoch2_rate", num)),
         ("peak (from xbench probe)", lambda c: c["peak_basis"] or "— (no probe of it)"),
-        ("MFU, 95% CI of the rate", lambda c: (
-            f"SUSPECT: {percent(c['mfu'])} is above the peak, not a result" if c["mfu_suspect"]
-            else percent(c["mfu"]) + (f" [{percent(c['mfu_low'])}, {percent(c['mfu_high'])}]"
-                                      if math.isfinite(c["mfu_low"])
-                                      and math.isfinite(c["mfu_high"]) else ""))),
+        ("MFU, 95% CI of the rate", lambda c: mfu_text(c, "mfu")),
+        ("data-sheet peak", lambda c: c["sheet_basis"] or "— (CPUs: the probe's only)"),
+        ("MFU of the data sheet", lambda c: mfu_text(c, "sheet_mfu")),
         ("library", lambda c: c["library"] if isinstance(c["library"], str) else "—"),
         ("achieved busbw (GB/s), from counted communication",
          lambda c: f"SUSPECT: {gigabytes(c['achieved_busbw'])} is above the probe's, not a "

@@ -146,3 +146,100 @@ def test_ddp_tells_each_gradient_ready_with_its_bytes_and_backward_ends_the_wait
     model(torch.ones(4, 3)).sum().backward()
     backend.wait_for_gradients(None, clock)
     assert clock.take() == (2.0, 5.0, 4.0, (3 * 2 + 2) * 4)  # weight and bias, float32
+
+
+# --- MFU on a GPU: the peak of the math the framework ran ---------------------------------------
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def test_the_row_says_which_math_each_framework_allowed_on_an_h100(monkeypatch):
+    """PyTorch allows TF32 in cuDNN's convolutions, not in matmuls (its defaults); TensorFlow in
+    both; neither on a GPU before compute capability 8.0, nor on a CPU."""
+    import torch
+
+    from xbench.pt_backend.train import math_allowed
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    assert math_allowed(torch.device("cuda", 0)) == {"matmul": "fp32", "convolution": "tf32"}
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 0))
+    assert math_allowed(torch.device("cuda", 0)) == {"matmul": "fp32", "convolution": "fp32"}
+    assert math_allowed(torch.device("cpu")) == {"matmul": "fp32", "convolution": "fp32"}
+    from xbench.tf_backend import train as tf_train
+    monkeypatch.setattr(tf_train, "gpu_capability", lambda: (9, 0))
+    assert tf_train.math_allowed("cuda") == {"matmul": "tf32", "convolution": "tf32"}
+    assert tf_train.math_allowed("cpu") == {"matmul": "fp32", "convolution": "fp32"}
+
+
+def gpu_row(backend, framework, rate, math_allowed):
+    from test_report import make_row
+    row = make_row(backend=backend, framework=framework, model="resnet18", rates=(80, rate))
+    row.update(device_type="cuda", device_name=H100)
+    row["backend_details"]["math"] = math_allowed
+    return row
+
+
+def test_mfu_on_an_h100_is_against_the_tf32_peak_and_the_data_sheet(tmp_path):
+    """resnet18 (convolutions do most of its FLOPs) on a mocked H100: PyTorch's and TensorFlow's
+    MFU against the probe's TF32 matmul and against the data sheet's dense TF32 peak (494.7
+    TFLOP/s); a rate that would be 120% of the data sheet is SUSPECT, not a result."""
+    from test_report import write_rows
+
+    from xbench.common.models import training_flops_per_sample
+    from xbench.reports import analysis
+    from xbench.reports.load import load
+    from xbench.reports.tables import limits_table
+    flops = training_flops_per_sample("resnet18")
+    forced = 1.2 * 494.7e12 / flops
+    results = write_rows(tmp_path / "r.jsonl", [
+        gpu_row("pt-single", "torch", 20_000, {"matmul": "fp32", "convolution": "tf32"}),
+        gpu_row("tf-single", "tensorflow", 20_000, {"matmul": "tf32", "convolution": "tf32"}),
+        gpu_row("pt-ddp", "torch", forced, {"matmul": "fp32", "convolution": "tf32"})])
+    frame, _ = load([results])
+    cells = analysis.cell_table(frame)
+    probe = {"matmul": [
+        {"framework": framework, "device_type": "cuda", "precision": precision, "threads": None,
+         "gflops": gflops} for framework in ("torch", "tensorflow")
+        for precision, gflops in (("fp32", 50_000.0), ("tf32", 400_000.0), ("bf16", 700_000.0))],
+        "all_reduce": []}
+    limits = analysis.against_limits(cells, analysis.attribution(cells), {"A": probe})
+    limits = limits.set_index("backend")
+    for backend in ("pt-single", "tf-single"):
+        row = limits.loc[backend]
+        assert row["precision"] == "tf32" and "tf32 matmul: 400,000.0 GFLOP/s" in row["peak_basis"]
+        assert row["mfu"] == pytest.approx(flops * 20_000 / 400e12, rel=1e-9)
+        assert "H100 SXM data sheet, tf32 dense: 494.7" in row["sheet_basis"]
+        assert row["sheet_mfu"] == pytest.approx(flops * 20_000 / 494.7e12, rel=1e-9)
+        assert not row["mfu_suspect"]
+    assert limits.loc["pt-ddp", "sheet_mfu"] == pytest.approx(1.2, rel=1e-6)
+    assert limits.loc["pt-ddp", "mfu_suspect"]
+    shown = limits_table(limits.reset_index()).set_index("backend")
+    assert shown.loc["pt-ddp", "MFU of the data sheet"].startswith("SUSPECT: 120.0%")
+    assert not shown.loc["tf-single", "MFU, 95% CI of the rate"].startswith(("—", "SUSPECT"))
+
+
+def test_gpu_math_sets_both_frameworks_alike(monkeypatch):
+    """--gpu-math fp32 turns TF32 off in both frameworks (one trajectory on a GPU), tf32 on in
+    both; the cell's key says which."""
+    import torch
+
+    from xbench.common.cell import Cell
+    from xbench.pt_backend import train as pt_train
+    from xbench.tf_backend import train as tf_train
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(tf_train, "gpu_capability", lambda: (9, 0))
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+             tf_train.tf.config.experimental.tensor_float_32_execution_enabled())
+    try:
+        for setting in ("fp32", "tf32"):
+            pt_train.use_gpu_math(setting)
+            tf_train.use_gpu_math(setting)
+            both = {"matmul": setting, "convolution": setting}
+            assert pt_train.math_allowed(torch.device("cuda", 0)) == both
+            assert tf_train.math_allowed("cuda") == both
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[:2]
+        tf_train.tf.config.experimental.enable_tensor_float_32_execution(saved[2])
+    cell = Cell(grid="g", backend="pt-ddp", model="small", multiple=1, batch=128, devices=2,
+                epochs=2, batch_mode="global", seed=0, gpu_math="fp32")
+    assert cell.key.endswith("|fp32") and "|fp32" not in Cell(**{**cell.to_dict(),
+                                                                 "gpu_math": "framework-default"}).key

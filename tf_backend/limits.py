@@ -4,7 +4,7 @@ collectives."""
 import tensorflow as tf
 
 from xbench.common.limits import matmul_record, time_all_reduce, time_matmul
-from xbench.tf_backend.train import device_name
+from xbench.tf_backend.train import device_name, gpu_capability
 
 SIZE = {"cpu": 2048, "cuda": 8192}  # n of the n x n matmul, as pt_backend.limits
 
@@ -26,32 +26,25 @@ def probe(backend, comm, kind, request):
 
 
 def matmul_rates(kind):
-    """fp32 (on GPUs TensorFlow's default, which uses TF32 where the device has it), and bf16 on
-    GPUs that have it. Each timed call ends by reading one number of the result back to the host,
-    so that it waits for the device."""
+    """fp32 at this process's threads on a CPU; on a GPU fp32 (TF32 turned off for it), and
+    tf32 and bf16 where the device has them (TensorFlow's default allows TF32). Each timed call
+    ends by reading one number of the result back to the host, so that it waits for the
+    device."""
     size = SIZE[kind]
+    threads = tf.config.threading.get_intra_op_parallelism_threads() if kind == "cpu" else None
+    modern = kind == "cuda" and gpu_capability() >= (8, 0)
+    allowed = tf.config.experimental.tensor_float_32_execution_enabled()
     records = []
-    for precision, dtype in (("fp32", tf.float32), ("bf16", tf.bfloat16)):
-        if precision == "bf16" and (kind == "cpu" or not _has_bf16()):
+    for precision, dtype, tf32 in (("fp32", tf.float32, False), ("tf32", tf.float32, True),
+                                   ("bf16", tf.bfloat16, allowed)):
+        if precision != "fp32" and not modern:
             continue
-        a, b = (tf.cast(tf.random.normal((size, size)), dtype) for _ in range(2))
-        multiply = tf.function(lambda: tf.linalg.matmul(a, b)[0, 0])
-        threads = tf.config.threading.get_intra_op_parallelism_threads() if kind == "cpu" else None
-        records.append(matmul_record(precision if kind == "cpu" or precision == "bf16"
-                                     else "fp32 (TF32 allowed)" if _has_tf32() else "fp32",
-                                     size, threads,
-                                     time_matmul(lambda: multiply().numpy(), lambda: None)))
+        tf.config.experimental.enable_tensor_float_32_execution(tf32)
+        try:
+            a, b = (tf.cast(tf.random.normal((size, size)), dtype) for _ in range(2))
+            multiply = tf.function(lambda: tf.linalg.matmul(a, b)[0, 0])
+            records.append(matmul_record(precision, size, threads,
+                                         time_matmul(lambda: multiply().numpy(), lambda: None)))
+        finally:
+            tf.config.experimental.enable_tensor_float_32_execution(allowed)
     return records
-
-
-def _capability():
-    gpu = tf.config.get_visible_devices("GPU")[0]
-    return tf.config.experimental.get_device_details(gpu).get("compute_capability", (0, 0))
-
-
-def _has_tf32():
-    return tf.config.experimental.tensor_float_32_execution_enabled() and _capability() >= (8, 0)
-
-
-def _has_bf16():
-    return _capability() >= (8, 0)

@@ -163,6 +163,8 @@ class TensorFlowLoop(TrainingLoop):
 
     def set_up(self):
         cell = self.cell
+        if self.kind == "cuda":
+            use_gpu_math(cell.gpu_math)
         with self.strategy.scope():
             self.model = build_model(cell.model, cell.seed)
             self.optimizer = build_optimizer(cell.optimizer, cell.lr, cell.momentum,
@@ -309,7 +311,8 @@ class TensorFlowLoop(TrainingLoop):
             "keras_version": keras.__version__,
             "cpu_kernels": ("Eigen (oneDNN off: TF_ENABLE_ONEDNN_OPTS=0)"
                             if os.environ.get("TF_ENABLE_ONEDNN_OPTS") == "0"
-                            else "oneDNN where TensorFlow has one (its x86 default)")}
+                            else "oneDNN where TensorFlow has one (its x86 default)"),
+            "math": math_allowed(self.kind)}
 
     def thread_pools(self):
         return {"intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
@@ -322,6 +325,28 @@ class TensorFlowLoop(TrainingLoop):
         first = self.backend.local_rank() * self.replicas
         return list(range(first, first + self.replicas))
 
+
+
+def use_gpu_math(setting: str) -> None:
+    """The cell's gpu_math: TF32 on or off (in matmuls and convolutions alike), or
+    TensorFlow's default left as it is."""
+    if setting != "framework-default":
+        tf.config.experimental.enable_tensor_float_32_execution(setting == "tf32")
+
+
+def math_allowed(kind) -> dict[str, str]:
+    """The precision TensorFlow lets float32 matmuls and convolutions run in here: TF32 in both
+    where the GPU has it (compute capability 8.0 on) and TensorFlow allows it (its default),
+    else fp32."""
+    tf32 = (kind == "cuda" and tf.config.experimental.tensor_float_32_execution_enabled()
+            and gpu_capability() >= (8, 0))
+    return dict.fromkeys(("matmul", "convolution"), "tf32" if tf32 else "fp32")
+
+
+def gpu_capability() -> tuple[int, int]:
+    """The first visible GPU's compute capability."""
+    gpu = tf.config.get_visible_devices("GPU")[0]
+    return tf.config.experimental.get_device_details(gpu).get("compute_capability", (0, 0))
 
 
 def device_name(kind):
