@@ -118,7 +118,11 @@ def settle(cells, results_path, budget_minutes, launcher) -> list[dict]:
         more = [dataclasses.replace(grid_cells[key], repeat=int(runs.get(key, -1)) + 1)
                 for key in dict.fromkeys(keys)]
         say(f"until conclusive: one more repeat of {' and '.join(c.label for c in more)}")
-        added += run_grid(more, results_path, echo=say, launcher=launcher, quiet=quiet())
+        ran = run_grid(more, results_path, echo=say, launcher=launcher, quiet=quiet())
+        if not ran:  # another grid holds them, or nothing could be written: no progress here
+            say("until conclusive: the repeats did not run here; stopping", err=True)
+            break
+        added += ran
     left = [f"{key} (no uncontended run)" for key in unmeasured] + [
         f"{' vs '.join(o.keys)} ({open_reason(o)})" for o in pending]
     say(f"until conclusive: {len(added)} run(s) added; "

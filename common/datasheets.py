@@ -2,8 +2,10 @@
 
 Dense (not 2:4 sparse) tensor-core TFLOP/s by precision, as NVIDIA publishes them; fp32 is the
 non-tensor-core rate. A GPU is found by its name as the frameworks report it (torch's
-get_device_name, TensorFlow's device details). CPUs have no entry: their ceiling is the probe's.
+get_device_name, TensorFlow's device details). CPUs have no entry: their ceiling is the probe's. A name matches on whole words ("L4" is not
+"L40S").
 """
+import re
 
 # (what the device name contains, the data sheet's name, {precision: dense TFLOP/s}, source)
 DATASHEETS = (
@@ -29,7 +31,7 @@ def datasheet_peak(device_name: str, precision: str) -> dict | None:
     """{"flops": FLOP/s per GPU, "basis": text} of the GPU named `device_name` at `precision`
     by its data sheet, or None (a CPU, an unknown GPU, a precision it lacks)."""
     for part, name, peaks, source in DATASHEETS:
-        if part in (device_name or "") and precision in peaks:
+        if re.search(rf"\b{re.escape(part)}\b", device_name or "") and precision in peaks:
             return {"flops": peaks[precision] * 1e12,
                     "basis": f"{name} data sheet, {precision} dense: {peaks[precision]:g} TFLOP/s "
                              f"({source})"}

@@ -1,6 +1,7 @@
 """Where a command writes, checked before its work starts: a folder it can make and write in, a
 file it can create. A location that cannot take the output is one line (UserError), never a
 traceback after minutes of measuring."""
+import os
 import tempfile
 from pathlib import Path
 
@@ -28,6 +29,8 @@ def writable_file(path, what: str) -> Path:
     path = Path(path)
     if path.exists() and not path.is_file():
         raise UserError(f"cannot write {what} to {path}: it exists and is not a regular file")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise UserError(f"cannot write {what} to {path}: the file is read-only")
     if not path.parent.is_dir():
         raise UserError(f"cannot write {what} to {path}: the folder {path.parent} does not exist")
     try:

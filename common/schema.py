@@ -14,19 +14,20 @@ from xbench.common.attribution import PARTS
 from xbench.common.models import flops_per_sample, parameter_count
 from xbench.common.settings import IN_ROW
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 # What rows of older versions lack; they are reported and left out, never mixed with these.
 OLDER_VERSIONS = {1: "schema 1 rows come from an xbench whose 1-device cells of tf-mirrored ran no "
                     "MirroredStrategy, whose frameworks started from different initial weights, "
                     "and which recorded no contention; run the grid again"}
 # What each version added that the rows before it all had implicitly, filled in when an older row
 # is read: the settings it first recorded (common.settings: `since`, `implied`), and schema 3's
-# batch sweep (none) and schema 4's BatchNorm (the MNIST models have none).
+# batch sweep (none), schema 4's BatchNorm (the MNIST models have none), schema 5's attribution
+# (none recorded) and schema 6's GPU math (each framework's default).
 ADDED = {version: {**{s.row_name: s.row_value(s.cell_default) for s in IN_ROW
                       if s.since == version}, **derived}
          for version, derived in {3: {"batch_sweep": None}, 4: {"batchnorm": None},
-                                  5: {"attribution": None}}.items()}
-UPGRADES = (2, 3, 4)  # the older versions this xbench reads
+                                  5: {"attribution": None}, 6: {}}.items()}
+UPGRADES = (2, 3, 4, 5)  # the older versions this xbench reads
 STATUSES = ("ok", "failed", "timeout", "oom", "unsupported")
 
 NUMBER = (int, float)
@@ -136,6 +137,7 @@ NESTED = {
                        "shard_overlap?": Maybe([NUMBER]),
                        "batchnorm?": Maybe({"max_relative_difference": Maybe(NUMBER)})}),
     "backend_details": {"reduction?": Maybe(TEXT), "collective_library?": Maybe(TEXT),
+                        "math?": Maybe({"matmul?": Maybe(TEXT), "convolution?": Maybe(TEXT)}),
                         "traffic?": Maybe([{"what": TEXT, "bytes": NUMBER, "how": TEXT,
                                             "basis": TEXT}])},
     "hosts": Maybe([TEXT]), "peak_memory_per_device": Maybe([WHOLE]),

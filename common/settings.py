@@ -215,7 +215,7 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
             "fp32 (TF32 off in both frameworks: one trajectory on a GPU too) or tf32.",
             choices=GPU_MATH,
             key_part=lambda c: "" if c.gpu_math == "framework-default" else f"|{c.gpu_math}",
-            since=5),
+            since=6),
     Setting("timeout", int, 3600, "Seconds a cell may run before it is killed.", row=None,
             maximum=30 * 24 * 3600, why="30 days is the longest timeout a cell may have"),
     Setting("memory_limit_mb", int, 0,

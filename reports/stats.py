@@ -132,7 +132,9 @@ def ratio_p_value(a, b, threshold: float = 1.0) -> float:
     if va + vb == 0:
         return 0.0 if gap else 1.0
     t = gap / math.sqrt(va + vb)
-    return float(2 * stats.t.sf(abs(t), welch_df(va, vb, len(a), len(b))))
+    r = a.mean() / b.mean() if b.mean() else threshold  # the degrees of freedom fieller() uses
+    df = welch_df(va, r * r * b.var(ddof=1) / len(b), len(a), len(b))
+    return float(2 * stats.t.sf(abs(t), df))
 
 
 def false_discoveries_controlled(p_values) -> np.ndarray:

@@ -50,9 +50,11 @@ def check_store(uri: str) -> str:
     elif scheme in ("http", "https"):
         address = urlsplit(uri)
         try:
-            socket.create_connection((address.hostname, address.port or
-                                      (443 if scheme == "https" else 80)),
-                                     timeout=ANSWER_SECONDS).close()
+            port = address.port or (443 if scheme == "https" else 80)
+        except ValueError:
+            raise UserError(f"--mlflow {uri}: the port is not a number from 0 to 65535") from None
+        try:
+            socket.create_connection((address.hostname, port), timeout=ANSWER_SECONDS).close()
         except OSError as e:
             raise UserError(f"MLflow at {uri} did not answer within {ANSWER_SECONDS} s "
                             f"({e.strerror or e}): is the tracking server running?") from None
@@ -100,10 +102,11 @@ def export(rows: list[dict], uri: str) -> tuple[str, int, int]:
 
 @contextlib.contextmanager
 def store_lock(uri: str):
-    """An exclusive lock on this machine for one MLflow store (a file in the temporary folder
-    named by the store's URI): exports to it take turns."""
-    name = hashlib.sha256(uri.encode()).hexdigest()[:16]
-    with open(Path(tempfile.gettempdir()) / f"xbench-mlflow-{name}.lock", "a") as lock:
+    """An exclusive lock on this machine for one MLflow store (a file of this user's in the
+    temporary folder, named by the store's URI): this user's exports to it take turns."""
+    name = hashlib.sha256(uri.rstrip("/").encode()).hexdigest()[:16]
+    path = Path(tempfile.gettempdir()) / f"xbench-mlflow-{os.getuid()}-{name}.lock"
+    with open(path, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
 

@@ -56,9 +56,7 @@ class Judge:
         its threshold of 1 is 1/scale for the epoch times' ratio. A comparison not stated is
         kept in `open` with the cells (`keys`) whose repeats would settle it."""
         a, b = finite(a_seconds), finite(b_seconds)
-        raw = a.mean() / b.mean() if len(a) and len(b) and b.mean() else math.nan
-        threshold = raw / ratio.value if ratio.value else math.nan
-        threshold = threshold if math.isfinite(threshold) and threshold > 0 else 1.0
+        threshold = threshold_of(ratio, a, b)
         index = len(self.p_values)
         self.p_values.append(ratio_p_value(a, b, threshold))
         side = "above" if ratio.above(1) else "below" if ratio.below(1) else None
@@ -75,11 +73,20 @@ class Judge:
         counted = int(np.sum(~np.isnan(np.asarray(self.p_values, dtype=float))))
         if not counted:
             return []
-        held = int(np.sum(~self.stated)) if self.stated is not None else 0
+        held = sum(o.held for o in self.open)
         return [f"({counted} comparisons with an interval; a verdict is stated where its 95% "
                 f"interval excludes no change and the false-discovery rate over all of them is "
                 f"held at 5% (Benjamini-Hochberg)" + (f"; {held} held back" if held else "")
                 + ")"]
+
+
+def threshold_of(ratio, a_seconds, b_seconds) -> float:
+    """What 1 for `ratio` (mean(a)/mean(b), maybe scaled per sample) is for the epoch times'
+    own ratio: 1/scale."""
+    a, b = finite(a_seconds), finite(b_seconds)
+    raw = a.mean() / b.mean() if len(a) and len(b) and b.mean() else math.nan
+    threshold = raw / ratio.value if ratio.value else math.nan
+    return threshold if math.isfinite(threshold) and threshold > 0 else 1.0
 
 
 @dataclass
@@ -230,7 +237,8 @@ def decided(head, ratio, above, below, reference_seconds, seconds, judge, keys):
         return f"{head}: {above}"
     if decision == "below":
         return f"{head}: {below}"
-    return f"{head}; " + (HELD if decision == "held" else undecided(reference_seconds, seconds))
+    return f"{head}; " + (HELD if decision == "held" else undecided(
+        reference_seconds, seconds, threshold_of(ratio, reference_seconds, seconds)))
 
 
 def wrapper_lines(wrapper, judge):

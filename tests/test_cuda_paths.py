@@ -215,6 +215,9 @@ def test_mfu_on_an_h100_is_against_the_tf32_peak_and_the_data_sheet(tmp_path):
     shown = limits_table(limits.reset_index()).set_index("backend")
     assert shown.loc["pt-ddp", "MFU of the data sheet"].startswith("SUSPECT: 120.0%")
     assert not shown.loc["tf-single", "MFU, 95% CI of the rate"].startswith(("—", "SUSPECT"))
+    from xbench.common.datasheets import datasheet_peak
+    assert datasheet_peak("NVIDIA L40S", "fp32") is None  # not the L4's ("L4" is a whole word)
+    assert datasheet_peak("Tesla T4", "tf32") is None and datasheet_peak("Intel Xeon", "fp32") is None
 
 
 def test_gpu_math_sets_both_frameworks_alike(monkeypatch):

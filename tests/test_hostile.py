@@ -124,6 +124,7 @@ def bad_rows():
         "negative seconds": {**good, "epochs": [good["epochs"][0], {**epoch, "seconds": -1.0}]},
         "zero seconds": {**good, "epochs": [good["epochs"][0], {**epoch, "seconds": 0.0}]},
         "attribution of another shape": {**good, "attribution": {"epochs": [1]}},
+        "math a text": {**good, "backend_details": {**good["backend_details"], "math": "tf32"}},
     }
 
 
@@ -179,7 +180,7 @@ def test_an_unreachable_mlflow_server_fails_in_seconds_in_one_line(base_and_new)
 
 @pytest.mark.parametrize("target, message", [
     ("FILE", "is a file"), ("READONLY", "cannot write"), ("sqlite:///x.db", "sqlite"),
-    ("ftp://example.org/x", "ftp"),
+    ("ftp://example.org/x", "ftp"), ("http://localhost:99999", "the port is not a number"),
 ])
 def test_an_mlflow_target_it_cannot_use_is_one_line(base_and_new, tmp_path, target, message):
     base, _, _, _ = base_and_new

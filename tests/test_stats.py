@@ -81,6 +81,13 @@ def test_p_value_agrees_with_the_interval_and_false_discoveries_are_controlled()
     stated = false_discoveries_controlled([0.01, 0.04, 0.03, math.nan, 0.5])
     assert list(stated) == [True, False, False, False, False]
     assert list(false_discoveries_controlled([0.01, 0.02, 0.03, 0.04])) == [True] * 4
+    # the p-value is the interval's own test: below 5% exactly where the interval excludes 1
+    rng = np.random.default_rng(3)
+    for _ in range(2000):
+        a, b = rng.normal(1.3, 0.3, 2), rng.normal(1.0, 0.2, 2)
+        ratio = ratio_of_means(a, b)
+        if math.isfinite(ratio.low) and math.isfinite(ratio.high):
+            assert (ratio_p_value(a, b) < 0.05) == (ratio.low > 1 or ratio.high < 1), (a, b)
     # 200 comparisons where nothing differs: about 5% pass alone, none after the control
     rng = np.random.default_rng(2)
     p = [ratio_p_value(rng.normal(1, 0.05, 3), rng.normal(1, 0.05, 3)) for _ in range(200)]

@@ -83,11 +83,13 @@ class MultiWorkerCollectives(TensorFlowCollectives):
                                     axis=None).numpy()
 
     def gather(self, value):
-        """Pickled, padded to the longest as int32 words, all-gathered, unpickled."""
+        """Pickled, padded as int32 words to the power of two above the longest (so that the
+        strategy's gather function is traced for a few shapes, not for every length: each new
+        shape is a new trace of a collective), all-gathered, unpickled."""
         data = pickle.dumps(value)
         lengths = self.strategy.gather(self._per_worker(np.array([len(data)], np.int64)),
                                        axis=0).numpy()
-        padded = np.zeros(-(-int(lengths.max()) // 4) * 4, np.uint8)
+        padded = np.zeros(max(4, 1 << (int(lengths.max()) - 1).bit_length()), np.uint8)
         padded[:len(data)] = np.frombuffer(data, np.uint8)
         words = self.strategy.gather(self._per_worker(padded.view(np.int32)[None]), axis=0).numpy()
         return [pickle.loads(words[k].view(np.uint8)[:int(lengths[k])].tobytes())
