@@ -53,7 +53,7 @@ def cell_table(frame):
     of every other metric. The repeats' epoch times are kept for the ratios."""
     records = []
     for (_, key), group in frame.groupby(["env", "cell_key"], sort=False):
-        ok = group[group["usable"]]
+        ok, ran = group[group["usable"]], group[group["status"] == "ok"]
         first = (ok if len(ok) else group).iloc[0]
         record = {column: first.get(column) for column in CONFIG}
         record.update(cell_key=key, scaling=scaling_kind(first["batch_mode"]),
@@ -77,10 +77,11 @@ def cell_table(frame):
                       epoch2_samples=first["epoch2_samples"],
                       memory_per_device=mean_per_device(ok["memory_per_device"]),
                       epoch_means=epoch_means(ok["epoch_list"]),
-                      global_digests=sorted({d for d in ok["global_digests"] if d}),
-                      sampler_digests=sorted({d for d in ok["sampler_digests"] if d}),
-                      shard_overlap=int(ok["shard_overlap"].max()) if len(ok) else 0,
-                      replicas_agree=bool(ok["replicas_agree"].all()),
+                      # what was trained does not depend on what else ran: every ok run's
+                      global_digests=sorted({d for d in ran["global_digests"] if d}),
+                      sampler_digests=sorted({d for d in ran["sampler_digests"] if d}),
+                      shard_overlap=int(ran["shard_overlap"].max()) if len(ran) else 0,
+                      replicas_agree=bool(ran["replicas_agree"].all()),
                       batchnorm=first.get("batchnorm"),
                       batchnorm_difference=ok["batchnorm_difference"].max(),
                       test_accuracy_values=ok["test_accuracy"].dropna().tolist(),
@@ -396,10 +397,10 @@ def accuracy_change(cells):
 def evidence_problems(cells):
     """What the rows' evidence says went wrong: replicas that ended with different weights,
     samples trained by more than one replica, and backends or device counts of one cell that
-    trained on different samples (their global batches' digests differ)."""
+    trained on different samples (their global batches' digests differ). Every ok run counts,
+    contended or not: what a run trained on does not depend on what else ran."""
     lines = []
-    usable = cells[cells["n"] > 0] if not cells.empty else cells
-    for _, cell in usable.iterrows():
+    for _, cell in cells.iterrows():
         if not cell["replicas_agree"]:
             lines.append(f"EVIDENCE: {cell['cell_key']}: its replicas ended with different "
                          f"weights: they did not train one model")
@@ -408,7 +409,7 @@ def evidence_problems(cells):
                          f"trained by more than one replica in an epoch")
     same_work = ["env", "dataset", "model", "dataset_multiple", "global_batch", "seed",
                  "max_train_samples", "epochs_run"]
-    for _, group in (usable.groupby(same_work, dropna=False) if len(usable) else []):
+    for _, group in (cells.groupby(same_work, dropna=False) if len(cells) else []):
         digests = {d for ds in group["global_digests"] for d in ds}
         if len(digests) > 1:
             lines.append(f"EVIDENCE: {', '.join(sorted(set(group['series'])))} on "

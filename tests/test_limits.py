@@ -88,7 +88,7 @@ def test_the_formulas():
     assert record["seconds"] == 0.020 and record["algbw"] == pytest.approx(4 * 2**20 / 0.020)
     assert record["busbw"] == pytest.approx(record["algbw"] * 1.5)
     assert record["busbw_low"] == pytest.approx(bus_bandwidth(4 * 2**20 / 0.040, 4))
-    assert flop_utilisation(1e6, 1000, 3e9) == pytest.approx(1.0)
+    assert flop_utilisation(3e6, 1000, 3e9) == pytest.approx(1.0)  # a step's FLOPs x rate / peak
     matmul = [{"framework": "torch", "device_type": "cpu", "precision": "fp32", "threads": t,
                "gflops": g} for t, g in ((1, 50.0), (2, 90.0))]
     # a CPU device is its share of the cores: 2 devices x 1 thread use the 2-thread rate

@@ -91,7 +91,7 @@ def test_some_layers_only(tmp_path):
     (["--model", "resnet81", "--batch", 8], "unknown model 'resnet81' (did you mean 'resnet18'?)"),
     (["--model", "small", "--batch", 8, "--backend", "pt-ddp"],
      "backend 'pt-ddp' is not one of pt-single, tf-single"),
-    (["--model", "small", "--batch", 8, "--steps", 3], f"--steps must be at least {MIN_STEPS}"),
+    (["--model", "small", "--batch", 8, "--steps", 3], f"--steps must be from {MIN_STEPS}"),
     (["--model", "small", "--batch", 0], "--batch must be at least 1"),
 ])
 def test_bad_input_exits_2_with_one_line(args, message, tmp_path):

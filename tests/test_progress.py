@@ -88,7 +88,7 @@ def earlier_ok_row(key_settings, seconds):
         device_type="cpu", device_name="cpu", epochs=epochs, startup_seconds=3.0,
         step_time_p50=0.1, step_time_p90=0.1, test_accuracy=0.7, peak_memory_per_device=[1],
         hosts=["h"], threads={}, contended=False, evidence={}, backend_details={},
-        attribution={})
+        attribution=None)
     row = make_row(cell, "earlier", now(), "ok", None, "torch", measurement, capture(), None,
                    seconds, 2)
     return row
