@@ -6,6 +6,7 @@ through `distribute_datasets_from_function` (no rebatching, no auto-sharding); t
 collectives sum the gradients over the workers in `apply_gradients` (ring on CPU, NCCL on GPU).
 TF_CONFIG is built from the launcher's placement and the worker's task index.
 """
+import base64
 import json
 import os
 import pickle
@@ -68,7 +69,7 @@ class MultiWorkerCollectives(TensorFlowCollectives):
     strategy = None
 
     def __init__(self, rank, world):
-        self.rank, self.world = rank, world
+        self.rank, self.world, self.gathers = rank, world, 0
 
     def _per_worker(self, value):
         import tensorflow as tf
@@ -83,16 +84,18 @@ class MultiWorkerCollectives(TensorFlowCollectives):
                                     axis=None).numpy()
 
     def gather(self, value):
-        """Pickled, padded as int32 words to the power of two above the longest (so that the
-        strategy's gather function is traced for a few shapes, not for every length: each new
-        shape is a new trace of a collective), all-gathered, unpickled."""
-        data = pickle.dumps(value)
-        lengths = self.strategy.gather(self._per_worker(np.array([len(data)], np.int64)),
-                                       axis=0).numpy()
-        padded = np.zeros(max(4, 1 << (int(lengths.max()) - 1).bit_length()), np.uint8)
-        padded[:len(data)] = np.frombuffer(data, np.uint8)
-        words = self.strategy.gather(self._per_worker(padded.view(np.int32)[None]), axis=0).numpy()
-        return [pickle.loads(words[k].view(np.uint8)[:int(lengths[k])].tobytes())
+        """Through the coordination service's key-value store, the cluster's side channel for
+        small data, not a collective: TensorFlow's CollectiveGatherV2, traced anew for each
+        shape, corrupted a worker's heap now and then on a loaded machine ("munmap_chunk():
+        invalid pointer", "free(): invalid size"), and the other worker failed as UNAVAILABLE.
+        Each value is pickled under a key of its own; every worker reads every worker's key,
+        waiting until it is set."""
+        from tensorflow.python.eager import context
+        self.gathers += 1
+        store, key = context.context(), f"xbench/gather/{self.gathers}/"
+        store.set_config_key_value(f"{key}{self.rank}",
+                                   base64.b64encode(pickle.dumps(value)).decode("ascii"))
+        return [pickle.loads(base64.b64decode(store.get_config_key_value(f"{key}{k}")))
                 for k in range(self.world)]
 
     def broadcast(self, variables):
