@@ -1,26 +1,45 @@
-"""What else used the machine while a cell's epochs were timed.
+"""What else used the cores and GPUs each rank of a cell ran on while its epochs were timed.
 
 A shared machine turns noise into numbers that look like facts: a rank that loses its core to
-another job makes every other rank wait in the next all-reduce. So every timed epoch records the
-CPU time the rest of the machine used (from /proc/stat, less the CPU time of the cell's own
-processes), the steal time of the hypervisor, the load average, and each rank's CPU-time / wall
-ratio; on GPUs, other processes holding the cell's GPUs (NVML, through the optional nvidia-ml-py).
-An epoch whose others and steal used more than the cell's `contention_limit` share of the cores
-makes the row `contended`.
+another job makes every other rank wait in the next all-reduce. Judged against all of a node's
+cores, one stolen core of 64 is 1.6% and goes unseen; so every rank watches its own:
 
-The cell's processes carry XBENCH_CELL=<token> in their environment (the runner sets it); they
-are found once, before the first epoch, so that no epoch pays for a scan of /proc.
+- the cores it may use (its affinity; with `pin_ranks`, its own share of the node's cores);
+- the CPU time other processes took on them: /proc/stat per core, less the CPU time of the cell's
+  processes, each process's time counted on the cores its affinity allows, in proportion;
+- the hypervisor's steal on them, and its cgroup's throttling (the share of the CPU quota's
+  periods in which the cgroup was throttled: cpu.stat);
+- its own CPU time / wall time;
+- on GPUs, the other processes on the GPUs it drives (NVML, through the optional nvidia-ml-py),
+  its CUDA device numbers mapped through CUDA_VISIBLE_DEVICES to NVML's devices.
+
+The cell's processes carry XBENCH_CELL=<token> in their environment (the runner sets it). They
+are listed afresh before each epoch's clock starts and after it stops (outside the clock), and
+their CPU time includes their reaped children's, so a process forked within an epoch (a
+DataLoader worker) counts as the cell's, not as another load. An epoch is contended when on any
+rank others, steal and throttling took more than the cell's `contention_limit` of its cores, or
+another process used one of its GPUs.
 """
+from __future__ import annotations
+
 import os
 import time
 
 import psutil
 
+from xbench.common.machine import CpuCgroup
+from xbench.common.placement import node_name
+
 CELL_TOKEN = "XBENCH_CELL"
+
+# A process's identity and its CPU seconds (its reaped children's included) with the cores it
+# may run on.
+Snapshot = dict[tuple[int, float], tuple[float, frozenset[int]]]
 
 
 def cell_processes() -> list[psutil.Process]:
-    """This cell's processes (its launcher and ranks), or this process alone outside a cell."""
+    """This node's processes of this cell (its launcher, ranks and their workers), or this
+    process alone outside a cell."""
     token = os.environ.get(CELL_TOKEN)
     if not token:
         return [psutil.Process()]
@@ -34,87 +53,150 @@ def cell_processes() -> list[psutil.Process]:
     return found or [psutil.Process()]
 
 
-def _cpu_seconds(processes: list[psutil.Process]) -> float:
-    total = 0.0
+def _snapshot(processes: list[psutil.Process]) -> Snapshot:
+    taken = {}
     for process in processes:
         try:
-            times = process.cpu_times()
-            total += times.user + times.system
+            with process.oneshot():
+                times = process.cpu_times()
+                seconds = times.user + times.system + times.children_user + times.children_system
+                taken[(process.pid, process.create_time())] = (seconds,
+                                                               frozenset(process.cpu_affinity()))
         except psutil.Error:  # a process of the cell that has ended
             continue
-    return total
+    return taken
 
 
-def _machine():
-    """(busy, steal) CPU seconds of the whole machine so far, over all its cores."""
-    times = psutil.cpu_times()
-    busy = sum(getattr(times, name, 0.0) for name in ("user", "nice", "system", "irq", "softirq"))
-    return busy, getattr(times, "steal", 0.0)
+def _seconds_on(snapshot: Snapshot, cores: frozenset[int]) -> float:
+    """The snapshot's CPU seconds that fell on `cores`, each process's spread evenly over the
+    cores it may use."""
+    return sum(seconds * len(allowed & cores) / len(allowed)
+               for seconds, allowed in snapshot.values() if allowed)
+
+
+def _cores_time(cores: frozenset[int]) -> tuple[float, float]:
+    """(busy, steal) CPU seconds so far of `cores`."""
+    busy = steal = 0.0
+    for core, times in enumerate(psutil.cpu_times(percpu=True)):
+        if core in cores:
+            busy += sum(getattr(times, name, 0.0)
+                        for name in ("user", "nice", "system", "irq", "softirq"))
+            steal += getattr(times, "steal", 0.0)
+    return busy, steal
 
 
 class ContentionProbe:
-    """Read at the start and the end of each timed epoch, outside its clock. Every rank reports
-    its own CPU-time / wall ratio; the reporting rank (`watch_machine`) also reads the machine."""
+    """One rank's watch over its cores and GPUs, read around each timed epoch: `list_cell()`
+    before the epoch's barrier (it scans /proc), `start()` after it, `stop()` once the clock
+    stopped."""
 
-    def __init__(self, watch_machine: bool, gpu_indices: list[int] | None = None):
-        self.watch_machine = watch_machine
+    def __init__(self, gpu_indices: list[int] | None = None):
         self.me = psutil.Process()
-        self.cell = cell_processes() if watch_machine else []
-        self.cores = psutil.cpu_count() or 1
-        self.gpus = _GpuWatch(gpu_indices) if watch_machine and gpu_indices else None
+        self.cgroup = CpuCgroup.mine()
+        self.gpus = _GpuWatch(gpu_indices) if gpu_indices else None
+
+    def _own_seconds(self) -> float:
+        times = self.me.cpu_times()
+        return times.user + times.system
+
+    def list_cell(self) -> None:
+        self.cell = cell_processes()
 
     def start(self) -> None:
+        self.cores = frozenset(os.sched_getaffinity(0))
         self.wall = time.perf_counter()
-        self.own = _cpu_seconds([self.me])
-        if self.watch_machine:
-            self.machine, self.cell_cpu = _machine(), _cpu_seconds(self.cell)
+        self.own = self._own_seconds()
+        self.cell_start = _snapshot(self.cell)
+        self.cores_start = _cores_time(self.cores)
+        self.throttling = self.cgroup.throttling()
 
     def stop(self) -> dict:
-        """{"cpu_per_wall": ...} on every rank, plus on the reporting rank the machine's share of
-        the cores used by other processes and by steal, the 1-minute load average, and other
-        GPU processes (None where not watched)."""
+        """This rank's record of the epoch: its node and cores, the share of its cores' time
+        that other processes and steal took, the share of its cgroup's quota periods that were
+        throttled, its own CPU time / wall, the node's 1-minute load, and the other processes on
+        its GPUs (None where not watched)."""
         wall = time.perf_counter() - self.wall
-        record = {"cpu_per_wall": (_cpu_seconds([self.me]) - self.own) / wall if wall > 0 else None}
-        if self.watch_machine:
-            busy, steal = _machine()
-            others = (busy - self.machine[0]) - (_cpu_seconds(self.cell) - self.cell_cpu)
-            capacity = wall * self.cores
-            record.update(other_cpu_share=max(0.0, others) / capacity if capacity else None,
-                          steal_share=(steal - self.machine[1]) / capacity if capacity else None,
-                          load_1m=os.getloadavg()[0],
-                          other_gpu_processes=self.gpus.others(self.cell) if self.gpus else None)
-        return record
+        busy, steal = _cores_time(self.cores)
+        self.cell = cell_processes()
+        cell = _snapshot(self.cell)
+        others = ((busy - self.cores_start[0])
+                  - (_seconds_on(cell, self.cores) - _seconds_on(self.cell_start, self.cores)))
+        capacity = wall * len(self.cores)
+        own = self._own_seconds() - self.own
+        return {"node": node_name(), "cores": sorted(self.cores),
+                "other_cpu_share": max(0.0, others) / capacity if capacity else None,
+                "steal_share": (steal - self.cores_start[1]) / capacity if capacity else None,
+                "throttled_share": _throttled_share(self.throttling, self.cgroup.throttling()),
+                "cpu_quota_cores": self.cgroup.quota_cores(),
+                "cpu_per_wall": own / wall if wall > 0 else None,
+                "load_1m": os.getloadavg()[0],
+                "other_gpu_processes": self.gpus.others(self.cell) if self.gpus else None}
+
+
+def _throttled_share(before, after) -> float | None:
+    if before is None or after is None or after[0] <= before[0]:
+        return None  # no quota, or no period of it ran out within the epoch
+    return (after[1] - before[1]) / (after[0] - before[0])
+
+
+def visible_gpus(indices: list[int], visible: str | None) -> list[int | str]:
+    """The NVML devices behind CUDA device numbers `indices`: CUDA_VISIBLE_DEVICES' entries
+    (indices in PCI bus order, which the runner sets as CUDA_DEVICE_ORDER, or GPU-/MIG- UUIDs),
+    or the numbers themselves where it is unset."""
+    if visible is None:
+        return list(indices)
+    entries = [entry.strip() for entry in visible.split(",") if entry.strip()]
+    return [int(entries[i]) if entries[i].isdigit() else entries[i] for i in indices]
 
 
 class _GpuWatch:
-    """Other processes on the cell's GPUs, through NVML (nvidia-ml-py; absent: not watched)."""
+    """Other processes on one rank's GPUs, through NVML (nvidia-ml-py; absent: not watched).
 
-    def __init__(self, indices):
+    NVML names processes by the host's process ids; in a container those are not the ids the
+    cell sees, so where no process on a GPU is one of the cell's, one process on it (the rank's
+    own) is taken to be the cell's and the rest are others."""
+
+    def __init__(self, indices: list[int]):
         try:
             import pynvml
             pynvml.nvmlInit()
             self.nvml = pynvml
-            self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in indices]
+            self.handles = [pynvml.nvmlDeviceGetHandleByUUID(device) if isinstance(device, str)
+                            else pynvml.nvmlDeviceGetHandleByIndex(device)
+                            for device in visible_gpus(indices,
+                                                       os.environ.get("CUDA_VISIBLE_DEVICES"))]
         except Exception:  # noqa: BLE001 - no NVML library, no driver: GPUs are not watched
             self.nvml = None
 
-    def others(self, cell):
+    def others(self, cell: list[psutil.Process]) -> int | None:
         if self.nvml is None:
             return None
-        mine = {p.pid for p in cell}
-        pids = set()
+        mine, others = {p.pid for p in cell}, set()
         for handle in self.handles:
-            for process in self.nvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                pids.add(process.pid)
-        return len(pids - mine)
+            pids = {p.pid for p in self.nvml.nvmlDeviceGetComputeRunningProcesses(handle)}
+            if pids & mine:
+                others |= pids - mine
+            else:
+                others |= set(sorted(pids)[1:])
+        return len(others)
 
 
 def epoch_contention(stopped: list[dict], limit: float) -> dict:
-    """One epoch's contention record from every rank's `ContentionProbe.stop()` (rank 0 first)."""
-    machine = stopped[0]
-    share = (machine.get("other_cpu_share") or 0.0) + (machine.get("steal_share") or 0.0)
-    return {"other_cpu_share": machine.get("other_cpu_share"),
-            "steal_share": machine.get("steal_share"), "load_1m": machine.get("load_1m"),
-            "other_gpu_processes": machine.get("other_gpu_processes"),
-            "cpu_per_wall_per_rank": [r["cpu_per_wall"] for r in stopped],
-            "contended": share > limit or bool(machine.get("other_gpu_processes"))}
+    """One epoch's contention record from every rank's `ContentionProbe.stop()`, rank by rank:
+    the most contended rank's shares (the ones that decide), every rank's record, and whether any
+    rank's others, steal and throttling passed `limit` of its cores or its GPUs had others."""
+    def taken(rank: dict) -> float:
+        return sum(rank.get(name) or 0.0
+                   for name in ("other_cpu_share", "steal_share", "throttled_share"))
+    worst = max(range(len(stopped)), key=lambda r: taken(stopped[r]))
+    gpus = [r["other_gpu_processes"] for r in stopped if r.get("other_gpu_processes") is not None]
+    contended_ranks = [r for r, rank in enumerate(stopped)
+                       if taken(rank) > limit or rank.get("other_gpu_processes")]
+    return {"other_cpu_share": stopped[worst].get("other_cpu_share"),
+            "steal_share": stopped[worst].get("steal_share"),
+            "throttled_share": stopped[worst].get("throttled_share"),
+            "load_1m": max((r.get("load_1m") or 0.0) for r in stopped),
+            "other_gpu_processes": sum(gpus) if gpus else None,
+            "cpu_per_wall_per_rank": [r.get("cpu_per_wall") for r in stopped],
+            "most_contended_rank": worst, "contended_ranks": contended_ranks,
+            "per_rank": stopped, "contended": bool(contended_ranks)}

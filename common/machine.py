@@ -12,19 +12,78 @@ pip packages), and Horovod built with NCCL (scripts/build_horovod.sh does so whe
 and torch sees a GPU).
 """
 import argparse
+import math
 import os
 import shlex
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 TORCH = "torch==2.13.0"  # the pinned version; never let pip resolve a newer one
 PYPI = "https://pypi.org/simple"
 
 
 def cpu_cores() -> int:
-    """Cores this process may use (respects taskset / cgroup affinity)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    """Cores this process may use: its affinity (taskset, Slurm's binding, a cpuset), fewer where
+    its cgroup's CPU quota allows less (a container's --cpus, Slurm's cgroup)."""
+    allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    quota = CpuCgroup.mine().quota_cores()
+    return max(1, min(allowed, math.ceil(quota))) if quota else allowed
+
+
+class CpuCgroup:
+    """The CPU controller of a process's cgroup, v2 (cpu.max, cpu.stat's nr_periods and
+    nr_throttled) or v1 (cpu.cfs_quota_us and cpu.cfs_period_us, the same cpu.stat counts);
+    `folder` None where there is none to read (no cgroup file system, another OS)."""
+
+    def __init__(self, folder: Path | None, version: int):
+        self.folder, self.version = folder, version
+
+    @classmethod
+    def mine(cls, proc_cgroup: Path = Path("/proc/self/cgroup"),
+             root: Path = Path("/sys/fs/cgroup")) -> "CpuCgroup":
+        try:
+            lines = proc_cgroup.read_text().splitlines()
+        except OSError:
+            return cls(None, 0)
+        for line in lines:  # v1: "4:cpu,cpuacct:/path"; v2: "0::/path"
+            _, controllers, path = line.split(":", 2)
+            if "cpu" in controllers.split(","):
+                for name in (controllers, "cpu", "cpu,cpuacct"):
+                    if (root / name / path.lstrip("/") / "cpu.cfs_quota_us").exists():
+                        return cls(root / name / path.lstrip("/"), 1)
+        for line in lines:
+            if line.startswith("0::") and (root / line[3:].lstrip("/") / "cpu.max").exists():
+                return cls(root / line[3:].lstrip("/"), 2)
+        return cls(None, 0)
+
+    def _read(self, name: str) -> str | None:
+        try:
+            return (self.folder / name).read_text() if self.folder else None
+        except OSError:
+            return None
+
+    def quota_cores(self) -> float | None:
+        """The cores' worth of CPU time the quota allows per period; None: no quota."""
+        if self.version == 2:
+            text = self._read("cpu.max")
+            quota, period = text.split()[:2] if text else ("max", "1")
+        else:
+            quota, period = self._read("cpu.cfs_quota_us"), self._read("cpu.cfs_period_us")
+        if quota is None or period is None or quota.strip() in ("max", "-1"):
+            return None
+        return int(quota) / int(period)
+
+    def throttling(self) -> tuple[int, int] | None:
+        """(periods, throttled periods) so far; None where unreadable or without a quota."""
+        text = self._read("cpu.stat")
+        if not text:
+            return None
+        counts = dict(line.split()[:2] for line in text.splitlines() if len(line.split()) >= 2)
+        if "nr_periods" not in counts or "nr_throttled" not in counts:
+            return None
+        return int(counts["nr_periods"]), int(counts["nr_throttled"])
 
 
 def nvidia_gpus() -> list[str]:

@@ -45,6 +45,31 @@ def local_task_index() -> int:
     return int(os.environ.get("SLURM_LOCALID", os.environ.get(TASK_ENV, 0)))
 
 
+def rank_cores(allowed: list[int], sharing: int, index: int) -> list[int]:
+    """The cores of the `index`-th of `sharing` ranks that may use the cores `allowed`: an even
+    split (the later ranks take one more where it does not divide), or where ranks outnumber
+    cores, one core each, round robin."""
+    cores = sorted(allowed)
+    if sharing > len(cores):
+        return [cores[index % len(cores)]]
+    return cores[index * len(cores) // sharing:(index + 1) * len(cores) // sharing]
+
+
+def pin_rank(comm) -> list[int]:
+    """Pin this rank (every thread it has, and so every thread and process it starts) to its
+    share of the cores it may use among the ranks of its node that may use the same ones (a
+    collective: every rank calls it). The cores it got."""
+    mine = (node_name(), sorted(os.sched_getaffinity(0)))
+    sharing = [rank for rank, theirs in enumerate(comm.gather(mine)) if tuple(theirs) == mine]
+    cores = rank_cores(mine[1], len(sharing), sharing.index(comm.rank))
+    for thread in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(thread), cores)
+        except ProcessLookupError:  # a thread that ended meanwhile
+            continue
+    return cores
+
+
 def node_name() -> str:
     """The node this process runs on, as the launcher names it (a rank that horovodrun started
     is on the host it was given: its HOROVOD_HOSTNAME)."""

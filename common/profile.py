@@ -104,7 +104,8 @@ def time_passes(passes: list[tuple[str, Callable[[], None]]], sync: Callable[[],
     """Run every pass once per round, `warmup` rounds dropped, then `steps` rounds kept:
     {"seconds": {pass: [seconds per kept round]}, "contention": what else ran meanwhile}."""
     seconds = {name: [] for name, _ in passes}
-    probe = ContentionProbe(watch_machine=True)
+    probe = ContentionProbe()
+    probe.list_cell()
     for round_number in range(warmup + steps):
         if round_number == warmup:
             probe.start()

@@ -174,7 +174,9 @@ def launch(backend, cell, log_path, launcher, watch=lambda folder: None, measure
                                         **({"measure": measure} if measure else {})}))
         process_threads = threads * backend.devices_per_process(cell)
         environment = {**os.environ, "OMP_NUM_THREADS": str(process_threads),
-                       "PYTHONUNBUFFERED": "1", "XBENCH_CELL": token}
+                       "PYTHONUNBUFFERED": "1", "XBENCH_CELL": token,
+                       # CUDA's device numbers in NVML's order, so that both name one GPU alike
+                       "CUDA_DEVICE_ORDER": os.environ.get("CUDA_DEVICE_ORDER", "PCI_BUS_ID")}
         with open(log_path, "w") as log:
             ended = launcher.run(backend, cell, [str(job_path), out_dir], environment, log, token,
                                  lambda: watch(out_dir))
@@ -242,13 +244,36 @@ def progress_line(row):
 
 
 def contention_mark(row):
-    """'CONTENDED: ...' for a row whose timed epochs shared the machine beyond its limit."""
-    worst = max(row["epochs"], key=lambda e: (e["contention"]["other_cpu_share"] or 0)
-                + (e["contention"]["steal_share"] or 0))["contention"]
+    """'CONTENDED: ...' for a row whose timed epochs shared the machine beyond its limit: the
+    worst epoch's most contended rank, where it ran and what took its cores."""
+    def taken(contention):
+        return sum(contention.get(name) or 0
+                   for name in ("other_cpu_share", "steal_share", "throttled_share"))
+    worst = max((e["contention"] for e in row["epochs"]), key=taken)
+    rank = worst.get("most_contended_rank")
+    where = ""
+    if rank is not None:
+        watched = worst["per_rank"][rank]
+        where = f" rank {rank} ({watched['node']}, cores {cores_text(watched['cores'])}):"
+    throttled = worst.get("throttled_share")
     gpus = worst.get("other_gpu_processes")
-    return (f"CONTENDED: other processes used {worst['other_cpu_share'] or 0:.0%} and steal "
-            f"{worst['steal_share'] or 0:.0%} of the cores (limit {row['contention_limit']:.0%})"
+    return (f"CONTENDED:{where} other processes used {worst['other_cpu_share'] or 0:.0%} and "
+            f"steal {worst['steal_share'] or 0:.0%} of {'its' if where else 'the'} cores"
+            + (f", its cgroup throttled in {throttled:.0%} of its quota's periods"
+               if throttled else "")
+            + f" (limit {row['contention_limit']:.0%})"
             + (f", {gpus} other GPU process(es)" if gpus else ""))
+
+
+def cores_text(cores: list[int]) -> str:
+    """[0, 1, 2, 5] as '0-2,5'."""
+    runs = []
+    for core in cores:
+        if runs and core == runs[-1][1] + 1:
+            runs[-1][1] = core
+        else:
+            runs.append([core, core])
+    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
 
 
 @contextlib.contextmanager

@@ -14,7 +14,7 @@ from xbench.common.attribution import PARTS
 from xbench.common.models import flops_per_sample, parameter_count
 from xbench.common.settings import IN_ROW
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 # What rows of older versions lack; they are reported and left out, never mixed with these.
 OLDER_VERSIONS = {1: "schema 1 rows come from an xbench whose 1-device cells of tf-mirrored ran no "
                     "MirroredStrategy, whose frameworks started from different initial weights, "
@@ -22,12 +22,13 @@ OLDER_VERSIONS = {1: "schema 1 rows come from an xbench whose 1-device cells of 
 # What each version added that the rows before it all had implicitly, filled in when an older row
 # is read: the settings it first recorded (common.settings: `since`, `implied`), and schema 3's
 # batch sweep (none), schema 4's BatchNorm (the MNIST models have none), schema 5's attribution
-# (none recorded) and schema 6's GPU math (each framework's default).
+# (none recorded), schema 6's GPU math (each framework's default) and schema 7's pinned ranks
+# (none: rows before it judged contention on all of rank 0's machine's cores, recorded as such).
 ADDED = {version: {**{s.row_name: s.row_value(s.cell_default) for s in IN_ROW
                       if s.since == version}, **derived}
          for version, derived in {3: {"batch_sweep": None}, 4: {"batchnorm": None},
-                                  5: {"attribution": None}, 6: {}}.items()}
-UPGRADES = (2, 3, 4, 5)  # the older versions this xbench reads
+                                  5: {"attribution": None}, 6: {}, 7: {}}.items()}
+UPGRADES = (2, 3, 4, 5, 6)  # the older versions this xbench reads
 STATUSES = ("ok", "failed", "timeout", "oom", "unsupported")
 
 NUMBER = (int, float)

@@ -223,9 +223,14 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
             "(emulates a smaller device: a batch that does not fit is an 'oom' row).", minimum=0,
             maximum=machine_memory_mb, why="that is this machine's memory", zero_is_null=True),
     Setting("contention_limit", float, 0.25,
-            "Share of the cores (0-1) that other processes and steal may use during a timed "
-            "epoch before its row is marked contended (default 0.25).", minimum=0, maximum=1,
-            why="a share of the cores"),
+            "Share of a rank's cores (0-1) that other processes, steal and cgroup throttling "
+            "may take during a timed epoch before its row is marked contended (default 0.25).",
+            minimum=0, maximum=1, why="a share of the cores"),
+    Setting("pin_ranks", bool, False,
+            "Pin each rank to its own cores (the node's cores it may use, split evenly among "
+            "the ranks that share them), so that ranks do not trade cores and contention is "
+            "judged on the cores a rank runs on.",
+            key_part=lambda c: "|pinned" if c.pin_ranks else "", since=7),
     Setting("launcher", str, "local",
             "Where cells run: this machine (local, the default) or a Slurm cluster, every cell "
             "one job.", choices=LAUNCHERS),

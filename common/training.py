@@ -19,7 +19,7 @@ from xbench.common.collectives import Collectives
 from xbench.common.contention import ContentionProbe, epoch_contention
 from xbench.common.evidence import batchnorm_evidence, sample_evidence, weights_digest
 from xbench.common.job import Job
-from xbench.common.placement import node_name
+from xbench.common.placement import node_name, pin_rank
 from xbench.common.schema import Measurement
 from xbench.common.timing import EpochClock, epoch_record, step_percentiles
 
@@ -139,9 +139,11 @@ class TrainingLoop(abc.ABC):
     def run(self) -> Measurement | None:
         """Train for the cell's epochs; the measurement on rank 0, None on the other ranks."""
         self.set_up()
+        if self.cell.pin_ranks:
+            pin_rank(self.comm)
         marks = StepMarks if attribution.INSTRUMENTED else attribution.WindowMarks
         self.marks = marks(*self.step_clock())
-        probe = ContentionProbe(self.comm.rank == 0, self.gpu_indices())
+        probe = ContentionProbe(self.gpu_indices())
         samples = self.steps_per_epoch * self.cell.global_batch
         report = self.job.progress
         if self.comm.rank == 0:
@@ -151,6 +153,7 @@ class TrainingLoop(abc.ABC):
         for epoch in range(1, self.cell.epochs + 1):
             batches = self.batches(epoch)
             self.reset_totals()
+            probe.list_cell()
             self.comm.barrier()
             self.marks.start_epoch()
             if startup is None:

@@ -1,6 +1,7 @@
 """What every number carries, with real processes: the samples each replica actually trained on
 (a deliberately wrong order is caught), and the other load on the machine while it was timed (a
-busy loop beside a cell marks it contended; a quiet cell is not)."""
+busy loop beside a cell marks it contended; a quiet cell is not; a busy loop on the core of one
+pinned rank marks that rank, which all the machine's cores together would dilute)."""
 import os
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from conftest import REPO, SLOW, XBENCH, write_grid
 
 from xbench.common.data import rank_indices
 from xbench.common.evidence import sample_evidence
+from xbench.common.placement import rank_cores
 from xbench.common.results import read_rows
 from xbench.reports.build import build_report
 
@@ -89,7 +91,8 @@ def test_a_busy_loop_beside_a_cell_marks_it_contended_and_a_quiet_cell_is_not(mn
     assert quiet["contended"] is False and "CONTENDED" not in quiet_out
     for epoch in quiet["epochs"]:
         assert epoch["contention"]["other_cpu_share"] < quiet["contention_limit"]
-    assert busy["contended"] is True and "CONTENDED: other processes used" in busy_out
+    assert busy["contended"] is True and "CONTENDED: rank 0 (" in busy_out
+    assert "other processes used" in busy_out
     shares = [e["contention"]["other_cpu_share"] for e in busy["epochs"]]
     assert max(shares) > busy["contention_limit"]
     assert all(0 < r < 4 for e in busy["epochs"] for r in e["contention"]["cpu_per_wall_per_rank"])
@@ -97,3 +100,39 @@ def test_a_busy_loop_beside_a_cell_marks_it_contended_and_a_quiet_cell_is_not(mn
     _, summary, written = build_report([busy_results], tmp_path / "report", formats=["csv"])
     assert "1 run(s) were contended" in "\n".join(summary)
     assert "No verdict: no cell has a usable run." in "\n".join(summary)
+
+
+def test_a_busy_loop_on_one_pinned_ranks_cores_marks_that_rank_alone(mnist_dir, tmp_path):
+    """pt-ddp on 2 ranks pinned to their halves of the cores; busy loops on rank 1's cores take
+    them from rank 1 alone. Rank 1 is marked and rank 0 is not; over all the machine's cores
+    (the judgement before per-rank watching) rank 1's loss is diluted by rank 0's quiet
+    cores."""
+    allowed = sorted(os.sched_getaffinity(0))
+    mine = [rank_cores(allowed, 2, rank) for rank in (0, 1)]
+    settings = {"backends": ["pt-ddp"], "devices": [2], "max_train_samples": 2048,
+                "pin_ranks": True, "contention_limit": 0.2}
+    [quiet], quiet_out, _ = grid(mnist_dir, tmp_path / "quiet", **settings)
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                              preexec_fn=lambda core=core: os.sched_setaffinity(0, [core]))
+             for core in mine[1]]
+    try:
+        [busy], busy_out, _ = grid(mnist_dir, tmp_path / "busy", **settings)
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
+    assert quiet["status"] == busy["status"] == "ok" and busy["pin_ranks"] is True
+    assert "|pinned" in busy["cell_key"]
+    assert quiet["contended"] is False and "CONTENDED" not in quiet_out
+    for epoch in quiet["epochs"] + busy["epochs"]:
+        assert [rank["cores"] for rank in epoch["contention"]["per_rank"]] == mine
+    for epoch in busy["epochs"]:
+        contention = epoch["contention"]
+        ranks = contention["per_rank"]
+        assert contention["contended_ranks"] == [1] and contention["most_contended_rank"] == 1
+        assert ranks[1]["other_cpu_share"] > busy["contention_limit"] >= ranks[0]["other_cpu_share"]
+        assert contention["other_cpu_share"] == ranks[1]["other_cpu_share"]
+        whole_machine = (sum(r["other_cpu_share"] * len(r["cores"]) for r in ranks)
+                         / sum(len(r["cores"]) for r in ranks))
+        assert whole_machine < ranks[1]["other_cpu_share"]
+    assert busy["contended"] is True and "CONTENDED: rank 1 (" in busy_out

@@ -1,0 +1,132 @@
+"""Contention seen per rank, on hand-made inputs: how pinned ranks split their cores, a cgroup's
+quota and throttling (v1 and v2 files), CUDA's device numbers mapped to NVML's devices, other
+processes on a rank's GPU (a mocked NVML, in a container too), and the epoch's record and mark."""
+import sys
+import types
+
+import pytest
+
+from xbench.common import contention
+from xbench.common.contention import epoch_contention, visible_gpus
+from xbench.common.machine import CpuCgroup
+from xbench.common.placement import rank_cores
+from xbench.common.runner import contention_mark, cores_text
+
+
+@pytest.mark.parametrize("allowed, sharing, expected", [
+    ([0, 1], 2, [[0], [1]]),
+    (list(range(6)), 4, [[0], [1, 2], [3], [4, 5]]),
+    ([4, 5, 6, 7], 1, [[4, 5, 6, 7]]),
+    ([0, 1], 3, [[0], [1], [0]]),  # more ranks than cores: one core each, round robin
+])
+def test_ranks_split_the_cores_they_share(allowed, sharing, expected):
+    assert [rank_cores(allowed, sharing, index) for index in range(sharing)] == expected
+
+
+def fake_cgroup(tmp_path, lines, files):
+    tmp_path.mkdir(exist_ok=True)
+    (tmp_path / "cgroup").write_text("\n".join(lines) + "\n")
+    for name, text in files.items():
+        path = tmp_path / "fs" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return CpuCgroup.mine(tmp_path / "cgroup", tmp_path / "fs")
+
+
+def test_a_v1_cgroup_gives_its_quota_and_throttled_periods(tmp_path):
+    group = fake_cgroup(tmp_path, ["4:memory:/x", "3:cpu,cpuacct:/job/7", "0::/"], {
+        "cpu,cpuacct/job/7/cpu.cfs_quota_us": "150000\n",
+        "cpu,cpuacct/job/7/cpu.cfs_period_us": "100000\n",
+        "cpu,cpuacct/job/7/cpu.stat": "nr_periods 40\nnr_throttled 10\nthrottled_time 5\n"})
+    assert group.version == 1 and group.quota_cores() == 1.5
+    assert group.throttling() == (40, 10)
+
+
+def test_a_v2_cgroup_gives_its_quota_and_none_without_one(tmp_path):
+    group = fake_cgroup(tmp_path, ["0::/slurm/job_3"], {
+        "slurm/job_3/cpu.max": "200000 100000\n",
+        "slurm/job_3/cpu.stat": "usage_usec 9\nnr_periods 8\nnr_throttled 2\n"})
+    assert group.version == 2 and group.quota_cores() == 2 and group.throttling() == (8, 2)
+    unlimited = fake_cgroup(tmp_path / "u", ["0::/"], {"cpu.max": "max 100000\n"})
+    assert unlimited.quota_cores() is None
+    assert CpuCgroup.mine(tmp_path / "absent", tmp_path).quota_cores() is None
+
+
+def test_cuda_device_numbers_map_through_cuda_visible_devices():
+    assert visible_gpus([0, 1], None) == [0, 1]
+    assert visible_gpus([0, 1], "3,1") == [3, 1]
+    assert visible_gpus([1], "GPU-aaaa, MIG-bbbb") == ["MIG-bbbb"]
+
+
+class FakeNvml(types.ModuleType):
+    """pynvml with GPUs by index and by UUID, each with the process ids NVML reports."""
+
+    def __init__(self, processes):
+        super().__init__("pynvml")
+        self.processes = processes
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return index
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        return uuid
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle):
+        return [types.SimpleNamespace(pid=pid) for pid in self.processes[handle]]
+
+
+def watch(monkeypatch, processes, indices, visible=None):
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(processes))
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    return contention._GpuWatch(indices)
+
+
+def test_other_processes_on_a_ranks_gpus_are_counted_its_own_are_not(monkeypatch):
+    cell = [types.SimpleNamespace(pid=pid) for pid in (100, 101)]
+    # CUDA device 0 of this rank is the machine's GPU 2: there, one other process beside rank 101
+    gpus = watch(monkeypatch, {2: [101, 555], 0: [100, 777, 778]}, [0], visible="2,0")
+    assert gpus.others(cell) == 1
+    by_uuid = watch(monkeypatch, {"GPU-x": [100]}, [0], visible="GPU-x")
+    assert by_uuid.others(cell) == 0
+
+
+def test_in_a_container_one_process_per_gpu_is_the_cells(monkeypatch):
+    """NVML's host process ids are none of the cell's: one on each GPU is the rank's own."""
+    cell = [types.SimpleNamespace(pid=7)]
+    assert watch(monkeypatch, {0: [90001]}, [0]).others(cell) == 0
+    assert watch(monkeypatch, {0: [90001, 90002], 1: [90003]}, [0, 1]).others(cell) == 1
+
+
+def rank(node, cores, other, steal=0.0, throttled=None, gpus=None):
+    return {"node": node, "cores": cores, "other_cpu_share": other, "steal_share": steal,
+            "throttled_share": throttled, "cpu_quota_cores": None, "cpu_per_wall": 0.9,
+            "load_1m": 1.0, "other_gpu_processes": gpus}
+
+
+def test_an_epoch_is_contended_where_any_rank_is_and_names_the_worst():
+    quiet = epoch_contention([rank("a", [0], 0.05), rank("a", [1], 0.1)], 0.25)
+    assert not quiet["contended"] and quiet["contended_ranks"] == []
+    one = epoch_contention([rank("a", [0], 0.0), rank("b", [0, 1], 0.3, 0.1)], 0.25)
+    assert one["contended_ranks"] == [1] and one["most_contended_rank"] == 1
+    assert (one["other_cpu_share"], one["steal_share"]) == (0.3, 0.1)
+    throttled = epoch_contention([rank("a", [0], 0.0, throttled=0.5), rank("a", [1], 0.1)], 0.25)
+    assert throttled["contended_ranks"] == [0] and throttled["throttled_share"] == 0.5
+    gpu = epoch_contention([rank("a", [0], 0.0, gpus=0), rank("a", [1], 0.0, gpus=2)], 0.25)
+    assert gpu["contended_ranks"] == [1] and gpu["other_gpu_processes"] == 2
+
+
+def test_the_mark_says_which_rank_where_and_what_took_its_cores():
+    epochs = [{"contention": epoch_contention(
+        [rank("node1", [0, 1, 2, 5], 0.02), rank("node2", [8], 0.45, 0.05, throttled=0.3,
+                                                  gpus=1)], 0.25)}]
+    mark = contention_mark({"epochs": epochs, "contention_limit": 0.25})
+    assert mark == ("CONTENDED: rank 1 (node2, cores 8): other processes used 45% and steal 5% "
+                    "of its cores, its cgroup throttled in 30% of its quota's periods "
+                    "(limit 25%), 1 other GPU process(es)")
+    assert cores_text([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
