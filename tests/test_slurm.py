@@ -60,6 +60,8 @@ def test_every_backend_that_spans_nodes_trains_one_model_on_two_nodes(slurm, mni
         assert (row["launcher"], row["nodes"], row["devices"], row["world_size"]) == ("slurm", 2, 1, 2)
         # one rank on each node (which node gets rank 0 is the rendezvous' choice)
         assert sorted(row["hosts"]) == ["node1", "node2"], backend
+        for epoch in row["epochs"]:  # each rank watched the cores of its own node
+            assert [r["node"] for r in epoch["contention"]["per_rank"]] == row["hosts"], backend
         digests = row["evidence"]["replica_weight_digests"]
         assert len(digests) == 2 and len(set(digests)) == 1, backend
         assert row["evidence"]["shard_overlap"] == [0, 0]
