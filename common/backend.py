@@ -19,13 +19,15 @@ import sys
 from typing import TYPE_CHECKING, ClassVar
 
 from xbench.common import faults
+from xbench.common.compression import label as compression_label
+from xbench.common.compression import wire_bytes
 from xbench.common.data import train_samples
 from xbench.common.errors import Unsupported
 from xbench.common.models import (
     activations_per_sample,
-    gradient_bytes,
     has_batchnorm,
     parameter_count,
+    tensor_shapes,
 )
 
 if TYPE_CHECKING:
@@ -57,6 +59,9 @@ class Backend(abc.ABC):
     # A process's framework, libraries and data before training (peak RSS of the small model's
     # smoke cells on CPU: 420-460 MB with PyTorch, 690-750 MB with TensorFlow).
     framework_memory_mb: ClassVar[int] = 0
+    # The gradient compressions it does (common.compression), and why it does no others.
+    compressions: ClassVar[tuple[str, ...]] = ("none",)
+    no_compression: ClassVar[str] = "one device: no gradients cross between devices"
 
     # --- in the runner: can it run here, and how is it launched --------------------------------
 
@@ -127,6 +132,9 @@ class Backend(abc.ABC):
                     f"so one of them cannot be slowed alone")
         if slow is not None and slow >= ranks:
             return f"inject slow-rank={slow}: the cell has ranks 0 to {ranks - 1}"
+        if cell.compression not in self.compressions:
+            return (f"compression {cell.compression}: {self.name} does "
+                    f"{', '.join(self.compressions)}; {self.no_compression}")
         return None
 
     def choose_device(self, cell: Cell, gpus_seen: int, seen_by: str) -> str:
@@ -152,10 +160,14 @@ class Backend(abc.ABC):
     def traffic(self, cell: Cell, reduction: str) -> list[dict]:
         """What crosses between the cell's devices in one optimizer step, all links together
         (`wire` items): by default the gradients as `reduction` (the row's) moves them."""
-        devices, size = cell.world, gradient_bytes(cell.model)
+        devices = cell.world
+        size = wire_bytes(tensor_shapes(cell.model), cell.compression, cell.powersgd_rank)
         if reduction == "all-reduce":
+            compressed = ("" if cell.compression == "none" else
+                          f" ({compression_label(cell.compression, cell.powersgd_rank)})")
             return [wire("gradients", 2 * (devices - 1) * size, "computed",
-                         "ring all-reduce: each of N devices sends 2(N-1)/N of the gradients")]
+                         f"ring all-reduce: each of N devices sends 2(N-1)/N of the "
+                         f"gradients{compressed}")]
         if reduction == "reduce-to-one":
             return [wire("gradients", 2 * (devices - 1) * size, "computed",
                          "N-1 copies to the reducing device, the sum copied back to N-1")]

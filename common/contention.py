@@ -5,10 +5,14 @@ another job makes every other rank wait in the next all-reduce. Judged against a
 cores, one stolen core of 64 is 1.6% and goes unseen; so every rank watches its own:
 
 - the cores it may use (its affinity; with `pin_ranks`, its own share of the node's cores);
-- the CPU time other processes took on them: /proc/stat per core, less the CPU time of the cell's
-  processes, each process's time counted on the cores its affinity allows, in proportion;
-- the hypervisor's steal on them, and its cgroup's throttling (the share of the CPU quota's
-  periods in which the cgroup was throttled: cpu.stat);
+- the CPU time other processes took on them: /proc/stat per core (by its cpuN number; user, nice
+  and system time, not interrupts, which the kernel charges to no process, the cell's own
+  network traffic among them), less the CPU time of the cell's processes, each process's time
+  counted on the cores its affinity allows, in proportion;
+- the hypervisor's steal on them, and its cgroup's throttling (the time its run queues were
+  throttled by the CPU quota, cpu.stat, per second and per core of the quota; the cell's own
+  threads outgrowing the quota throttle it too, and that also makes its times not the
+  machine's);
 - its own CPU time / wall time;
 - on GPUs, the other processes on the GPUs it drives (NVML, through the optional nvidia-ml-py),
   its CUDA device numbers mapped through CUDA_VISIBLE_DEVICES to NVML's devices.
@@ -16,9 +20,11 @@ cores, one stolen core of 64 is 1.6% and goes unseen; so every rank watches its 
 The cell's processes carry XBENCH_CELL=<token> in their environment (the runner sets it). They
 are listed afresh before each epoch's clock starts and after it stops (outside the clock), and
 their CPU time includes their reaped children's, so a process forked within an epoch (a
-DataLoader worker) counts as the cell's, not as another load. An epoch is contended when on any
-rank others, steal and throttling took more than the cell's `contention_limit` of its cores, or
-another process used one of its GPUs.
+DataLoader worker) counts as the cell's, not as another load. (A process of the cell that ended
+but was not yet reaped, or was reparented outside the cell, takes its time with it: that time
+counts as another load's.) An epoch is contended when on any rank others, steal and throttling
+took more than the cell's `contention_limit` of its cores, or another process used one of its
+GPUs.
 """
 from __future__ import annotations
 
@@ -32,9 +38,10 @@ from xbench.common.placement import node_name
 
 CELL_TOKEN = "XBENCH_CELL"
 
-# A process's identity and its CPU seconds (its reaped children's included) with the cores it
-# may run on.
+# Per process (by pid and start time, so that a reused pid is another process): its CPU seconds,
+# its reaped children's included, and the cores it may run on.
 Snapshot = dict[tuple[int, float], tuple[float, frozenset[int]]]
+TICK = os.sysconf("SC_CLK_TCK")  # /proc/stat's unit, per second
 
 
 def cell_processes() -> list[psutil.Process]:
@@ -74,15 +81,18 @@ def _seconds_on(snapshot: Snapshot, cores: frozenset[int]) -> float:
                for seconds, allowed in snapshot.values() if allowed)
 
 
-def _cores_time(cores: frozenset[int]) -> tuple[float, float]:
-    """(busy, steal) CPU seconds so far of `cores`."""
-    busy = steal = 0.0
-    for core, times in enumerate(psutil.cpu_times(percpu=True)):
-        if core in cores:
-            busy += sum(getattr(times, name, 0.0)
-                        for name in ("user", "nice", "system", "irq", "softirq"))
-            steal += getattr(times, "steal", 0.0)
-    return busy, steal
+def _cores_time(cores: frozenset[int], stat: str = "/proc/stat") -> tuple[float, float]:
+    """(busy, steal) CPU seconds so far of `cores`, from /proc/stat's cpuN lines by their
+    number (only online CPUs are listed, so a line's position is not its number): busy is user,
+    nice and system time (guest time is inside user)."""
+    busy = steal = 0
+    with open(stat) as lines:
+        for line in lines:
+            name, *ticks = line.split()
+            if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cores:
+                busy += int(ticks[0]) + int(ticks[1]) + int(ticks[2])
+                steal += int(ticks[7]) if len(ticks) > 7 else 0
+    return busy / TICK, steal / TICK
 
 
 class ContentionProbe:
@@ -108,17 +118,17 @@ class ContentionProbe:
         self.own = self._own_seconds()
         self.cell_start = _snapshot(self.cell)
         self.cores_start = _cores_time(self.cores)
-        self.throttling = self.cgroup.throttling()
+        self.throttled = self.cgroup.throttled_seconds()
 
     def stop(self) -> dict:
         """This rank's record of the epoch: its node and cores, the share of its cores' time
         that other processes and steal took, the share of its cgroup's quota periods that were
         throttled, its own CPU time / wall, the node's 1-minute load, and the other processes on
         its GPUs (None where not watched)."""
-        wall = time.perf_counter() - self.wall
-        busy, steal = _cores_time(self.cores)
-        self.cell = cell_processes()
+        self.cell = cell_processes()  # the scan first: what follows reads one moment, as start did
         cell = _snapshot(self.cell)
+        busy, steal = _cores_time(self.cores)
+        wall = time.perf_counter() - self.wall
         others = ((busy - self.cores_start[0])
                   - (_seconds_on(cell, self.cores) - _seconds_on(self.cell_start, self.cores)))
         capacity = wall * len(self.cores)
@@ -126,17 +136,19 @@ class ContentionProbe:
         return {"node": node_name(), "cores": sorted(self.cores),
                 "other_cpu_share": max(0.0, others) / capacity if capacity else None,
                 "steal_share": (steal - self.cores_start[1]) / capacity if capacity else None,
-                "throttled_share": _throttled_share(self.throttling, self.cgroup.throttling()),
+                "throttled_share": self._throttled_share(wall),
                 "cpu_quota_cores": self.cgroup.quota_cores(),
                 "cpu_per_wall": own / wall if wall > 0 else None,
                 "load_1m": os.getloadavg()[0],
                 "other_gpu_processes": self.gpus.others(self.cell) if self.gpus else None}
 
 
-def _throttled_share(before, after) -> float | None:
-    if before is None or after is None or after[0] <= before[0]:
-        return None  # no quota, or no period of it ran out within the epoch
-    return (after[1] - before[1]) / (after[0] - before[0])
+    def _throttled_share(self, wall: float) -> float | None:
+        """Throttled time per second of the epoch and per core of the quota (None: no quota)."""
+        quota, now = self.cgroup.quota_cores(), self.cgroup.throttled_seconds()
+        if quota is None or now is None or self.throttled is None or wall <= 0:
+            return None
+        return (now - self.throttled) / (wall * quota)
 
 
 def visible_gpus(indices: list[int], visible: str | None) -> list[int | str]:
@@ -154,7 +166,8 @@ class _GpuWatch:
 
     NVML names processes by the host's process ids; in a container those are not the ids the
     cell sees, so where no process on a GPU is one of the cell's, one process on it (the rank's
-    own) is taken to be the cell's and the rest are others."""
+    own) is taken to be the cell's and the rest are others. That miscounts where several of the
+    cell's processes open one GPU (a stray context of every rank on GPU 0)."""
 
     def __init__(self, indices: list[int]):
         try:
@@ -169,11 +182,17 @@ class _GpuWatch:
             self.nvml = None
 
     def others(self, cell: list[psutil.Process]) -> int | None:
+        """Other processes on the GPUs (None: NVML could not say, e.g. a GPU lost, or a MIG or
+        vGPU device that does not list its processes)."""
         if self.nvml is None:
             return None
         mine, others = {p.pid for p in cell}, set()
         for handle in self.handles:
-            pids = {p.pid for p in self.nvml.nvmlDeviceGetComputeRunningProcesses(handle)}
+            try:
+                running = self.nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+            except self.nvml.NVMLError:
+                return None
+            pids = {p.pid for p in running}
             if pids & mine:
                 others |= pids - mine
             else:
@@ -181,22 +200,27 @@ class _GpuWatch:
         return len(others)
 
 
+def taken_share(record: dict) -> float:
+    """The share of a rank's cores others, steal and throttling took (a rank's or an epoch's
+    record)."""
+    return sum(record.get(name) or 0.0
+               for name in ("other_cpu_share", "steal_share", "throttled_share"))
+
+
 def epoch_contention(stopped: list[dict], limit: float) -> dict:
     """One epoch's contention record from every rank's `ContentionProbe.stop()`, rank by rank:
-    the most contended rank's shares (the ones that decide), every rank's record, and whether any
-    rank's others, steal and throttling passed `limit` of its cores or its GPUs had others."""
-    def taken(rank: dict) -> float:
-        return sum(rank.get(name) or 0.0
-                   for name in ("other_cpu_share", "steal_share", "throttled_share"))
-    worst = max(range(len(stopped)), key=lambda r: taken(stopped[r]))
-    gpus = [r["other_gpu_processes"] for r in stopped if r.get("other_gpu_processes") is not None]
+    the most contended rank's shares (a contended one first), every rank's record, whether any
+    rank's others, steal and throttling passed `limit` of its cores or its GPUs had others, and
+    the most other GPU processes any rank saw."""
     contended_ranks = [r for r, rank in enumerate(stopped)
-                       if taken(rank) > limit or rank.get("other_gpu_processes")]
+                       if taken_share(rank) > limit or rank.get("other_gpu_processes")]
+    worst = max(range(len(stopped)), key=lambda r: (r in contended_ranks, taken_share(stopped[r])))
+    gpus = [r["other_gpu_processes"] for r in stopped if r.get("other_gpu_processes") is not None]
     return {"other_cpu_share": stopped[worst].get("other_cpu_share"),
             "steal_share": stopped[worst].get("steal_share"),
             "throttled_share": stopped[worst].get("throttled_share"),
             "load_1m": max((r.get("load_1m") or 0.0) for r in stopped),
-            "other_gpu_processes": sum(gpus) if gpus else None,
+            "other_gpu_processes": max(gpus) if gpus else None,
             "cpu_per_wall_per_rank": [r.get("cpu_per_wall") for r in stopped],
             "most_contended_rank": worst, "contended_ranks": contended_ranks,
             "per_rank": stopped, "contended": bool(contended_ranks)}

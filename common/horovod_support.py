@@ -15,6 +15,8 @@ BUILD_HINT = ("build Horovod for this environment with `make setup` "
 BATCHNORM_STATISTICS = ("Horovod broadcasts rank 0's state once, at the start; then each rank "
                         "keeps its own running statistics, from its own samples only, and "
                         "evaluation uses rank 0's")
+# The gradient compressions Horovod offers in both frameworks (hvd.Compression), and why no others.
+COMPRESSIONS = (("none", "fp16"), "Horovod's compressors are hvd.Compression.none and fp16")
 EXTENSIONS = {"PyTorch": "horovod.torch.mpi_lib_v2", "TensorFlow": "horovod.tensorflow.mpi_lib"}
 
 
@@ -61,11 +63,17 @@ class HorovodLaunch:
         return describe()
 
 
-def details(hvd):
+def compressor(hvd, compression: str):
+    """Horovod's compressor for the cell's `compression` (one of COMPRESSIONS)."""
+    return hvd.Compression.fp16 if compression == "fp16" else hvd.Compression.none
+
+
+def details(hvd, compression: str):
     """What a row records of Horovod (`hvd`: horovod.torch or horovod.tensorflow, initialised)."""
     controller = "gloo" if hvd.gloo_enabled() else "mpi" if hvd.mpi_enabled() else None
+    compressed = "" if compression == "none" else f", gradients compressed: {compression}"
     reduction = (("none", "Horovod skips its all-reduce at size 1") if hvd.size() == 1 else
-                 ("all-reduce", f"Horovod's ring all-reduce over {controller}"))
+                 ("all-reduce", f"Horovod's ring all-reduce over {controller}{compressed}"))
     return {"horovod_version": importlib.metadata.version("horovod"), "controller": controller,
             "gpu_operations": "nccl" if hvd.nccl_built() else None, "hvd_size": hvd.size(),
             "launcher": f"horovodrun --gloo, {hvd.cross_size()} host(s)",

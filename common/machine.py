@@ -26,16 +26,21 @@ PYPI = "https://pypi.org/simple"
 
 def cpu_cores() -> int:
     """Cores this process may use: its affinity (taskset, Slurm's binding, a cpuset), fewer where
-    its cgroup's CPU quota allows less (a container's --cpus, Slurm's cgroup)."""
+    its cgroup's CPU quota allows less (a container's --cpus, Slurm's cgroup), rounded down so
+    that a cell's threads fit in the quota instead of throttling themselves."""
     allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     quota = CpuCgroup.mine().quota_cores()
-    return max(1, min(allowed, math.ceil(quota))) if quota else allowed
+    return max(1, min(allowed, math.floor(quota))) if quota else allowed
 
 
 class CpuCgroup:
-    """The CPU controller of a process's cgroup, v2 (cpu.max, cpu.stat's nr_periods and
-    nr_throttled) or v1 (cpu.cfs_quota_us and cpu.cfs_period_us, the same cpu.stat counts);
-    `folder` None where there is none to read (no cgroup file system, another OS)."""
+    """The CPU controller of the cgroup that limits a process: of its cgroup and the ancestors up
+    to the mount, the one with the smallest quota (a Slurm job's or a systemd slice's may sit
+    above the process's own), v2 (cpu.max, cpu.stat's throttled_usec) or v1 (cpu.cfs_quota_us
+    over cpu.cfs_period_us, cpu.stat's throttled_time in ns); `folder` None where there is
+    none to read (no cgroup file system, another OS). In a container without a cgroup
+    namespace, /proc/self/cgroup names a path of the host's that the container sees as its
+    mount's root: the mount's root is then the process's cgroup."""
 
     def __init__(self, folder: Path | None, version: int):
         self.folder, self.version = folder, version
@@ -47,16 +52,26 @@ class CpuCgroup:
             lines = proc_cgroup.read_text().splitlines()
         except OSError:
             return cls(None, 0)
-        for line in lines:  # v1: "4:cpu,cpuacct:/path"; v2: "0::/path"
+        for line in lines:  # v1: "4:cpu,cpuacct:/path"
             _, controllers, path = line.split(":", 2)
             if "cpu" in controllers.split(","):
                 for name in (controllers, "cpu", "cpu,cpuacct"):
-                    if (root / name / path.lstrip("/") / "cpu.cfs_quota_us").exists():
-                        return cls(root / name / path.lstrip("/"), 1)
-        for line in lines:
-            if line.startswith("0::") and (root / line[3:].lstrip("/") / "cpu.max").exists():
-                return cls(root / line[3:].lstrip("/"), 2)
+                    if (root / name / "cpu.cfs_quota_us").exists():
+                        return cls._limiting(root / name, path, 1)
+        for line in lines:  # v2: "0::/path"
+            if line.startswith("0::") and (root / "cgroup.controllers").exists():
+                return cls._limiting(root, line[3:], 2)
         return cls(None, 0)
+
+    @classmethod
+    def _limiting(cls, mount: Path, path: str, version: int) -> "CpuCgroup":
+        leaf = (mount / path.lstrip("/")).resolve()
+        if not leaf.is_dir() or not leaf.is_relative_to(mount.resolve()):
+            leaf = mount.resolve()
+        chain = [leaf, *[p for p in leaf.parents if p.is_relative_to(mount.resolve())]]
+        groups = [cls(folder, version) for folder in chain]
+        limited = [g for g in groups if g.quota_cores() is not None]
+        return min(limited, key=lambda g: g.quota_cores()) if limited else groups[0]
 
     def _read(self, name: str) -> str | None:
         try:
@@ -75,15 +90,18 @@ class CpuCgroup:
             return None
         return int(quota) / int(period)
 
-    def throttling(self) -> tuple[int, int] | None:
-        """(periods, throttled periods) so far; None where unreadable or without a quota."""
+    def throttled_seconds(self) -> float | None:
+        """The time the cgroup's run queues spent throttled so far (summed over CPUs); None
+        where unreadable."""
         text = self._read("cpu.stat")
         if not text:
             return None
         counts = dict(line.split()[:2] for line in text.splitlines() if len(line.split()) >= 2)
-        if "nr_periods" not in counts or "nr_throttled" not in counts:
-            return None
-        return int(counts["nr_periods"]), int(counts["nr_throttled"])
+        if "throttled_usec" in counts:
+            return int(counts["throttled_usec"]) / 1e6
+        if "throttled_time" in counts:
+            return int(counts["throttled_time"]) / 1e9
+        return None
 
 
 def nvidia_gpus() -> list[str]:

@@ -277,21 +277,26 @@ def initial_weights(name: str, seed: int) -> list[np.ndarray]:
     weights and, given the same samples in the same global batches, follow one trajectory."""
     rng = np.random.default_rng([seed, WEIGHTS_STREAM])
     tensors = []
-    for layer, _ in layer_shapes(name):
+    for layer, shapes in parameter_shapes(name):
         if isinstance(layer, BatchNorm):
             tensors += [np.ones(layer.channels, np.float32), np.zeros(layer.channels, np.float32)]
             continue
-        if isinstance(layer, Conv):
-            shape = (layer.out_channels, layer.in_channels, layer.kernel, layer.kernel)
-        elif isinstance(layer, Dense):
-            shape = (layer.out_features, layer.in_features)
-        else:
-            continue
-        bound = 1 / math.sqrt(math.prod(shape[1:]))
-        tensors.append(rng.uniform(-bound, bound, shape).astype(np.float32))
-        if not isinstance(layer, Conv) or layer.bias:
-            tensors.append(rng.uniform(-bound, bound, shape[0]).astype(np.float32))
+        bound = 1 / math.sqrt(math.prod(shapes[0][1:]))
+        tensors += [rng.uniform(-bound, bound, shape).astype(np.float32) for shape in shapes]
     return tensors
+
+
+def parameter_shapes(name: str) -> Iterator[tuple[object, list[tuple[int, ...]]]]:
+    """Each layer with trainable tensors and their shapes, in PyTorch's order and layout (see
+    `initial_weights`)."""
+    for layer, _ in layer_shapes(name):
+        if isinstance(layer, BatchNorm):
+            yield layer, [(layer.channels,), (layer.channels,)]
+        elif isinstance(layer, Conv):
+            weight = (layer.out_channels, layer.in_channels, layer.kernel, layer.kernel)
+            yield layer, [weight, (layer.out_channels,)] if layer.bias else [weight]
+        elif isinstance(layer, Dense):
+            yield layer, [(layer.out_features, layer.in_features), (layer.out_features,)]
 
 
 def activations_per_sample(name: str) -> int:
@@ -306,6 +311,11 @@ def activations_per_sample(name: str) -> int:
         if isinstance(layer, Residual):
             total += 2 * math.prod(output_shape(layer, shape))
     return total
+
+
+def tensor_shapes(name: str) -> list[tuple[int, ...]]:
+    """Every trainable tensor's shape, in PyTorch's order (one gradient each)."""
+    return [shape for _, shapes in parameter_shapes(name) for shape in shapes]
 
 
 def gradient_bytes(name: str, bytes_per_value: int = 4) -> int:

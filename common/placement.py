@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 PLACEMENT_ENV = "XBENCH_PLACEMENT"
 TASK_ENV = "XBENCH_TASK"  # a worker's index among the workers of its node (common.spawn)
@@ -45,29 +48,43 @@ def local_task_index() -> int:
     return int(os.environ.get("SLURM_LOCALID", os.environ.get(TASK_ENV, 0)))
 
 
-def rank_cores(allowed: list[int], sharing: int, index: int) -> list[int]:
+def rank_cores(allowed: list[int], sharing: int, index: int,
+               siblings: Callable[[int], int] = lambda core: core) -> list[int]:
     """The cores of the `index`-th of `sharing` ranks that may use the cores `allowed`: an even
-    split (the later ranks take one more where it does not divide), or where ranks outnumber
-    cores, one core each, round robin."""
-    cores = sorted(allowed)
+    split of them ordered by physical core (`siblings`: a core's first hyperthread sibling), so
+    that a rank gets whole physical cores where the split allows (where it does not divide, some
+    ranks get one more), or where ranks outnumber cores, one core each, round robin."""
+    cores = sorted(allowed, key=lambda core: (siblings(core), core))
     if sharing > len(cores):
         return [cores[index % len(cores)]]
-    return cores[index * len(cores) // sharing:(index + 1) * len(cores) // sharing]
+    return sorted(cores[index * len(cores) // sharing:(index + 1) * len(cores) // sharing])
 
 
-def pin_rank(comm) -> list[int]:
+def first_sibling(core: int) -> int:
+    """The lowest-numbered hyperthread of `core`'s physical core (itself where unknown)."""
+    try:
+        listed = Path(f"/sys/devices/system/cpu/cpu{core}/topology/thread_siblings_list")
+        return int(re.split(r"[,-]", listed.read_text().strip())[0])
+    except (OSError, ValueError):
+        return core
+
+
+def pin_rank(comm) -> None:
     """Pin this rank (every thread it has, and so every thread and process it starts) to its
     share of the cores it may use among the ranks of its node that may use the same ones (a
-    collective: every rank calls it). The cores it got."""
+    collective: every rank calls it). Threads started meanwhile by a thread not yet pinned are
+    caught by listing them again until no new one appears."""
     mine = (node_name(), sorted(os.sched_getaffinity(0)))
     sharing = [rank for rank, theirs in enumerate(comm.gather(mine)) if tuple(theirs) == mine]
-    cores = rank_cores(mine[1], len(sharing), sharing.index(comm.rank))
-    for thread in os.listdir("/proc/self/task"):
-        try:
-            os.sched_setaffinity(int(thread), cores)
-        except ProcessLookupError:  # a thread that ended meanwhile
-            continue
-    return cores
+    cores = rank_cores(mine[1], len(sharing), sharing.index(comm.rank), first_sibling)
+    pinned: set[str] = set()
+    while new := set(os.listdir("/proc/self/task")) - pinned:
+        for thread in new:
+            try:
+                os.sched_setaffinity(int(thread), cores)
+            except ProcessLookupError:  # a thread that ended meanwhile
+                pass
+        pinned |= new
 
 
 def node_name() -> str:

@@ -20,6 +20,7 @@ from xbench.common import env, results
 from xbench.common.attribution import split_text
 from xbench.common.cell import Cell, threads_per_device
 from xbench.common.claims import Claims
+from xbench.common.contention import taken_share
 from xbench.common.errors import UserError
 from xbench.common.launch import Launcher, LocalLauncher, signals_held
 from xbench.common.progress import GridProgress
@@ -176,7 +177,7 @@ def launch(backend, cell, log_path, launcher, watch=lambda folder: None, measure
         environment = {**os.environ, "OMP_NUM_THREADS": str(process_threads),
                        "PYTHONUNBUFFERED": "1", "XBENCH_CELL": token,
                        # CUDA's device numbers in NVML's order, so that both name one GPU alike
-                       "CUDA_DEVICE_ORDER": os.environ.get("CUDA_DEVICE_ORDER", "PCI_BUS_ID")}
+                       "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
         with open(log_path, "w") as log:
             ended = launcher.run(backend, cell, [str(job_path), out_dir], environment, log, token,
                                  lambda: watch(out_dir))
@@ -246,10 +247,8 @@ def progress_line(row):
 def contention_mark(row):
     """'CONTENDED: ...' for a row whose timed epochs shared the machine beyond its limit: the
     worst epoch's most contended rank, where it ran and what took its cores."""
-    def taken(contention):
-        return sum(contention.get(name) or 0
-                   for name in ("other_cpu_share", "steal_share", "throttled_share"))
-    worst = max((e["contention"] for e in row["epochs"]), key=taken)
+    worst = max((e["contention"] for e in row["epochs"]),
+                key=lambda c: (c["contended"], taken_share(c)))
     rank = worst.get("most_contended_rank")
     where = ""
     if rank is not None:
@@ -259,8 +258,7 @@ def contention_mark(row):
     gpus = worst.get("other_gpu_processes")
     return (f"CONTENDED:{where} other processes used {worst['other_cpu_share'] or 0:.0%} and "
             f"steal {worst['steal_share'] or 0:.0%} of {'its' if where else 'the'} cores"
-            + (f", its cgroup throttled in {throttled:.0%} of its quota's periods"
-               if throttled else "")
+            + (f", its cgroup throttled {throttled:.0%} of its quota's time" if throttled else "")
             + f" (limit {row['contention_limit']:.0%})"
             + (f", {gpus} other GPU process(es)" if gpus else ""))
 

@@ -24,6 +24,7 @@ from typing import Any
 import psutil
 
 from xbench.common import faults
+from xbench.common.compression import COMPRESSIONS
 from xbench.common.data import DATA_KINDS, TEST_SAMPLES, TRAIN_SAMPLES
 from xbench.common.errors import UserError, did_you_mean
 from xbench.common.models import MODELS, check_model_name
@@ -230,7 +231,7 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
             "Pin each rank to its own cores (the node's cores it may use, split evenly among "
             "the ranks that share them), so that ranks do not trade cores and contention is "
             "judged on the cores a rank runs on.",
-            key_part=lambda c: "|pinned" if c.pin_ranks else "", since=7),
+            key_part=lambda c: "|pin-ranks" if c.pin_ranks else "", since=7),
     Setting("launcher", str, "local",
             "Where cells run: this machine (local, the default) or a Slurm cluster, every cell "
             "one job.", choices=LAUNCHERS),
@@ -278,6 +279,20 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
             "keep epoch 0's order in every epoch (the lab's question 5, measured).",
             section="training", key_part=lambda c: "" if c.set_epoch else "|no-set-epoch",
             since=3),
+    Setting("compression", str, ["none"],
+            "Gradients on the wire: none, fp16, bf16 (cast to 16 bits for the all-reduce) or "
+            "powersgd (low-rank factors with error feedback; on GPUs); pt-ddp has all four, "
+            "hvd-torch and hvd-tf none and fp16, the others none (an axis, comma-separated).",
+            axis=True,
+            section="training", choices=COMPRESSIONS,
+            key_part=lambda c: ("" if c.compression == "none" else f"|compress-{c.compression}"
+                                + (f"{c.powersgd_rank}" if c.compression == "powersgd" else "")),
+            since=7),
+    Setting("powersgd_rank", int, 1,
+            "PowerSGD's matrix approximation rank (default 1; more: closer to the gradients, "
+            "more bytes).", section="training", maximum=1024,
+            why="a rank above the models' widest layer compresses nothing", key_part="compression",
+            since=7),
     # --- how batches reach the device ----------------------------------------------------------
     Setting("host_memory", str, ["pageable"],
             "PyTorch backends, how batches reach a GPU: pageable, pinned, pinned-non-blocking "

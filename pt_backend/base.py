@@ -12,6 +12,7 @@ from xbench.common.attribution import CollectiveClock
 from xbench.common.backend import Backend
 from xbench.common.cell import Cell
 from xbench.common.collectives import Collectives, OneProcess
+from xbench.common.compression import gradient_wire_bytes
 from xbench.common.job import Job
 from xbench.common.schema import Measurement
 
@@ -57,15 +58,17 @@ class TorchBackend(Backend):
                           optimizer: torch.optim.Optimizer, clock: CollectiveClock) -> None:
         """Have the library tell `clock` when each gradient collective is launched and done."""
 
-    @staticmethod
-    def watch_gradients(model: torch.nn.Module, clock: CollectiveClock) -> None:
-        """Tell `clock` when each gradient is ready, with its bytes: when DDP's and Horovod's own
-        hooks launch its all-reduce (DDP's once its bucket is full). These hooks cost nothing
-        measurable; a DDP communication hook in Python, timing each bucket, cost 5% of the rate
-        on 2 CPU ranks (benchmarks/attribution_cost.py)."""
+    def watch_gradients(self, model: torch.nn.Module, clock: CollectiveClock) -> None:
+        """Tell `clock` when each gradient is ready, with the bytes it puts on the wire (under
+        the cell's compression): when DDP's and Horovod's own hooks launch its all-reduce (DDP's
+        once its bucket is full). These hooks cost nothing measurable; a DDP communication hook
+        in Python, timing each bucket, cost 5% of the rate on 2 CPU ranks
+        (benchmarks/attribution_cost.py)."""
+        compression, rank = self.cell.compression, self.cell.powersgd_rank
         for parameter in model.parameters():
             parameter.register_post_accumulate_grad_hook(
-                lambda ready: clock.launched(ready.numel() * ready.element_size()))
+                lambda ready: clock.launched(
+                    gradient_wire_bytes(tuple(ready.shape), compression, rank)))
 
     def wait_for_gradients(self, optimizer: torch.optim.Optimizer,
                            clock: CollectiveClock) -> None:

@@ -10,6 +10,8 @@ class DataParallelBackend(TorchBackend):
     name = "pt-dp"
     device_ids = None
     distributed_sampler = False
+    no_compression = ("DataParallel sums the replicas' gradients on device 0 inside autograd: "
+                      "it has no communication hook to compress them")
 
     collectives_not_counted = ("not counted: on N GPUs DataParallel scatters the batch, replicates "
                                "the module and gathers the outputs inside its forward, and "

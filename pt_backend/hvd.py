@@ -9,6 +9,7 @@ class HorovodTorchBackend(horovod_support.HorovodLaunch, TorchBackend):
     # The compiled extension, not just the Python package: a Horovod built without PyTorch lacks it.
     requires = ("torch", horovod_support.EXTENSIONS["PyTorch"])
     batchnorm_statistics = horovod_support.BATCHNORM_STATISTICS
+    compressions, no_compression = horovod_support.COMPRESSIONS
 
     def start_processes(self, device_kind):
         import horovod.torch as hvd
@@ -24,7 +25,9 @@ class HorovodTorchBackend(horovod_support.HorovodLaunch, TorchBackend):
         averaged by Horovod's all-reduce as the backward pass produces them."""
         self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         self.hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-        return self.hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+        return self.hvd.DistributedOptimizer(
+            optimizer, named_parameters=model.named_parameters(),
+            compression=horovod_support.compressor(self.hvd, self.cell.compression))
 
     collectives_counted = ("Horovod: each gradient's all-reduce launched by its hook as backward "
                            "produces the gradient, and done when synchronize() has waited for "
@@ -43,7 +46,7 @@ class HorovodTorchBackend(horovod_support.HorovodLaunch, TorchBackend):
             optimizer.step()
 
     def details(self):
-        return {"parallelism": "hvd.DistributedOptimizer", **horovod_support.details(self.hvd)}
+        return {"parallelism": "hvd.DistributedOptimizer", **horovod_support.details(self.hvd, self.cell.compression)}
 
 
 class HorovodTorchCollectives(horovod_support.HorovodGather, Collectives):

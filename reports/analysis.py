@@ -11,9 +11,10 @@ import numpy as np
 import pandas as pd
 
 from xbench.common.attribution import PARTS, mean_parts
+from xbench.common.compression import wire_bytes
 from xbench.common.datasheets import datasheet_peak
 from xbench.common.limits import bus_bandwidth, flop_utilisation, peak_flops, probe_all_reduce
-from xbench.common.models import MODELS, dominant_math, gradient_bytes, training_flops_per_sample
+from xbench.common.models import MODELS, dominant_math, tensor_shapes, training_flops_per_sample
 from xbench.common.registry import BACKENDS, backend_class
 from xbench.reports.stats import difference_of_means, ratio_of_means, summarize
 
@@ -85,7 +86,8 @@ def cell_table(frame):
                       batchnorm=first.get("batchnorm"),
                       batchnorm_difference=ok["batchnorm_difference"].max(),
                       test_accuracy_values=ok["test_accuracy"].dropna().tolist(),
-                      inject=first.get("inject"),
+                      inject=first.get("inject"), compression=first["compression"],
+                      powersgd_rank=first["powersgd_rank"],
                       attributions=[last_epoch_attribution(a) for a in ok["attribution"] if a])
         for epoch in (1, 2):
             seconds = ok[f"epoch{epoch}_seconds"].dropna().tolist()
@@ -120,7 +122,8 @@ CELL_COLUMNS = [
     "runs",
     "contended_runs", "statuses", "steps_per_epoch", "epoch2_samples", "memory_per_device",
     "epoch_means", "global_digests", "sampler_digests", "shard_overlap", "replicas_agree", "batchnorm",
-    "batchnorm_difference", "test_accuracy_values", "inject", "attributions",
+    "batchnorm_difference", "test_accuracy_values", "inject", "compression", "powersgd_rank",
+    "attributions",
     *[f"epoch{e}_{field}" for e in (1, 2) for field in (
         "seconds_values", "seconds", "seconds_ci", "rate", "rate_low", "rate_high")],
     *[f"{m}{suffix}" for m in METRICS for suffix in ("", "_std", "_ci")]]
@@ -271,8 +274,15 @@ COMMUNICATION = (
     "bound of what the link can do. Bandwidth for "
     "backends that all-reduce (nccl-tests' convention: algbw = bytes reduced / moving time, "
     "busbw = algbw × 2(N−1)/N), from the bytes the library reduced where counted, else the "
-    "model's gradients; a reduction to one device (DataParallel, MirroredStrategy on a CPU) "
-    "gets no ring bandwidth.")
+    "model's gradients as the cell's compression sends them; a reduction to one device "
+    "(DataParallel, MirroredStrategy on a CPU) gets no ring bandwidth.")
+
+
+def wire_size(cell) -> float:
+    """The bytes a step's gradients put into the all-reduce, under the cell's compression."""
+    if cell["model"] not in MODELS:
+        return math.nan
+    return wire_bytes(tensor_shapes(cell["model"]), cell["compression"], cell["powersgd_rank"])
 
 
 def bandwidth(cell, runs) -> dict:
@@ -280,8 +290,7 @@ def bandwidth(cell, runs) -> dict:
     devices algbw and busbw (the mean over repeats, busbw with its interval)."""
     moving = summarize([r["moving"] for r in runs])
     counted = [r["bytes"] for r in runs if r["bytes"]]
-    size = counted[0] if counted else (gradient_bytes(cell["model"]) if cell["model"] in MODELS
-                                       else math.nan)
+    size = counted[0] if counted else wire_size(cell)
     found = {"moving_seconds": moving["mean"], "moving_ci": moving["ci"], "bytes": size,
              "bytes_how": "counted" if counted else "computed from the model",
              "algbw": math.nan, "busbw": math.nan, "busbw_ci": math.nan}
@@ -331,7 +340,7 @@ def against_limits(cells, attributed, probes):
                 achieved = mine["busbw"].iloc[0]
             reference = probe_all_reduce(probe["all_reduce"], cell["collective_library"],
                                          cell["device_type"], int(cell["nodes"]),
-                                         int(cell["devices"]), gradient_bytes(cell["model"]))
+                                         int(cell["devices"]), wire_size(cell))
         records.append({
             **{column: cell[column] for column in CONFIG}, "cell_key": cell["cell_key"],
             "training": cell["training"],

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from xbench.common.compression import label as compression_label
 from xbench.common.errors import UserError
 from xbench.common.limits import probe_path, read_probes
 from xbench.common.results import flat_table, read_rows, results_files
@@ -101,6 +102,8 @@ def rows_frame(rows, include_contended=False):
                                for e in evidence]
     frame["batchnorm"] = [row.get("batchnorm") for row in rows]
     frame["inject"] = [row.get("inject", "none") for row in rows]
+    frame["compression"] = [row.get("compression", "none") for row in rows]
+    frame["powersgd_rank"] = [row.get("powersgd_rank", 1) for row in rows]
     frame["attribution"] = [row.get("attribution") for row in rows]
     frame["batchnorm_difference"] = numbers([(e.get("batchnorm") or {}).get(
         "max_relative_difference") for e in evidence])
@@ -133,7 +136,8 @@ def load_probes(paths, frame):
 
 def training_label(row):
     """The row's training settings in a few words ('adam 0.001'; 'sgd 0.1 m0.9 wd0.0005, lr
-    linear/128, warm-up 1'; '..., no set_epoch'; '..., pinned-non-blocking, 2 loader workers')."""
+    linear/128, warm-up 1'; '..., no set_epoch'; '..., pinned-non-blocking, 2 loader workers';
+    '..., compressed fp16')."""
     label = f"{row.get('optimizer', 'adam')} {row.get('lr', 1e-3):g}"
     if row.get("momentum"):
         label += f" m{row['momentum']:g}"
@@ -149,6 +153,10 @@ def training_label(row):
         label += f", {row['host_memory']}"
     if row.get("loader_workers"):
         label += f", {row['loader_workers']} loader workers"
+    if row.get("compression", "none") != "none":
+        label += f", compressed {compression_label(row['compression'], row.get('powersgd_rank'))}"
+    if row.get("pin_ranks"):
+        label += ", ranks pinned"
     if row.get("inject", "none") != "none":
         label += f", inject {row['inject']}"
     return label

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
+from xbench.common.contention import taken_share
 from xbench.reports.figures import color, render
 from xbench.reports.tables import num
 
@@ -82,9 +83,9 @@ def rest_text(rest: dict) -> str:
 
 def contention_text(contention: dict) -> str:
     """What else used the machine while it was timed; CONTENDED past the cell's limit."""
-    share = (contention["other_cpu_share"] or 0) + (contention["steal_share"] or 0)
-    text = (f"other processes and steal used {share:.0%} of the cores while it was timed "
-            f"(1-minute load {contention['load_1m']:.1f})")
+    share = taken_share(contention)
+    text = (f"other processes, steal and throttling took {share:.0%} of its cores while it was "
+            f"timed (1-minute load {contention['load_1m']:.1f})")
     return ("CONTENDED: " + text + ": these times are not this machine's") \
         if contention["contended"] else text
 

@@ -101,7 +101,7 @@ def cells_csv(cells, limits, attributed):
     """cells.csv: the cells as numbers, for other tools (with each part of a step where the rows
     attribute it, and MFU and bandwidths where a probe gives them)."""
     frame = cells[["env", "cell_key", "backend", "dataset", "model", "dataset_multiple",
-                   "batch_mode", "global_batch", "per_device_batch", "devices",
+                   "batch_mode", "global_batch", "per_device_batch", "devices", "training",
                    "threads_per_device", "n", "runs", "statuses"]].copy()
     for epoch in (1, 2):
         frame[f"epoch{epoch}_rate"] = cells[f"epoch{epoch}_rate"]

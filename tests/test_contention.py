@@ -1,9 +1,11 @@
 """Contention seen per rank, on hand-made inputs: how pinned ranks split their cores, a cgroup's
 quota and throttling (v1 and v2 files), CUDA's device numbers mapped to NVML's devices, other
 processes on a rank's GPU (a mocked NVML, in a container too), and the epoch's record and mark."""
+import subprocess
 import sys
 import types
 
+import psutil
 import pytest
 
 from xbench.common import contention
@@ -16,11 +18,15 @@ from xbench.common.runner import contention_mark, cores_text
 @pytest.mark.parametrize("allowed, sharing, expected", [
     ([0, 1], 2, [[0], [1]]),
     (list(range(6)), 4, [[0], [1, 2], [3], [4, 5]]),
+    ([0, 1, 2, 3], 2, [[0, 2], [1, 3]]),  # hyperthreads i and i + 2 of one core stay together
     ([4, 5, 6, 7], 1, [[4, 5, 6, 7]]),
     ([0, 1], 3, [[0], [1], [0]]),  # more ranks than cores: one core each, round robin
 ])
 def test_ranks_split_the_cores_they_share(allowed, sharing, expected):
-    assert [rank_cores(allowed, sharing, index) for index in range(sharing)] == expected
+    def siblings(core):  # 4 logical cores: 2 physical, threads numbered i and i + 2
+        return core % 2 if len(allowed) == 4 else core
+    assert [rank_cores(allowed, sharing, index, siblings)
+            for index in range(sharing)] == expected
 
 
 def fake_cgroup(tmp_path, lines, files):
@@ -33,23 +39,83 @@ def fake_cgroup(tmp_path, lines, files):
     return CpuCgroup.mine(tmp_path / "cgroup", tmp_path / "fs")
 
 
-def test_a_v1_cgroup_gives_its_quota_and_throttled_periods(tmp_path):
+def test_a_v1_cgroup_gives_its_quota_and_throttled_time(tmp_path):
     group = fake_cgroup(tmp_path, ["4:memory:/x", "3:cpu,cpuacct:/job/7", "0::/"], {
+        "cpu,cpuacct/cpu.cfs_quota_us": "-1\n", "cpu,cpuacct/cpu.cfs_period_us": "100000\n",
         "cpu,cpuacct/job/7/cpu.cfs_quota_us": "150000\n",
         "cpu,cpuacct/job/7/cpu.cfs_period_us": "100000\n",
-        "cpu,cpuacct/job/7/cpu.stat": "nr_periods 40\nnr_throttled 10\nthrottled_time 5\n"})
+        "cpu,cpuacct/job/7/cpu.stat": "nr_periods 40\nnr_throttled 10\nthrottled_time 5e8\n"
+                                      .replace("5e8", "500000000")})
     assert group.version == 1 and group.quota_cores() == 1.5
-    assert group.throttling() == (40, 10)
+    assert group.throttled_seconds() == 0.5
 
 
-def test_a_v2_cgroup_gives_its_quota_and_none_without_one(tmp_path):
-    group = fake_cgroup(tmp_path, ["0::/slurm/job_3"], {
+def test_in_a_v1_container_the_mount_is_the_processs_cgroup(tmp_path):
+    """Docker on a cgroup v1 host: /proc/self/cgroup names the host's path, the container sees
+    its own cgroup at the mount's root."""
+    group = fake_cgroup(tmp_path, ["3:cpu,cpuacct:/docker/abc123"], {
+        "cpu,cpuacct/cpu.cfs_quota_us": "200000\n", "cpu,cpuacct/cpu.cfs_period_us": "100000\n",
+        "cpu,cpuacct/cpu.stat": "throttled_time 0\n"})
+    assert group.quota_cores() == 2 and group.throttled_seconds() == 0
+
+
+def test_a_quota_on_an_ancestor_limits_the_process(tmp_path):
+    """Slurm's job cgroup holds the quota; the step's cgroup below it has none."""
+    group = fake_cgroup(tmp_path, ["0::/slurm/job_3/step_0"], {
+        "cgroup.controllers": "cpu\n",
         "slurm/job_3/cpu.max": "200000 100000\n",
-        "slurm/job_3/cpu.stat": "usage_usec 9\nnr_periods 8\nnr_throttled 2\n"})
-    assert group.version == 2 and group.quota_cores() == 2 and group.throttling() == (8, 2)
-    unlimited = fake_cgroup(tmp_path / "u", ["0::/"], {"cpu.max": "max 100000\n"})
+        "slurm/job_3/cpu.stat": "usage_usec 9\nthrottled_usec 250000\n",
+        "slurm/job_3/step_0/cpu.max": "max 100000\n"})
+    assert group.version == 2 and group.quota_cores() == 2
+    assert group.throttled_seconds() == 0.25
+
+
+def test_without_a_quota_or_a_cgroup_there_is_none(tmp_path):
+    unlimited = fake_cgroup(tmp_path / "u", ["0::/"], {"cgroup.controllers": "cpu\n"})
     assert unlimited.quota_cores() is None
     assert CpuCgroup.mine(tmp_path / "absent", tmp_path).quota_cores() is None
+
+
+def test_the_cell_time_of_a_child_forked_and_reaped_within_the_window_is_the_cells():
+    """A DataLoader worker's life in small: a child forked after the first snapshot, burning
+    0.3 s of CPU, reaped before the second; its time is in its parent's, on the parent's cores
+    (counted by the kernel in ticks of 10 ms, so within one tick)."""
+    me = psutil.Process()
+    cores = frozenset(me.cpu_affinity())
+    before = contention._snapshot([me])
+    child = subprocess.Popen([sys.executable, "-c", BURN])
+    child.wait()
+    after = contention._snapshot([me])
+    gained = contention._seconds_on(after, cores) - contention._seconds_on(before, cores)
+    assert gained >= 0.3 - 0.011
+    assert contention._seconds_on(after, frozenset()) == 0
+
+
+BURN = """import time
+while time.process_time() < 0.3:
+    pass
+"""
+
+
+def test_cores_are_read_by_their_number_not_their_line(tmp_path):
+    """/proc/stat lists online CPUs only: with cpu1 offline, cpu2 is the second line."""
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  9 0 9 9 0 0 0 0 0 0\n"
+                    "cpu0 100 0 100 900 0 50 50 0 0 0\n"
+                    "cpu2 300 10 100 500 0 0 0 40 0 0\n")
+    busy, steal = contention._cores_time(frozenset({2}), str(stat))
+    assert (busy, steal) == (410 / contention.TICK, 40 / contention.TICK)
+    assert contention._cores_time(frozenset({0}), str(stat))[0] == 200 / contention.TICK
+
+
+def test_pinned_ranks_and_pinned_host_memory_are_different_cells():
+    import dataclasses
+
+    from tests.test_report import hand_cell
+    cell = hand_cell(devices=2)
+    keys = {dataclasses.replace(cell, pin_ranks=True).key,
+            dataclasses.replace(cell, host_memory="pinned").key, cell.key}
+    assert len(keys) == 3
 
 
 def test_cuda_device_numbers_map_through_cuda_visible_devices():
@@ -60,6 +126,9 @@ def test_cuda_device_numbers_map_through_cuda_visible_devices():
 
 class FakeNvml(types.ModuleType):
     """pynvml with GPUs by index and by UUID, each with the process ids NVML reports."""
+
+    class NVMLError(Exception):
+        pass
 
     def __init__(self, processes):
         super().__init__("pynvml")
@@ -85,6 +154,15 @@ def watch(monkeypatch, processes, indices, visible=None):
     else:
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     return contention._GpuWatch(indices)
+
+
+def test_an_nvml_error_leaves_the_gpus_unwatched_not_the_rank_failed(monkeypatch):
+    gpus = watch(monkeypatch, {}, [0])
+
+    def lost(handle):
+        raise gpus.nvml.NVMLError("GPU is lost")
+    gpus.nvml.nvmlDeviceGetComputeRunningProcesses = lost
+    assert gpus.others([]) is None
 
 
 def test_other_processes_on_a_ranks_gpus_are_counted_its_own_are_not(monkeypatch):
@@ -127,6 +205,6 @@ def test_the_mark_says_which_rank_where_and_what_took_its_cores():
                                                   gpus=1)], 0.25)}]
     mark = contention_mark({"epochs": epochs, "contention_limit": 0.25})
     assert mark == ("CONTENDED: rank 1 (node2, cores 8): other processes used 45% and steal 5% "
-                    "of its cores, its cgroup throttled in 30% of its quota's periods "
+                    "of its cores, its cgroup throttled 30% of its quota's time "
                     "(limit 25%), 1 other GPU process(es)")
     assert cores_text([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"

@@ -28,6 +28,9 @@ class TensorFlowBackend(Backend):
     framework_memory_mb = 800
     # Seen with Keras 3.15 / TF 2.21 (tests/test_cifar.py): BatchNormalization's moving statistics
     # are MirroredVariables with aggregation NONE, which do not stay mirrored.
+    strategies_do_not_compress = ("TensorFlow's distribution strategies have no gradient "
+                                  "compression (their CommunicationOptions choose only the "
+                                  "collective implementation)")
     mirrored_batchnorm = ("Keras keeps BatchNorm's running statistics in MirroredVariables with "
                           "aggregation NONE: each replica updates its own copy from its own "
                           "samples, and a read outside the replicas (evaluation) returns the first "

@@ -15,6 +15,7 @@ class HorovodTensorFlowBackend(horovod_support.HorovodLaunch, TensorFlowBackend)
     collectives_counted = ("Horovod's all-reduce ops in the trace: from the last one's launch (this "
                            "rank's gradients ready) to the end of the last")
     batchnorm_statistics = horovod_support.BATCHNORM_STATISTICS
+    compressions, no_compression = horovod_support.COMPRESSIONS
     # The compiled extension, not just the Python package: a Horovod built without TF lacks it.
     requires = ("tensorflow", horovod_support.EXTENSIONS["TensorFlow"])
 
@@ -23,19 +24,20 @@ class HorovodTensorFlowBackend(horovod_support.HorovodLaunch, TensorFlowBackend)
         import tensorflow as tf
         hvd.init()
         self.hvd = hvd
-        return HorovodTensorFlowCollectives(hvd, tf)
+        return HorovodTensorFlowCollectives(
+            hvd, tf, horovod_support.compressor(hvd, self.cell.compression))
 
     def local_rank(self):
         return self.hvd.local_rank()
 
     def details(self):
-        return {"parallelism": "hvd.DistributedGradientTape", **horovod_support.details(self.hvd)}
+        return {"parallelism": "hvd.DistributedGradientTape", **horovod_support.details(self.hvd, self.cell.compression)}
 
 
 class HorovodTensorFlowCollectives(horovod_support.HorovodGather, TensorFlowCollectives):
-    def __init__(self, hvd, tf):
+    def __init__(self, hvd, tf, compression):
         super().__init__(hvd)
-        self.tf = tf
+        self.tf, self.compression = tf, compression
 
     def barrier(self):
         """horovod.tensorflow has no barrier: a tiny all-reduce waits for every process."""
@@ -49,5 +51,6 @@ class HorovodTensorFlowCollectives(horovod_support.HorovodGather, TensorFlowColl
 
     def gradients(self, tape, loss, variables):
         """Summed, not averaged: each replica's loss is already divided by the global batch."""
-        tape = self.hvd.DistributedGradientTape(tape, op=self.hvd.Sum)
+        tape = self.hvd.DistributedGradientTape(tape, op=self.hvd.Sum,
+                                                compression=self.compression)
         return tape.gradient(loss, [v.value for v in variables])

@@ -14,6 +14,7 @@ class MirroredBackend(TensorFlowBackend):
     collectives_counted = ("the reduction over the replicas in the trace: NcclAllReduce on GPUs; on "
                            "a CPU the sums on the first device (AddN) and the copies between devices")
     batchnorm_statistics = TensorFlowBackend.mirrored_batchnorm
+    no_compression = TensorFlowBackend.strategies_do_not_compress
 
     def make_strategy(self, device_kind):
         import tensorflow as tf

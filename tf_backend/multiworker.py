@@ -23,6 +23,7 @@ class MultiWorkerMirroredBackend(TensorFlowBackend):
     collectives_counted = ("TensorFlow's CollectiveReduceV2 ops in the trace: from the last one's "
                            "launch (this worker's gradients ready) to the end of the last")
     batchnorm_statistics = TensorFlowBackend.mirrored_batchnorm
+    no_compression = TensorFlowBackend.strategies_do_not_compress
     spans_nodes = True
     launch_scope = "task"
 
@@ -64,8 +65,9 @@ class MultiWorkerMirroredBackend(TensorFlowBackend):
 
 
 class MultiWorkerCollectives(TensorFlowCollectives):
-    """The workers' own collective ops (through the strategy, once it exists): every worker must
-    call them in the same order, as the training loop does."""
+    """The workers' own collective ops (sum and barrier through the strategy, once it exists;
+    gather through the coordination service): every worker must call them in the same order, as
+    the training loop does."""
     strategy = None
 
     def __init__(self, rank, world):
@@ -89,14 +91,22 @@ class MultiWorkerCollectives(TensorFlowCollectives):
         shape, corrupted a worker's heap now and then on a loaded machine ("munmap_chunk():
         invalid pointer", "free(): invalid size"), and the other worker failed as UNAVAILABLE.
         Each value is pickled under a key of its own; every worker reads every worker's key,
-        waiting until it is set."""
+        waiting until it is set (or the cell's timeout ends the cell), then drops its key of the
+        gather before, which every worker has read by then (they set this one after it)."""
         from tensorflow.python.eager import context
+        store = context.context()
         self.gathers += 1
-        store, key = context.context(), f"xbench/gather/{self.gathers}/"
-        store.set_config_key_value(f"{key}{self.rank}",
+        store.set_config_key_value(self._key(self.gathers, self.rank),
                                    base64.b64encode(pickle.dumps(value)).decode("ascii"))
-        return [pickle.loads(base64.b64decode(store.get_config_key_value(f"{key}{k}")))
-                for k in range(self.world)]
+        values = [pickle.loads(base64.b64decode(store.get_config_key_value(self._key(
+            self.gathers, k)))) for k in range(self.world)]
+        if self.gathers > 1:
+            store.delete_config_key_value(self._key(self.gathers - 1, self.rank))
+        return values
+
+    @staticmethod
+    def _key(gather: int, rank: int) -> str:
+        return f"xbench/gather/{gather}/{rank}"
 
     def broadcast(self, variables):
         """Nothing to do: the strategy gives every worker worker 0's initial values when it
