@@ -133,19 +133,24 @@ def test_on_a_gpu_every_part_is_timed_with_cuda_events(monkeypatch):
     assert step.collective_bytes == 1024
 
 
-def test_ddp_tells_each_gradient_ready_with_its_bytes_and_backward_ends_the_wait():
+@pytest.mark.parametrize("compression, value_bytes", [("none", 4), ("fp16", 2)])
+def test_ddp_tells_each_gradient_ready_with_its_bytes_and_backward_ends_the_wait(compression,
+                                                                                value_bytes):
     """DDP launches a bucket's all-reduce when backward has made its gradients: the gradients'
-    hooks tell the clock each moment and its bytes, and DDP's backward returns when they are
-    all done."""
+    hooks tell the clock each moment and the bytes it sends (float32, or 16 bits under fp16
+    compression), and DDP's backward returns when they are all done."""
+    import dataclasses
+
     from xbench.common.attribution import CollectiveClock
     moments = iter([1.0, 2.0, 5.0])
     clock = CollectiveClock(stamp=lambda: next(moments))
     model = torch.nn.Linear(3, 2)
     backend = DistributedDataParallelBackend()
+    backend.cell = dataclasses.replace(cell("pt-ddp", 2, "cpu"), compression=compression)
     backend.watch_collectives(model, model, None, clock)
     model(torch.ones(4, 3)).sum().backward()
     backend.wait_for_gradients(None, clock)
-    assert clock.take() == (2.0, 5.0, 4.0, (3 * 2 + 2) * 4)  # weight and bias, float32
+    assert clock.take() == (2.0, 5.0, 4.0, (3 * 2 + 2) * value_bytes)  # weight and bias
 
 
 # --- MFU on a GPU: the peak of the math the framework ran ---------------------------------------
