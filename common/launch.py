@@ -62,13 +62,13 @@ def free_ports(count: int) -> int:
     raise RuntimeError("found no free range of ports for the cell")
 
 
-def end_with(driver_pid: int):
-    """A preexec_fn: the started process gets SIGTERM when `driver_pid` dies, even by SIGKILL,
-    so nothing runs on orphaned (a launcher such as torchrun then ends its ranks)."""
+def end_with(driver_pid: int, sig: int = signal.SIGTERM):
+    """A preexec_fn: the started process gets `sig` when `driver_pid` dies, even by SIGKILL,
+    so nothing runs on orphaned (a launcher such as torchrun ends its ranks on SIGTERM)."""
     libc = ctypes.CDLL(None, use_errno=True)
 
     def preexec():
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        libc.prctl(PR_SET_PDEATHSIG, sig)
         if os.getppid() != driver_pid:  # the driver died before prctl took effect
             os._exit(1)
     return preexec

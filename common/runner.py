@@ -28,6 +28,9 @@ from xbench.common.registry import get_backend
 from xbench.common.schema import Measurement, make_row, now
 
 LOG_TAIL_LINES = 15
+# A process killed by one of these crashed (heap corruption, a bad instruction): a framework's
+# fault, which a second run of the same cell need not meet (the `retries` setting).
+FATAL_SIGNALS = {signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGILL, signal.SIGFPE}
 ERROR_PRIORITY = ("oom", "unsupported", "failed")  # which rank's error names the cell's status
 DEVICES_PER_CORE = 4  # more CPU devices (processes or logical devices) measure only contention
 MEMORY_SHARE = 0.9  # of the memory available when a cell starts, shared out over its processes
@@ -125,9 +128,11 @@ def earlier_rows(results_path, echo=print):
 
 def run_cell(cell, run_id, log_path, launcher, watch=lambda folder: None):
     """One cell, start to end: its result row, whatever happened (`watch(folder)` is called
-    while it runs, with the cell's folder)."""
+    while it runs, with the cell's folder). A run whose processes crashed (`crashed`) is run
+    again, up to the cell's `retries` times, each with a log of its own; the row keeps the
+    crashes' errors."""
     started_at, started = now(), time.perf_counter()
-    framework, log, outcome, batchnorm = None, None, {}, None
+    framework, log, outcome, batchnorm, crashes = None, None, {}, None, []
     try:
         backend = get_backend(cell.backend)
         framework, batchnorm = backend.framework, backend.batchnorm(cell)
@@ -143,7 +148,13 @@ def run_cell(cell, run_id, log_path, launcher, watch=lambda folder: None):
                                 f"and a node has {node / 2**30:,.1f} GiB; running it would only "
                                 f"wake the kernel's out-of-memory killer"}
         else:
-            outcome, log = launch(backend, cell, log_path, launcher, watch), str(log_path)
+            attempt_log = log_path
+            outcome = launch(backend, cell, attempt_log, launcher, watch)
+            while outcome.get("crashed") and len(crashes) < cell.retries:
+                crashes.append(outcome["error"])
+                attempt_log = log_path.with_name(f"{log_path.stem}-{len(crashes) + 1}.log")
+                outcome = launch(backend, cell, attempt_log, launcher, watch)
+            log = str(attempt_log)
     except Exception:  # noqa: BLE001 - e.g. a backend that fails to import fails its cells, not the grid
         outcome = {"status": "failed",
                    "error": f"xbench could not run this cell:\n{traceback.format_exc(limit=-3)}"}
@@ -152,7 +163,7 @@ def run_cell(cell, run_id, log_path, launcher, watch=lambda folder: None):
     return make_row(cell, run_id, started_at, outcome["status"], outcome.get("error"), framework,
                     measurement, outcome.get("env") or env.capture(), log,
                     time.perf_counter() - started, threads_per_device(cell, launcher.cores),
-                    batchnorm)
+                    batchnorm, crashes)
 
 
 def launch(backend, cell, log_path, launcher, watch=lambda folder: None, measure=None):
@@ -210,6 +221,10 @@ def outcome(out_dir, ended, log_path):
     tail = log_tail(log_path)
     if ended.timed_out:
         return {"status": "timeout", "error": f"{ended.how}. Last lines of {log_path}:\n{tail}"}
+    if crashed(ended.returncode):  # whatever the other ranks said of it afterwards
+        return {"status": "failed", "crashed": True,
+                "error": f"crashed: {exit_description(ended.returncode)}. Last lines of "
+                         f"{log_path}:\n{tail}"}
     if errors:
         return {"status": errors[0]["status"],
                 "error": errors[0]["error"] if errors[0]["status"] == "unsupported"
@@ -219,9 +234,19 @@ def outcome(out_dir, ended, log_path):
             "error": f"{exit_description(ended.returncode)}{how}. Last lines of {log_path}:\n{tail}"}
 
 
+def crashed(returncode: int) -> bool:
+    """Whether a launcher's exit code says a process died of a fatal signal: negative (the
+    signal, from Python's subprocess) or 128 + the signal (from a launcher passing it on)."""
+    signals = {abs(returncode), returncode - 128}
+    return (returncode < 0 or returncode > 128) and bool(signals & FATAL_SIGNALS)
+
+
 def exit_description(returncode):
     if returncode < 0:
         return f"killed by signal {-returncode} ({signal.strsignal(-returncode)})"
+    if crashed(returncode):
+        return (f"exit code {returncode} (a process killed by signal {returncode - 128}, "
+                f"{signal.strsignal(returncode - 128)})")
     return f"exit code {returncode}"
 
 
@@ -233,9 +258,9 @@ def log_tail(path, lines=LOG_TAIL_LINES):
 
 
 def progress_line(row):
-    if row["status"] != "ok":
-        first = (row.get("error") or "").strip().splitlines()
-        return f"{row['status'].upper()}: {first[0] if first else ''}"
+    if row["status"] != "ok":  # why, with the log's last lines where the error has them
+        lines = (row.get("error") or "").strip().splitlines() or [""]
+        return "\n    ".join([f"{row['status'].upper()}: {lines[0]}", *lines[1:]])
     last = row["epochs"][-1]
     attributed = row["attribution"]["epochs"][-1] if row["attribution"] else None
     return (f"ok  epoch {last['epoch']}: {last['rate']:,.0f} samples/s, {last['seconds']:.2f} s; "

@@ -14,7 +14,7 @@ from xbench.common.attribution import PARTS
 from xbench.common.models import flops_per_sample, parameter_count
 from xbench.common.settings import IN_ROW
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 # What rows of older versions lack; they are reported and left out, never mixed with these.
 OLDER_VERSIONS = {1: "schema 1 rows come from an xbench whose 1-device cells of tf-mirrored ran no "
                     "MirroredStrategy, whose frameworks started from different initial weights, "
@@ -23,12 +23,14 @@ OLDER_VERSIONS = {1: "schema 1 rows come from an xbench whose 1-device cells of 
 # is read: the settings it first recorded (common.settings: `since`, `implied`), and schema 3's
 # batch sweep (none), schema 4's BatchNorm (the MNIST models have none), schema 5's attribution
 # (none recorded), schema 6's GPU math (each framework's default) and schema 7's pinned ranks
-# (none: rows before it judged contention on all of rank 0's machine's cores, recorded as such).
+# (none: rows before it judged contention on all of rank 0's machine's cores, recorded as such),
+# schema 8's crashed attempts (none: cells were not run again then).
 ADDED = {version: {**{s.row_name: s.row_value(s.cell_default) for s in IN_ROW
                       if s.since == version}, **derived}
          for version, derived in {3: {"batch_sweep": None}, 4: {"batchnorm": None},
-                                  5: {"attribution": None}, 6: {}, 7: {}}.items()}
-UPGRADES = (2, 3, 4, 5, 6)  # the older versions this xbench reads
+                                  5: {"attribution": None}, 6: {}, 7: {},
+                                  8: {"crashes": []}}.items()}
+UPGRADES = (2, 3, 4, 5, 6, 7)  # the older versions this xbench reads
 STATUSES = ("ok", "failed", "timeout", "oom", "unsupported")
 
 NUMBER = (int, float)
@@ -96,7 +98,8 @@ MEASUREMENTS = {
     "contended": (BOOL, "ok"), "evidence": ((dict,), "ok"), "backend_details": ((dict,), "always"),
     "attribution": ((dict,), "never"),
 }
-RUN = {"cell_seconds": (NUMBER, "always"), "log": (TEXT, "never"), "env": ((dict,), "always")}
+RUN = {"cell_seconds": (NUMBER, "always"), "log": (TEXT, "never"), "env": ((dict,), "always"),
+       "crashes": ((list,), "always")}
 FIELDS = {**IDENTITY, **CONFIGURATION, **MEASUREMENTS, **RUN}
 AT_LEAST_ONE = ("dataset_multiple", "global_batch", "per_device_batch", "nodes", "devices",
                 "world_size", "params")
@@ -129,7 +132,7 @@ RANK_ATTRIBUTION = {
     "collective": {"busy_seconds": NUMBER, "moving_seconds": NUMBER, "moving_median": NUMBER,
                    "bytes_per_step": Maybe(WHOLE)}}
 NESTED = {
-    "epochs": [EPOCH],
+    "epochs": [EPOCH], "crashes": [TEXT],
     "env": {"host?": Maybe(TEXT), "cpu_count?": Maybe(WHOLE), "python?": Maybe(TEXT),
             "packages?": Maybe(Each(Maybe(TEXT))), "git_commit?": Maybe(TEXT)},
     "evidence": Maybe({"replica_weight_digests?": Maybe([TEXT]),
@@ -154,11 +157,12 @@ def now() -> str:
 def make_row(cell, run_id: str, started_at: str, status: str, error: str | None,
              framework: str | None, measurement: Measurement | None, env: dict,
              log: str | None, cell_seconds: float, threads_per_device: int,
-             batchnorm: str | None = None) -> dict:
+             batchnorm: str | None = None, crashes: list[str] = ()) -> dict:
     """The result row of one run of `cell` (a common.grid.Cell): identity, the cell's
     configuration (with the compute threads per device it ran with, and what its backend does
     with BatchNorm's statistics across replicas where the model has BatchNorm), the measurement
-    when the run was ok, and how the run went."""
+    when the run was ok, and how the run went (`crashes`: the errors of the attempts before it
+    whose processes crashed)."""
     measured = measurement.to_dict() if measurement else {}
     memory = measured.get("peak_memory_per_device")
     row = {
@@ -175,7 +179,7 @@ def make_row(cell, run_id: str, started_at: str, status: str, error: str | None,
         "epochs": measured.get("epochs", []),
         "peak_memory_bytes": max(memory) if memory else None,
         "backend_details": measured.get("backend_details", {}),
-        "cell_seconds": cell_seconds, "log": log, "env": env,
+        "cell_seconds": cell_seconds, "log": log, "env": env, "crashes": list(crashes),
     }
     assert row.keys() == FIELDS.keys(), set(row) ^ set(FIELDS)
     return row

@@ -219,6 +219,12 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
             since=6),
     Setting("timeout", int, 3600, "Seconds a cell may run before it is killed.", row=None,
             maximum=30 * 24 * 3600, why="30 days is the longest timeout a cell may have"),
+    Setting("retries", int, 1,
+            "Times a cell runs again after one of its processes crashed (killed by SIGSEGV, "
+            "SIGABRT, SIGBUS, SIGILL or SIGFPE: a fault inside a framework, such as the heap "
+            "corruption tf-multiworker's workers show now and then); every crash is kept in the "
+            "row's 'crashes'.", row=None, minimum=0, maximum=5,
+            why="a cell that crashes 6 times in a row is not crashing by chance"),
     Setting("memory_limit_mb", int, 0,
             "Memory each worker may allocate for training, on top of its framework and data "
             "(emulates a smaller device: a batch that does not fit is an 'oom' row).", minimum=0,

@@ -101,6 +101,7 @@ def rows_frame(rows, include_contended=False):
     frame["replicas_agree"] = [len(set(e.get("replica_weight_digests") or [])) <= 1
                                for e in evidence]
     frame["batchnorm"] = [row.get("batchnorm") for row in rows]
+    frame["crashes"] = [len(row.get("crashes") or []) for row in rows]
     frame["inject"] = [row.get("inject", "none") for row in rows]
     frame["compression"] = [row.get("compression", "none") for row in rows]
     frame["powersgd_rank"] = [row.get("powersgd_rank", 1) for row in rows]

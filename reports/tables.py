@@ -346,6 +346,12 @@ def summary(frame, verdict_lines, failures, sources):
         f"{n} {s}" for s, n in failures["status"].value_counts().items()) if len(failures) else ""))
     lines += [f"  {f['cell_key']} r{f['repeat']}: {f['status']}: {first_line(f['error'])}"
               for _, f in failures.iterrows()]
+    crashed = frame[frame["crashes"] > 0]
+    if len(crashed):  # a framework's crash, run again (the retries setting): said, never hidden
+        lines.append(f"Runs that crashed and ran again: {len(crashed)} (each crash is in its "
+                     f"row's 'crashes', with its log)")
+        lines += [f"  {c['cell_key']} r{c['repeat']}: {c['crashes']} crash(es), then "
+                  f"{c['status']}" for _, c in crashed.iterrows()]
     return lines
 
 

@@ -715,3 +715,15 @@ def test_an_mfu_above_the_peak_is_suspect_not_a_result(tmp_path):
         shown.append(column.iloc[0])
     assert shown[0].startswith("SUSPECT: 33") and shown[0].endswith("not a result")
     assert shown[1].startswith("3.3%") and "SUSPECT" not in shown[1]
+
+
+def test_a_run_that_crashed_and_ran_again_is_named(tmp_path):
+    rows = known_rows()
+    rows[3]["crashes"] = ["crashed: exit code 134 (a process killed by signal 6, Aborted). ..."]
+    _, summary, _ = build_report([write_rows(tmp_path / "r.jsonl", rows)], tmp_path / "out",
+                                 formats=["md"])
+    text = "\n".join(summary)
+    assert "Runs that crashed and ran again: 1" in text
+    assert f"{rows[3]['cell_key']} r0: 1 crash(es), then ok" in text
+    assert "crashed and ran again" not in "\n".join(build_report(
+        [write_rows(tmp_path / "k.jsonl", known_rows())], tmp_path / "k", formats=["md"])[1])

@@ -22,3 +22,13 @@ def test_header_and_one_aligned_line_per_row():
 
 def test_no_rows_is_the_header_alone():
     assert format_rows([]).splitlines() == [format_rows([row("x", 1, "ok")]).splitlines()[0]]
+
+
+def test_settings_the_columns_do_not_show_get_a_column_where_they_differ():
+    plain, compressed = row("pt-ddp", 2, "ok"), row("pt-ddp", 2, "ok")
+    plain.update(compression="none", inject="none", optimizer="adam")
+    compressed.update(compression="fp16", inject="none", optimizer="adam")
+    lines = format_rows([plain, compressed]).splitlines()
+    assert lines[0].endswith("settings that differ")
+    assert lines[1].endswith("compression=none") and lines[2].endswith("compression=fp16")
+    assert "inject" not in lines[2] and "optimizer" not in lines[2]  # the same in every row
