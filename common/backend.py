@@ -147,6 +147,9 @@ class Backend(abc.ABC):
             raise Unsupported(f"the cell needs {cell.devices} CUDA devices; {seen_by} sees "
                               f"{gpus_seen}")
         reason = self.unsupported_reason(cell, kind)
+        if cell.precision == "tf32" and kind == "cpu":
+            reason = ("precision tf32: TF32 is a math mode of NVIDIA GPUs' tensor cores (Ampere "
+                      "and later); a CPU computes float32 as float32, which is precision fp32")
         if not self.spans_devices and cell.world > 1:
             reason = f"{self.name} is a single-device reference: it runs on 1 device only"
         if reason:

@@ -24,7 +24,8 @@ OLDER_VERSIONS = {1: "schema 1 rows come from an xbench whose 1-device cells of 
 # batch sweep (none), schema 4's BatchNorm (the MNIST models have none), schema 5's attribution
 # (none recorded), schema 6's GPU math (each framework's default) and schema 7's pinned ranks
 # (none: rows before it judged contention on all of rank 0's machine's cores, recorded as such),
-# schema 8's crashed attempts (none: cells were not run again then).
+# schema 8's crashed attempts (none: cells were not run again then) and precision (schema 6 and 7
+# recorded its float32 part as gpu_math, renamed on reading).
 ADDED = {version: {**{s.row_name: s.row_value(s.cell_default) for s in IN_ROW
                       if s.since == version}, **derived}
          for version, derived in {3: {"batch_sweep": None}, 4: {"batchnorm": None},
@@ -194,6 +195,8 @@ def upgrade(row: Any) -> Any:
     version = row["schema_version"]
     for added in range(version + 1, SCHEMA_VERSION + 1):
         row = {**ADDED[added], **row}
+    if version < 8 and "gpu_math" in row:
+        row["precision"] = row.pop("gpu_math")
     torch_on_gpu = row.get("framework") == "torch" and row.get("device_type") == "cuda"
     if version < 4 and torch_on_gpu:  # what the PyTorch loader did on GPUs then, in the key too
         row["host_memory"] = "pinned-non-blocking"

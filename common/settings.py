@@ -37,7 +37,7 @@ LAUNCHERS = ("local", "slurm")
 LR_SCALINGS = ("none", "linear", "sqrt")
 # How a PyTorch backend's batches reach the device (seeds/001): pageable memory and a blocking
 # copy, page-locked (pinned) memory, or pinned memory and a copy that overlaps the step.
-GPU_MATH = ("framework-default", "fp32", "tf32")
+PRECISIONS = ("framework-default", "fp32", "tf32", "bf16", "fp16")
 HOST_MEMORY = ("pageable", "pinned", "pinned-non-blocking")
 SECTIONS = ("configuration", "training", "input")  # the result row's sections of settings
 SEEDS = 2**32 - 1  # seeds are 32-bit in every framework
@@ -210,13 +210,15 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
     # --- where it runs --------------------------------------------------------------------------
     Setting("device", str, "auto", "Force cpu or cuda.", row=None, choices=DEVICE_KINDS,
             key_part=lambda c: f"|{c.device}" + (f"|t{c.threads}" if c.threads else "")),
-    Setting("gpu_math", str, "framework-default",
-            "On GPUs, the precision float32 matmuls and convolutions may run in: each "
-            "framework's default (PyTorch: TF32 in convolutions only; TensorFlow: in both), "
-            "fp32 (TF32 off in both frameworks: one trajectory on a GPU too) or tf32.",
-            choices=GPU_MATH,
-            key_part=lambda c: "" if c.gpu_math == "framework-default" else f"|{c.gpu_math}",
-            since=6),
+    Setting("precision", str, ["framework-default"],
+            "The math of training (an axis): framework-default (float32; on GPUs each "
+            "framework's TF32 default: PyTorch in convolutions only, TensorFlow in both), fp32 "
+            "(TF32 off in both frameworks: one trajectory on a GPU too), tf32 (TF32 on in both; "
+            "GPUs only), bf16 or fp16 mixed precision (float32 weights, the forward and backward "
+            "passes in bf16 or fp16: torch.autocast, Keras' mixed policy; fp16 with a dynamic "
+            "loss scale).", axis=True, choices=PRECISIONS,
+            key_part=lambda c: "" if c.precision == "framework-default" else f"|{c.precision}",
+            since=8),
     Setting("timeout", int, 3600, "Seconds a cell may run before it is killed.", row=None,
             maximum=30 * 24 * 3600, why="30 days is the longest timeout a cell may have"),
     Setting("retries", int, 1,

@@ -74,9 +74,10 @@ class TorchBackend(Backend):
                            clock: CollectiveClock) -> None:
         """After backward: wait for the gradients' collectives where backward itself does not."""
 
-    def update(self, optimizer: torch.optim.Optimizer) -> None:
-        """The optimizer's step on the (averaged) gradients."""
-        optimizer.step()
+    def update(self, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler) -> None:
+        """The optimizer's step on the (averaged) gradients, through fp16's loss scaler (which
+        unscales them and skips a step whose gradients overflowed; disabled, a plain step)."""
+        scaler.step(optimizer)
 
     def cannot_launch(self, cell: Cell) -> str | None:
         if not cell.set_epoch and not self.distributed_sampler:

@@ -41,9 +41,9 @@ class HorovodTorchBackend(horovod_support.HorovodLaunch, TorchBackend):
         optimizer.synchronize()
         clock.done()
 
-    def update(self, optimizer):
-        with optimizer.skip_synchronize():
-            optimizer.step()
+    def update(self, optimizer, scaler):
+        with optimizer.skip_synchronize():  # synchronized in wait_for_gradients
+            scaler.step(optimizer)
 
     def details(self):
         return {"parallelism": "hvd.DistributedOptimizer", **horovod_support.details(self.hvd, self.cell.compression)}

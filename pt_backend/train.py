@@ -14,6 +14,7 @@ from xbench.common.attribution import INSTRUMENTED, CollectiveClock
 from xbench.common.data import rank_indices
 from xbench.common.env import cpu_name, peak_rss_bytes
 from xbench.common.evidence import indices_digest
+from xbench.common.precision import LOSS_SCALE_GROWTH_STEPS, LOSS_SCALE_START, lower_dtype
 from xbench.common.training import EVAL_BATCH, TrainingLoop
 from xbench.pt_backend.models import batchnorm_statistics, build_model, build_optimizer
 
@@ -106,7 +107,14 @@ class TorchLoop(TrainingLoop):
     def set_up(self):
         cell = self.cell
         if self.cuda:
-            use_gpu_math(cell.gpu_math)
+            use_float32_math(cell.precision)
+        lower = lower_dtype(cell.precision)
+        self.autocast_dtype = getattr(torch, lower) if lower else None
+        # fp16's dynamic loss scale (GradScaler); disabled it passes everything through
+        self.scaler = torch.amp.GradScaler(self.device.type, init_scale=LOSS_SCALE_START,
+                                           growth_interval=LOSS_SCALE_GROWTH_STEPS,
+                                           enabled=cell.precision == "fp16")
+        self.loss_scales = []
         self.model = build_model(cell.model, cell.seed).to(self.device)
         self.wrapped = self.backend.wrap_model(self.model, self.device)
         self.optimizer = self.backend.wrap_optimizer(
@@ -180,15 +188,17 @@ class TorchLoop(TrainingLoop):
         y = labels.to(self.device, non_blocking=self.non_blocking)
         self.optimizer.zero_grad()  # set_to_none, the default since torch 2.0
         self.marks.mark("host")
-        logits = self.wrapped(x)
-        loss = self.loss_fn(logits, y)
+        with self.autocast():
+            logits = self.wrapped(x)
+            loss = self.loss_fn(logits, y)
         self.marks.mark("forward")
         time.sleep(self.faults.slow_for(self.comm.rank))  # the slow-rank fault, if injected
-        loss.backward()
+        self.scaler.scale(loss).backward()
         self.marks.mark("backward")
         self.backend.wait_for_gradients(self.optimizer, self.collectives)
         self.marks.mark("host")
-        self.backend.update(self.optimizer)
+        self.backend.update(self.optimizer, self.scaler)
+        self.scaler.update()
         self.marks.mark("optimizer")
         collective = self.collectives.take()
         if collective:
@@ -201,7 +211,16 @@ class TorchLoop(TrainingLoop):
         self.correct.zero_()
 
     def totals(self):
+        """The epoch's loss sum and correct count (called once at its end, when fp16's loss
+        scale is noted too: its history per epoch)."""
+        if self.scaler.is_enabled():
+            self.loss_scales.append(self.scaler.get_scale())
         return torch.stack([self.loss_sum, self.correct.double()])  # nccl sums on the device
+
+    def autocast(self):
+        """The forward pass in the cell's lower precision (a no-op at float32)."""
+        return torch.autocast(self.device.type, dtype=self.autocast_dtype,
+                              enabled=self.autocast_dtype is not None)
 
     def consumed(self):
         taken, self.taken = self.taken, []
@@ -232,7 +251,8 @@ class TorchLoop(TrainingLoop):
         for start in range(0, len(data.test_images), EVAL_BATCH):
             images = torch.from_numpy(data.test_images[start:start + EVAL_BATCH]).to(self.device)
             labels = torch.from_numpy(data.test_labels[start:start + EVAL_BATCH].astype(np.int64))
-            logits = self.model(normalise(images, data.mean, data.std))
+            with self.autocast():
+                logits = self.model(normalise(images, data.mean, data.std))
             correct += (logits.argmax(1).cpu() == labels).sum().item()
         self.model.train()
         return correct / len(data.test_images)
@@ -263,14 +283,16 @@ class TorchLoop(TrainingLoop):
                 "train_samples": len(self.dataset), "device_type": self.device.type,
                 "device_name": (torch.cuda.get_device_name(self.device) if self.cuda
                                 else cpu_name()),
-                "math": math_allowed(self.device)}
+                "math": {**math_allowed(self.device), "precision": self.cell.precision,
+                         "lower": lower_dtype(self.cell.precision),
+                         **({"loss_scale": self.loss_scales} if self.loss_scales else {})}}
 
 
-def use_gpu_math(setting: str) -> None:
-    """The cell's gpu_math: TF32 on or off in both matmuls and convolutions, or torch's
-    defaults left as they are."""
-    if setting != "framework-default":
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = setting == "tf32"
+def use_float32_math(precision: str) -> None:
+    """TF32 off in both matmuls and convolutions for fp32, on for tf32; under the others
+    torch's defaults for what stays float32."""
+    if precision in ("fp32", "tf32"):
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
 
 
 def math_allowed(device) -> dict[str, str]:

@@ -306,7 +306,8 @@ def bandwidth(cell, runs) -> dict:
 def against_limits(cells, attributed, probes):
     """Per measured cell: model FLOP utilisation (with the interval of the cell's rate) against
     the probe's matmul peak at the precision the cell's framework ran its dominant layers in
-    (its row's `math`: fp32, or TF32 on a GPU that allowed it), and on a GPU also against the
+    (its row's `math`: bf16 or fp16 in mixed precision, else fp32, or TF32 on a GPU that allowed
+    it), and on a GPU also against the
     data sheet's peak at that precision (common.datasheets); either above 100% is SUSPECT; and for an all-reducing cell on N > 1 devices its achieved bus
     bandwidth (from its collectives' counted moving time, `attributed`: `attribution`) against
     the probe's, at the gradients' size, with the same library and placement; an achieved
@@ -316,8 +317,10 @@ def against_limits(cells, attributed, probes):
     for _, cell in measured(cells).iterrows():
         probe = probes.get(cell["env"], {"matmul": [], "all_reduce": []})
         known = cell["model"] in MODELS
-        precision = ((cell["math"] or {}).get(dominant_math(cell["model"]), "fp32") if known
-                     else "fp32")
+        math_used = cell["math"] or {}
+        # mixed precision: its lower type; else what the framework allowed the dominant layers
+        precision = (math_used["precision"] if math_used.get("lower")
+                     else math_used.get(dominant_math(cell["model"]), "fp32") if known else "fp32")
         peak = peak_flops(probe["matmul"], cell["framework"], cell["device_type"],
                           int(cell["nodes"]), int(cell["devices_per_node"]),
                           int(cell["threads_per_device"]), int(cell["cores"] or 1), precision)

@@ -70,6 +70,12 @@ SECTIONS = [
     ("Where a step's time goes", [analysis.COMMUNICATION, ATTRIBUTION_TEXT],
      ["step_parts"], ["attribution", "communication"]),
     ("Against the limit", [LIMITS_TEXT], [], ["limits"]),
+    ("Precision", [
+        "Mixed precision (bf16, fp16) trades accuracy for speed: each setup run at more than one "
+        "precision, with its rate, MFU against the probe's matmul peak at the precision it ran in "
+        "(bf16 and fp16 cells against the lower type's peak, the others against what their "
+        "framework allowed float32: fp32, or TF32 on a GPU) and its test accuracy."],
+     [], ["precision"]),
     ("Accuracy", [
         "Mean training loss and accuracy per epoch, and test accuracy after training, against "
         "devices and batch size (no learning-rate scaling).",
@@ -126,6 +132,10 @@ def build_report(paths, out, formats=FORMATS, where=None, include_contended=Fals
     table_set["limits"] = ("MFU and all-reduce bandwidth against this machine's measured peaks",
                            tables.limits_table(limits) if probes else limits.iloc[0:0],
                            NO_PROBE if not probes else figures.NO_ROWS)
+    table_set["precision"] = ("Each precision beside the others of its setup",
+                              tables.precision_table(cells, limits),
+                              "it needs one setup run at two precisions or more (--precision "
+                              "fp32,bf16)")
     sections = SECTIONS
     if lab:
         table_set.update(lab_tables(cells, scaling, attributed, limits))

@@ -138,7 +138,7 @@ def load_probes(paths, frame):
 def training_label(row):
     """The row's training settings in a few words ('adam 0.001'; 'sgd 0.1 m0.9 wd0.0005, lr
     linear/128, warm-up 1'; '..., no set_epoch'; '..., pinned-non-blocking, 2 loader workers';
-    '..., compressed fp16')."""
+    '..., precision bf16, compressed fp16')."""
     label = f"{row.get('optimizer', 'adam')} {row.get('lr', 1e-3):g}"
     if row.get("momentum"):
         label += f" m{row['momentum']:g}"
@@ -154,6 +154,8 @@ def training_label(row):
         label += f", {row['host_memory']}"
     if row.get("loader_workers"):
         label += f", {row['loader_workers']} loader workers"
+    if row.get("precision", "framework-default") != "framework-default":
+        label += f", precision {row['precision']}"
     if row.get("compression", "none") != "none":
         label += f", compressed {compression_label(row['compression'], row.get('powersgd_rank'))}"
     if row.get("pin_ranks"):

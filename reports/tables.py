@@ -244,6 +244,38 @@ def accuracy_table(cells):
                             ("test accuracy, 95% CI", accuracy_text)])
 
 
+def precision_table(cells, limits):
+    """The cells of setups run at more than one precision, side by side: the rate, MFU against
+    the probe's peak at the precision each ran in (reports.analysis.against_limits) and the
+    test accuracy that the lower precision may cost."""
+    measured = analysis.measured(cells)
+    measured = measured.assign(precision=[(m or {}).get("precision", "framework-default")
+                                          for m in measured["math"]])
+    setups = [c for c in analysis.CONFIG if c != "series"] + ["training_base"]
+    measured = measured.assign(training_base=[t.split(", precision ")[0]
+                                              for t in measured["training"]])
+    varied = measured.groupby(setups, dropna=False)["precision"].transform("nunique") > 1
+    shown = measured[varied].sort_values([*setups, "precision"])
+    found = limits.set_index("cell_key") if len(limits) else None
+    for name in ("mfu", "mfu_low", "mfu_high", "mfu_suspect", "precision_of_peak"):
+        shown[name] = [found[name if name != "precision_of_peak" else "precision"].get(key, math.nan)
+                       if found is not None and key in found.index else math.nan
+                       for key in shown["cell_key"]] if len(shown) else []
+    return table(shown, [*CELL, ("precision", column("precision")),
+                         ("epoch-2 rate (samples/s)", column("epoch2_rate", num)),
+                         ("epoch-2 rate 95% CI", lambda c: bounds(c["epoch2_rate_low"],
+                                                                  c["epoch2_rate_high"])),
+                         ("MFU at its precision's peak, 95% CI", precision_mfu_text),
+                         ("test accuracy, 95% CI", accuracy_text)])
+
+
+def precision_mfu_text(c) -> str:
+    """MFU against the peak of the precision the cell ran in, naming it."""
+    if not isinstance(c["precision_of_peak"], str) or not math.isfinite(c["mfu"]):
+        return "— (no probe of it)"
+    return f"{mfu_text(c, 'mfu')} of the {c['precision_of_peak']} peak"
+
+
 def batchnorm_table(cells):
     """The cells of models with BatchNorm: what the backend does with the running statistics
     across replicas, how far apart the replicas' statistics ended, the test accuracy."""

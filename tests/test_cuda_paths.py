@@ -225,8 +225,8 @@ def test_mfu_on_an_h100_is_against_the_tf32_peak_and_the_data_sheet(tmp_path):
     assert datasheet_peak("Tesla T4", "tf32") is None and datasheet_peak("Intel Xeon", "fp32") is None
 
 
-def test_gpu_math_sets_both_frameworks_alike(monkeypatch):
-    """--gpu-math fp32 turns TF32 off in both frameworks (one trajectory on a GPU), tf32 on in
+def test_float32_precision_sets_both_frameworks_alike(monkeypatch):
+    """--precision fp32 turns TF32 off in both frameworks (one trajectory on a GPU), tf32 on in
     both; the cell's key says which."""
     import torch
 
@@ -239,8 +239,8 @@ def test_gpu_math_sets_both_frameworks_alike(monkeypatch):
              tf_train.tf.config.experimental.tensor_float_32_execution_enabled())
     try:
         for setting in ("fp32", "tf32"):
-            pt_train.use_gpu_math(setting)
-            tf_train.use_gpu_math(setting)
+            pt_train.use_float32_math(setting)
+            tf_train.use_float32_math(setting)
             both = {"matmul": setting, "convolution": setting}
             assert pt_train.math_allowed(torch.device("cuda", 0)) == both
             assert tf_train.math_allowed("cuda") == both
@@ -248,6 +248,6 @@ def test_gpu_math_sets_both_frameworks_alike(monkeypatch):
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[:2]
         tf_train.tf.config.experimental.enable_tensor_float_32_execution(saved[2])
     cell = Cell(grid="g", backend="pt-ddp", model="small", multiple=1, batch=128, devices=2,
-                epochs=2, batch_mode="global", seed=0, gpu_math="fp32")
+                epochs=2, batch_mode="global", seed=0, precision="fp32")
     assert cell.key.endswith("|fp32") and "|fp32" not in Cell(**{**cell.to_dict(),
-                                                                 "gpu_math": "framework-default"}).key
+                                                                 "precision": "framework-default"}).key

@@ -19,10 +19,12 @@ def test_probe_measures_matmul_at_every_thread_count_and_gloo_at_both_gradient_s
     _, record, printed = probe
     cores = record["cores"]
     for framework in ("torch", "tensorflow"):
-        rates = {m["threads"]: m for m in record["matmul"] if m["framework"] == framework}
-        assert set(rates) >= {1, cores}
+        rates = {(m["threads"], m["precision"]): m for m in record["matmul"]
+                 if m["framework"] == framework}
+        # float32 and the mixed precision bf16 (fp16's matmul on a CPU: GPUs only)
+        assert set(rates) >= {(t, p) for t in (1, cores) for p in ("fp32", "bf16")}
         for m in rates.values():
-            assert m["precision"] == "fp32" and m["device_type"] == "cpu"
+            assert m["precision"] in ("fp32", "bf16") and m["device_type"] == "cpu"
             assert 0 < m["gflops_low"] <= m["gflops"] <= m["gflops_high"]
     gloo = {(a["world_size"], a["bytes"]): a for a in record["all_reduce"]}
     assert set(gloo) == {(n, gradient_bytes(m)) for n in (2, 4) for m in MODELS}

@@ -26,18 +26,19 @@ def probe(backend, comm, kind, request):
 
 
 def matmul_rates(kind):
-    """fp32 at this process's threads on a CPU; on a GPU fp32 (TF32 turned off for it), and
-    tf32 and bf16 where the device has them (TensorFlow's default allows TF32). Each timed call
-    ends by reading one number of the result back to the host, so that it waits for the
-    device."""
+    """fp32 (TF32 turned off for it) and bf16, at this process's threads on a CPU; on a GPU also
+    fp16, and tf32 and bf16 where the device has them (TensorFlow's default allows TF32); fp16
+    on GPUs only, as pt_backend.limits. Each timed call ends by reading one number of the result
+    back to the host, so that it waits for the device."""
     size = SIZE[kind]
     threads = tf.config.threading.get_intra_op_parallelism_threads() if kind == "cpu" else None
     modern = kind == "cuda" and gpu_capability() >= (8, 0)
     allowed = tf.config.experimental.tensor_float_32_execution_enabled()
     records = []
     for precision, dtype, tf32 in (("fp32", tf.float32, False), ("tf32", tf.float32, True),
-                                   ("bf16", tf.bfloat16, allowed)):
-        if precision != "fp32" and not modern:
+                                   ("bf16", tf.bfloat16, allowed), ("fp16", tf.float16, allowed)):
+        if ((precision == "tf32" or (precision == "bf16" and kind == "cuda")) and not modern
+                or (precision == "fp16" and kind == "cpu")):
             continue
         tf.config.experimental.enable_tensor_float_32_execution(tf32)
         try:

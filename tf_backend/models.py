@@ -26,10 +26,15 @@ class TorchBatchNorm(keras.layers.BatchNormalization):
     channel), as PyTorch does; Keras would use the biased one."""
 
     def __init__(self, **settings):
+        # its weights read as float32 under a mixed policy too: it computes in float32, as
+        # Keras' own BatchNormalization and torch.autocast's batch_norm do
         super().__init__(momentum=1 - BATCHNORM["torch_momentum"],
-                         epsilon=BATCHNORM["epsilon"], **settings)
+                         epsilon=BATCHNORM["epsilon"], autocast=False, **settings)
 
     def call(self, inputs, training=None):
+        compute = keras.backend.standardize_dtype(inputs.dtype)
+        if compute != "float32":  # bf16 or fp16 activations: normalised in float32
+            return ops.cast(self.call(ops.cast(inputs, "float32"), training), compute)
         if not training:
             return super().call(inputs, training=False)
         mean, variance = self._moments(inputs, None)

@@ -32,9 +32,12 @@ ASYNC_EVENTS = ("ExecutorState::ProcessAsync::Start", "ExecutorState::ProcessAsy
 INPUT_THREADS = "tf_data"  # tf.data's threads: the input pipeline, running beside the step
 INJECTED_SCOPE = "xbench_slow_rank"  # common's slow-rank fault: this rank's compute, made longer
 BOOKKEEPING_SCOPE = "xbench_totals"  # the epoch's loss and correct count
+# The optimizer's update, whatever the optimizer: under fp16 a LossScaleOptimizer runs the inner
+# one's update inside a cond, whose ops take the cond's name, not the optimizer's.
+OPTIMIZER_SCOPE = "xbench_optimizer"
 
 
-def label(op: str, optimizer_scope: str) -> str:
+def label(op: str) -> str:
     """The part an op of the trace belongs to ('collective' for the step's reduction), from its
     event name 'scope/.../name:Type'."""
     name, _, op_type = op.rpartition(":")
@@ -45,15 +48,15 @@ def label(op: str, optimizer_scope: str) -> str:
         return "collective"
     if scopes[0] == "gradient_tape" or scopes[0] == INJECTED_SCOPE:
         return "backward"
-    if scopes[0] == optimizer_scope:
+    if scopes[0] == OPTIMIZER_SCOPE:
         return "collective" if op_type == "AddN" else "optimizer"  # the sum over replicas
     if scopes[0] == BOOKKEEPING_SCOPE:
         return "host"
     return "forward"
 
 
-def traced_steps(run_step: Callable[[int], None], stamp: Callable[[], float], steps: int,
-                 optimizer_scope: str) -> list[Step]:
+def traced_steps(run_step: Callable[[int], None], stamp: Callable[[], float],
+                 steps: int) -> list[Step]:
     """Run `run_step(i)` for i in range(`steps`) under the profiler and return each step's
     window and its labelled ops, in the clock of `stamp` (the loop's): the trace's own clock is
     placed by each step's start, which both clocks see."""
@@ -70,13 +73,13 @@ def traced_steps(run_step: Callable[[int], None], stamp: Callable[[], float], st
     finally:
         tf.profiler.experimental.stop()
     try:
-        return _read(folder, starts, optimizer_scope)
+        return _read(folder, starts)
     finally:
         for path in glob.glob(os.path.join(folder, "**"), recursive=True)[::-1]:
             (os.rmdir if os.path.isdir(path) else os.remove)(path)
 
 
-def _read(folder: str, starts: list[float], optimizer_scope: str) -> list[Step]:
+def _read(folder: str, starts: list[float]) -> list[Step]:
     [path] = glob.glob(os.path.join(folder, "**", "*.xplane.pb"), recursive=True)
     space = xplane_pb2.XSpace()
     with open(path, "rb") as file:
@@ -114,7 +117,7 @@ def _read(folder: str, starts: list[float], optimizer_scope: str) -> list[Step]:
         step = Step(host_start, at(high))
         for name, start, end in ops:
             if low <= start < high and name.rpartition(":")[2] not in COLLECTIVE_OPS:
-                part = label(name, optimizer_scope)
+                part = label(name)
                 step.intervals.append(("communication" if part == "collective" else part,
                                        at(start), at(min(end, high)), COUNTED))
         mine = [(at(a), at(min(b, high))) for a, b in collectives if low <= a < high]

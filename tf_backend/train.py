@@ -16,6 +16,7 @@ import tensorflow as tf
 from xbench.common.attribution import CALL
 from xbench.common.data import rank_indices
 from xbench.common.env import cpu_name, peak_rss_bytes
+from xbench.common.precision import LOSS_SCALE_GROWTH_STEPS, LOSS_SCALE_START, lower_dtype
 from xbench.common.training import EVAL_BATCH, INPUT_PIPELINE_PER_DEVICE, TrainingLoop
 from xbench.tf_backend.models import (
     batchnorm_statistics,
@@ -23,7 +24,13 @@ from xbench.tf_backend.models import (
     build_optimizer,
     parameter_count,
 )
-from xbench.tf_backend.trace import BOOKKEEPING_SCOPE, INJECTED_SCOPE, TRACED_STEPS, traced_steps
+from xbench.tf_backend.trace import (
+    BOOKKEEPING_SCOPE,
+    INJECTED_SCOPE,
+    OPTIMIZER_SCOPE,
+    TRACED_STEPS,
+    traced_steps,
+)
 
 
 class EpochTotals:
@@ -116,18 +123,22 @@ def make_replica_step(model, optimizer, comm, global_batch, totals, slow_seconds
     loss sum / the global batch, so gradients summed over every replica are those of the global
     batch's mean loss: the same step as on one device. `slow_seconds`: the slow-rank fault,
     this rank's compute made that much longer (an op of its own scope, which the trace counts as
-    the rank's backward pass)."""
+    the rank's backward pass). A LossScaleOptimizer (fp16) gets its loss scaled."""
+    scaled = isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer)
 
     def replica_step(images, labels, indices):
         with tf.GradientTape() as tape:
-            logits = model(images, training=True)
+            logits = tf.cast(model(images, training=True), tf.float32)  # the loss in float32
             losses = cross_entropy(labels, logits)
             loss = tf.reduce_sum(losses) / global_batch
             if slow_seconds:
                 with tf.name_scope(INJECTED_SCOPE):
                     loss += tf.numpy_function(lambda: _sleep(slow_seconds), [], tf.float32)
+            if scaled:  # fp16: the loss scaled up, its gradients scaled down in apply_gradients
+                loss = optimizer.scale_loss(loss)
         gradients = comm.gradients(tape, loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        with tf.name_scope(OPTIMIZER_SCOPE):
+            optimizer.apply_gradients(zip(gradients, model.trainable_variables))
         with tf.name_scope(BOOKKEEPING_SCOPE):
             totals.add(tf.reduce_sum(losses), correct_count(labels, logits))
         return indices
@@ -164,11 +175,19 @@ class TensorFlowLoop(TrainingLoop):
     def set_up(self):
         cell = self.cell
         if self.kind == "cuda":
-            use_gpu_math(cell.gpu_math)
+            use_float32_math(cell.precision)
+        # the layers made from here on compute in the cell's precision, their weights float32
+        lower = lower_dtype(cell.precision)
+        keras.mixed_precision.set_global_policy(f"mixed_{lower}" if lower else "float32")
         with self.strategy.scope():
             self.model = build_model(cell.model, cell.seed)
             self.optimizer = build_optimizer(cell.optimizer, cell.lr, cell.momentum,
                                              cell.weight_decay)
+            if cell.precision == "fp16":
+                self.optimizer = keras.mixed_precision.LossScaleOptimizer(
+                    self.optimizer, initial_scale=LOSS_SCALE_START,
+                    dynamic_growth_steps=LOSS_SCALE_GROWTH_STEPS)
+            self.loss_scales = []
             self.optimizer.build(self.model.trainable_variables)
             self.epoch_totals = EpochTotals(self.strategy)
         self.comm.broadcast(self.model.variables + self.optimizer.variables)
@@ -231,8 +250,7 @@ class TensorFlowLoop(TrainingLoop):
         def run_step(index):
             self.step(*batches[index])
             self.sync()
-        steps = traced_steps(run_step, lambda: time.perf_counter() - origin, count,
-                             self.optimizer.name)
+        steps = traced_steps(run_step, lambda: time.perf_counter() - origin, count)
         self.taken = []
         return steps
 
@@ -257,6 +275,10 @@ class TensorFlowLoop(TrainingLoop):
         self.epoch_totals.reset()
 
     def totals(self):
+        """The epoch's loss sum and correct count (called once at its end, when fp16's loss
+        scale is noted too: its history per epoch)."""
+        if isinstance(self.optimizer, keras.mixed_precision.LossScaleOptimizer):
+            self.loss_scales.append(float(self.optimizer.dynamic_scale.numpy()))
         return self.epoch_totals.read()
 
     @property
@@ -312,7 +334,9 @@ class TensorFlowLoop(TrainingLoop):
             "cpu_kernels": ("Eigen (oneDNN off: TF_ENABLE_ONEDNN_OPTS=0)"
                             if os.environ.get("TF_ENABLE_ONEDNN_OPTS") == "0"
                             else "oneDNN where TensorFlow has one (its x86 default)"),
-            "math": math_allowed(self.kind)}
+            "math": {**math_allowed(self.kind), "precision": self.cell.precision,
+                     "lower": lower_dtype(self.cell.precision),
+                     **({"loss_scale": self.loss_scales} if self.loss_scales else {})}}
 
     def thread_pools(self):
         return {"intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
@@ -327,11 +351,11 @@ class TensorFlowLoop(TrainingLoop):
 
 
 
-def use_gpu_math(setting: str) -> None:
-    """The cell's gpu_math: TF32 on or off (in matmuls and convolutions alike), or
-    TensorFlow's default left as it is."""
-    if setting != "framework-default":
-        tf.config.experimental.enable_tensor_float_32_execution(setting == "tf32")
+def use_float32_math(precision: str) -> None:
+    """TF32 off (in matmuls and convolutions alike) for fp32, on for tf32; under the others
+    TensorFlow's default for what stays float32."""
+    if precision in ("fp32", "tf32"):
+        tf.config.experimental.enable_tensor_float_32_execution(precision == "tf32")
 
 
 def math_allowed(kind) -> dict[str, str]:
