@@ -4,6 +4,7 @@ of it (`make_row`, called by the runner alone), and the one validator every read
 
 The field list below is written once and used to write, to validate on read, and by the tests.
 """
+import copy
 import dataclasses
 import math
 from dataclasses import dataclass
@@ -142,7 +143,9 @@ NESTED = {
                        "shard_overlap?": Maybe([NUMBER]),
                        "batchnorm?": Maybe({"max_relative_difference": Maybe(NUMBER)})}),
     "backend_details": {"reduction?": Maybe(TEXT), "collective_library?": Maybe(TEXT),
-                        "math?": Maybe({"matmul?": Maybe(TEXT), "convolution?": Maybe(TEXT)}),
+                        "math?": Maybe({"matmul?": Maybe(TEXT), "convolution?": Maybe(TEXT),
+                                        "precision?": Maybe(TEXT), "lower?": Maybe(TEXT),
+                                        "loss_scale?": Maybe([NUMBER])}),
                         "traffic?": Maybe([{"what": TEXT, "bytes": NUMBER, "how": TEXT,
                                             "basis": TEXT}])},
     "hosts": Maybe([TEXT]), "peak_memory_per_device": Maybe([WHOLE]),
@@ -194,7 +197,7 @@ def upgrade(row: Any) -> Any:
         return row
     version = row["schema_version"]
     for added in range(version + 1, SCHEMA_VERSION + 1):
-        row = {**ADDED[added], **row}
+        row = {**copy.deepcopy(ADDED[added]), **row}  # each row its own lists
     if version < 8 and "gpu_math" in row:
         row["precision"] = row.pop("gpu_math")
     torch_on_gpu = row.get("framework") == "torch" and row.get("device_type") == "cuda"

@@ -35,9 +35,9 @@ BATCH_MODES = ("global", "per_device")
 DEVICE_KINDS = ("auto", "cpu", "cuda")
 LAUNCHERS = ("local", "slurm")
 LR_SCALINGS = ("none", "linear", "sqrt")
+PRECISIONS = ("framework-default", "fp32", "tf32", "bf16", "fp16")
 # How a PyTorch backend's batches reach the device (seeds/001): pageable memory and a blocking
 # copy, page-locked (pinned) memory, or pinned memory and a copy that overlaps the step.
-PRECISIONS = ("framework-default", "fp32", "tf32", "bf16", "fp16")
 HOST_MEMORY = ("pageable", "pinned", "pinned-non-blocking")
 SECTIONS = ("configuration", "training", "input")  # the result row's sections of settings
 SEEDS = 2**32 - 1  # seeds are 32-bit in every framework
@@ -224,8 +224,10 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
     Setting("retries", int, 1,
             "Times a cell runs again after one of its processes crashed (killed by SIGSEGV, "
             "SIGABRT, SIGBUS, SIGILL or SIGFPE: a fault inside a framework, such as the heap "
-            "corruption tf-multiworker's workers show now and then); every crash is kept in the "
-            "row's 'crashes'.", row=None, minimum=0, maximum=5,
+            "corruption tf-multiworker's workers show now and then), as its launcher reports it "
+            "(xbench's own spawner passes the signal on; torchrun and horovodrun exit 1, "
+            "which is not taken for a crash); every crash is kept in the row's 'crashes'.",
+            row=None, minimum=0, maximum=5,
             why="a cell that crashes 6 times in a row is not crashing by chance"),
     Setting("memory_limit_mb", int, 0,
             "Memory each worker may allocate for training, on top of its framework and data "

@@ -1,8 +1,8 @@
 """`python -m xbench.common.spawn N -- COMMAND...`: N copies of a command on this machine, as Slurm's
 srun --ntasks-per-node=N starts them on a node: copy i gets XBENCH_TASK=i. When one copy fails
 the others are ended (as torchrun does: SIGTERM, then SIGKILL after a grace period, since
-TensorFlow's preemption notifier catches SIGTERM and carries on), and the first failure's exit
-code is this one's; a SIGTERM to this process ends every copy, and its death kills them. Used by
+TensorFlow's preemption notifier catches SIGTERM and carries on), and a crashed copy's exit code
+(a signal) is this one's, else the lowest failure's; a SIGTERM to this process ends every copy, and its death kills them. Used by
 the local launcher for backends with a worker per device (tf-multiworker)."""
 import os
 import signal
@@ -33,7 +33,9 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, lambda *_: (end_all(), sys.exit(143)))
     while True:
         codes = [copy.poll() for copy in copies]
-        failed = next((code for code in codes if code not in (None, 0)), None)
+        failures = [code for code in codes if code not in (None, 0)]
+        # a crash (a signal) before what it made the others do, when both are seen at once
+        failed = min(failures) if failures else None
         if failed is not None:
             end_all()
             for copy in copies:

@@ -3,6 +3,7 @@ import math
 
 from xbench.common.backend import wire
 from xbench.common.models import MODELS, gradient_bytes, input_shape
+from xbench.common.precision import lower_dtype
 from xbench.pt_backend.base import TorchBackend
 
 
@@ -34,6 +35,10 @@ class DataParallelBackend(TorchBackend):
             self.device_ids = list(range(device.index, device.index + self.cell.devices))
         self.module_bytes = sum(t.numel() * t.element_size()
                                 for t in [*model.parameters(), *model.buffers()])
+        lower = lower_dtype(self.cell.precision)
+        if lower:  # each replica's thread must enter autocast at the cell's type itself
+            from xbench.pt_backend.train import AutocastForward
+            model = AutocastForward(model, device.type, getattr(torch, lower))
         return torch.nn.DataParallel(model, device_ids=self.device_ids)
 
     def traffic(self, cell, reduction):
@@ -50,8 +55,9 @@ class DataParallelBackend(TorchBackend):
                      share * samples * 4 * math.prod(input_shape(cell.model)), "computed",
                      "scatter(): the other GPUs' shares of the batch (float32 images)"),
                 wire("outputs gathered on GPU 0",
-                     share * samples * 4 * MODELS[cell.model].layers[-1].out_features, "computed",
-                     "gather(): the other GPUs' logits"),
+                     share * samples * (2 if lower_dtype(cell.precision) else 4)
+                     * MODELS[cell.model].layers[-1].out_features, "computed",
+                     "gather(): the other GPUs' logits (2 bytes each in mixed precision)"),
                 wire("gradients reduced onto GPU 0", others * gradient_bytes(cell.model),
                      "computed", "the replicas' gradients summed into GPU 0's parameters")]
 

@@ -96,6 +96,20 @@ def cuda_seconds(start: torch.cuda.Event, end: torch.cuda.Event) -> float:
     return start.elapsed_time(end) / 1000
 
 
+class AutocastForward(nn.Module):
+    """`model` whose forward enters autocast at `dtype` in the thread that runs it: DataParallel
+    runs each replica in a thread of its own and re-enters autocast there without the dtype,
+    which on a GPU defaults to fp16 (a bf16 cell would compute in fp16, unscaled)."""
+
+    def __init__(self, model: nn.Module, device_type: str, dtype: torch.dtype):
+        super().__init__()
+        self.model, self.device_type, self.dtype = model, device_type, dtype
+
+    def forward(self, x):
+        with torch.autocast(self.device_type, dtype=self.dtype):
+            return self.model(x)
+
+
 class TorchLoop(TrainingLoop):
     """`backend` (a pt_backend.base.TorchBackend) wraps the model and optimizer on `device`."""
 

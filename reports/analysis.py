@@ -87,6 +87,7 @@ def cell_table(frame):
                       batchnorm_difference=ok["batchnorm_difference"].max(),
                       test_accuracy_values=ok["test_accuracy"].dropna().tolist(),
                       inject=first.get("inject"), compression=first["compression"],
+                      precision=first["precision"],
                       powersgd_rank=first["powersgd_rank"],
                       attributions=[last_epoch_attribution(a) for a in ok["attribution"] if a])
         for epoch in (1, 2):
@@ -122,7 +123,8 @@ CELL_COLUMNS = [
     "runs",
     "contended_runs", "statuses", "steps_per_epoch", "epoch2_samples", "memory_per_device",
     "epoch_means", "global_digests", "sampler_digests", "shard_overlap", "replicas_agree", "batchnorm",
-    "batchnorm_difference", "test_accuracy_values", "inject", "compression", "powersgd_rank",
+    "batchnorm_difference", "test_accuracy_values", "inject", "compression", "precision",
+    "powersgd_rank",
     "attributions",
     *[f"epoch{e}_{field}" for e in (1, 2) for field in (
         "seconds_values", "seconds", "seconds_ci", "rate", "rate_low", "rate_high")],
@@ -319,7 +321,7 @@ def against_limits(cells, attributed, probes):
         known = cell["model"] in MODELS
         math_used = cell["math"] or {}
         # mixed precision: its lower type; else what the framework allowed the dominant layers
-        precision = (math_used["precision"] if math_used.get("lower")
+        precision = (cell["precision"] if math_used.get("lower")
                      else math_used.get(dominant_math(cell["model"]), "fp32") if known else "fp32")
         peak = peak_flops(probe["matmul"], cell["framework"], cell["device_type"],
                           int(cell["nodes"]), int(cell["devices_per_node"]),

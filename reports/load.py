@@ -104,6 +104,7 @@ def rows_frame(rows, include_contended=False):
     frame["crashes"] = [len(row.get("crashes") or []) for row in rows]
     frame["inject"] = [row.get("inject", "none") for row in rows]
     frame["compression"] = [row.get("compression", "none") for row in rows]
+    frame["precision"] = [row.get("precision", "framework-default") for row in rows]
     frame["powersgd_rank"] = [row.get("powersgd_rank", 1) for row in rows]
     frame["attribution"] = [row.get("attribution") for row in rows]
     frame["batchnorm_difference"] = numbers([(e.get("batchnorm") or {}).get(

@@ -249,19 +249,20 @@ def precision_table(cells, limits):
     the probe's peak at the precision each ran in (reports.analysis.against_limits) and the
     test accuracy that the lower precision may cost."""
     measured = analysis.measured(cells)
-    measured = measured.assign(precision=[(m or {}).get("precision", "framework-default")
-                                          for m in measured["math"]])
-    setups = [c for c in analysis.CONFIG if c != "series"] + ["training_base"]
-    measured = measured.assign(training_base=[t.split(", precision ")[0]
-                                              for t in measured["training"]])
-    varied = measured.groupby(setups, dropna=False)["precision"].transform("nunique") > 1
-    shown = measured[varied].sort_values([*setups, "precision"])
-    found = limits.set_index("cell_key") if len(limits) else None
-    for name in ("mfu", "mfu_low", "mfu_high", "mfu_suspect", "precision_of_peak"):
-        shown[name] = [found[name if name != "precision_of_peak" else "precision"].get(key, math.nan)
-                       if found is not None and key in found.index else math.nan
-                       for key in shown["cell_key"]] if len(shown) else []
-    return table(shown, [*CELL, ("precision", column("precision")),
+    setup = [c for c in analysis.CONFIG if c != "series"] + [
+        c for c in analysis.SETUP if c not in analysis.CONFIG and c != "training"] + ["others"]
+    measured = measured.assign(others=[re.sub(r", precision [^,]+", "", t)
+                                       for t in measured["training"]])
+    varied = measured.groupby(setup, dropna=False)["precision"].transform("nunique") > 1
+    shown = measured[varied].sort_values([*setup, "precision"])
+    found = ({(r["env"], r["cell_key"]): r for _, r in limits.iterrows()} if len(limits) else {})
+    for name in ("mfu", "mfu_low", "mfu_high", "mfu_suspect"):
+        shown[name] = [found[(e, k)][name] if (e, k) in found else math.nan
+                       for e, k in zip(shown["env"], shown["cell_key"])]
+    shown["precision_of_peak"] = [found[(e, k)]["precision"] if (e, k) in found else None
+                                  for e, k in zip(shown["env"], shown["cell_key"])]
+    return table(shown, [*CELL, ("training", column("training")),
+                         ("precision", column("precision")),
                          ("epoch-2 rate (samples/s)", column("epoch2_rate", num)),
                          ("epoch-2 rate 95% CI", lambda c: bounds(c["epoch2_rate_low"],
                                                                   c["epoch2_rate_high"])),

@@ -2,15 +2,22 @@
 CPU (torch.autocast, Keras' mixed policies; fp16 with a dynamic loss scale, its history in the
 row), records the math it used, and follows one trajectory across frameworks within a tolerance
 looser than float32's; tf32 on a CPU is `unsupported` with the reason."""
+import json
+import subprocess
+import sys
+
 import pytest
 
-from tests.conftest import write_grid, xbench
+from tests.conftest import REPO, write_grid, xbench
 from xbench.common.precision import LOSS_SCALE_START
 from xbench.common.results import read_rows
 from xbench.common.schema import upgrade
 
 SINGLE = ["pt-single", "pt-dp", "tf-single"]
 SPANNING = ["pt-ddp", "tf-mirrored", "tf-multiworker", "hvd-torch", "hvd-tf"]
+# fp16 on 2 ranks: where the loss is scaled before (pt-ddp, hvd-tf) and after (the strategies,
+# whose replicas must agree on an overflow) the gradients are summed
+SCALED = ["pt-ddp", "tf-mirrored", "tf-multiworker", "hvd-tf"]
 # The largest relative difference of an epoch's loss from pt-single's at the same precision, in
 # every backend, measured on these 512 images (4 steps an epoch): bf16 3.0e-4, fp16 2.5e-4,
 # float32 2.9e-6; on 1,024 images bf16 1.7e-3 (pt-ddp on 2 ranks), fp16 2.0e-4. The bounds
@@ -26,7 +33,7 @@ def rows(mnist_dir, tmp_path_factory):
                                        "precision": ["fp32", "bf16", "fp16", "tf32"]}),
                            ("spanning", {"backends": SPANNING, "devices": [2],
                                          "precision": ["bf16"]}),
-                           ("scaled", {"backends": ["pt-ddp", "hvd-tf"], "devices": [2],
+                           ("scaled", {"backends": SCALED, "devices": [2],
                                        "precision": ["fp16"]})):
         grid = write_grid(folder, name=name, **settings)
         run = xbench("grid", grid, "--data-dir", mnist_dir, "--results", folder / f"{name}.jsonl",
@@ -44,8 +51,8 @@ def trained(rows, precision):
 @pytest.mark.parametrize("precision, lower", [("bf16", "bfloat16"), ("fp16", "float16")])
 def test_every_backend_trains_in_the_lower_precision_and_says_so(rows, precision, lower):
     cells = trained(rows, precision)
-    assert {b for b, _, _ in cells} >= set(SINGLE) | ({"pt-ddp", "hvd-tf"} if precision == "fp16"
-                                                       else set(SPANNING))
+    assert {b for b, _, _ in cells} >= set(SINGLE) | set(SCALED if precision == "fp16"
+                                                       else SPANNING)
     for key, row in cells.items():
         assert row["status"] == "ok", (key, row["error"])
         assert row["cell_key"].endswith(f"|{precision}")
@@ -136,3 +143,41 @@ def test_the_report_puts_each_precision_beside_the_others(rows, probe, tmp_path)
         line = next(line for line in lines[1:] if backend in line and f"| {precision} |" in line)
         assert (f"of the {precision} peak" in line if precision in ("fp32", "bf16")
                 else "no probe of it" in line), line  # fp16's matmul is probed on GPUs only
+
+
+# One fp16 step under MirroredStrategy on 2 logical CPUs in which only replica 1's gradient
+# overflows (60000 x 2^15 does not fit fp16; 1 x 2^15 does): the weight and the loss scale after.
+ONE_OVERFLOW = """
+import json, keras, tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from xbench.tf_backend.train import AgreedLossScaleOptimizer
+keras.mixed_precision.set_global_policy("mixed_float16")
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+with strategy.scope():
+    layer = keras.layers.Dense(1, kernel_initializer="ones", use_bias=False)
+    layer.build((None, 1))
+    optimizer = AgreedLossScaleOptimizer(keras.optimizers.SGD(0.1), initial_scale=2.0 ** 15)
+    optimizer.build(layer.trainable_variables)
+def replica(x):
+    with tf.GradientTape() as tape:
+        loss = optimizer.scale_loss(tf.reduce_sum(tf.cast(layer(x), tf.float32)))
+    gradients = tape.gradient(loss, layer.trainable_variables)
+    optimizer.apply_gradients(zip(gradients, layer.trainable_variables))
+step = tf.function(lambda x: strategy.run(replica, args=(x,)))
+step(strategy.experimental_distribute_values_from_function(
+    lambda c: tf.constant([[1.0 if c.replica_id_in_sync_group == 0 else 60000.0]])))
+print(json.dumps({"weight": float(layer.kernel.numpy()[0, 0]),
+                  "scale": float(optimizer.dynamic_scale.numpy())}))
+"""
+
+
+def test_one_replicas_overflow_skips_the_step_on_every_replica():
+    """Under the strategies the gradients reach the loss-scale optimizer unsummed; Keras' own
+    takes replica 0's verdict alone (here: the weight became -inf, the scale stayed 2^15). Every
+    replica must agree: the step is skipped and the scale halved."""
+    done = subprocess.run([sys.executable, "-c", ONE_OVERFLOW], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    after = json.loads(done.stdout.strip().splitlines()[-1])
+    assert after == {"weight": 1.0, "scale": LOSS_SCALE_START / 2}

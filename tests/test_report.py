@@ -727,3 +727,29 @@ def test_a_run_that_crashed_and_ran_again_is_named(tmp_path):
     assert f"{rows[3]['cell_key']} r0: 1 crash(es), then ok" in text
     assert "crashed and ran again" not in "\n".join(build_report(
         [write_rows(tmp_path / "k.jsonl", known_rows())], tmp_path / "k", formats=["md"])[1])
+
+
+def test_the_precision_table_pairs_each_precision_with_its_own_setup(tmp_path):
+    """Four cells: framework-default and bf16, each with and without fp16 gradient compression.
+    Each precision is shown beside the other of the same compression, never across them."""
+    from xbench.reports.tables import precision_table
+    rows = []
+    for precision, compression, rate in (("framework-default", "none", 100.0), ("bf16", "none", 150.0),
+                                         ("framework-default", "fp16", 110.0),
+                                         ("bf16", "fp16", 160.0)):
+        row = make_row(rates=(80.0, rate))
+        lower = {"bf16": "bfloat16"}.get(precision)
+        row.update(precision=precision, compression=compression,
+                   cell_key=row["cell_key"] + (f"|{precision}" if lower else "")
+                   + ("|compress-fp16" if compression != "none" else ""))
+        row["backend_details"]["math"] = {"matmul": "fp32", "convolution": "fp32",
+                                          "precision": precision, "lower": lower}
+        rows.append(row)
+    frame, _ = load([write_rows(tmp_path / "r.jsonl", rows)])
+    cells = analysis.cell_table(frame)
+    shown = precision_table(cells, analysis.against_limits(cells, analysis.attribution(cells), {}))
+    assert len(shown) == 4
+    assert list(shown["precision"]) == ["bf16", "framework-default"] * 2
+    compressed = ["compressed fp16" in t for t in shown["training"]]
+    assert compressed in ([False, False, True, True], [True, True, False, False])
+    assert set(shown["MFU at its precision's peak, 95% CI"]) == {"— (no probe of it)"}

@@ -118,6 +118,22 @@ def correct_count(labels, logits):
                                  tf.float32))
 
 
+class AgreedLossScaleOptimizer(keras.mixed_precision.LossScaleOptimizer):
+    """Keras' loss-scale optimizer, with every replica agreeing whether a step's gradients are
+    finite. Under MirroredStrategy and MultiWorkerMirroredStrategy the gradients reach it
+    unsummed (the inner optimizer's update sums them), yet Keras takes the first local replica's
+    verdict alone: another replica's overflow would be summed into every weight, and one worker
+    would skip the step's all-reduce that the other waits in."""
+
+    def check_finite(self, grads):
+        finite = super().check_finite(grads)
+        context = tf.distribute.get_replica_context()
+        if context is None or context.num_replicas_in_sync == 1:
+            return finite
+        overflowed = tf.cast(tf.logical_not(finite), tf.float32)  # replicas that overflowed
+        return context.all_reduce(tf.distribute.ReduceOp.SUM, overflowed) == 0
+
+
 def make_replica_step(model, optimizer, comm, global_batch, totals, slow_seconds=0.0):
     """One optimizer step on one replica's share of a global batch. Its loss is its samples'
     loss sum / the global batch, so gradients summed over every replica are those of the global
@@ -184,7 +200,7 @@ class TensorFlowLoop(TrainingLoop):
             self.optimizer = build_optimizer(cell.optimizer, cell.lr, cell.momentum,
                                              cell.weight_decay)
             if cell.precision == "fp16":
-                self.optimizer = keras.mixed_precision.LossScaleOptimizer(
+                self.optimizer = AgreedLossScaleOptimizer(
                     self.optimizer, initial_scale=LOSS_SCALE_START,
                     dynamic_growth_steps=LOSS_SCALE_GROWTH_STEPS)
             self.loss_scales = []
