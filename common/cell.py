@@ -57,7 +57,8 @@ class CellMethods:
         threads = f" t{self.threads}" if self.threads else ""
         nodes = f"n{self.nodes}x" if self.nodes > 1 else ""
         return (f"{self.backend} {self.model} x{self.multiple} b{self.global_batch} "
-                f"{nodes}d{self.devices}{threads} r{self.repeat}")
+                f"{nodes}d{self.devices}{threads}" + (f" seed{self.seed}" if self.seed else "")
+                + f" r{self.repeat}")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

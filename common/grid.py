@@ -17,6 +17,9 @@ from xbench.common.settings import AXES, IN_CELL, OPTIMIZERS, SETTINGS, check_ax
 EXPERIMENTS = Path(experiments.__file__).resolve().parent
 SWEEP = re.compile(r"^(\d+)\s*x\s*(\d+)$")
 MAX_CELLS = 100_000
+# Seeds of a configuration with a target accuracy unless the grid says: MLPerf Training's count
+# for its image classification result, of which it averages all but the fastest and slowest.
+TARGET_SEEDS = 5
 # Keys older grid files may hold, and why they went.
 REMOVED = {"compute_references": "compute and communication are now counted inside every "
                                  "N-device cell (its step attribution), so no 1-device reference "
@@ -54,7 +57,10 @@ def preset_path(name):
 
 def resolve(spec: dict, overrides: dict | None = None) -> tuple[dict, dict]:
     """(axes, settings) of the spec with command-line overrides applied, each value checked."""
-    spec = {**defaults(), **spec, **{k: v for k, v in (overrides or {}).items() if v is not None}}
+    given = {**spec, **{k: v for k, v in (overrides or {}).items() if v is not None}}
+    if given.get("target_accuracy") and "seeds" not in given:
+        given["seeds"] = TARGET_SEEDS
+    spec = {**defaults(), **given}
     for axis in AXES:
         if axis.key not in spec:
             raise UserError(f"grid '{spec.get('name')}' has no '{axis.key}' axis; give it in the "
@@ -120,10 +126,11 @@ def expand(spec: dict, overrides: dict | None = None, data_dir=None) -> list[Cel
     if not configurations:
         raise UserError(f"no cells: {', '.join(values['backends'])} run on one device only, and "
                         f"--devices {','.join(map(str, values['devices']))} has no 1")
-    # Repeat by repeat: every configuration once, then again, so that a drift in what else the
-    # machine does spreads over all of them instead of falling on one configuration's repeats.
-    return [dataclasses.replace(c, repeat=r) for r in range(settings["repeats"])
-            for c in configurations]
+    # Seed by seed and repeat by repeat: every configuration once, then again, so that a drift
+    # in what else the machine does spreads over all of them instead of falling on one
+    # configuration's seeds or repeats.
+    return [dataclasses.replace(c, seed=c.seed + s, repeat=r) for r in range(settings["repeats"])
+            for s in range(settings["seeds"]) for c in configurations]
 
 
 def _check_sizes(values, settings):
@@ -134,10 +141,14 @@ def _check_sizes(values, settings):
         raise UserError(f"grid name {settings['name']!r} must be letters, digits, '.', '_' or '-' "
                         f"(it names the results file results/<name>.jsonl), starting with a "
                         f"letter or digit")
-    cells = math.prod(len(v) for v in values.values()) * settings["repeats"]
+    cells = math.prod(len(v) for v in values.values()) * settings["repeats"] * settings["seeds"]
     if cells > MAX_CELLS:
-        raise UserError(f"the grid has {cells:,} cells (axes x repeats); at most {MAX_CELLS:,}: "
-                        f"narrow an axis or lower --repeat")
+        raise UserError(f"the grid has {cells:,} cells (axes x seeds x repeats); at most "
+                        f"{MAX_CELLS:,}: narrow an axis or lower --seeds or --repeat")
+    if settings["seed"] + settings["seeds"] - 1 > SETTINGS["seed"].maximum:
+        raise UserError(f"seeds {settings['seed']:,} to {settings['seed'] + settings['seeds'] - 1:,}"
+                        f" go past {SETTINGS['seed'].maximum:,} (seeds are 32-bit in every "
+                        f"framework): lower --seed or --seeds")
     smallest = min(train_samples(settings["data"], m) for m in values["models"])
     if settings["max_train_samples"] > smallest:
         raise UserError(f"max_train_samples {settings['max_train_samples']:,} is more than the "

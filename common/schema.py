@@ -15,7 +15,7 @@ from xbench.common.attribution import PARTS
 from xbench.common.models import flops_per_sample, parameter_count
 from xbench.common.settings import IN_ROW
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 # What rows of older versions lack; they are reported and left out, never mixed with these.
 OLDER_VERSIONS = {1: "schema 1 rows come from an xbench whose 1-device cells of tf-mirrored ran no "
                     "MirroredStrategy, whose frameworks started from different initial weights, "
@@ -26,13 +26,14 @@ OLDER_VERSIONS = {1: "schema 1 rows come from an xbench whose 1-device cells of 
 # (none recorded), schema 6's GPU math (each framework's default) and schema 7's pinned ranks
 # (none: rows before it judged contention on all of rank 0's machine's cores, recorded as such),
 # schema 8's crashed attempts (none: cells were not run again then) and precision (schema 6 and 7
-# recorded its float32 part as gpu_math, renamed on reading).
+# recorded its float32 part as gpu_math, renamed on reading), schema 9's target accuracy (none:
+# every run trained its epochs).
 ADDED = {version: {**{s.row_name: s.row_value(s.cell_default) for s in IN_ROW
                       if s.since == version}, **derived}
          for version, derived in {3: {"batch_sweep": None}, 4: {"batchnorm": None},
                                   5: {"attribution": None}, 6: {}, 7: {},
-                                  8: {"crashes": []}}.items()}
-UPGRADES = (2, 3, 4, 5, 6, 7)  # the older versions this xbench reads
+                                  8: {"crashes": []}, 9: {"time_to_target": None}}.items()}
+UPGRADES = (2, 3, 4, 5, 6, 7, 8)  # the older versions this xbench reads
 STATUSES = ("ok", "failed", "timeout", "oom", "unsupported")
 
 NUMBER = (int, float)
@@ -63,6 +64,7 @@ class Measurement:
     evidence: dict                    # digests of weights and of the samples each replica took
     backend_details: dict             # what the backend says of itself
     attribution: dict                 # each step split into its parts (common.attribution)
+    time_to_target: dict | None = None  # with a target accuracy (common.target)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -98,7 +100,7 @@ MEASUREMENTS = {
     "peak_memory_per_device": ((list,), "ok"), "hosts": ((list,), "ok"),
     "threads": ((dict,), "ok"),
     "contended": (BOOL, "ok"), "evidence": ((dict,), "ok"), "backend_details": ((dict,), "always"),
-    "attribution": ((dict,), "never"),
+    "attribution": ((dict,), "never"), "time_to_target": ((dict,), "never"),
 }
 RUN = {"cell_seconds": (NUMBER, "always"), "log": (TEXT, "never"), "env": ((dict,), "always"),
        "crashes": ((list,), "always")}
@@ -126,7 +128,8 @@ POSITIVE = "a positive number"  # a finite number above 0 (an epoch's seconds)
 CONTENTION = {"contended": BOOL, "other_cpu_share": Maybe(NUMBER), "steal_share": Maybe(NUMBER)}
 EPOCH = {"epoch": WHOLE, "seconds": POSITIVE, "samples": WHOLE, "rate?": Maybe(NUMBER),
          "loss": NUMBER, "accuracy": NUMBER, "seconds_per_rank": [NUMBER],
-         "contention": CONTENTION, "input_seconds?": Maybe(NUMBER)}  # schema 2 had no input
+         "contention": CONTENTION, "input_seconds?": Maybe(NUMBER),  # schema 2 had no input
+         "evaluation_seconds?": NUMBER}  # only with a target accuracy
 RANK_ATTRIBUTION = {
     "parts": {part: {"seconds": NUMBER, "median": NUMBER, "p10": NUMBER, "p90": NUMBER}
               for part in PARTS},
@@ -149,6 +152,11 @@ NESTED = {
                         "traffic?": Maybe([{"what": TEXT, "bytes": NUMBER, "how": TEXT,
                                             "basis": TEXT}])},
     "hosts": Maybe([TEXT]), "peak_memory_per_device": Maybe([WHOLE]),
+    "time_to_target": Maybe({
+        "target": NUMBER, "evals_per_epoch": WHOLE, "converged": BOOL, "seconds": Maybe(NUMBER),
+        "training_seconds": Maybe(NUMBER), "samples": Maybe(WHOLE), "epochs": Maybe(NUMBER),
+        "curve": [{"epoch": WHOLE, "step": WHOLE, "samples": WHOLE, "epochs": NUMBER,
+                   "accuracy": NUMBER, "seconds": NUMBER, "training_seconds": NUMBER}]}),
     "attribution": Maybe({"how": Each(TEXT), "epochs": [
         {"ranks": [RANK_ATTRIBUTION], "slowest_rank": Maybe(WHOLE)}]}),
 }

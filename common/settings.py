@@ -192,8 +192,27 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
     Setting("repeats", int, 1, "Repeats of every cell (dispersion needs >= 3).", flag="--repeat",
             field=None, maximum=1000,
             why="a few repeats give the intervals; thousands only take time"),
-    Setting("seed", int, 0, "Seed of the model and the data order.", minimum=0, maximum=SEEDS,
-            why="seeds are 32-bit in every framework", key_part=lambda c: f"|seed{c.seed}"),
+    Setting("seed", int, 0, "Seed of the model and the data order (the first of --seeds).",
+            minimum=0, maximum=SEEDS, why="seeds are 32-bit in every framework",
+            key_part=lambda c: f"|seed{c.seed}"),
+    Setting("seeds", int, 1,
+            "Seeds per configuration: seed, seed+1, ..., each its own cell (default 1; with a "
+            "target accuracy 5, MLPerf's count: time to a target varies from seed to seed).",
+            field=None, maximum=1000, why="a few seeds give the spread; thousands only take time"),
+    # --- training to a target (common.target) ---------------------------------------------------
+    Setting("target_accuracy", float, 0.0,
+            "Train until the test accuracy reaches this (0-1), evaluated --evals-per-epoch times "
+            "an epoch, or until --epochs (then the row says converged: false); the row records "
+            "the time, samples and epochs to the target and the accuracy curve (default 0: no "
+            "target, train --epochs).", minimum=0, maximum=1, why="a share of the test set",
+            zero_is_null=True,
+            key_part=lambda c: (f"|target{c.target_accuracy:g}-evals{c.evals_per_epoch}"
+                                if c.target_accuracy else ""), since=9),
+    Setting("evals_per_epoch", int, 4,
+            "With a target accuracy: evaluations an epoch, after every 1/N of its steps, the "
+            "same steps in every backend (default 4).", maximum=100,
+            why="more evaluations than that cost more time than the training they time",
+            key_part="target_accuracy", since=9),
     # --- the data ---------------------------------------------------------------------------
     Setting("data", str, "mnist",
             "Real MNIST, real CIFAR-10 (resnet18, vgg19), or synthetic images shaped as the "

@@ -21,6 +21,7 @@ from xbench.common.evidence import batchnorm_evidence, sample_evidence, weights_
 from xbench.common.job import Job
 from xbench.common.placement import node_name, pin_rank
 from xbench.common.schema import Measurement
+from xbench.common.target import TargetRun
 from xbench.common.timing import EpochClock, epoch_record, step_percentiles
 
 EVAL_BATCH = 1000  # test images per forward pass when measuring test accuracy
@@ -150,6 +151,7 @@ class TrainingLoop(abc.ABC):
             report.start(self.cell.epochs, self.steps_per_epoch, self.cell.global_batch)
         epochs, consumed, startup, timed = [], [], None, []
         steps_done, rate = 0, None
+        target = TargetRun.of(self.cell, self.steps_per_epoch)
         for epoch in range(1, self.cell.epochs + 1):
             batches = self.batches(epoch)
             self.reset_totals()
@@ -162,6 +164,7 @@ class TrainingLoop(abc.ABC):
             probe.start()
             clock = EpochClock(self.sync)
             clock.start()
+            evaluating = 0.0  # seconds of this epoch's evaluations, taken out of its time
             for step, batch in enumerate(self.timed_batches(batches), 1):
                 wanted = self.cell.learning_rate(steps_done, self.steps_per_epoch)
                 if wanted != rate:  # only under a warm-up, and once at the start
@@ -171,7 +174,9 @@ class TrainingLoop(abc.ABC):
                 self.marks.end()
                 steps_done += 1
                 report.done = step  # read by the report's own thread, outside this loop
-            seconds = clock.stop()
+                if target and target.due(step):
+                    evaluating += self.evaluate_for(target, epoch, step, clock, evaluating)
+            seconds = clock.stop() - evaluating
             watched = probe.stop()
             report.end_epoch(seconds)
             steps = self.marks.steps()
@@ -185,6 +190,11 @@ class TrainingLoop(abc.ABC):
             record["contention"] = epoch_contention([w for _, w, _ in ranks],
                                                     self.cell.contention_limit)
             epochs.append(record)
+            if target:
+                record["evaluation_seconds"] = evaluating
+                target.end_epoch(record["seconds"], evaluating)
+                if target.finished(epoch):
+                    break
 
         report.stop()
         step_seconds = _flat(self.comm.gather([s.end - s.start for s in timed[-1][1]]))
@@ -199,12 +209,27 @@ class TrainingLoop(abc.ABC):
         steps_attributed = (self.attribute(timed, self.traced_steps())
                             if attribution.INSTRUMENTED else None)
         measurement = self.measure(epochs, startup, step_seconds, memory, digests, replicas,
-                                   hosts, statistics, accuracy,
-                                   steps_attributed) if self.comm.rank == 0 else None
+                                   hosts, statistics, accuracy, steps_attributed,
+                                   target) if self.comm.rank == 0 else None
         # Every rank leaves together: a gloo rank that tore its process group down while rank 0
         # still evaluated aborted now and then ("terminate called without an active exception").
         self.comm.barrier()
         return measurement
+
+    def evaluate_for(self, target: TargetRun, epoch: int, step: int, clock: EpochClock,
+                     evaluated: float) -> float:
+        """Evaluate at one of the target's points, every rank told rank 0's accuracy (so that
+        all stop together); the seconds it took, from the moment every rank had trained to the
+        point (the wait for a slower rank is training's, as at a collective). `evaluated`: the
+        seconds of this epoch's earlier evaluations."""
+        self.sync()
+        self.comm.barrier()
+        began = time.perf_counter()
+        accuracy = self.comm.gather(self.evaluate() if self.comm.rank == 0 else None)[0]
+        ended = time.perf_counter()
+        target.record(epoch, step, accuracy, training=began - clock.started - evaluated,
+                      wall=ended - clock.started)
+        return ended - began
 
     def timed_batches(self, batches: Iterable) -> Iterator:
         """The epoch's batches, each step's window opened when the loop asks for its batch, and
@@ -239,7 +264,7 @@ class TrainingLoop(abc.ABC):
                 "traced_steps": len(traced) if traced is not None else None}
 
     def measure(self, epochs, startup, step_seconds, memory, digests, replicas, hosts,
-                statistics, accuracy, steps_attributed):
+                statistics, accuracy, steps_attributed, target):
         """Rank 0's measurement of the run."""
         described, details = self.describe(), self.backend.details()
         per_device = self.job.threads_per_device
@@ -261,7 +286,8 @@ class TrainingLoop(abc.ABC):
             backend_details={"world_size": self.comm.world, **described, **details,
                              "traffic": self.backend.traffic(self.cell,
                                                              details.get("reduction", "none"))},
-            attribution=steps_attributed)
+            attribution=steps_attributed,
+            time_to_target=target.summary() if target else None)
 
 
 def part_seconds(step, part: str) -> float:

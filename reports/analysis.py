@@ -59,7 +59,7 @@ def cell_table(frame):
         record = {column: first.get(column) for column in CONFIG}
         record.update(cell_key=key, scaling=scaling_kind(first["batch_mode"]),
                       seed=first.get("seed"), max_train_samples=first.get("max_train_samples"),
-                      epochs_run=first["last_epoch"], device_type=first["device_type"],
+                      epochs_run=first["epochs_given"] or first["last_epoch"], device_type=first["device_type"],
                       device_name=first["device_name"], framework=first.get("framework"),
                       threads_per_device=first.get("threads_per_device"),
                       threads_pinned=bool(first.get("threads_pinned")),

@@ -10,7 +10,7 @@ from pathlib import Path
 from xbench.common.attribution import MEANING
 from xbench.common.errors import UserError
 from xbench.common.results import csv_safe
-from xbench.reports import analysis, figures, page, tables
+from xbench.reports import analysis, figures, goodput, page, tables
 from xbench.reports.compare import compare
 from xbench.reports.compare import text_table as compare_table
 from xbench.reports.lab import TEXT as LAB_TEXT
@@ -76,6 +76,12 @@ SECTIONS = [
         "(bf16 and fp16 cells against the lower type's peak, the others against what their "
         "framework allowed float32: fp32, or TF32 on a GPU) and its test accuracy."],
      [], ["precision"]),
+    ("Time to accuracy", [
+        goodput.TIME_TEXT,
+        "The second table names, per backend, the batch and device count with the shortest "
+        "time to the target beside the one with the highest throughput, and whether the "
+        "shortest is surely the shortest: where it is and the two differ, the extra samples "
+        "the faster configuration needs cost more than its speed gains."], ["time_to_accuracy"], ["time_to_target", "goodput"]),
     ("Accuracy", [
         "Mean training loss and accuracy per epoch, and test accuracy after training, against "
         "devices and batch size (no learning-rate scaling).",
@@ -127,7 +133,11 @@ def build_report(paths, out, formats=FORMATS, where=None, include_contended=Fals
     failures = analysis.failures(frame)
     notices = tables.notices(frame, cells, problems + probe_problems, where)
     verdict_lines = verdicts(cells, frame, include_contended, attributed, limits)
+    targets = goodput.target_table(frame)
     summary = tables.summary(frame, verdict_lines, failures, [p.name for p in paths])
+    if not targets.empty:
+        summary += ["Time to target (median [interval]):",
+                    *["  " + line for line in goodput.goodput_lines(targets)]]
     table_set = report_tables(frame, cells, scaling, attributed, failures)
     table_set["limits"] = ("MFU and all-reduce bandwidth against this machine's measured peaks",
                            tables.limits_table(limits) if probes else limits.iloc[0:0],
@@ -136,9 +146,13 @@ def build_report(paths, out, formats=FORMATS, where=None, include_contended=Fals
                               tables.precision_table(cells, limits),
                               "it needs one setup run at two precisions or more (--precision "
                               "fp32,bf16)")
+    table_set["time_to_target"] = ("Time to the target accuracy, per configuration over its "
+                                   "seeds", goodput.target_text_table(targets), figures.NO_TARGET)
+    table_set["goodput"] = ("The shortest time to the target beside the highest throughput",
+                            goodput.goodput_table(targets), figures.NO_TARGET)
     sections = SECTIONS
     if lab:
-        table_set.update(lab_tables(cells, scaling, attributed, limits))
+        table_set.update(lab_tables(cells, scaling, attributed, limits, targets))
         sections = [("The course lab", LAB_TEXT, [], [n for n in table_set if n.startswith("lab_")]),
                     *sections]
     if baseline:
@@ -150,7 +164,7 @@ def build_report(paths, out, formats=FORMATS, where=None, include_contended=Fals
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written = {}
-    drawn, missing = (figures.build(cells, scaling, attributed)
+    drawn, missing = (figures.build(cells, scaling, attributed, targets)
                       if {"html", "png", "svg"} & set(formats) else ([], {}))
     pngs = {name: (title, caption, figures.render(figure, "png"))
             for name, title, caption, figure in drawn if {"html", "png"} & set(formats)}

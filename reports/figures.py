@@ -42,7 +42,7 @@ PART_COLORS = dict(zip(PARTS, ["#8c564b", "#1f77b4", "#2ca02c", "#9467bd", "#ff7
                                "#d62728", "#7f7f7f"]))
 
 
-def build(cells, scaling, attributed):
+def build(cells, scaling, attributed, targets):
     """([(name, title, caption, Figure)] for every figure there are data for,
     {name: (title, why it is not drawn and what would draw it)} for the others)."""
     makers = [
@@ -58,6 +58,8 @@ def build(cells, scaling, attributed):
         ("accuracy", "Loss, training and test accuracy by epoch, devices and batch", accuracy),
         ("memory", "Figure: peak memory of each device, by cell", memory),
         ("overhead", "Figure: launch-to-first-batch and epoch-1 extra time vs devices", overhead),
+        ("time_to_accuracy", "Test accuracy against time, every run to its target",
+         lambda c: accuracy_curves(targets)),
     ]
     figures, missing = [], {}
     for name, title, maker in makers:
@@ -368,6 +370,37 @@ def accuracy(cells):
     axes[3].set_title(plain(f"test accuracy on {analysis.devices_text(fixed.get('devices'))}"))
     legend(figure, list(axes))
     return fixed_text({k: v for k, v in fixed.items() if k != "devices"}) + CI_NOTE, figure
+
+
+NO_TARGET = ("no usable run has a target accuracy: run a grid with --target-accuracy, e.g. "
+             "`xbench grid --preset time-to-accuracy`")
+
+
+def accuracy_curves(targets):
+    """Per backend and target, every run's test accuracy at its evaluations against wall-clock
+    time (evaluations included), one colour per batch and device count, the target dashed."""
+    if targets.empty or not any(curve for curves in targets["curves"] for curve in curves):
+        return NO_TARGET
+    panels_of = list(targets.groupby(["series", "training", "target"], sort=False))
+    figure, axes = panels(len(panels_of), columns=2)
+    for ax, ((series, training, target), rows) in zip(axes, panels_of):
+        for n, (_, c) in enumerate(rows.iterrows()):
+            label = f"{analysis.batch_kind(c['batch_mode'])} {c['batch']}, " \
+                    f"{analysis.devices_text(c['devices'])}"
+            for k, curve in enumerate(c["curves"]):
+                ax.plot([p["seconds"] for p in curve], [p["accuracy"] for p in curve],
+                        color=TAB10[n % len(TAB10)], alpha=0.7, linewidth=1,
+                        label=plain(label) if k == 0 else "_nolegend_")
+        ax.axhline(target, color="black", linestyle="--", linewidth=1)
+        ax.set_title(plain(f"{series}, {training}"), fontsize="small")
+        ax.set_xlabel("seconds of the epochs from the first step (evaluations included)")
+        ax.set_ylabel("test accuracy (fraction)")
+        ax.set_ylim(max(0.0, min(target - 0.1, ax.get_ylim()[0])), 1.0)
+        ax.legend(fontsize="x-small")
+        ax.grid(alpha=0.3)
+    return ("One line per run (seed); dashed: the target. A run that reached it ends at the end "
+            "of that epoch and evaluates no more, so its last point is the one that reached it; "
+            "a run that never did ends at its last epoch.", figure)
 
 
 def memory(cells):

@@ -6,7 +6,7 @@ import math
 
 import pandas as pd
 
-from xbench.reports import analysis
+from xbench.reports import analysis, goodput
 from xbench.reports.tables import MIB, bounds, num, ratio_text, table, with_interval
 
 TIME_DEFINITION = (
@@ -161,7 +161,7 @@ def case_study(cells):
          f"{bounds(c['difference'][1], c['difference'][2])}")])
 
 
-def lab_tables(cells, scaling, attributed, limits):
+def lab_tables(cells, scaling, attributed, limits, targets):
     """{name: (title, table, why it would be empty)} of the lab section."""
     return {
         "lab_q1": ("Question 1: one epoch per batch on one device", question_1(cells),
@@ -175,6 +175,10 @@ def lab_tables(cells, scaling, attributed, limits):
                        "it needs N-device cells whose rows attribute their steps"),
         "lab_q4": ("Question 4: the last epoch's training loss and accuracy, with and without "
                    "the remedies", question_4(cells), "no usable cells"),
+        "lab_q4_target": ("Question 4 to a target: time to the target accuracy without and "
+                          "with each remedy", goodput.remedies_table(targets),
+                          "it needs cells with a target accuracy (--target-accuracy) under "
+                          "each remedy (--lr-scaling none,linear --warmup-epochs 0,1)"),
         "lab_q5": ("Question 5: sample orders with and without set_epoch", question_5(cells),
                    "it needs pt-ddp or hvd-torch cells on N > 1 devices (--no-set-epoch for the "
                    "contrast)"),

@@ -5,6 +5,7 @@ line that is not a valid row becomes a problem (reported, never fatal), so a dam
 gives a report of what it holds.
 """
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -64,6 +65,9 @@ def rows_frame(rows, include_contended=False):
                            for row in rows]
     last = [epochs[-1] if epochs else {} for epochs in frame["epoch_list"]]
     frame["last_epoch"] = [e.get("epoch") for e in last]
+    # the epochs a run was given (its key's e<N>): a run to a target may stop before them
+    frame["epochs_given"] = [int(m[1]) if (m := EPOCHS_PART.search(str(key))) else None
+                             for key in frame["cell_key"]]
     frame["last_loss"] = numbers([e.get("loss") for e in last])
     frame["last_accuracy"] = numbers([e.get("accuracy") for e in last])
     frame["first_epoch_overhead"] = frame["epoch1_seconds"] - frame["epoch2_seconds"]
@@ -107,9 +111,15 @@ def rows_frame(rows, include_contended=False):
     frame["precision"] = [row.get("precision", "framework-default") for row in rows]
     frame["powersgd_rank"] = [row.get("powersgd_rank", 1) for row in rows]
     frame["attribution"] = [row.get("attribution") for row in rows]
+    frame["target_accuracy"] = [row.get("target_accuracy") for row in rows]
+    frame["evals_per_epoch"] = [row.get("evals_per_epoch") for row in rows]
+    frame["time_to_target"] = [row.get("time_to_target") for row in rows]
     frame["batchnorm_difference"] = numbers([(e.get("batchnorm") or {}).get(
         "max_relative_difference") for e in evidence])
     return frame
+
+
+EPOCHS_PART = re.compile(r"\|e(\d+)\|")
 
 
 def numbers(values):

@@ -1,0 +1,207 @@
+"""Time to a target accuracy: the evaluation points and the statistics against hand-computed
+cases, the settings' checks (exit 2), the time-to-accuracy preset on a slice of real MNIST (5
+seeds, 1 and 2 devices, its rows' curves and the report's goodput tables), a target no run can
+reach (ok rows, converged: false, counted as such), and one accuracy curve across frameworks."""
+import json
+import math
+
+import pytest
+from scipy import stats
+
+from tests.conftest import write_grid, xbench
+from xbench.common.cell import Cell
+from xbench.common.results import read_rows
+from xbench.common.target import TargetRun
+from xbench.reports.goodput import time_statistics
+
+
+def target_run(steps_per_epoch, evals=4, target=0.9):
+    return TargetRun(target, evals, steps_per_epoch, global_batch=64)
+
+
+@pytest.mark.parametrize("steps, evals, points", [
+    (16, 4, [4, 8, 12, 16]), (10, 4, [2, 5, 8, 10]), (3, 4, [1, 2, 3]), (7, 1, [7])])
+def test_the_test_set_is_evaluated_after_every_fraction_of_an_epoch(steps, evals, points):
+    assert target_run(steps, evals).points == points
+
+
+def test_a_target_reached_in_epoch_1_still_trains_epoch_2_and_evaluates_no_more():
+    run = target_run(4, evals=2)
+    run.record(1, 2, 0.5, training=1.0, wall=1.5)
+    assert run.due(4) and not run.finished(1)
+    run.record(1, 4, 0.95, training=2.0, wall=3.0)
+    run.end_epoch(training=2.0, evaluating=1.0)
+    assert not run.due(2) and not run.due(4) and not run.finished(1) and run.finished(2)
+    summary = run.summary()
+    assert summary["converged"] and (summary["samples"], summary["epochs"]) == (4 * 64, 1.0)
+    assert (summary["seconds"], summary["training_seconds"]) == (3.0, 2.0)
+    # a point of epoch 2 counts epoch 1's time, its evaluations in the wall clock only
+    run.reached = None
+    run.record(2, 2, 0.97, training=0.5, wall=0.75)
+    assert run.curve[-1] | {"accuracy": 0} == {"epoch": 2, "step": 6, "samples": 6 * 64,
+                                               "epochs": 1.5, "accuracy": 0, "seconds": 3.75,
+                                               "training_seconds": 2.5}
+
+
+def test_a_run_that_never_reaches_its_target_has_no_time_to_it():
+    run = target_run(4)
+    run.record(1, 4, 0.5, training=1.0, wall=2.0)
+    assert run.summary() | {"curve": None} == {
+        "target": 0.9, "evals_per_epoch": 4, "converged": False, "seconds": None,
+        "training_seconds": None, "samples": None, "epochs": None, "curve": None}
+
+
+def test_the_median_interval_and_mlperfs_trimmed_mean_by_hand():
+    five = time_statistics([5.0, 1.0, 4.0, 2.0, 3.0])
+    # no pair of order statistics of 5 runs covers the median with 95%: the widest, [x1, x5],
+    # covers it with 1 - 2 / 2^5
+    assert (five["median"], five["low"], five["high"]) == (3.0, 1.0, 5.0)
+    assert five["coverage"] == pytest.approx(1 - 2 / 32)
+    assert five["trimmed_mean"] == 3.0  # (2 + 3 + 4) / 3: the fastest and the slowest dropped
+    ten = time_statistics(list(range(1, 11)))
+    interval = stats.quantile_test(list(range(1, 11)), q=5.5).confidence_interval(0.95)
+    assert (ten["low"], ten["high"]) == (interval.low, interval.high) == (2, 9)
+    assert ten["coverage"] == pytest.approx(1 - 2 * (1 + 10) / 2 ** 10)
+    # one run that never converged is the slowest: dropped by the trimmed mean; two are not
+    one = time_statistics([1.0, 2.0, 3.0, 4.0, math.inf])
+    assert (one["median"], one["trimmed_mean"], one["high"]) == (3.0, 3.0, math.inf)
+    two = time_statistics([1.0, 2.0, 3.0, math.inf, math.inf])
+    assert math.isinf(two["trimmed_mean"]) and two["median"] == 3.0
+    assert math.isnan(time_statistics([1.0, 2.0])["trimmed_mean"])
+
+
+def test_a_target_gives_five_seeds_each_its_own_cell(tmp_path):
+    from xbench.common.grid import expand, read_grid_file
+    spec = read_grid_file(write_grid(tmp_path, backends=["pt-single"], target_accuracy=0.9,
+                                     seed=7))
+    cells = expand(spec)
+    assert [c.seed for c in cells] == [7, 8, 9, 10, 11]
+    assert all(f"|seed{c.seed}|target0.9-evals4|" in c.key for c in cells)
+    assert [c.seed for c in expand(spec, {"seeds": 2})] == [7, 8]
+    assert Cell(grid="g", backend="pt-single", model="small", multiple=1, batch=64,
+                devices=1).key.count("target") == 0
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--target-accuracy", "1.5"], "'target_accuracy' must be a number from 0 to 1"),
+    (["--target-accuracy", "0.9", "--evals-per-epoch", "0"], "'evals_per_epoch' must be positive"),
+    (["--seed", str(2**32 - 2), "--seeds", "3"], "go past 4,294,967,295"),
+])
+def test_bad_target_settings_are_clear_errors(flags, message):
+    run = xbench("grid", "--preset", "time-to-accuracy", *flags, "--dry-run")
+    assert run.returncode == 2 and message in run.stderr, run.stderr
+
+
+SLICE = ["--max-train-samples", "1024", "--max-test-samples", "1000"]
+
+
+@pytest.fixture(scope="module")
+def preset(mnist_dir, tmp_path_factory):
+    """The preset on 1,024 real MNIST images, pt-ddp only, to 85% in at most 4 epochs: 20 runs
+    (2 batches x 2 device counts x 5 seeds), then its report."""
+    folder = tmp_path_factory.mktemp("tta")
+    results = folder / "tta.jsonl"
+    run = xbench("grid", "--preset", "time-to-accuracy", "--backend", "pt-ddp", "--batch",
+                 "64,256", "--epochs", "4", "--target-accuracy", "0.85", *SLICE,
+                 "--data-dir", mnist_dir, "--results", results, timeout=1800)
+    assert run.returncode == 0, run.stdout + run.stderr
+    # contended runs too: this test counts runs, and how busy the machine was must not matter
+    report = xbench("report", results, "--out", folder / "report", "--format", "md,csv",
+                    "--include-contended")
+    assert report.returncode == 0, report.stderr
+    rows, problems = read_rows(results)
+    assert not problems
+    return rows, report.stdout, (folder / "report" / "summary.md").read_text()
+
+
+def test_every_run_of_the_preset_records_its_curve_and_stops_at_its_target(preset):
+    rows, _, _ = preset
+    assert len(rows) == 20
+    assert {(r["global_batch"], r["devices"]) for r in rows} == {(64, 1), (64, 2), (256, 1),
+                                                                 (256, 2)}
+    assert sorted(r["seed"] for r in rows) == sorted(list(range(5)) * 4)
+    for row in rows:
+        assert row["status"] == "ok", row["error"]
+        target, curve = row["time_to_target"], row["time_to_target"]["curve"]
+        steps = 1024 // row["global_batch"]
+        assert target["target"] == row["target_accuracy"] == 0.85
+        # evaluated after every half of every epoch it trained (the preset's), until the target
+        assert [p["step"] for p in curve] == [
+            (e - 1) * steps + s for e in range(1, curve[-1]["epoch"] + 1)
+            for s in (steps // 2, steps)][:len(curve)]
+        assert all(p["samples"] == p["step"] * row["global_batch"] for p in curve)
+        assert all(p["training_seconds"] < p["seconds"] for p in curve)
+        below = [p["accuracy"] < 0.85 for p in curve]
+        if target["converged"]:
+            assert below == [True] * (len(curve) - 1) + [False]  # its first point at the target
+            reached = curve[-1]
+            assert {k: target[k] for k in ("seconds", "training_seconds", "samples", "epochs")} \
+                == {k: reached[k] for k in ("seconds", "training_seconds", "samples", "epochs")}
+            assert len(row["epochs"]) == max(2, reached["epoch"])  # that epoch, and epoch 2
+        else:
+            assert all(below) and len(curve) == 4 * 2 and len(row["epochs"]) == 4
+            assert target["seconds"] is None
+        assert all(e["evaluation_seconds"] > 0 for e in row["epochs"][:curve[-1]["epoch"]])
+    assert any(r["time_to_target"]["converged"] for r in rows)
+
+
+def test_the_report_names_the_shortest_time_to_target_beside_the_highest_throughput(preset):
+    rows, printed, summary = preset
+    section = summary.split("## Time to accuracy")[1].split("\n## ")[0]
+    table = section.split("### Time to the target accuracy")[1].split("###")[0]
+    lines = [line for line in table.splitlines() if line.startswith("| A | pt-ddp")]
+    assert len(lines) == 4  # one per batch and device count, its 5 seeds together
+    for line in lines:
+        batch, devices = line.split(" | ")[5:7]
+        runs = [r for r in rows if f"global {r['global_batch']}" == batch
+                and str(r["devices"]) == devices]
+        converged = sum(r["time_to_target"]["converged"] for r in runs)
+        assert f"| {converged} of 5 |" in line
+    goodput = section.split("### The shortest time to the target beside the highest throughput")[1]
+    line = next(line for line in goodput.splitlines() if line.startswith("| A | pt-ddp"))
+    assert line.count("global batch") == 2 and "samples/s" in line
+    assert "| the same configuration |" in line or "| different |" in line
+    assert "Time to target (median [interval]):" in printed
+    assert "pt-ddp (adam 0.001), to 0.85: shortest at global batch" in printed
+
+
+def test_a_target_no_run_reaches_is_ok_and_counted_as_not_converged(mnist_dir, tmp_path):
+    grid = write_grid(tmp_path, name="unreachable", backends=["pt-single"], batches=[128],
+                      target_accuracy=0.999, evals_per_epoch=2, max_test_samples=1000)
+    results = tmp_path / "unreachable.jsonl"
+    run = xbench("grid", grid, "--data-dir", mnist_dir, "--results", results)
+    assert run.returncode == 0, run.stderr
+    rows, _ = read_rows(results)
+    assert len(rows) == 5 and all(r["status"] == "ok" for r in rows)
+    assert all(r["time_to_target"]["converged"] is False and len(r["epochs"]) == 2
+               and len(r["time_to_target"]["curve"]) == 4 for r in rows)
+    report = xbench("report", results, "--out", tmp_path / "report", "--format", "md",
+                    "--include-contended")
+    assert report.returncode == 0, report.stderr
+    summary = (tmp_path / "report" / "summary.md").read_text()
+    assert "| not reached | not reached | not reached | 0 of 5 |" in summary
+    assert "no configuration reached the target" in report.stdout
+
+
+def test_one_accuracy_curve_across_frameworks(mnist_dir, tmp_path):
+    """The same evaluations of the same weights: PyTorch and TensorFlow, one process and two
+    (the ranks learn rank 0's accuracy through each library's gather)."""
+    grid = write_grid(tmp_path, name="curves", backends=["pt-single", "tf-single",
+                                                         "tf-multiworker", "hvd-torch"],
+                      devices=[1, 2], batches=[128], target_accuracy=0.999, seeds=1, epochs=2,
+                      max_train_samples=1024, max_test_samples=1000)
+    results = tmp_path / "curves.jsonl"
+    run = xbench("grid", grid, "--data-dir", mnist_dir, "--results", results)
+    assert run.returncode == 0, run.stdout + run.stderr
+    rows, _ = read_rows(results)
+    curves = {(r["backend"], r["devices"]): r["time_to_target"]["curve"] for r in rows
+              if r["status"] == "ok"}
+    assert len(curves) == 6, json.dumps([(r["backend"], r["devices"], r["error"]) for r in rows])
+    reference = curves[("pt-single", 1)]
+    for key, curve in curves.items():
+        # never reached: every backend evaluates at the same 8 points
+        assert [p["samples"] for p in curve] == [p["samples"] for p in reference], key
+        assert len(curve) == 8, key
+        # one trajectory (float32 losses agree to ~3e-6): at most 3 of the 1,000 images differ
+        assert max(abs(p["accuracy"] - q["accuracy"]) for p, q in zip(curve, reference)) \
+            <= 0.003, key
