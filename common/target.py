@@ -15,6 +15,7 @@ Framework-free: the loop (common.training) evaluates and reports here; the arith
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 MIN_EPOCHS = 2  # every ok row has a warm-up epoch and a steady one (common.schema)
 
@@ -40,10 +41,11 @@ class TargetRun:
         return cls(cell.target_accuracy, cell.evals_per_epoch, steps_per_epoch,
                    cell.global_batch)
 
-    @property
+    @cached_property
     def points(self) -> list[int]:
         """The steps of an epoch (1-based) after which the test set is evaluated: after every
-        1/evals_per_epoch of its steps, rounded, the last one the epoch's last step."""
+        1/evals_per_epoch of its steps, rounded, the last one the epoch's last step
+        (worked out once: `due` asks after every timed step)."""
         return sorted({max(1, round(k * self.steps_per_epoch / self.evals_per_epoch))
                        for k in range(1, self.evals_per_epoch + 1)})
 
