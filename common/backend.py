@@ -62,6 +62,8 @@ class Backend(abc.ABC):
     # The gradient compressions it does (common.compression), and why it does no others.
     compressions: ClassVar[tuple[str, ...]] = ("none",)
     no_compression: ClassVar[str] = "one device: no gradients cross between devices"
+    # Whether each rank keeps only a shard of the parameters (the `reshard` setting is its).
+    shards_parameters: ClassVar[bool] = False
 
     # --- in the runner: can it run here, and how is it launched --------------------------------
 
@@ -132,6 +134,9 @@ class Backend(abc.ABC):
                     f"so one of them cannot be slowed alone")
         if slow is not None and slow >= ranks:
             return f"inject slow-rank={slow}: the cell has ranks 0 to {ranks - 1}"
+        if cell.reshard != "after-forward" and not self.shards_parameters:
+            return (f"reshard {cell.reshard}: {self.name} keeps the whole model on every "
+                    f"device, there is nothing to reshard; pt-fsdp shards it")
         if cell.compression not in self.compressions:
             return (f"compression {cell.compression}: {self.name} does "
                     f"{', '.join(self.compressions)}; {self.no_compression}")

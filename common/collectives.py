@@ -1,7 +1,7 @@
 """How the processes of one cell talk: one interface, and its one-process implementation.
 
 Each framework or library has its own class in its backend package, each with its own name:
-`pt_backend.ddp.TorchDistributedCollectives`, `pt_backend.hvd.HorovodTorchCollectives`, and the
+`pt_backend.torchrun.TorchDistributedCollectives`, `pt_backend.hvd.HorovodTorchCollectives`, and the
 TensorFlow ones under `tf_backend.collectives.TensorFlowCollectives` (which adds what only a
 TensorFlow loop needs).
 """

@@ -12,6 +12,7 @@ BACKENDS = {
     "pt-single": "xbench.pt_backend.single:SingleDeviceTorchBackend",
     "pt-dp": "xbench.pt_backend.dp:DataParallelBackend",
     "pt-ddp": "xbench.pt_backend.ddp:DistributedDataParallelBackend",
+    "pt-fsdp": "xbench.pt_backend.fsdp:FullyShardedBackend",
     "tf-single": "xbench.tf_backend.single:SingleDeviceTensorFlowBackend",
     "tf-mirrored": "xbench.tf_backend.mirrored:MirroredBackend",
     "tf-multiworker": "xbench.tf_backend.multiworker:MultiWorkerMirroredBackend",

@@ -15,7 +15,7 @@ from xbench.common.attribution import PARTS
 from xbench.common.models import flops_per_sample, parameter_count
 from xbench.common.settings import IN_ROW
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 # What rows of older versions lack; they are reported and left out, never mixed with these.
 OLDER_VERSIONS = {1: "schema 1 rows come from an xbench whose 1-device cells of tf-mirrored ran no "
                     "MirroredStrategy, whose frameworks started from different initial weights, "
@@ -27,13 +27,15 @@ OLDER_VERSIONS = {1: "schema 1 rows come from an xbench whose 1-device cells of 
 # (none: rows before it judged contention on all of rank 0's machine's cores, recorded as such),
 # schema 8's crashed attempts (none: cells were not run again then) and precision (schema 6 and 7
 # recorded its float32 part as gpu_math, renamed on reading), schema 9's target accuracy (none:
-# every run trained its epochs).
+# every run trained its epochs), schema 10's FSDP resharding (FSDP's default: no FSDP ran) and model state per
+# device (not counted then).
 ADDED = {version: {**{s.row_name: s.row_value(s.cell_default) for s in IN_ROW
                       if s.since == version}, **derived}
          for version, derived in {3: {"batch_sweep": None}, 4: {"batchnorm": None},
                                   5: {"attribution": None}, 6: {}, 7: {},
-                                  8: {"crashes": []}, 9: {"time_to_target": None}}.items()}
-UPGRADES = (2, 3, 4, 5, 6, 7, 8)  # the older versions this xbench reads
+                                  8: {"crashes": []}, 9: {"time_to_target": None},
+                                  10: {"model_state_per_device": None}}.items()}
+UPGRADES = (2, 3, 4, 5, 6, 7, 8, 9)  # the older versions this xbench reads
 STATUSES = ("ok", "failed", "timeout", "oom", "unsupported")
 
 NUMBER = (int, float)
@@ -58,6 +60,7 @@ class Measurement:
     step_time_p90: float | None
     test_accuracy: float
     peak_memory_per_device: list[int]
+    model_state_per_device: list[int]  # parameters and optimizer state held between steps
     hosts: list[str]                  # the node each rank ran on, rank by rank
     threads: dict                     # per device (the budget) and per process (as set)
     contended: bool                   # another load used the machine in a timed epoch
@@ -97,7 +100,8 @@ MEASUREMENTS = {
     "epochs": ((list,), "always"), "startup_seconds": (NUMBER, "ok"),
     "step_time_p50": (NUMBER, "ok"), "step_time_p90": (NUMBER, "ok"),
     "test_accuracy": (NUMBER, "ok"), "peak_memory_bytes": (WHOLE, "ok"),
-    "peak_memory_per_device": ((list,), "ok"), "hosts": ((list,), "ok"),
+    "peak_memory_per_device": ((list,), "ok"), "model_state_per_device": ((list,), "never"),
+    "hosts": ((list,), "ok"),
     "threads": ((dict,), "ok"),
     "contended": (BOOL, "ok"), "evidence": ((dict,), "ok"), "backend_details": ((dict,), "always"),
     "attribution": ((dict,), "never"), "time_to_target": ((dict,), "never"),
@@ -152,6 +156,7 @@ NESTED = {
                         "traffic?": Maybe([{"what": TEXT, "bytes": NUMBER, "how": TEXT,
                                             "basis": TEXT}])},
     "hosts": Maybe([TEXT]), "peak_memory_per_device": Maybe([WHOLE]),
+    "model_state_per_device": Maybe([WHOLE]),
     "time_to_target": Maybe({
         "target": NUMBER, "evals_per_epoch": WHOLE, "converged": BOOL, "seconds": Maybe(NUMBER),
         "training_seconds": Maybe(NUMBER), "samples": Maybe(WHOLE), "epochs": Maybe(NUMBER),

@@ -39,6 +39,8 @@ PRECISIONS = ("framework-default", "fp32", "tf32", "bf16", "fp16")
 # How a PyTorch backend's batches reach the device (seeds/001): pageable memory and a blocking
 # copy, page-locked (pinned) memory, or pinned memory and a copy that overlaps the step.
 HOST_MEMORY = ("pageable", "pinned", "pinned-non-blocking")
+# pt-fsdp: when a unit frees the parameters it gathered (FSDP2's reshard_after_forward True/False)
+RESHARDS = ("after-forward", "after-backward")
 SECTIONS = ("configuration", "training", "input")  # the result row's sections of settings
 SEEDS = 2**32 - 1  # seeds are 32-bit in every framework
 
@@ -322,6 +324,13 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
             "more bytes).", section="training", maximum=1024,
             why="a rank above the models' widest layer compresses nothing", key_part="compression",
             since=7),
+    Setting("reshard", str, ["after-forward"],
+            "pt-fsdp: a unit frees the parameters it gathered after its forward pass and "
+            "gathers them again for backward (after-forward, FSDP's default: least memory), or "
+            "keeps them until its backward is done (after-backward: one all-gather fewer per "
+            "step); an axis, comma-separated.", axis=True, section="training", choices=RESHARDS,
+            key_part=lambda c: "" if c.reshard == "after-forward" else f"|reshard-{c.reshard}",
+            since=10),
     # --- how batches reach the device ----------------------------------------------------------
     Setting("host_memory", str, ["pageable"],
             "PyTorch backends, how batches reach a GPU: pageable, pinned, pinned-non-blocking "

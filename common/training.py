@@ -118,8 +118,18 @@ class TrainingLoop(abc.ABC):
         """Peak bytes per device of this process (per GPU, or the process's peak RSS on CPU)."""
 
     @abc.abstractmethod
+    def model_state_bytes(self) -> list[int]:
+        """Per device of this process: bytes of the trainable parameters and the optimizer's
+        state it holds between steps (the part a sharding backend divides over the devices),
+        counted on the tensors at the end of the run."""
+
+    @abc.abstractmethod
     def evaluate(self) -> float:
         """Accuracy on the whole test set (called on rank 0 only)."""
+
+    def gather_for_evaluation(self) -> None:
+        """On every rank, before rank 0 evaluates: assemble the whole model where the ranks
+        hold shards of it (a collective); nothing where every rank holds all of it."""
 
     @abc.abstractmethod
     def describe(self) -> dict:
@@ -199,17 +209,19 @@ class TrainingLoop(abc.ABC):
         report.stop()
         step_seconds = _flat(self.comm.gather([s.end - s.start for s in timed[-1][1]]))
         memory = _flat(self.comm.gather(self.peak_memory()))
+        model_state = _flat(self.comm.gather(self.model_state_bytes()))
         digests = _flat(self.comm.gather([weights_digest(w) for w in self.replica_weights()]))
         statistics = _flat(self.comm.gather(self.replica_batchnorm()))
         by_replica = [list(epochs_of_replica) for epochs_of_replica in zip(*consumed)]
         replicas = _flat(self.comm.gather(by_replica))
         hosts = self.comm.gather(node_name())
+        self.gather_for_evaluation()
         accuracy = self.evaluate() if self.comm.rank == 0 else None
         self.comm.barrier()
         steps_attributed = (self.attribute(timed, self.traced_steps())
                             if attribution.INSTRUMENTED else None)
-        measurement = self.measure(epochs, startup, step_seconds, memory, digests, replicas,
-                                   hosts, statistics, accuracy, steps_attributed,
+        measurement = self.measure(epochs, startup, step_seconds, memory, model_state, digests,
+                                   replicas, hosts, statistics, accuracy, steps_attributed,
                                    target) if self.comm.rank == 0 else None
         # Every rank leaves together: a gloo rank that tore its process group down while rank 0
         # still evaluated aborted now and then ("terminate called without an active exception").
@@ -225,6 +237,7 @@ class TrainingLoop(abc.ABC):
         self.sync()
         self.comm.barrier()
         began = time.perf_counter()
+        self.gather_for_evaluation()
         accuracy = self.comm.gather(self.evaluate() if self.comm.rank == 0 else None)[0]
         ended = time.perf_counter()
         target.record(epoch, step, accuracy, training=began - clock.started - evaluated,
@@ -263,8 +276,8 @@ class TrainingLoop(abc.ABC):
         return {"how": self.attribution_sources(), "epochs": epochs,
                 "traced_steps": len(traced) if traced is not None else None}
 
-    def measure(self, epochs, startup, step_seconds, memory, digests, replicas, hosts,
-                statistics, accuracy, steps_attributed, target):
+    def measure(self, epochs, startup, step_seconds, memory, model_state, digests, replicas,
+                hosts, statistics, accuracy, steps_attributed, target):
         """Rank 0's measurement of the run."""
         described, details = self.describe(), self.backend.details()
         per_device = self.job.threads_per_device
@@ -274,7 +287,8 @@ class TrainingLoop(abc.ABC):
             train_samples=described.pop("train_samples"),
             device_type=described.pop("device_type"), device_name=described.pop("device_name"),
             epochs=epochs, startup_seconds=startup, **step_percentiles(step_seconds),
-            test_accuracy=accuracy, peak_memory_per_device=memory, hosts=hosts,
+            test_accuracy=accuracy, peak_memory_per_device=memory,
+            model_state_per_device=model_state, hosts=hosts,
             threads={"per_device": {"compute": per_device, "inter_op": INTER_OP_PER_DEVICE,
                                     "input_pipeline": INPUT_PIPELINE_PER_DEVICE},
                      "per_process": self.thread_pools()},

@@ -49,6 +49,11 @@ class TorchBackend(Backend):
         """The model as this backend parallelises it (the loop trains the wrapper)."""
         return model
 
+    def whole_parameters(self, model: torch.nn.Module) -> list[torch.Tensor]:
+        """Every parameter of the model whole, on every rank (where the ranks hold shards, a
+        collective that gathers them; by default each rank holds them whole)."""
+        return list(model.parameters())
+
     def wrap_optimizer(self, optimizer: torch.optim.Optimizer,
                        model: torch.nn.Module) -> torch.optim.Optimizer:
         """The optimizer, wrapped where the backend averages gradients itself."""

@@ -1,51 +1,17 @@
 """pt-ddp: DistributedDataParallel, one process per device, started by torchrun (nccl / gloo)."""
-import os
-import sys
-
 from xbench.common.backend import wire
-from xbench.common.collectives import Collectives
 from xbench.common.compression import COMPRESSIONS, POWERSGD_MIN_RATE, POWERSGD_START_STEP
 from xbench.common.compression import label as compression_label
-from xbench.pt_backend.base import TorchBackend
+from xbench.pt_backend.torchrun import TorchrunBackend
 
 
-class DistributedDataParallelBackend(TorchBackend):
+class DistributedDataParallelBackend(TorchrunBackend):
     name = "pt-ddp"
-    spans_nodes = True
     compressions = COMPRESSIONS  # DDP's communication hooks
     batchnorm_statistics = ("DistributedDataParallel (broadcast_buffers=True, its default) "
                             "broadcasts rank 0's running statistics to every rank before each "
                             "forward: each rank normalises with its own samples' statistics, and "
                             "the statistics kept (and evaluated with) are rank 0's")
-
-    def processes(self, cell):
-        return cell.devices
-
-    def launch_command(self, cell, worker_args, placement):
-        """torchrun on each node: standalone on one machine, else a c10d rendezvous at the first
-        node."""
-        if cell.nodes == 1:
-            rendezvous = ["--standalone"]
-        else:
-            rendezvous = [f"--nnodes={cell.nodes}", "--rdzv-backend=c10d",
-                          f"--rdzv-endpoint={placement.hosts[0]}:{placement.port}",
-                          f"--rdzv-id=xbench-{placement.port}"]
-        return [sys.executable, "-m", "torch.distributed.run", *rendezvous,
-                f"--nproc-per-node={cell.devices}", "-m", "xbench.common.worker", *worker_args]
-
-    def start_processes(self, device_kind):
-        import torch.distributed as dist
-        self.process_group = "nccl" if device_kind == "cuda" else "gloo"
-        dist.init_process_group(self.process_group)
-        return TorchDistributedCollectives()
-
-    def stop_processes(self):
-        import torch.distributed as dist
-        if dist.is_initialized():
-            dist.destroy_process_group()
-
-    def local_rank(self):
-        return int(os.environ["LOCAL_RANK"])
 
     def unsupported_reason(self, cell, device_kind):
         if cell.compression == "powersgd" and device_kind == "cpu":
@@ -97,35 +63,12 @@ class DistributedDataParallelBackend(TorchBackend):
         return items
 
     def details(self):
-        import torch.distributed as dist
-        group = " (a group of one)" if dist.get_world_size() == 1 else ""
+        group = self.group_described()
         if self.cell.compression != "none":
             group += (f", gradients compressed: "
                       f"{compression_label(self.cell.compression, self.cell.powersgd_rank)} "
                       f"(a communication hook)")
-        launcher = "torchrun --standalone" if self.cell.nodes == 1 else "torchrun (c10d rendezvous)"
-        return {"parallelism": "DistributedDataParallel", "process_group": self.process_group,
-                "launcher": launcher, "reduction": "all-reduce", "collective_library": self.process_group,
-                "reduction_detail": f"DDP's bucketed all-reduce over {self.process_group}{group}, "
+        return {"parallelism": "DistributedDataParallel", **self.launch_details(),
+                "reduction": "all-reduce",
+                "reduction_detail": f"DDP's bucketed all-reduce over {group}, "
                                     f"overlapped with the backward pass"}
-
-
-class TorchDistributedCollectives(Collectives):
-    """torch.distributed's default process group."""
-
-    def __init__(self):
-        import torch.distributed as dist
-        self.dist = dist
-        self.rank, self.world = dist.get_rank(), dist.get_world_size()
-
-    def barrier(self):
-        self.dist.barrier()
-
-    def gather(self, value):
-        values = [None] * self.world
-        self.dist.all_gather_object(values, value)
-        return values
-
-    def sum(self, tensor):
-        self.dist.all_reduce(tensor)
-        return tensor

@@ -130,6 +130,7 @@ class TorchLoop(TrainingLoop):
                                            enabled=cell.precision == "fp16")
         self.loss_scales = []
         self.model = build_model(cell.model, cell.seed).to(self.device)
+        self.evaluated = self.model  # what rank 0 evaluates: a whole copy where it is sharded
         self.wrapped = self.backend.wrap_model(self.model, self.device)
         self.optimizer = self.backend.wrap_optimizer(
             build_optimizer(self.wrapped.parameters(), cell.optimizer, cell.lr, cell.momentum,
@@ -245,7 +246,7 @@ class TorchLoop(TrainingLoop):
         return len(self.loader)
 
     def replica_weights(self):
-        return [[p.detach().cpu().numpy() for p in self.model.parameters()]]
+        return [[p.detach().cpu().numpy() for p in self.backend.whole_parameters(self.model)]]
 
     def replica_batchnorm(self):
         return [[t.detach().cpu().numpy() for t in batchnorm_statistics(self.model)]]
@@ -256,19 +257,43 @@ class TorchLoop(TrainingLoop):
                     if torch.cuda.max_memory_allocated(i) > 0]
         return [peak_rss_bytes()]
 
+    def model_state_bytes(self):
+        """A shard's own bytes where the parameters are sharded; DataParallel keeps them and the
+        optimizer's state on its first device (its replicas on the others last one step)."""
+        state = [value for values in self.optimizer.state.values() for value in values.values()
+                 if torch.is_tensor(value)]
+        held = sum(local_bytes(tensor) for tensor in [*self.model.parameters(), *state])
+        return [held] + [0] * (self.backend.devices_per_process(self.cell) - 1)
+
+    @torch.no_grad()
+    def gather_for_evaluation(self):
+        """Where the ranks hold shards: the whole parameters (and rank 0's buffers) copied into
+        a plain model on rank 0, built once."""
+        if not self.backend.shards_parameters:
+            return
+        whole = self.backend.whole_parameters(self.model)
+        if self.comm.rank != 0:
+            return
+        if self.evaluated is self.model:
+            self.evaluated = build_model(self.cell.model).to(self.device)
+        for kept, value in zip([*self.evaluated.parameters(), *self.evaluated.buffers()],
+                               [*whole, *self.model.buffers()], strict=True):
+            kept.copy_(value)
+
     @torch.no_grad()
     def evaluate(self):
-        """Accuracy on the whole test set (the unwrapped model)."""
+        """Accuracy on the whole test set (the unwrapped model, or its whole copy)."""
         data = self.job.data
-        self.model.eval()
+        model = self.evaluated
+        model.eval()
         correct = 0
         for start in range(0, len(data.test_images), EVAL_BATCH):
             images = torch.from_numpy(data.test_images[start:start + EVAL_BATCH]).to(self.device)
             labels = torch.from_numpy(data.test_labels[start:start + EVAL_BATCH].astype(np.int64))
             with self.autocast():
-                logits = self.model(normalise(images, data.mean, data.std))
+                logits = model(normalise(images, data.mean, data.std))
             correct += (logits.argmax(1).cpu() == labels).sum().item()
-        self.model.train()
+        model.train()
         return correct / len(data.test_images)
 
     def thread_pools(self):
@@ -300,6 +325,12 @@ class TorchLoop(TrainingLoop):
                 "math": {**math_allowed(self.device), "precision": self.cell.precision,
                          "lower": lower_dtype(self.cell.precision),
                          **({"loss_scale": self.loss_scales} if self.loss_scales else {})}}
+
+
+def local_bytes(tensor: torch.Tensor) -> int:
+    """Bytes of `tensor` in this process: a sharded (distributed) tensor's local shard."""
+    local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
+    return local.numel() * local.element_size()
 
 
 def use_float32_math(precision: str) -> None:

@@ -77,6 +77,7 @@ def cell_table(frame):
                       steps_per_epoch=first["epoch2_samples"] / first["global_batch"],
                       epoch2_samples=first["epoch2_samples"],
                       memory_per_device=mean_per_device(ok["memory_per_device"]),
+                      model_state_per_device=mean_per_device(ok["model_state_per_device"]),
                       epoch_means=epoch_means(ok["epoch_list"]),
                       # what was trained does not depend on what else ran: every ok run's
                       global_digests=sorted({d for d in ran["global_digests"] if d}),
@@ -122,6 +123,7 @@ CELL_COLUMNS = [
     "lr_scaling", "warmup_epochs", "batch_sweep", "traffic", "math", "epoch2_input_seconds", "n",
     "runs",
     "contended_runs", "statuses", "steps_per_epoch", "epoch2_samples", "memory_per_device",
+    "model_state_per_device",
     "epoch_means", "global_digests", "sampler_digests", "shard_overlap", "replicas_agree", "batchnorm",
     "batchnorm_difference", "test_accuracy_values", "inject", "compression", "precision",
     "powersgd_rank",
@@ -155,7 +157,7 @@ def measured(cells):
 
 
 def mean_per_device(lists):
-    """Peak bytes per device, averaged over repeats (lists of the most common length)."""
+    """Bytes per device, averaged over repeats (lists of the most common length)."""
     lists = [m for m in lists if isinstance(m, list) and m]
     if not lists:
         return None

@@ -92,8 +92,14 @@ SECTIONS = [
         "holds rank 0's)."], ["accuracy"], ["accuracy", "batchnorm"]),
     ("Memory", [
         "Peak memory per device where recorded: allocated memory per GPU, or peak resident "
-        "memory per process on CPU. DataParallel gathers on device 0, which shows here."],
-     ["memory"], ["memory"]),
+        "memory per process on CPU. DataParallel gathers on device 0, which shows here.",
+        "Model state: the trainable parameters and the optimizer's state a device holds between "
+        "steps, counted on its tensors at the end of the run; what sharding (pt-fsdp) divides "
+        "over the devices, and what every other backend keeps whole on each device. On a CPU "
+        "the peak also holds the framework and its libraries (FSDP's own add about 46 MiB) and "
+        "the collectives' buffers, so a small model's sharded state need not lower it there.",
+        "The second table lays each backend's memory side by side against the device count."],
+     ["memory"], ["memory", "memory_devices"]),
     ("Start-up and first-epoch overhead", [
         "Start-up: from launching the cell's process(es) to the first batch. First-epoch "
         "overhead: epoch-1 time minus epoch-2 time."], ["overhead"], ["overhead"]),
@@ -221,6 +227,9 @@ def report_tables(frame, cells, scaling, attributed, failures):
                       tables.batchnorm_table(cells), "no model in these results has BatchNorm"),
         "memory": ("Peak memory of each device, per cell", tables.memory_table(cells),
                    "no usable run recorded its memory"),
+        "memory_devices": ("Memory against devices, per backend",
+                           tables.memory_against_devices_table(cells),
+                           "no usable run recorded its memory"),
         "overhead": ("Start-up seconds and epoch-1 extra seconds, per cell",
                      tables.overhead_table(cells), figures.NO_ROWS),
         "environment": ("What ran where", tables.environment_table(analysis.environments(frame)),

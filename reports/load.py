@@ -61,6 +61,7 @@ def rows_frame(rows, include_contended=False):
     for column in NUMBERS:
         frame[column] = numbers(frame[column])
     frame["memory_per_device"] = [row.get("peak_memory_per_device") for row in rows]
+    frame["model_state_per_device"] = [row.get("model_state_per_device") for row in rows]
     frame["epoch_list"] = [[e for e in row.get("epochs") or [] if isinstance(e, dict)]
                            for row in rows]
     last = [epochs[-1] if epochs else {} for epochs in frame["epoch_list"]]
@@ -149,7 +150,7 @@ def load_probes(paths, frame):
 def training_label(row):
     """The row's training settings in a few words ('adam 0.001'; 'sgd 0.1 m0.9 wd0.0005, lr
     linear/128, warm-up 1'; '..., no set_epoch'; '..., pinned-non-blocking, 2 loader workers';
-    '..., precision bf16, compressed fp16')."""
+    '..., precision bf16, compressed fp16'; '..., reshard after-backward')."""
     label = f"{row.get('optimizer', 'adam')} {row.get('lr', 1e-3):g}"
     if row.get("momentum"):
         label += f" m{row['momentum']:g}"
@@ -169,6 +170,8 @@ def training_label(row):
         label += f", precision {row['precision']}"
     if row.get("compression", "none") != "none":
         label += f", compressed {compression_label(row['compression'], row.get('powersgd_rank'))}"
+    if row.get("reshard", "after-forward") != "after-forward":
+        label += f", reshard {row['reshard']}"
     if row.get("pin_ranks"):
         label += ", ranks pinned"
     if row.get("inject", "none") != "none":

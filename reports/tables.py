@@ -299,7 +299,40 @@ def memory_table(cells):
     return table(measured, [*CELL, ("device type", column("device_type")),
                             ("peak per device (MiB)", lambda c: ", ".join(
                                 num(v / MIB) for v in c["memory_per_device"])),
-                            ("max / min", imbalance)])
+                            ("max / min", imbalance),
+                            ("model state per device (MiB)", lambda c: mebibytes(
+                                c["model_state_per_device"]))])
+
+
+def mebibytes(values) -> str:
+    """'12.3, 12.3' of a list of bytes, '—' where none was recorded."""
+    return ", ".join(num(v / MIB) for v in values) if values else "—"
+
+
+def memory_against_devices_table(cells):
+    """Per backend and setup, one line: for each device count the largest peak of a device and
+    the largest model state a device held (what sharding divides), side by side."""
+    measured = analysis.measured(cells)
+    measured = measured[measured["memory_per_device"].map(bool)]
+    if measured.empty:
+        return measured
+    counts = sorted(measured["devices"].unique())
+    setup = ["env", "series", "model", "dataset_multiple", "batch_mode", "batch", "nodes",
+             "training"]
+    lines = []
+    for _, group in measured.groupby(setup, sort=False, dropna=False):
+        first = group.iloc[0]
+        line = {"env": first["env"], "backend": first["series"], "model": first["model"],
+                "batch": batch_text(first), "nodes": first["nodes"],
+                "training": first["training"]}
+        for count in counts:
+            at = group[group["devices"] == count]
+            line[f"{count} device(s): peak / model state (MiB)"] = "—" if at.empty else (
+                f"{num(max(at.iloc[0]['memory_per_device']) / MIB)} / "
+                + (num(max(at.iloc[0]['model_state_per_device']) / MIB)
+                   if at.iloc[0]["model_state_per_device"] else "—"))
+        lines.append(line)
+    return pd.DataFrame(lines)
 
 
 def overhead_table(cells):

@@ -125,7 +125,7 @@ def test_a_plain_wheel_installs_and_runs_in_a_fresh_environment(tmp_path):
                            (["backends"], "pt-ddp          torch       NOT AVAILABLE: torch not "
                                           "installed"),
                            (["grid", "--preset", "smoke", "--dry-run", "--results", "r.jsonl"],
-                            "14 cells: 0 done already, 14 unsupported here")):
+                            "16 cells: 0 done already, 16 unsupported here")):
         run = subprocess.run([str(xbench), *args], cwd=outside, capture_output=True, text=True,
                              timeout=300)
         assert run.returncode == 0, run.stderr

@@ -87,6 +87,7 @@ def earlier_ok_row(key_settings, seconds):
         framework_version="2.13.0", params=402_442, dataset_source="mnist", train_samples=512,
         device_type="cpu", device_name="cpu", epochs=epochs, startup_seconds=3.0,
         step_time_p50=0.1, step_time_p90=0.1, test_accuracy=0.7, peak_memory_per_device=[1],
+        model_state_per_device=[1],
         hosts=["h"], threads={}, contended=False, evidence={}, backend_details={},
         attribution=None)
     row = make_row(cell, "earlier", now(), "ok", None, "torch", measurement, capture(), None,

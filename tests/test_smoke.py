@@ -71,7 +71,8 @@ def test_every_ok_row_is_complete_and_consistent(smoke, backend, devices):
     assert len(evidence["replica_sample_digests"]) == devices
     assert evidence["shard_overlap"] == [0, 0]
     assert evidence["samples_trained"] == [SMOKE_SLICE // 128 * 128] * 2
-    assert row["backend_details"]["reduction"] in ("none", "all-reduce", "reduce-to-one")
+    assert row["backend_details"]["reduction"] in ("none", "all-reduce", "reduce-to-one",
+                                                   "reduce-scatter")
 
 
 def test_every_backend_follows_one_trajectory(smoke):
@@ -115,6 +116,7 @@ def test_one_device_runs_the_backends_own_machinery(smoke, backend):
     single-device references run without any."""
     details = smoke.rows[(backend, 1)]["backend_details"]
     expected = {"pt-dp": "torch.nn.DataParallel", "pt-ddp": "DistributedDataParallel",
+                "pt-fsdp": "FSDP2 fully_shard (reshard after-forward)",
                 "tf-mirrored": "tf.distribute.MirroredStrategy",
                 "tf-multiworker": "tf.distribute.MultiWorkerMirroredStrategy",
                 "hvd-torch": "hvd.DistributedOptimizer", "hvd-tf": "hvd.DistributedGradientTape"}

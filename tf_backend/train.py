@@ -6,6 +6,7 @@ processes, one replica each). Data order, loss and step follow the PyTorch loop,
 row and a PyTorch row of one cell compare.
 """
 import itertools
+import math
 import os
 import time
 
@@ -321,6 +322,13 @@ class TensorFlowLoop(TrainingLoop):
                   for v in batchnorm_statistics(self.model)]
         return [[values[replica].numpy() for values in copies]
                 for replica in range(self.replicas)]
+
+    def model_state_bytes(self):
+        """Every replica holds its own copy of each trainable weight and optimizer variable
+        (mirrored variables)."""
+        held = sum(math.prod(v.shape) * np.dtype(v.dtype).itemsize
+                   for v in [*self.model.trainable_weights, *self.optimizer.variables])
+        return [held] * self.replicas
 
     def peak_memory(self):
         if self.kind == "cuda":

@@ -1,0 +1,69 @@
+"""pt-fsdp: PyTorch's fully sharded data parallelism (FSDP2, `fully_shard`), one process per
+device started by torchrun (nccl / gloo). Each rank keeps 1/N of every parameter, its gradient
+and its optimizer state; a unit all-gathers its parameters before its forward pass (and again
+before its backward pass where it resharded after forward) and reduce-scatters its gradients
+after its backward pass, so the optimizer steps on each rank's shard only."""
+import math
+
+from xbench.common.backend import wire
+from xbench.common.models import tensor_shapes
+from xbench.pt_backend.torchrun import TorchrunBackend
+
+FLOAT32_BYTES = 4  # FSDP gathers and reduces in the parameters' dtype (no MixedPrecisionPolicy)
+
+
+class FullyShardedBackend(TorchrunBackend):
+    name = "pt-fsdp"
+    shards_parameters = True
+    no_compression = ("FSDP reduce-scatters the gradients in their own type (a "
+                      "MixedPrecisionPolicy's reduce_dtype, not set here); xbench's compression "
+                      "is DDP's communication hooks and Horovod's compressors")
+    batchnorm_statistics = ("FSDP shards parameters, not buffers, and broadcasts none: each rank "
+                            "keeps the running statistics of its own samples, and the statistics "
+                            "evaluated with are rank 0's")
+    collectives_not_counted = ("not counted apart: FSDP's all-gathers run inside the forward and "
+                               "backward passes and its reduce-scatters inside backward, so their "
+                               "time, waiting for the slowest rank included, is in those parts")
+
+    def wrap_model(self, model, device):
+        """Each top-level unit that has parameters (conv1, dense1, block1, ...) shards them on
+        its own, so one unit at a time is whole; then the root, which holds none itself."""
+        from torch.distributed.fsdp import fully_shard
+        after_forward = self.cell.reshard == "after-forward"
+        for unit in model.children():
+            if any(True for _ in unit.parameters()):
+                fully_shard(unit, reshard_after_forward=after_forward)
+        return fully_shard(model, reshard_after_forward=after_forward)
+
+    def whole_parameters(self, model):
+        return [parameter.full_tensor() for parameter in model.parameters()]
+
+    def traffic(self, cell, reduction):
+        """Per step, over all links: each unit's parameters all-gathered once before forward (and
+        again before backward when it reshards after forward), its gradients reduce-scattered
+        once; a ring all-gather or reduce-scatter of S bytes sends (N-1)/N of S from each of N
+        devices. FSDP pads each parameter's first dimension to a multiple of N."""
+        devices = cell.world
+        if devices == 1:
+            return []
+        padded = sum(math.ceil(shape[0] / devices) * devices * math.prod(shape[1:])
+                     for shape in tensor_shapes(cell.model)) * FLOAT32_BYTES
+        gathers = 2 if cell.reshard == "after-forward" else 1
+        again = " and again before backward" if gathers == 2 else ""
+        return [wire("parameters all-gathered", gathers * (devices - 1) * padded, "computed",
+                     f"ring all-gather of each unit's parameters before its forward{again}: "
+                     f"each of N devices sends (N-1)/N of them, padded to N shards"),
+                wire("gradients reduce-scattered", (devices - 1) * padded, "computed",
+                     "ring reduce-scatter of each unit's gradients after its backward: each of "
+                     "N devices sends (N-1)/N of them, padded to N shards")]
+
+    def details(self):
+        gathered = ("before forward and again before backward"
+                    if self.cell.reshard == "after-forward" else "before forward, kept until "
+                    "backward is done")
+        return {"parallelism": f"FSDP2 fully_shard (reshard {self.cell.reshard})",
+                **self.launch_details(), "reduction": "reduce-scatter",
+                "reduction_detail": f"each unit's parameters all-gathered {gathered}, its "
+                                    f"gradients reduce-scattered after its backward, over "
+                                    f"{self.group_described()}; the optimizer steps on each "
+                                    f"rank's shard"}

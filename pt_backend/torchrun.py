@@ -1,0 +1,72 @@
+"""What pt-ddp and pt-fsdp share: one process per device, started by torchrun on each node and
+joined in torch.distributed's default process group (nccl on GPUs, gloo on the CPU)."""
+import os
+import sys
+
+from xbench.common.collectives import Collectives
+from xbench.pt_backend.base import TorchBackend
+
+
+class TorchrunBackend(TorchBackend):
+    """A backend whose ranks torchrun starts (standalone on one machine, a c10d rendezvous at the
+    first node across several); a subclass says how it wraps the model."""
+    spans_nodes = True
+
+    def processes(self, cell):
+        return cell.devices
+
+    def launch_command(self, cell, worker_args, placement):
+        if cell.nodes == 1:
+            rendezvous = ["--standalone"]
+        else:
+            rendezvous = [f"--nnodes={cell.nodes}", "--rdzv-backend=c10d",
+                          f"--rdzv-endpoint={placement.hosts[0]}:{placement.port}",
+                          f"--rdzv-id=xbench-{placement.port}"]
+        return [sys.executable, "-m", "torch.distributed.run", *rendezvous,
+                f"--nproc-per-node={cell.devices}", "-m", "xbench.common.worker", *worker_args]
+
+    def start_processes(self, device_kind):
+        import torch.distributed as dist
+        self.process_group = "nccl" if device_kind == "cuda" else "gloo"
+        dist.init_process_group(self.process_group)
+        return TorchDistributedCollectives()
+
+    def stop_processes(self):
+        import torch.distributed as dist
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    def local_rank(self):
+        return int(os.environ["LOCAL_RANK"])
+
+    def launch_details(self) -> dict:
+        """What the row records of the launch and the process group."""
+        launcher = "torchrun --standalone" if self.cell.nodes == 1 else "torchrun (c10d rendezvous)"
+        return {"process_group": self.process_group, "launcher": launcher,
+                "collective_library": self.process_group}
+
+    def group_described(self) -> str:
+        """The process group, as a row's reduction_detail names it."""
+        import torch.distributed as dist
+        return self.process_group + (" (a group of one)" if dist.get_world_size() == 1 else "")
+
+
+class TorchDistributedCollectives(Collectives):
+    """torch.distributed's default process group."""
+
+    def __init__(self):
+        import torch.distributed as dist
+        self.dist = dist
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+
+    def barrier(self):
+        self.dist.barrier()
+
+    def gather(self, value):
+        values = [None] * self.world
+        self.dist.all_gather_object(values, value)
+        return values
+
+    def sum(self, tensor):
+        self.dist.all_reduce(tensor)
+        return tensor
