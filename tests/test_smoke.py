@@ -64,6 +64,12 @@ def test_every_ok_row_is_complete_and_consistent(smoke, backend, devices):
         assert len(epoch["contention"]["cpu_per_wall_per_rank"]) == len(epoch["seconds_per_rank"])
     assert 0 < row["step_time_p50"] <= row["step_time_p90"]
     assert row["startup_seconds"] > 0 and row["peak_memory_bytes"] > 10 * 2**20
+    # Adam: the parameters and their two moments, float32, whole on every device but pt-fsdp's
+    # (its shards), counted alike in both frameworks; the step counters are scalars
+    shards = devices if backend == "pt-fsdp" else 1
+    state = row["model_state_per_device"]
+    assert len(state) == devices
+    assert all(0 <= b - 3 * 4 * row["params"] // shards < 1024 for b in state), state
     assert row["test_accuracy"] > 0.8  # learning real digits, not noise
     evidence = row["evidence"]
     assert len(evidence["replica_weight_digests"]) == devices

@@ -15,7 +15,8 @@ BACKEND_FIELDS = {"run_id", "cell_key", "started_at", "finished_at", "backend", 
                   "framework_version", "log", "cell_seconds", "backend_details", "env", "threads",
                   "attribution"}
 MEASUREMENTS = {"epochs", "startup_seconds", "step_time_p50", "step_time_p90", "test_accuracy",
-                "peak_memory_bytes", "peak_memory_per_device", "contended", "evidence", "hosts"}
+                "peak_memory_bytes", "peak_memory_per_device", "contended", "evidence", "hosts",
+                "model_state_per_device"}  # counted on each framework's own optimizer state
 
 
 @pytest.fixture(scope="module")
