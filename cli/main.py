@@ -11,6 +11,7 @@ from xbench.cli.console import own_version
 from xbench.cli.data import data_group
 from xbench.cli.export import export
 from xbench.cli.grid import grid
+from xbench.cli.predict import predict
 from xbench.cli.probe import probe
 from xbench.cli.profile import profile
 from xbench.cli.report import report
@@ -36,7 +37,7 @@ def main(ctx, quiet, verbose):
 
 
 for command in (grid, probe, list_models, profile, list_backends, data_group, export, report,
-                compare):
+                compare, predict):
     main.add_command(command)
 
 

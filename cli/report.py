@@ -4,6 +4,7 @@ from pathlib import Path
 import click
 
 from xbench.cli.console import DEFAULT_RESULTS_DIR
+from xbench.common.errors import UserError
 from xbench.common.outputs import writable_folder
 
 
@@ -23,15 +24,23 @@ from xbench.common.outputs import writable_folder
 @click.option("--lab", is_flag=True,
               help="Add the course lab's answers in its layout (questions 1, 4, 5, 6, Tables 1-3, "
                    "the case study's accuracy): for a lab grid's rows.")
-def report(results_files, out, formats, where, include_contended, baseline, lab):
+@click.option("--link", help="Add a section of predictions to 512 devices over this link between "
+                             "the devices of a node (named, or RATE[,LATENCY]: see xbench predict).")
+@click.option("--node-link", help="With --link: the link between nodes (default: --link).")
+def report(results_files, out, formats, where, include_contended, baseline, lab, link, node_link):
     """Figures, tables and one HTML page from results files (default: the newest in results/)."""
     from xbench.reports.build import build_report, parse_formats  # pandas, scipy, matplotlib
     from xbench.reports.load import newest_results
+    from xbench.reports.predict import parse_link
     from xbench.reports.tables import shorten
     paths = [Path(p) for p in results_files] or [newest_results(DEFAULT_RESULTS_DIR)]
+    if node_link and not link:
+        raise UserError("--node-link needs --link (the link between the devices of a node)")
+    links = [parse_link(text) if text else None for text in (link, node_link)]
     out = writable_folder(out or Path("reports/out") / paths[0].stem, "the report")
     notices, summary, written = build_report(paths, out, parse_formats(formats), where,
-                                             include_contended, baseline and Path(baseline), lab)
+                                             include_contended, baseline and Path(baseline), lab,
+                                             *links)
     for line in notices:
         click.secho(line, fg="yellow", err=True)
     click.echo("\n".join(shorten(summary)))

@@ -64,6 +64,12 @@ class Backend(abc.ABC):
     no_compression: ClassVar[str] = "one device: no gradients cross between devices"
     # Whether each rank keeps only a shard of the parameters (the `reshard` setting is its).
     shards_parameters: ClassVar[bool] = False
+    # For `xbench predict` (reports.predict): how its gradients cross between devices on a CPU
+    # (the reduction its rows record there; a row's own reduction wins where there is one), and
+    # the most bytes one collective carries (its buckets, fusion buffer or packs; None: every
+    # gradient in one), as the library documents them.
+    reduction_across_devices: ClassVar[str] = "none"
+    collective_message_bytes: ClassVar[int | None] = None
 
     # --- in the runner: can it run here, and how is it launched --------------------------------
 

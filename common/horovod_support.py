@@ -46,6 +46,8 @@ class HorovodLaunch:
     install_hint = BUILD_HINT
     spans_nodes = True
     launch_scope = "once"
+    reduction_across_devices = "all-reduce"
+    collective_message_bytes = 64 * 2**20  # its documented fusion buffer (HOROVOD_FUSION_THRESHOLD)
 
     def processes(self, cell):
         return cell.devices

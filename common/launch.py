@@ -43,6 +43,7 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 SLURM_POLL_SECONDS = 1.0
 WATCH_SECONDS = 0.25  # how often a waiting launcher looks at the cell
 TOKEN_BUCKET_SECONDS = 0.004  # a capped link's burst: this long at its rate
+LEAST_BURST_BYTES = 128 * 1024  # the least burst: a 64 KiB loopback packet fits twice
 FINISHED = {"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY",
             "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
 
@@ -169,8 +170,9 @@ def capped_link(command: list[str], rate: str, bytes_per_second: float) -> list[
     """`command` run in a network namespace of its own (unshare), whose loopback, the only link
     its processes have, is capped by a token bucket at `rate` (tc's tbf): a slow network on one
     machine (the link fault, common.faults). The bucket holds a few milliseconds of traffic and
-    at least a loopback packet (64 KiB), so the cap holds over any collective's transfer."""
-    burst = max(64 * 1024, int(bytes_per_second * TOKEN_BUCKET_SECONDS))
+    at least two of the loopback's largest packets (64 KiB and their headers: tbf drops a packet
+    larger than its bucket, for good), so the cap holds over any collective's transfer."""
+    burst = max(LEAST_BURST_BYTES, int(bytes_per_second * TOKEN_BUCKET_SECONDS))
     script = (f"ip link set lo up && tc qdisc add dev lo root tbf rate {rate} burst {burst} "
               f"latency 100ms && exec \"$@\"")
     return ["unshare", "--net", "--", "sh", "-c", script, "xbench-capped-link", *command]

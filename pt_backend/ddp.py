@@ -7,6 +7,8 @@ from xbench.pt_backend.torchrun import TorchrunBackend
 
 class DistributedDataParallelBackend(TorchrunBackend):
     name = "pt-ddp"
+    reduction_across_devices = "all-reduce"
+    collective_message_bytes = 25 * 2**20  # DistributedDataParallel's bucket_cap_mb, 25
     compressions = COMPRESSIONS  # DDP's communication hooks
     batchnorm_statistics = ("DistributedDataParallel (broadcast_buffers=True, its default) "
                             "broadcasts rank 0's running statistics to every rank before each "

@@ -9,6 +9,7 @@ from xbench.pt_backend.base import TorchBackend
 
 class DataParallelBackend(TorchBackend):
     name = "pt-dp"
+    reduction_across_devices = "reduce-to-one"
     device_ids = None
     distributed_sampler = False
     no_compression = ("DataParallel sums the replicas' gradients on device 0 inside autograd: "

@@ -15,6 +15,7 @@ FLOAT32_BYTES = 4  # FSDP gathers and reduces in the parameters' dtype (no Mixed
 class FullyShardedBackend(TorchrunBackend):
     name = "pt-fsdp"
     shards_parameters = True
+    reduction_across_devices = "reduce-scatter"
     no_compression = ("FSDP reduce-scatters the gradients in their own type (a "
                       "MixedPrecisionPolicy's reduce_dtype, not set here); xbench's compression "
                       "is DDP's communication hooks and Horovod's compressors")

@@ -23,8 +23,8 @@ CONFIG = ["env", "series", "backend", "dataset", "model", "dataset_multiple", "b
 # Besides the axes in CONFIG, what must agree for two cells to be compared (speedup, baselines).
 SETUP = ["env", "backend", "dataset", "model", "dataset_multiple", "seed",
          "max_train_samples", "epochs_run", "device_type", "training"]
-METRICS = ["step_time_p50", "startup_seconds", "first_epoch_overhead", "test_accuracy",
-           "last_loss", "last_accuracy", "peak_memory_bytes"]
+METRICS = ["step_time_p50", "step_time_p90", "startup_seconds", "first_epoch_overhead",
+           "test_accuracy", "last_loss", "last_accuracy", "peak_memory_bytes"]
 
 
 def backend_order(name):

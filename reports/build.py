@@ -10,7 +10,7 @@ from pathlib import Path
 from xbench.common.attribution import MEANING
 from xbench.common.errors import UserError
 from xbench.common.results import csv_safe
-from xbench.reports import analysis, figures, goodput, page, tables
+from xbench.reports import analysis, figures, goodput, page, predict, tables
 from xbench.reports.compare import compare
 from xbench.reports.compare import text_table as compare_table
 from xbench.reports.lab import TEXT as LAB_TEXT
@@ -46,6 +46,25 @@ ATTRIBUTION_TEXT = (
     "synchronisation) is the residual, and a cell whose residual is above 5% of its epoch says "
     "so. How each part is known is in the rows (attribution.how). Cells with an injected fault "
     "(inject) show where it landed, and stay out of every verdict.")
+PREDICT_TEXT = (
+    "What `xbench predict` would have said of each N-device cell from its backend's 1-device "
+    "cell of the same setup and batch: compute from that cell's attributed parts (the "
+    "per-sample ones in proportion to the per-device batch; on a CPU slower by the cores a rank "
+    "lost, to a power calibrated per backend), the collectives' bytes through the link (a ring's "
+    "passes, the backend's buckets), less what the backward pass hides of them (the share "
+    "calibrated per backend), and the wait for the slowest rank from the 1-device cell's spread. "
+    "The link is "
+    "the probe's bandwidth of the library, the bandwidth calibration cells moved at, or a capped "
+    "link's cap. Every cell is predicted from a calibration on the cells of every other "
+    "configuration (its seeds and capped-link twins held out with it), so its error is held "
+    "out. How the model works: docs/numbers.md, \"Predicted\".")
+PREDICTED = ("Predicted against measured", [PREDICT_TEXT], ["predicted"], ["predicted"])
+WHAT_IF_DEVICES, WHAT_IF_NODES = [1, 2, 4, 8], [1, 8, 64]
+WHAT_IF_TEXT = (
+    "What the same model predicts for each backend's 1-device cells on 1, 2, 4 and 8 devices per "
+    "node and 1, 8 and 64 nodes over the link given (`xbench report --link`), each device as fast "
+    "as the measured one: predicted, never measured, and never mixed into the tables above "
+    "(`xbench predict` for other counts).")
 NO_PROBE = ("no probe of this machine beside the results: run `xbench probe` (its record goes to "
             "probe.jsonl in the results' folder) and make the report again")
 
@@ -70,6 +89,7 @@ SECTIONS = [
     ("Where a step's time goes", [analysis.COMMUNICATION, ATTRIBUTION_TEXT],
      ["step_parts"], ["attribution", "communication"]),
     ("Against the limit", [LIMITS_TEXT], [], ["limits"]),
+    PREDICTED,
     ("Precision", [
         "Mixed precision (bf16, fp16) trades accuracy for speed: each setup run at more than one "
         "precision, with its rate, MFU against the probe's matmul peak at the precision it ran in "
@@ -123,7 +143,7 @@ def parse_formats(text):
 
 
 def build_report(paths, out, formats=FORMATS, where=None, include_contended=False,
-                 baseline=None, lab=False):
+                 baseline=None, lab=False, link=None, node_link=None):
     """Write the report of the results files `paths` into `out`.
 
     Returns (notices, summary lines, {kind: path written}); notices say what is wrong or must be
@@ -140,6 +160,7 @@ def build_report(paths, out, formats=FORMATS, where=None, include_contended=Fals
     notices = tables.notices(frame, cells, problems + probe_problems, where)
     verdict_lines = verdicts(cells, frame, include_contended, attributed, limits)
     targets = goodput.target_table(frame)
+    check = predict.checked(cells, attributed, probes)
     summary = tables.summary(frame, verdict_lines, failures, [p.name for p in paths])
     if not targets.empty:
         summary += ["Time to target (median [interval]):",
@@ -152,6 +173,8 @@ def build_report(paths, out, formats=FORMATS, where=None, include_contended=Fals
                               tables.precision_table(cells, limits),
                               "it needs one setup run at two precisions or more (--precision "
                               "fp32,bf16)")
+    table_set["predicted"] = (f"Predicted against measured: {predict.check_summary(check)}",
+                              tables.check_table(check), figures.NO_PREDICTION)
     table_set["time_to_target"] = ("Time to the target accuracy, per configuration over its "
                                    "seeds", goodput.target_text_table(targets), figures.NO_TARGET)
     table_set["goodput"] = ("The shortest time to the target beside the highest throughput",
@@ -161,6 +184,16 @@ def build_report(paths, out, formats=FORMATS, where=None, include_contended=Fals
         table_set.update(lab_tables(cells, scaling, attributed, limits, targets))
         sections = [("The course lab", LAB_TEXT, [], [n for n in table_set if n.startswith("lab_")]),
                     *sections]
+    if link:
+        scaled = predict.what_if(cells, attributed, probes, WHAT_IF_DEVICES, WHAT_IF_NODES, link,
+                                 node_link or link)
+        table_set["what_if"] = (f"Predicted, not measured: {link.name} between devices, "
+                                f"{(node_link or link).name} between nodes",
+                                tables.what_if_table(scaled), "no attributed 1-device cell of a "
+                                "backend that spans devices")
+        sections = [*sections[:sections.index(PREDICTED)], PREDICTED,
+                    ("Predicted on other hardware", [WHAT_IF_TEXT, predict.band_text(check)], [],
+                     ["what_if"]), *sections[sections.index(PREDICTED) + 1:]]
     if baseline:
         compared, notes = compare([baseline], paths)
         table_set["compare"] = (f"Every cell also in {baseline.name}: NEW / BASE epoch-2 rate",
@@ -170,7 +203,7 @@ def build_report(paths, out, formats=FORMATS, where=None, include_contended=Fals
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written = {}
-    drawn, missing = (figures.build(cells, scaling, attributed, targets)
+    drawn, missing = (figures.build(cells, scaling, attributed, targets, check)
                       if {"html", "png", "svg"} & set(formats) else ([], {}))
     pngs = {name: (title, caption, figures.render(figure, "png"))
             for name, title, caption, figure in drawn if {"html", "png"} & set(formats)}

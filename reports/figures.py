@@ -9,11 +9,12 @@ import io
 
 import matplotlib
 import numpy as np
+from matplotlib import ticker
 from matplotlib.figure import Figure
 
 from xbench.common.attribution import PARTS
 from xbench.common.registry import BACKENDS
-from xbench.reports import analysis
+from xbench.reports import analysis, predict
 
 matplotlib.use("Agg")  # files only, never a display
 
@@ -42,7 +43,7 @@ PART_COLORS = dict(zip(PARTS, ["#8c564b", "#1f77b4", "#2ca02c", "#9467bd", "#ff7
                                "#d62728", "#7f7f7f"]))
 
 
-def build(cells, scaling, attributed, targets):
+def build(cells, scaling, attributed, targets, check):
     """([(name, title, caption, Figure)] for every figure there are data for,
     {name: (title, why it is not drawn and what would draw it)} for the others)."""
     makers = [
@@ -60,6 +61,8 @@ def build(cells, scaling, attributed, targets):
         ("overhead", "Figure: launch-to-first-batch and epoch-1 extra time vs devices", overhead),
         ("time_to_accuracy", "Test accuracy against time, every run to its target",
          lambda c: accuracy_curves(targets)),
+        ("predicted", "Predicted against measured epoch time, every N-device cell",
+         lambda c: predicted_figure(check)),
     ]
     figures, missing = [], {}
     for name, title, maker in makers:
@@ -328,6 +331,45 @@ def attribution_figure(attributed):
     return (fixed_text(fixed) + "Each bar: one step of the cell, split into its parts (the mean "
             "over its ranks and repeats): input, forward, backward, optimizer, waiting for the "
             "slowest rank, exposed communication, host overhead."), figure
+
+
+NO_PREDICTION = ("no N-device cell could be predicted: it needs attributed cells on 1 and on "
+                 "more devices of one backend and setup (the smoke grid has 1 and 2)")
+
+
+def predicted_figure(check):
+    """Each N-device cell's epoch time as the model predicted it (held out of its calibration)
+    against the measured one, on the y = x line where the model is right."""
+    check = predict.predicted(check)
+    if check.empty:
+        return NO_PREDICTION
+    figure, (ax,) = panels(1, width=5.5, height=4.5, columns=1)
+    for backend in sorted(check["backend"].unique(), key=analysis.backend_order):
+        rows = check[check["backend"] == backend]
+        capped = rows["link"] == "the cap"
+        for chosen, marker, how in ((~capped, "o", ""), (capped, "^", ", capped link")):
+            if chosen.any():
+                ax.scatter(rows.loc[chosen, "measured_seconds"], rows.loc[chosen, "epoch_seconds"],
+                           color=color(backend), marker=marker, label=plain(backend + how))
+    reach = [min(check["measured_seconds"].min(), check["epoch_seconds"].min()) * 0.8,
+             max(check["measured_seconds"].max(), check["epoch_seconds"].max()) * 1.2]
+    ax.plot(reach, reach, "k--", linewidth=1, label="y = x")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    plain_number = ticker.FuncFormatter(lambda value, _: f"{value:g}")
+    some = ticker.FuncFormatter(  # 2, 3 and 5 of each decade: the others would overlap
+        lambda value, _: f"{value:g}" if value > 0 and f"{value:.0e}"[0] in "235" else "")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(plain_number)
+        axis.set_minor_formatter(some)
+    ax.tick_params(which="minor", labelsize=7)
+    ax.set_xlabel("measured epoch-2 time (s)")
+    ax.set_ylabel("predicted epoch time (s)")
+    ax.grid(alpha=0.3)
+    legend(figure, [ax])
+    return ("Each point: one N-device cell, predicted from its backend's 1-device cell and a "
+            "calibration on every other configuration's cells (reports.predict); on the dashed "
+            "line the model is right."), figure
 
 
 def accuracy(cells):

@@ -23,7 +23,8 @@ CONFIG_FIELDS = ("backend", "model", "dataset", "dataset_multiple", "batch_mode"
 ENVIRONMENT_FIELDS = ("host", "cpu_count", "python", "packages")
 NUMBERS = ("epoch1_rate", "epoch2_rate", "epoch1_seconds", "epoch2_seconds", "epoch1_samples",
            "epoch2_samples", "threads_per_device",
-           "step_time_p50", "startup_seconds", "test_accuracy", "peak_memory_bytes")
+           "step_time_p50", "step_time_p90", "startup_seconds", "test_accuracy",
+           "peak_memory_bytes")
 
 
 def newest_results(folder):

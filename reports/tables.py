@@ -181,6 +181,59 @@ def communication_table(attributed):
          else with_interval(c["busbw"] * 1e-9, c["busbw_ci"] * 1e-9))])
 
 
+def check_table(check):
+    """Every N-device cell the model predicted, beside what was measured (reports.predict)."""
+    return table(check, [
+        ("env", column("env")), ("backend", column("backend")), ("model", column("model")),
+        ("batch", batch_text), ("devices", lambda c: f"{c['devices_per_node']} × {c['nodes']} "
+                                                     f"nodes" if c["nodes"] > 1 else c["devices"]),
+        ("link", lambda c: c["link"] + (f" ({c['inject']})" if c["inject"] not in (None, "none")
+                                        else "")),
+        ("predicted compute + exposed + waiting (ms/step)", lambda c: " + ".join(
+            num(c[part] * 1000) for part in ("compute", "exposed", "waiting"))
+            if math.isfinite(c["step"]) else "—"),
+        ("overlap", lambda c: f"{c['overlap']:.0%}" if math.isfinite(c["overlap"]) else "—"),
+        ("predicted epoch (s)", lambda c: num(c["epoch_seconds"])),
+        ("measured epoch (s)", lambda c: num(c["measured_seconds"]) + (
+            f" ({num(c['measured_low'])}–{num(c['measured_high'])} over {c['measured_runs']} runs)"
+            if c["measured_runs"] > 1 else "")),
+        ("error", lambda c: f"{c['error']:+.0%}" if math.isfinite(c["error"]) else "—")])
+
+
+def published_table(record):
+    """Published scaling results beside the efficiency the model predicts from their inputs
+    (reports.predict.against_published)."""
+    share = lambda value: "—" if pd.isna(value) else f"{value:.0%}"  # noqa: E731
+    return table(record, [
+        ("published result", column("title")), ("devices", column("devices")),
+        ("compute (ms/step)", lambda r: num(r["compute"] * 1000)),
+        ("collectives moving (ms/step)", lambda r: num(r["moving"] * 1000)),
+        ("published efficiency", lambda r: share(r["published"])),
+        ("predicted: none hidden", lambda r: share(r["no_overlap"])),
+        ("predicted: this machine's overlap", lambda r: (
+            f"{share(r['calibrated'])} (hides {share(r['overlap'])})")),
+        ("predicted: all of backward hides", lambda r: share(r["full_overlap"])),
+        ("difference (this machine's overlap)", lambda r: "—" if pd.isna(r["calibrated"]) else
+         f"{(r['calibrated'] - r['published']) * 100:+.0f} points")])
+
+
+def what_if_table(scaled):
+    """The predicted rate and efficiency of each backend's setup at every count (reports.predict),
+    labelled predicted, with the held-out errors' interval."""
+    return table(scaled, [
+        ("env", column("env")), ("backend", column("backend")), ("model", column("model")),
+        ("batch", batch_text), ("nodes × devices", lambda c: f"{c['nodes']} × {c['devices']}"),
+        ("predicted rate (samples/s)", lambda c: f"{num(c['rate'])} "
+                                                 f"{bounds(c['rate_low'], c['rate_high'])}"),
+        ("predicted efficiency", lambda c: f"{c['efficiency']:.0%}" + (
+            "" if math.isnan(c["efficiency_low"]) else
+            f" [{c['efficiency_low']:.0%}, {c['efficiency_high']:.0%}]")),
+        ("predicted exposed + waiting (ms/step)",
+         lambda c: f"{num(c['exposed'] * 1000)} + {num(c['waiting'] * 1000)}"),
+        ("stops paying", lambda c: "not up to here" if pd.isna(c["stops_paying_at"])
+         else f"from {int(c['stops_paying_at'])} devices")])
+
+
 def mfu_text(c, name: str) -> str:
     """'41.2% [39.0%, 43.5%]'; SUSPECT above 100% (of either ceiling: never a result)."""
     def percent(value):

@@ -20,6 +20,7 @@ from xbench.tf_backend.collectives import TensorFlowCollectives
 
 class MultiWorkerMirroredBackend(TensorFlowBackend):
     name = "tf-multiworker"
+    reduction_across_devices = "all-reduce"  # bytes_per_pack 0 (TensorFlow packs): one message
     collectives_counted = ("TensorFlow's CollectiveReduceV2 ops in the trace: from the last one's "
                            "launch (this worker's gradients ready) to the end of the last")
     batchnorm_statistics = TensorFlowBackend.mirrored_batchnorm

@@ -1,0 +1,94 @@
+"""`xbench predict`: how the results' models would scale, from their 1-device cells and a link,
+and how far the model was from every N-device cell that was measured."""
+import json
+from pathlib import Path
+
+import click
+
+from xbench.cli.console import DEFAULT_RESULTS_DIR, int_list
+from xbench.common.errors import UserError
+
+
+def counts_option(ctx, param, value):
+    """A comma list of counts from 1 (a UserError, exit 2, otherwise)."""
+    found = int_list(ctx, param, value)
+    if not found or min(found) < 1:
+        raise UserError(f"--{param.name} {value!r}: give counts from 1, e.g. 1,2,4,8")
+    return sorted(set(found))
+
+
+@click.command()
+@click.argument("results_files", nargs=-1, type=click.Path(exists=True, dir_okay=False))
+@click.option("--link", help="Between the devices of a node: a named link (nvlink4, nvlink3, "
+                             "pcie4-x16, pcie3-x16, ib-ndr, ib-hdr, eth-100g, eth-25g: reports/links.toml, "
+                             "with their sources) or RATE[,LATENCY] such as 25gbit,5us. Without "
+                             "it, only the check against the measured cells.")
+@click.option("--node-link", help="Between nodes (default: --link), named or RATE[,LATENCY].")
+@click.option("--devices", default="1,2,4,8", show_default=True, callback=counts_option,
+              help="Devices per node to predict.")
+@click.option("--nodes", default="1", show_default=True, callback=counts_option,
+              help="Nodes to predict, e.g. 1,8,64.")
+@click.option("--where", help="Keep only the rows matching a filter, as `xbench report --where`.")
+@click.option("--published", is_flag=True,
+              help="Also put the published scaling results of reports/published.toml (Horovod's "
+                   "paper) through the model, beside their published efficiency.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+def predict(results_files, link, node_link, devices, nodes, where, published, as_json):
+    """Predict the step time, rate and efficiency on more devices and nodes from the results'
+    1-device cells (their step attribution) and a link, and check the model against every
+    N-device cell in the results: each predicted from the other cells' calibration (default
+    results: the newest in results/). Every predicted number is labelled predicted."""
+    from xbench.reports import analysis  # pandas and scipy: loaded here
+    from xbench.reports.load import load, load_probes, newest_results
+    from xbench.reports.predict import (
+        against_published,
+        band_text,
+        calibrate,
+        check_summary,
+        checked,
+        parse_link,
+        references,
+        what_if,
+    )
+    from xbench.reports.tables import check_table, markdown, published_table, what_if_table
+    if node_link and not link:
+        raise UserError("--node-link needs --link (the link between the devices of a node)")
+    paths = [Path(p) for p in results_files] or [newest_results(DEFAULT_RESULTS_DIR)]
+    chosen = parse_link(link) if link else None
+    between = parse_link(node_link) if node_link else chosen
+    frame, problems = load(paths, where, False)
+    for problem in problems:
+        click.secho(problem, fg="yellow", err=True)
+    cells = analysis.cell_table(frame)
+    attributed = analysis.attribution(cells)
+    probes, _ = load_probes(paths, frame)
+    check = checked(cells, attributed, probes)
+    scaled = (what_if(cells, attributed, probes, devices, nodes, chosen, between)
+              if chosen else None)
+    record = (against_published(calibrate(references(cells, attributed)) if len(attributed)
+                                else None) if published else None)
+    if as_json:
+        click.echo(json.dumps({"check": check.to_dict("records"), "summary": check_summary(check),
+                               "predicted": None if scaled is None else scaled.to_dict("records"),
+                               "published": None if record is None else record.to_dict("records")},
+                              default=str))
+        return
+    if record is not None:
+        click.echo("Against the published record (a check, not a fit; no waiting for the slowest "
+                   "rank added):")
+        click.echo(markdown(published_table(record)))
+        for _, row in record.iterrows():
+            click.echo(f"- {row['title']}: {row['sources']}")
+        click.echo()
+    click.echo(f"Measured N-device cells against the model: {check_summary(check)}")
+    if len(check):
+        click.echo(markdown(check_table(check)))
+    if scaled is None:
+        return
+    click.echo(f"\nPredicted, not measured: {chosen.name} between devices, {between.name} "
+               f"between nodes; each device as fast as the measured one; {band_text(check)}")
+    if scaled.empty:
+        click.echo("nothing to predict from: no attributed 1-device cell of a backend that "
+                   "spans devices in these results")
+        return
+    click.echo(markdown(what_if_table(scaled)))

@@ -1,0 +1,516 @@
+"""Predict, then measure: the step time of N devices on M nodes from a 1-device cell and a link,
+and every measured N-device cell beside what the model said of it.
+
+A step on N devices is its compute, the part of its gradients' collectives that the compute does
+not hide, and the wait for the slowest rank:
+
+- compute: the 1-device cell's attributed parts per step (common.attribution); input, forward and
+  backward in proportion to the per-device batch (strong scaling divides it by the devices, weak
+  scaling keeps it), optimizer and host overhead as they are. On a CPU an N-device cell's ranks
+  share the cores, so their compute is slower by the cores the 1-device cell computed on over a
+  rank's (its threads, or its share of the cores where the ranks outnumber them), times a factor
+  calibrated on measured cells of the backend (how far from linear its framework's threads
+  scale, and what its ranks' own input pipelines cost on shared cores), else on those of the
+  other backends on the device type.
+- collectives: each pass of a ring (a reduce-scatter or an all-gather) moves (N-1)/N of the
+  bytes through every device's link and pays N-1 latencies per message; across M nodes the
+  devices of a node reduce among themselves and the nodes exchange through one link each
+  (hierarchical, as NCCL and Horovod do): (M-1)/M of the bytes and M-1 latencies per message
+  more. An all-reduce is two passes, FSDP's gathers and reduce-scatter three (two when it
+  reshards after backward); a reduction to one device moves 2(N-1) copies through that device.
+  Messages: the backend's buckets (Backend.collective_message_bytes).
+- overlap: a collective can hide only behind the backward pass that produces its gradients, so
+  at most min(moving time, backward) is hidden; the share of that window a backend hides is
+  calibrated on its measured cells ((moving time - exposed communication) / the window); none
+  where it has none.
+- waiting: the expected maximum of N ranks' step times over their mean, from the 1-device cell's
+  spread (p50 and p90 of its steps, read as a normal distribution, and the expected largest of N
+  draws from it).
+
+This machine's link is the probe's bus bandwidth of the backend's library at the nearest size
+(`xbench probe`), else the bandwidth the calibration cells' collectives moved at; a capped link
+(inject link=RATE) is its cap, shared by the ranks on the one loopback. Each measured cell is
+predicted from a calibration on the cells of every other configuration (leave one out, its seeds
+held out with it), so no error is fitted to itself.
+"""
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy import integrate, stats
+
+from xbench.common import faults
+from xbench.common.errors import UserError
+from xbench.common.registry import BACKENDS, backend_class
+from xbench.reports.analysis import SETUP, wire_size
+
+LINKS_FILE = Path(__file__).with_name("links.toml")
+COMPUTE_PARTS = ("input", "forward", "backward", "optimizer", "host")
+PER_SAMPLE = ("input", "forward", "backward")  # in proportion to the per-device batch
+STOPS_PAYING = 0.5  # efficiency below which a device count no longer pays
+FAR_OFF = 0.35  # an error beyond which a cell's prediction is far off (the bar the model is held to)
+
+
+@dataclass(frozen=True)
+class Link:
+    """A link: bytes per second each way, seconds per ring step, whether its ranks share it (one
+    capped loopback carries every rank's bytes) and where the figures come from."""
+    name: str
+    rate: float
+    latency: float
+    source: str
+    shared: bool = False
+
+
+def read_links(path: Path = LINKS_FILE) -> dict[str, Link]:
+    """The named links (reports/links.toml)."""
+    return {name: Link(entry["title"], float(entry["rate"]), float(entry["latency"]),
+                       f"{entry['source']} (per {entry['per']}; latency assumed)")
+            for name, entry in tomllib.loads(path.read_text()).items()}
+
+
+LATENCY = re.compile(r"^(\d+(?:\.\d+)?)(us|ms|s)$")
+
+
+def parse_link(text: str, links: dict[str, Link] | None = None) -> Link:
+    """A link named in links.toml, or RATE[,LATENCY]: RATE in tc's units (25gbit, 12gbps),
+    LATENCY with us, ms or s (default 0); a UserError that says what a link looks like."""
+    links = read_links() if links is None else links
+    if text in links:
+        return links[text]
+    rate, _, latency = text.partition(",")
+    found = faults.RATE.match(rate.strip().lower())
+    wait = LATENCY.match(latency.strip().lower()) if latency else None
+    if not found or (latency and not wait):
+        raise UserError(f"--link {text!r} is neither a named link ({', '.join(links)}) nor "
+                        f"RATE[,LATENCY] such as 25gbit,5us (RATE in kbit, mbit, gbit, kbps, "
+                        f"mbps or gbps; LATENCY in us, ms or s)")
+    seconds = float(wait.group(1)) * {"us": 1e-6, "ms": 1e-3, "s": 1.0}[wait.group(2)] if wait else 0.0
+    number, unit = found.groups()
+    return Link(text, float(number) * faults.RATE_BYTES[unit], seconds, "given on the command line")
+
+
+def expected_largest(count: int) -> float:
+    """The expected largest of `count` standard normal draws, 0 for one: the integral of x times
+    the largest's density, count φ(x) Φ(x)^(count-1)."""
+    if count < 2:
+        return 0.0
+    density = lambda x: x * count * stats.norm.pdf(x) * stats.norm.cdf(x) ** (count - 1)  # noqa: E731
+    return float(integrate.quad(density, -12, 12, limit=200)[0])
+
+
+def pass_seconds(size: float, devices: int, nodes: int, link: Link, node_link: Link,
+                 messages: int) -> float:
+    """One ring pass (reduce-scatter or all-gather) of `size` bytes over `devices` per node and
+    `nodes` nodes, hierarchical: within each node, then between the nodes."""
+    seconds = 0.0
+    for count, over in ((devices, link), (nodes, node_link)):
+        if count > 1:
+            rate = over.rate / count if over.shared else over.rate
+            seconds += (count - 1) / count * size / rate + messages * (count - 1) * over.latency
+    return seconds
+
+
+def collective_seconds(reduction: str, size: float, devices: int, nodes: int, link: Link,
+                       node_link: Link, message_bytes: int | None, passes: int = 2) -> float:
+    """Seconds one step's gradient collectives move data for (none overlapped)."""
+    if devices * nodes < 2 or reduction == "none":
+        return 0.0
+    messages = max(1, math.ceil(size / message_bytes)) if message_bytes else 1
+    if reduction == "reduce-to-one":  # one process's devices: N-1 copies in, the sum out N-1
+        return 2 * (devices - 1) * (size / link.rate + messages * link.latency)
+    return passes * pass_seconds(size, devices, nodes, link, node_link, messages)
+
+
+def ring_passes(reduction: str, training: str) -> int:
+    """Passes of a ring one step makes: an all-reduce two, FSDP's two gathers (one when it
+    reshards after backward) and its reduce-scatter."""
+    if reduction == "reduce-scatter":
+        return 2 if "reshard after-backward" in str(training) else 3
+    return 2
+
+
+def relative_spread(cell) -> float:
+    """The 1-device cell's step-time standard deviation over its median, from p50 and p90."""
+    p50, p90 = cell["step_time_p50"], cell["step_time_p90"]
+    if not (p50 and p90 and np.isfinite(p50) and np.isfinite(p90)):
+        return 0.0
+    return max(p90 - p50, 0.0) / stats.norm.ppf(0.9) / p50
+
+
+def references(cells: pd.DataFrame, attributed: pd.DataFrame) -> pd.DataFrame:
+    """Every attributed N-device cell beside its backend's attributed 1-device cell of the same
+    setup and batch (as scaling pairs them; a capped link's cell beside the uncapped 1-device
+    cell, which has no link to cap), with the parts per step of both."""
+    family = [*[c for c in SETUP if c != "training"], "uninjected", "batch_mode", "batch"]
+    keyed = cells.merge(attributed[["env", "cell_key", *[f"{p}_step" for p in (
+        *COMPUTE_PARTS, "waiting", "communication")], "moving_seconds", "bytes"]],
+        on=["env", "cell_key"])
+    keyed["uninjected"] = [str(training).replace(f", inject {inject}", "")
+                           for training, inject in zip(keyed["training"], keyed["inject"])]
+    keyed = keyed[~keyed["threads_pinned"].astype(bool) & keyed["backend"].isin(list(BACKENDS))]
+    ones = keyed[(keyed["devices"] == 1) & (keyed["nodes"] == 1) & (keyed["inject"] == faults.NONE)]
+    many = keyed[keyed["devices"] > 1]  # the world: every node's devices
+    return many.merge(ones, on=family, suffixes=("", "_1"))
+
+
+def injected_link(inject) -> float | None:
+    """The cap of a cell's link (inject link=RATE), None where uncapped; NaN for a cell with
+    another fault (never predicted: the fault is not in the model)."""
+    if not isinstance(inject, str) or inject == faults.NONE:
+        return None
+    found = faults.parse(inject)
+    if found.input_delay or found.slow_rank is not None:
+        return math.nan
+    return found.link_bytes_per_second
+
+
+def core_share(threads, cores, devices_per_node) -> float | None:
+    """The cores one rank of a CPU cell computes on: its threads, or its share of the node's
+    cores where its node's ranks have more threads than there are cores."""
+    known = [v for v in (threads, cores, devices_per_node) if isinstance(v, (int, float)) and v > 0]
+    return min(threads, cores / devices_per_node) if len(known) == 3 else None
+
+
+def cores_lost(pair) -> float:
+    """How many times fewer cores a rank of a CPU cell computes on than its 1-device cell did
+    (1 off a CPU, or where the row does not say)."""
+    if pair["device_type"] != "cpu":
+        return 1.0
+    mine = core_share(pair["threads_per_device"], pair["cores"], pair["devices_per_node"])
+    reference = core_share(pair["threads_per_device_1"], pair["cores_1"], pair["devices_per_node_1"])
+    return reference / mine if mine and reference else 1.0
+
+
+def compute_parts(pair, core_exponent: float) -> dict[str, float]:
+    """The N-device cell's compute parts per step, from its 1-device cell's: the per-sample
+    parts in proportion to the per-device batch, and all of them slower by the cores a rank
+    lost to the power `core_exponent` (1: in proportion, 0: not at all)."""
+    share = pair["per_device_batch"] / pair["per_device_batch_1"]
+    factor = cores_lost(pair) ** core_exponent
+    return {p: pair[f"{p}_step_1"] * (share if p in PER_SAMPLE else 1) * factor
+            for p in COMPUTE_PARTS}
+
+
+def hidden_share(moving: float, exposed: float, backward: float) -> float | None:
+    """The share of its overlap window, min(moving time, backward), a measured cell hid."""
+    window = min(moving, backward)
+    return min(max((moving - exposed) / window, 0.0), 1.0) if window > 0 else None
+
+
+def reduction_of(pair) -> str:
+    """How the cell's gradients crossed (its row's word), else how its backend's do on a CPU."""
+    recorded = pair["reduction"]
+    return (recorded if isinstance(recorded, str)
+            else backend_class(pair["backend"]).reduction_across_devices)
+
+
+def moved_bytes(pair) -> float:
+    """The bytes one device's link carries per step by the model (all passes, one per message's
+    worth of the gradients)."""
+    devices, size = pair["devices"], pair["bytes"] or wire_size(pair)
+    if reduction_of(pair) == "reduce-to-one":
+        return 2 * (devices - 1) * size
+    return ring_passes(reduction_of(pair), pair["training"]) * (devices - 1) / devices * size
+
+
+def probe_rate(pair, probes: dict) -> float | None:
+    """The probe's bus bandwidth of the cell's library on as many processes and nodes, at the
+    size nearest the cell's gradients (bytes per second), or None."""
+    found = [a for a in probes.get(pair["env"], {}).get("all_reduce", [])
+             if (a["library"], a["device_type"], a["nodes"], a["world_size"]) ==
+             (pair["collective_library"], pair["device_type"], pair["nodes"], pair["devices"])]
+    if not found:
+        return None
+    size = pair["bytes"] or wire_size(pair)
+    return min(found, key=lambda a: abs(math.log(a["bytes"] / size)))["busbw"]
+
+
+def carrier(pair) -> tuple[str, str]:
+    """(family, name) of what carries a cell's gradients: its collective library between
+    processes, or the copies between the devices of one process (DataParallel,
+    MirroredStrategy), which no library's rate says anything of."""
+    if reduction_of(pair) == "reduce-to-one":
+        return "in-process", f"{pair['backend']} copies"
+    library = pair["collective_library"]
+    return "between processes", library if isinstance(library, str) else pair["backend"]
+
+
+@dataclass
+class Calibration:
+    """What the model takes from measured cells: how a rank's compute grows with the cores it
+    lost (the exponent, per device type and backend), each backend's overlap, the bandwidth of
+    each carrier here (by family, see carrier), and how many cells it came from."""
+    core_exponent: dict[str, dict[str, float]]
+    overlap: dict[str, float]
+    rate: dict[str, dict[str, float]]
+    cells: int
+
+
+def calibrate(pairs: pd.DataFrame) -> Calibration:
+    """The medians over `pairs` (cells with their 1-device cells) of each calibrated factor."""
+    exponents, overlaps, rates = {}, {}, {}
+    for _, pair in pairs.iterrows():
+        measured = sum(pair[f"{p}_step"] for p in COMPUTE_PARTS)
+        unslowed = sum(compute_parts(pair, 0.0).values())
+        lost = cores_lost(pair)
+        if reduction_of(pair) != "reduce-scatter" and unslowed > 0 and lost != 1:  # FSDP's
+            exponents.setdefault(pair["device_type"], {}).setdefault(  # collectives are in it
+                pair["backend"], []).append(math.log(measured / unslowed) / math.log(lost))
+        moving = pair["moving_seconds"]
+        if moving and np.isfinite(moving) and moving > 0:
+            share = hidden_share(moving, pair["communication_step"], pair["backward_step"])
+            if share is not None:
+                overlaps.setdefault(pair["backend"], []).append(share)
+        else:  # nothing timed its copies apart from the step: all of them were exposed
+            moving = pair["communication_step"]
+        if injected_link(pair["inject"]) is None and moving and np.isfinite(moving) and moving > 0:
+            family, name = carrier(pair)
+            rates.setdefault(family, {}).setdefault(name, []).append(moved_bytes(pair) / moving)
+    median = lambda found: {k: float(np.median(v)) for k, v in found.items()}  # noqa: E731
+    return Calibration({kind: median(found) for kind, found in exponents.items()}, median(overlaps),
+                       {family: median(found) for family, found in rates.items()}, len(pairs))
+
+
+def pooled(values: dict[str, float], key: str, default: float | None) -> float | None:
+    """The value for `key`, else the median over the other keys, else `default`."""
+    if key in values:
+        return values[key]
+    return float(np.median(list(values.values()))) if values else default
+
+
+def predict_cell(pair, calibration: Calibration, probes: dict) -> dict | None:
+    """The model's step and epoch seconds of one N-device cell, with each part and where its
+    link came from; None where it has no link (nothing measured its library's bandwidth)."""
+    reduction = reduction_of(pair)
+    cap = injected_link(pair["inject"])
+    devices = pair["devices"]
+    if cap is not None:
+        link, how = Link("capped loopback", cap, 0.0, "inject", shared=True), "the cap"
+    elif (rate := probe_rate(pair, probes)) is not None:
+        link, how = Link("probe", rate, 0.0, "probe"), "the probe"
+    elif (rate := pooled(calibration.rate.get(carrier(pair)[0], {}), carrier(pair)[1],
+                         None)) is not None:
+        link, how = Link("calibrated", rate, 0.0, "calibration"), "calibrated"
+    elif reduction == "none":
+        link, how = Link("none", math.inf, 0.0, "none"), "no collective"
+    else:
+        return None
+    parts = compute_parts(pair, pooled(calibration.core_exponent.get(pair["device_type"], {}),
+                                       pair["backend"], 1.0))
+    compute = sum(parts.values())
+    size = pair["bytes"] or wire_size(pair)
+    # the probe and the calibration measured this machine's rings as per-device bus bandwidth,
+    # one link for every rank, nodes or not
+    moving = collective_seconds(reduction, size, devices, 1, link, link,
+                                backend_class(pair["backend"]).collective_message_bytes,
+                                ring_passes(reduction, pair["training"]))
+    overlap = pooled(calibration.overlap, pair["backend"], 0.0)
+    exposed = moving - overlap * min(moving, parts["backward"])
+    waiting = compute * relative_spread(pair_one(pair)) * expected_largest(devices)
+    step = compute + exposed + waiting
+    windows = sum(pair[f"{p}_step_1"] for p in COMPUTE_PARTS)
+    outside = pair["epoch2_seconds_1"] / (pair["steps_per_epoch_1"] * windows) if windows else 1.0
+    return {"compute": compute, "moving": moving, "overlap": overlap, "exposed": exposed,
+            "waiting": waiting, "step": step, "link": how,
+            "epoch_seconds": step * pair["steps_per_epoch"] * outside}
+
+
+def pair_one(pair) -> dict:
+    """The 1-device cell's step-time percentiles of a pair."""
+    return {"step_time_p50": pair["step_time_p50_1"], "step_time_p90": pair["step_time_p90_1"]}
+
+
+def checked(cells: pd.DataFrame, attributed: pd.DataFrame, probes: dict) -> pd.DataFrame:
+    """Every measured N-device cell beside what the model predicted of it, calibrated on the
+    cells of every other configuration (its other seeds are its own configuration too: held out
+    with it): its epoch time both ways and the error; a cell it could not predict says why in
+    `link`, its numbers NaN."""
+    if cells.empty or attributed.empty:
+        return pd.DataFrame(columns=CHECK_COLUMNS)
+    pairs = references(cells, attributed)
+    pairs = pairs[[not (isinstance(c, float) and math.isnan(c))
+                   for c in map(injected_link, pairs["inject"])]].reset_index(drop=True)
+    configuration = pairs[HELD_OUT_TOGETHER].astype(str).agg("|".join, axis=1)
+    records = []
+    for index, pair in pairs.iterrows():
+        calibration = calibrate(pairs[configuration != configuration[index]])
+        found = predict_cell(pair, calibration, probes)
+        if found is None:
+            found = {"link": f"not predicted: no other cell measured {carrier(pair)[1]}",
+                     "epoch_seconds": math.nan}
+        measured, runs = pair["epoch2_seconds"], list(pair["epoch2_seconds_values"])
+        records.append({**{c: pair[c] for c in ("env", "backend", "model", "batch_mode", "batch",
+                                                "nodes", "devices", "devices_per_node",
+                                                "cell_key", "inject")},
+                        **found, "measured_seconds": measured, "measured_runs": len(runs),
+                        "measured_low": min(runs), "measured_high": max(runs),
+                        "error": found["epoch_seconds"] / measured - 1,
+                        "calibrated_on": calibration.cells})
+    return pd.DataFrame(records, columns=CHECK_COLUMNS)
+
+
+# What a cell shares with the cells held out with it: all but its seed and its link's cap (a
+# capped cell computes as its uncapped twin does: neither calibrates the other).
+HELD_OUT_TOGETHER = ["env", "backend", "dataset", "model", "dataset_multiple", "batch_mode", "batch",
+                     "nodes", "devices", "uninjected", "max_train_samples"]
+CHECK_COLUMNS = ["env", "backend", "model", "batch_mode", "batch", "nodes", "devices",
+                 "devices_per_node", "cell_key",
+                 "inject", "compute", "moving", "overlap", "exposed", "waiting", "step", "link",
+                 "epoch_seconds", "measured_seconds", "measured_runs", "measured_low",
+                 "measured_high", "error", "calibrated_on"]
+
+
+def check_summary(check: pd.DataFrame) -> str:
+    """'median absolute error of the predicted epoch time 12% (largest 31%) over 9 cells, ...'."""
+    errors = predicted(check)["error"].abs()
+    if errors.empty:
+        return "no N-device cell could be predicted"
+    left, far = len(check) - len(errors), int((errors > FAR_OFF).sum())
+    return (f"median absolute error of the predicted epoch time {errors.median():.0%} (largest "
+            f"{errors.max():.0%}) over {len(errors)} cells, each held out of its own calibration; "
+            f"{far} off by more than {FAR_OFF:.0%}"
+            + (f"; {left} not predicted (see why below)" if left else ""))
+
+
+def predicted(check: pd.DataFrame) -> pd.DataFrame:
+    """The cells of a check the model predicted."""
+    return check[np.isfinite(check["error"].to_numpy(dtype=float))]
+
+
+def error_band(check: pd.DataFrame) -> tuple[float, float] | None:
+    """The factors a predicted rate is multiplied by for its interval: the held-out cells'
+    predicted / measured epoch times, their 10th and 90th percentiles (widened to hold 1, the
+    prediction itself); None with fewer than 3 cells."""
+    check = predicted(check)
+    if len(check) < 3:
+        return None
+    factors = 1 + check["error"].to_numpy(dtype=float)
+    return min(float(np.percentile(factors, 10)), 1.0), max(float(np.percentile(factors, 90)), 1.0)
+
+
+def band_text(check: pd.DataFrame) -> str:
+    """Where a predicted number's interval comes from."""
+    check = predicted(check)
+    if error_band(check) is None:
+        return ("no interval: it needs 3 or more measured N-device cells to hold out, these "
+                f"results have {len(check)}")
+    return (f"interval: the {len(check)} held-out cells' predicted / measured epoch time, 10th "
+            f"to 90th percentile")
+
+
+def counts(devices: list[int], nodes: list[int]) -> list[tuple[int, int]]:
+    """(nodes, devices per node) in the order of the total count."""
+    return sorted(((m, n) for m in nodes for n in devices), key=lambda c: (c[0] * c[1], c))
+
+
+def what_if(cells: pd.DataFrame, attributed: pd.DataFrame, probes: dict, devices: list[int],
+            nodes: list[int], link: Link, node_link: Link) -> pd.DataFrame:
+    """For each backend's attributed 1-device cells of one setup (their mean over seeds and
+    repeats): the predicted step, rate, speedup and efficiency on every count of devices per node
+    and nodes over `link` (between the devices of a node) and `node_link` (between nodes), each
+    device as fast as the measured one, with the interval of the held-out errors, and the count
+    from which adding devices stops paying."""
+    if cells.empty or attributed.empty:
+        return pd.DataFrame(columns=WHAT_IF_COLUMNS)
+    band = error_band(checked(cells, attributed, probes))
+    calibration = calibrate(references(cells, attributed))
+    parts = [f"{p}_step" for p in COMPUTE_PARTS]
+    ones = cells.merge(attributed[["env", "cell_key", *parts]], on=["env", "cell_key"])
+    ones = ones[(ones["devices"] == 1) & (ones["nodes"] == 1) & (ones["inject"] == faults.NONE)
+                & ~ones["threads_pinned"].astype(bool)
+                & ones["backend"].map(lambda b: b in BACKENDS and backend_class(b).spans_devices)]
+    records = []
+    for key, group in ones.groupby(SETUP_OF_WHAT_IF, sort=False, dropna=False):
+        one = {**dict(zip(SETUP_OF_WHAT_IF, key)),
+               **group[[*parts, "step_time_p50", "step_time_p90"]].mean().to_dict()}
+        records += scaled_out(one, calibration, devices, nodes, link, node_link, band)
+    return pd.DataFrame(records, columns=WHAT_IF_COLUMNS)
+
+
+SETUP_OF_WHAT_IF = ["env", "backend", "dataset", "model", "batch_mode", "batch", "training",
+                    "compression", "powersgd_rank"]
+
+
+def scaled_out(one: dict, calibration: Calibration, devices: list[int], nodes: list[int],
+               link: Link, node_link: Link, band: tuple[float, float] | None) -> list[dict]:
+    """The what-if rows of one 1-device setup, to every count its backend can run."""
+    kind = backend_class(one["backend"])
+    reduction, size = kind.reduction_across_devices, wire_size(one)
+    overlap = pooled(calibration.overlap, one["backend"], 0.0)
+    base = sum(one[f"{p}_step"] for p in COMPUTE_PARTS)
+    rows, best, stopped = [], {}, None  # best: the highest rate at each smaller count
+    for node_count, per_node in counts(devices, nodes):
+        total = node_count * per_node
+        if node_count > 1 and (not kind.spans_nodes or reduction == "reduce-to-one"):
+            continue
+        share = 1 / total if one["batch_mode"] == "global" else 1.0
+        parts = {p: one[f"{p}_step"] * (share if p in PER_SAMPLE else 1) for p in COMPUTE_PARTS}
+        compute = sum(parts.values())
+        moving = collective_seconds(reduction, size, per_node, node_count, link, node_link,
+                                    kind.collective_message_bytes,
+                                    ring_passes(reduction, one["training"]))
+        waiting = compute * relative_spread(one) * expected_largest(total)
+        exposed = moving - overlap * min(moving, parts["backward"])
+        step = compute + exposed + waiting
+        global_batch = one["batch"] * (1 if one["batch_mode"] == "global" else total)
+        rate = global_batch / step
+        efficiency = rate / (one["batch"] / base) / total
+        fewer = [r for count, r in best.items() if count < total]
+        if stopped is None and total > 1 and (efficiency < STOPS_PAYING
+                                              or (fewer and rate < max(fewer))):
+            stopped = total
+        best[total] = max(best.get(total, 0.0), rate)
+        low, high = band if band else (math.nan, math.nan)
+        spread = (low, high) if total > 1 else (math.nan, math.nan)  # 1 device: 100% by definition
+        rows.append({**{c: one[c] for c in ("env", "backend", "model", "batch_mode", "batch")},
+                     "nodes": node_count, "devices": per_node, "total": total, "step": step,
+                     "exposed": exposed, "waiting": waiting, "overlap": overlap,
+                     "rate": rate, "rate_low": rate * low, "rate_high": rate * high,
+                     "speedup": efficiency * total, "efficiency": efficiency,
+                     "efficiency_low": efficiency * spread[0],
+                     "efficiency_high": efficiency * spread[1]})
+    return [{**row, "stops_paying_at": stopped} for row in rows]
+
+
+WHAT_IF_COLUMNS = ["env", "backend", "model", "batch_mode", "batch", "nodes", "devices", "total",
+                   "step", "exposed", "waiting", "overlap", "rate", "rate_low", "rate_high", "speedup",
+                   "efficiency", "efficiency_low", "efficiency_high", "stops_paying_at"]
+
+
+PUBLISHED_FILE = Path(__file__).with_name("published.toml")
+BACKWARD_SHARE = 2 / 3  # of a step's compute, where nothing measured it: twice forward's work
+
+
+def against_published(calibration: Calibration | None,
+                      path: Path = PUBLISHED_FILE) -> pd.DataFrame:
+    """The published scaling results (reports/published.toml) through the model: the efficiency
+    it predicts from their per-device rate, gradient bytes and links, with none of the
+    collectives hidden, with the share of backward this machine's cells of the backend hid
+    (`calibration`), and with all of backward hiding them (nothing measured their backward: it
+    is taken as BACKWARD_SHARE of the step), beside the published efficiency. A check, never a
+    fit: no waiting is added, since none of them published their steps' spread."""
+    links, records = read_links(), []
+    for name, entry in tomllib.loads(path.read_text()).items():
+        kind = backend_class(entry["backend"])
+        compute = entry["per_device_batch"] / entry["per_device_rate"]
+        moving = collective_seconds(kind.reduction_across_devices, 4 * entry["parameters"],
+                                    entry["devices"], entry["nodes"], links[entry["link"]],
+                                    links[entry["node_link"]], kind.collective_message_bytes)
+        hidden = min(moving, BACKWARD_SHARE * compute)
+        measured = pooled(calibration.overlap, entry["backend"], None) if calibration else None
+        efficiency = {share: compute / (compute + moving - share * hidden)
+                      for share in (0.0, 1.0, measured) if share is not None}
+        records.append({"name": name, "title": entry["title"], "sources": entry["sources"],
+                        "devices": entry["devices"] * entry["nodes"], "compute": compute,
+                        "moving": moving, "published": entry["efficiency"],
+                        "no_overlap": efficiency[0.0], "full_overlap": efficiency[1.0],
+                        "overlap": measured,
+                        "calibrated": efficiency[measured] if measured is not None else math.nan})
+    return pd.DataFrame(records)

@@ -1,0 +1,189 @@
+"""xbench predict: the model's arithmetic against hand-computed cases, the links it knows, and
+the model run on the smoke grid's rows: every N-device cell predicted from a calibration it is
+held out of, and the what-if table out to 512 devices, labelled predicted."""
+import json
+import math
+
+import pytest
+from conftest import xbench
+
+from xbench.common.errors import UserError
+from xbench.common.registry import backend_class
+from xbench.reports import analysis
+from xbench.reports.load import load
+from xbench.reports.predict import (
+    Link,
+    against_published,
+    calibrate,
+    checked,
+    collective_seconds,
+    expected_largest,
+    parse_link,
+    predicted,
+    read_links,
+    references,
+)
+
+LINK = Link("test", rate=10e9, latency=5e-6, source="by hand")
+NODE_LINK = Link("test nodes", rate=25e9, latency=20e-6, source="by hand")
+
+
+def test_a_ring_all_reduce_of_known_bytes_on_a_known_link():
+    # 100 MB over 4 devices in DDP's 25 MiB buckets: 4 messages; each of the two passes moves
+    # 3/4 of the bytes at 10 GB/s (7.5 ms) and pays 3 latencies per message (60 us)
+    seconds = collective_seconds("all-reduce", 100e6, 4, 1, LINK, LINK, 25 * 2**20)
+    assert seconds == pytest.approx(2 * (0.75 * 100e6 / 10e9 + 4 * 3 * 5e-6))
+    # one message: Horovod's 64 MiB fusion buffer holds 50 MB
+    assert collective_seconds("all-reduce", 50e6, 4, 1, LINK, LINK, 64 * 2**20) == \
+        pytest.approx(2 * (0.75 * 50e6 / 10e9 + 3 * 5e-6))
+
+
+def test_across_nodes_the_nodes_link_adds_its_own_pass():
+    # 8 devices on each of 4 nodes, one 40 MB message: within the node 7/8 of the bytes, between
+    # nodes 3/4 of them through the node's link, twice (reduce-scatter and all-gather)
+    seconds = collective_seconds("all-reduce", 40e6, 8, 4, LINK, NODE_LINK, None)
+    within = 7 / 8 * 40e6 / 10e9 + 7 * 5e-6
+    between = 3 / 4 * 40e6 / 25e9 + 3 * 20e-6
+    assert seconds == pytest.approx(2 * (within + between))
+    assert collective_seconds("all-reduce", 40e6, 1, 4, LINK, NODE_LINK, None) == \
+        pytest.approx(2 * between)
+
+
+def test_a_shared_link_a_reduction_to_one_and_fsdps_passes():
+    capped = Link("cap", rate=1e6, latency=0.0, source="inject", shared=True)
+    # two ranks on one capped loopback: each moves half the bytes at half the cap, twice
+    assert collective_seconds("all-reduce", 1e6, 2, 1, capped, capped, None) == pytest.approx(2.0)
+    # a reduction to one device: 3 copies in, the sum out to 3, through that device's link
+    assert collective_seconds("reduce-to-one", 1e6, 4, 1, LINK, LINK, None) == \
+        pytest.approx(2 * 3 * (1e6 / 10e9 + 5e-6))
+    assert collective_seconds("reduce-scatter", 1e6, 2, 1, LINK, LINK, None, passes=3) == \
+        pytest.approx(3 * (0.5 * 1e6 / 10e9 + 5e-6))
+    assert collective_seconds("none", 1e6, 4, 1, LINK, LINK, None) == 0.0
+    assert collective_seconds("all-reduce", 1e6, 1, 1, LINK, LINK, None) == 0.0
+
+
+def test_the_published_record_goes_through_the_same_arithmetic(tmp_path):
+    published = tmp_path / "published.toml"
+    published.write_text("""[by-hand]
+title = "by hand"
+backend = "hvd-torch"
+per_device_rate = 100
+per_device_batch = 50
+parameters = 25e6
+devices = 1
+nodes = 4
+link = "pcie4-x16"
+node_link = "eth-100g"
+efficiency = 0.9
+sources = "none"
+""")
+    # 0.5 s of compute; 100 MB in one 64 MiB-fusion... two messages, across 4 nodes at 12.5 GB/s
+    # with 10 us a ring step: two passes of 3/4 of the bytes and 2 x 3 latencies
+    moving = 2 * (0.75 * 100e6 / 12.5e9 + 2 * 3 * 10e-6)
+    found = against_published(None, published).iloc[0]
+    assert found["moving"] == pytest.approx(moving)
+    assert found["no_overlap"] == pytest.approx(0.5 / (0.5 + moving))
+    assert found["full_overlap"] == 1.0 and math.isnan(found["calibrated"])  # all hidden
+
+
+def test_the_slowest_of_n_ranks():
+    assert expected_largest(1) == 0.0
+    assert expected_largest(2) == pytest.approx(1 / math.sqrt(math.pi), rel=1e-6)  # exact
+    assert expected_largest(3) == pytest.approx(1.5 / math.sqrt(math.pi), rel=1e-6)
+    assert expected_largest(512) > expected_largest(64) > expected_largest(8)
+
+
+def test_links_are_named_with_their_source_or_given():
+    links = read_links()
+    assert {"nvlink4", "nvlink3", "pcie4-x16", "ib-ndr", "ib-hdr", "eth-100g",
+            "eth-25g"} <= set(links)
+    assert links["ib-ndr"].rate == 50e9 and "per node" in links["ib-ndr"].source
+    assert all(link.source and link.rate > 0 for link in links.values())
+    given = parse_link("25gbit,5us")
+    assert given.rate == pytest.approx(25e9 / 8) and given.latency == pytest.approx(5e-6)
+    assert parse_link("12gbps").latency == 0.0
+    for bad in ("fast", "25gbit,5 parsecs", "25"):
+        with pytest.raises(UserError, match="RATE"):
+            parse_link(bad)
+
+
+def test_backends_declare_how_their_gradients_cross():
+    assert backend_class("pt-ddp").collective_message_bytes == 25 * 2**20
+    assert backend_class("hvd-torch").collective_message_bytes == 64 * 2**20
+    assert {backend_class(b).reduction_across_devices for b in ("pt-ddp", "hvd-tf",
+                                                                 "tf-multiworker")} == {"all-reduce"}
+    assert backend_class("pt-fsdp").reduction_across_devices == "reduce-scatter"
+    assert backend_class("pt-single").reduction_across_devices == "none"
+
+
+def test_bad_input_is_one_clear_error(smoke):
+    for args, message in ((["--link", "warp-drive"], "neither a named link"),
+                          (["--devices", "0,2"], "counts from 1"),
+                          (["--node-link", "ib-ndr"], "needs --link")):
+        run = xbench("predict", smoke.results, *args)
+        assert run.returncode == 2 and message in run.stderr, run.stderr
+
+
+def test_every_n_device_cell_of_the_smoke_grid_is_predicted_held_out(smoke):
+    run = xbench("predict", smoke.results, "--json")
+    assert run.returncode == 0, run.stderr
+    check = json.loads(run.stdout)["check"]
+    usable = {(r["backend"], r["devices"]) for r in smoke.all
+              if r["status"] == "ok" and not r["contended"] and r["devices"] > 1}
+    assert {(c["backend"], c["devices"]) for c in check} == usable
+    for cell in check:
+        assert cell["calibrated_on"] == len(check) - 1  # every other configuration (one seed)
+        if cell["backend"] == "tf-mirrored":  # the one backend copying between devices of one
+            # process here (pt-dp's 2 devices need GPUs): nothing else measured such copies
+            assert cell["link"] == "not predicted: no other cell measured tf-mirrored copies"
+            continue
+        assert cell["epoch_seconds"] > 0 and math.isfinite(cell["error"])
+        assert cell["step"] == pytest.approx(cell["compute"] + cell["exposed"] + cell["waiting"])
+
+
+def test_a_cell_is_never_calibrated_on_itself(smoke):
+    """Changing a cell's own measured communication leaves its prediction as it was, though a
+    calibration on all the cells reads it."""
+    frame, _ = load([smoke.results], None, False)
+    cells = analysis.cell_table(frame)
+    attributed = analysis.attribution(cells)
+    before = checked(cells, attributed, {})
+    target = predicted(before).iloc[0]["cell_key"]
+    changed = attributed.copy()
+    mine = changed["cell_key"] == target
+    changed.loc[mine, "communication_step"] *= 10
+    changed.loc[mine, "moving_seconds"] *= 10
+    after = checked(cells, changed, {})
+    assert after.set_index("cell_key").loc[target, "epoch_seconds"] == \
+        pytest.approx(before.set_index("cell_key").loc[target, "epoch_seconds"])
+    assert calibrate(references(cells, changed)) != calibrate(references(cells, attributed))
+
+
+def test_the_what_if_table_to_512_devices_is_labelled_predicted(smoke):
+    run = xbench("predict", smoke.results, "--link", "nvlink4", "--node-link", "ib-ndr",
+                 "--devices", "1,8", "--nodes", "1,8,64")
+    assert run.returncode == 0, run.stderr
+    assert "Predicted, not measured: NVLink 4 (H100 SXM) between devices, InfiniBand NDR" in \
+        run.stdout
+    assert "| 64 × 8 |" in run.stdout and "predicted rate (samples/s)" in run.stdout
+    scaled = json.loads(xbench("predict", smoke.results, "--link", "ib-ndr", "--devices", "1,8",
+                               "--nodes", "1,8,64", "--json").stdout)["predicted"]
+    ddp = [r for r in scaled if r["backend"] == "pt-ddp"]
+    assert max(r["total"] for r in ddp) == 512
+    # a one-process backend is never spread over nodes; a single-device reference never at all
+    assert max(r["nodes"] for r in scaled if r["backend"] == "tf-mirrored") == 1
+    assert not [r for r in scaled if r["backend"] in ("pt-single", "tf-single")]
+    for row in ddp:
+        assert row["efficiency"] <= 1.0 + 1e-9 and row["rate_low"] <= row["rate"] <= row["rate_high"]
+
+
+def test_the_report_checks_every_cell_and_predicts_when_given_a_link(smoke, tmp_path):
+    run = xbench("report", smoke.results, "--out", tmp_path, "--format", "md,png", "--link",
+                 "pcie4-x16", "--node-link", "eth-100g")
+    assert run.returncode == 0, run.stderr
+    text = (tmp_path / "summary.md").read_text()
+    assert "## Predicted against measured" in text and (tmp_path / "predicted.png").is_file()
+    assert "### Predicted against measured: median absolute error of the predicted epoch time" in text
+    assert "## Predicted on other hardware" in text
+    assert "### Predicted, not measured: PCIe 4.0 x16 between devices, 100 Gbit/s Ethernet" in text
+    assert "| 64 × 8 |" in text
