@@ -54,7 +54,7 @@ PREDICT_TEXT = (
     "passes, the backend's buckets), less what the backward pass hides of them (the share "
     "calibrated per backend), and the wait for the slowest rank from the 1-device cell's spread. "
     "The link is "
-    "the probe's bandwidth of the library, the bandwidth calibration cells moved at, or a capped "
+    "the probe's bandwidth of the library, the fastest bandwidth calibration cells moved at, or a capped "
     "link's cap. Every cell is predicted from a calibration on the cells of every other "
     "configuration (its seeds and capped-link twins held out with it), so its error is held "
     "out. How the model works: docs/numbers.md, \"Predicted\".")
