@@ -46,16 +46,13 @@ def predict(results_files, link, node_link, devices, nodes, where, published, as
         calibrate,
         check_summary,
         checked,
-        parse_link,
+        given_links,
         references,
         what_if,
     )
     from xbench.reports.tables import check_table, markdown, published_table, what_if_table
-    if node_link and not link:
-        raise UserError("--node-link needs --link (the link between the devices of a node)")
+    chosen, between = given_links(link, node_link)
     paths = [Path(p) for p in results_files] or [newest_results(DEFAULT_RESULTS_DIR)]
-    chosen = parse_link(link) if link else None
-    between = parse_link(node_link) if node_link else chosen
     frame, problems = load(paths, where, False)
     for problem in problems:
         click.secho(problem, fg="yellow", err=True)

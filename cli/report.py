@@ -4,7 +4,6 @@ from pathlib import Path
 import click
 
 from xbench.cli.console import DEFAULT_RESULTS_DIR
-from xbench.common.errors import UserError
 from xbench.common.outputs import writable_folder
 
 
@@ -31,12 +30,10 @@ def report(results_files, out, formats, where, include_contended, baseline, lab,
     """Figures, tables and one HTML page from results files (default: the newest in results/)."""
     from xbench.reports.build import build_report, parse_formats  # pandas, scipy, matplotlib
     from xbench.reports.load import newest_results
-    from xbench.reports.predict import parse_link
+    from xbench.reports.predict import given_links
     from xbench.reports.tables import shorten
     paths = [Path(p) for p in results_files] or [newest_results(DEFAULT_RESULTS_DIR)]
-    if node_link and not link:
-        raise UserError("--node-link needs --link (the link between the devices of a node)")
-    links = [parse_link(text) if text else None for text in (link, node_link)]
+    links = given_links(link, node_link)
     out = writable_folder(out or Path("reports/out") / paths[0].stem, "the report")
     notices, summary, written = build_report(paths, out, parse_formats(formats), where,
                                              include_contended, baseline and Path(baseline), lab,

@@ -64,12 +64,18 @@ class Backend(abc.ABC):
     no_compression: ClassVar[str] = "one device: no gradients cross between devices"
     # Whether each rank keeps only a shard of the parameters (the `reshard` setting is its).
     shards_parameters: ClassVar[bool] = False
-    # For `xbench predict` (reports.predict): how its gradients cross between devices on a CPU
-    # (the reduction its rows record there; a row's own reduction wins where there is one), and
-    # the most bytes one collective carries (its buckets, fusion buffer or packs; None: every
-    # gradient in one), as the library documents them.
+    # For `xbench predict` (reports.predict): how its gradients cross between devices (the
+    # reduction its N-device rows record; see reduction_on), and the most bytes one collective
+    # carries (its buckets, fusion buffer or packs; None: every gradient in one), as the library
+    # documents them.
     reduction_across_devices: ClassVar[str] = "none"
     collective_message_bytes: ClassVar[int | None] = None
+
+    @classmethod
+    def reduction_on(cls, device_type: str) -> str:
+        """How its gradients cross between devices of `device_type` ("cpu", "cuda"): what its
+        N-device rows record there, known before any ran (xbench predict's what-if)."""
+        return cls.reduction_across_devices
 
     # --- in the runner: can it run here, and how is it launched --------------------------------
 

@@ -67,6 +67,7 @@ def cell_table(frame):
                       collective_library=first.get("collective_library"),
                       cores=first.get("cores"), devices_per_node=first.get("devices_per_node"),
                       training=first["training"], set_epoch=first.get("set_epoch"),
+                      training_without_fault=first["training_without_fault"],
                       lr_scaling=first.get("lr_scaling"), warmup_epochs=first.get("warmup_epochs"),
                       batch_sweep=first.get("batch_sweep"),
                       traffic=first["traffic"], math=first["math"],
@@ -119,7 +120,8 @@ def cell_table(frame):
 CELL_COLUMNS = [
     *CONFIG, "cell_key", "scaling", "seed", "max_train_samples", "epochs_run", "device_type",
     "device_name", "framework", "threads_per_device", "threads_pinned", "reduction",
-    "collective_library", "cores", "devices_per_node", "training", "set_epoch",
+    "collective_library", "cores", "devices_per_node", "training", "training_without_fault",
+    "set_epoch",
     "lr_scaling", "warmup_epochs", "batch_sweep", "traffic", "math", "epoch2_input_seconds", "n",
     "runs",
     "contended_runs", "statuses", "steps_per_epoch", "epoch2_samples", "memory_per_device",

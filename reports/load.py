@@ -96,6 +96,8 @@ def rows_frame(rows, include_contended=False):
     frame["math"] = [d.get("math") or {} for d in details]
     frame["cores"] = [(row.get("env") or {}).get("cpu_count") for row in rows]
     frame["training"] = [training_label(row) for row in rows]
+    # the same without an injected fault: what a capped cell's uncapped twin trains with
+    frame["training_without_fault"] = [training_label({**row, "inject": "none"}) for row in rows]
     frame["epoch_input_seconds"] = [[e.get("input_seconds") for e in epochs]
                                     for epochs in frame["epoch_list"]]
     evidence = [row.get("evidence") or {} for row in rows]

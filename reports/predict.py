@@ -7,8 +7,8 @@ not hide, and the wait for the slowest rank:
 - compute: the 1-device cell's attributed parts per step (common.attribution); input, forward and
   backward in proportion to the per-device batch (strong scaling divides it by the devices, weak
   scaling keeps it), optimizer and host overhead as they are. On a CPU an N-device cell's ranks
-  share the cores, so their compute is slower by the cores the 1-device cell computed on over a
-  rank's (its threads, or its share of the cores where the ranks outnumber them), times a factor
+  share the cores, so their compute is slower by the cores a rank lost against the 1-device
+  cell (its threads, or its share of the cores where the ranks outnumber them), to a power
   calibrated on measured cells of the backend (how far from linear its framework's threads
   scale, and what its ranks' own input pipelines cost on shared cores), else on those of the
   other backends on the device type.
@@ -28,10 +28,10 @@ not hide, and the wait for the slowest rank:
   draws from it).
 
 This machine's link is the probe's bus bandwidth of the backend's library at the nearest size
-(`xbench probe`), else the bandwidth the calibration cells' collectives moved at; a capped link
-(inject link=RATE) is its cap, shared by the ranks on the one loopback. Each measured cell is
-predicted from a calibration on the cells of every other configuration (leave one out, its seeds
-held out with it), so no error is fitted to itself.
+(`xbench probe`), else the fastest bandwidth the calibration cells' collectives moved at; a
+capped link (inject link=RATE) is its cap, shared by the ranks on the one loopback. Each
+measured cell is predicted from a calibration on the cells of every other configuration (leave
+one out, its seeds and capped-link twins held out with it), so no error is fitted to itself.
 """
 from __future__ import annotations
 
@@ -96,6 +96,15 @@ def parse_link(text: str, links: dict[str, Link] | None = None) -> Link:
     return Link(text, float(number) * faults.RATE_BYTES[unit], seconds, "given on the command line")
 
 
+def given_links(link: str | None, node_link: str | None) -> tuple[Link | None, Link | None]:
+    """The links of `--link` and `--node-link` (default: --link); a UserError for a node link
+    without a link between the devices of a node."""
+    if node_link and not link:
+        raise UserError("--node-link needs --link (the link between the devices of a node)")
+    chosen = parse_link(link) if link else None
+    return chosen, parse_link(node_link) if node_link else chosen
+
+
 def expected_largest(count: int) -> float:
     """The expected largest of `count` standard normal draws, 0 for one: the integral of x times
     the largest's density, count φ(x) Φ(x)^(count-1)."""
@@ -148,12 +157,11 @@ def references(cells: pd.DataFrame, attributed: pd.DataFrame) -> pd.DataFrame:
     """Every attributed N-device cell beside its backend's attributed 1-device cell of the same
     setup and batch (as scaling pairs them; a capped link's cell beside the uncapped 1-device
     cell, which has no link to cap), with the parts per step of both."""
-    family = [*[c for c in SETUP if c != "training"], "uninjected", "batch_mode", "batch"]
+    family = [*[c for c in SETUP if c != "training"], "training_without_fault", "batch_mode",
+              "batch"]
     keyed = cells.merge(attributed[["env", "cell_key", *[f"{p}_step" for p in (
         *COMPUTE_PARTS, "waiting", "communication")], "moving_seconds", "bytes"]],
         on=["env", "cell_key"])
-    keyed["uninjected"] = [str(training).replace(f", inject {inject}", "")
-                           for training, inject in zip(keyed["training"], keyed["inject"])]
     keyed = keyed[~keyed["threads_pinned"].astype(bool) & keyed["backend"].isin(list(BACKENDS))]
     ones = keyed[(keyed["devices"] == 1) & (keyed["nodes"] == 1) & (keyed["inject"] == faults.NONE)]
     many = keyed[keyed["devices"] > 1]  # the world: every node's devices
@@ -161,14 +169,19 @@ def references(cells: pd.DataFrame, attributed: pd.DataFrame) -> pd.DataFrame:
 
 
 def injected_link(inject) -> float | None:
-    """The cap of a cell's link (inject link=RATE), None where uncapped; NaN for a cell with
-    another fault (never predicted: the fault is not in the model)."""
+    """The cap of a cell's link (inject link=RATE), None where uncapped."""
     if not isinstance(inject, str) or inject == faults.NONE:
         return None
+    return faults.parse(inject).link_bytes_per_second
+
+
+def fault_outside_model(inject) -> bool:
+    """Whether a cell's injected fault has no part in the model (an input delay, a slow rank):
+    such a cell is never predicted."""
+    if not isinstance(inject, str) or inject == faults.NONE:
+        return False
     found = faults.parse(inject)
-    if found.input_delay or found.slow_rank is not None:
-        return math.nan
-    return found.link_bytes_per_second
+    return bool(found.input_delay) or found.slow_rank is not None
 
 
 def core_share(threads, cores, devices_per_node) -> float | None:
@@ -205,10 +218,11 @@ def hidden_share(moving: float, exposed: float, backward: float) -> float | None
 
 
 def reduction_of(pair) -> str:
-    """How the cell's gradients crossed (its row's word), else how its backend's do on a CPU."""
+    """How the cell's gradients crossed (its row's word), else how its backend's do on its
+    device type."""
     recorded = pair["reduction"]
     return (recorded if isinstance(recorded, str)
-            else backend_class(pair["backend"]).reduction_across_devices)
+            else backend_class(pair["backend"]).reduction_on(pair["device_type"]))
 
 
 def moved_bytes(pair) -> float:
@@ -339,9 +353,7 @@ def checked(cells: pd.DataFrame, attributed: pd.DataFrame, probes: dict) -> pd.D
     if cells.empty or attributed.empty:
         return pd.DataFrame(columns=CHECK_COLUMNS)
     pairs = references(cells, attributed)
-    modelled = pairs["inject"].map(lambda inject: not (isinstance(cap := injected_link(inject),
-                                                                  float) and math.isnan(cap)))
-    pairs = pairs[modelled.astype(bool)].reset_index(drop=True)
+    pairs = pairs[~pairs["inject"].map(fault_outside_model).astype(bool)].reset_index(drop=True)
     if pairs.empty:
         return pd.DataFrame(columns=CHECK_COLUMNS)
     configuration = pairs[HELD_OUT_TOGETHER].astype(str).agg("|".join, axis=1)
@@ -366,7 +378,7 @@ def checked(cells: pd.DataFrame, attributed: pd.DataFrame, probes: dict) -> pd.D
 # What a cell shares with the cells held out with it: all but its seed and its link's cap (a
 # capped cell computes as its uncapped twin does: neither calibrates the other).
 HELD_OUT_TOGETHER = ["env", "backend", "dataset", "model", "dataset_multiple", "batch_mode", "batch",
-                     "nodes", "devices", "uninjected", "max_train_samples"]
+                     "nodes", "devices", "training_without_fault", "max_train_samples"]
 CHECK_COLUMNS = ["env", "backend", "model", "batch_mode", "batch", "nodes", "devices",
                  "devices_per_node", "cell_key",
                  "inject", "compute", "moving", "overlap", "exposed", "waiting", "step", "link",
@@ -441,15 +453,15 @@ def what_if(cells: pd.DataFrame, attributed: pd.DataFrame, probes: dict, devices
     return pd.DataFrame(records, columns=WHAT_IF_COLUMNS)
 
 
-SETUP_OF_WHAT_IF = ["env", "backend", "dataset", "model", "batch_mode", "batch", "training",
-                    "compression", "powersgd_rank"]
+SETUP_OF_WHAT_IF = ["env", "backend", "dataset", "model", "batch_mode", "batch", "device_type",
+                    "training", "compression", "powersgd_rank"]
 
 
 def scaled_out(one: dict, calibration: Calibration, devices: list[int], nodes: list[int],
                link: Link, node_link: Link, band: tuple[float, float] | None) -> list[dict]:
     """The what-if rows of one 1-device setup, to every count its backend can run."""
     kind = backend_class(one["backend"])
-    reduction, size = kind.reduction_across_devices, wire_size(one)
+    reduction, size = kind.reduction_on(one["device_type"]), wire_size(one)
     overlap = pooled(calibration.overlap, one["backend"], 0.0)
     base = sum(one[f"{p}_step"] for p in COMPUTE_PARTS)
     rows, best, stopped = [], {}, None  # best: the highest rate at each smaller count
@@ -507,7 +519,7 @@ def against_published(calibration: Calibration | None,
     for name, entry in tomllib.loads(path.read_text()).items():
         kind = backend_class(entry["backend"])
         compute = entry["per_device_batch"] / entry["per_device_rate"]
-        moving = collective_seconds(kind.reduction_across_devices, 4 * entry["parameters"],
+        moving = collective_seconds(kind.reduction_on("cuda"), 4 * entry["parameters"],  # GPUs
                                     entry["devices"], entry["nodes"], links[entry["link"]],
                                     links[entry["node_link"]], kind.collective_message_bytes)
         hidden = min(moving, BACKWARD_SHARE * compute)
