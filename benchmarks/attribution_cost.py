@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from xbench.common.results import read_rows
+from xbench.common.results.store import read_rows
 from xbench.reports.stats import ratio_of_means
 
 SINGLE = ("pt-single", "tf-single")

@@ -13,11 +13,11 @@ import time
 import torch
 import torch.nn.functional as F
 
-from xbench.common.cell import Cell
-from xbench.common.data import MEAN, STD, epoch_order, load_mnist
-from xbench.common.job import Job
+from xbench.common.backends.registry import get_backend
+from xbench.common.grids.cell import Cell
 from xbench.common.machine import cpu_cores
-from xbench.common.registry import get_backend
+from xbench.common.running.job import Job
+from xbench.common.workload.data import MEAN, STD, epoch_order, load_mnist
 from xbench.pt_backend.models import build_model, build_optimizer
 
 

@@ -10,12 +10,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from xbench.common.cell import Cell
-from xbench.common.data import load_mnist
-from xbench.common.job import Job
+from xbench.common.backends.registry import get_backend
+from xbench.common.grids.cell import Cell
 from xbench.common.machine import cpu_cores
-from xbench.common.progress import ProgressReport
-from xbench.common.registry import get_backend
+from xbench.common.running.job import Job
+from xbench.common.running.progress import ProgressReport
+from xbench.common.workload.data import load_mnist
 from xbench.reports.stats import ratio_of_means
 
 

@@ -5,8 +5,8 @@ import json
 import click
 
 from xbench.cli.console import framework_messages, say, verbose
-from xbench.common import models
-from xbench.common.registry import BACKENDS, get_backend
+from xbench.common.backends.registry import BACKENDS, get_backend
+from xbench.common.workload import models
 
 FRAMEWORK_MODELS = {"PyTorch": "xbench.pt_backend.models:describe",
                     "Keras": "xbench.tf_backend.models:describe"}

@@ -1,7 +1,7 @@
 """`xbench data download`: MNIST, for users with internet (tests and CI never do this)."""
 import click
 
-from xbench.common import data as data_module
+from xbench.common.workload import data as data_module
 
 
 @click.group("data")

@@ -1,8 +1,8 @@
 """`xbench export`: a results file as a flat table, or as MLflow runs."""
 import click
 
-from xbench.common import results
 from xbench.common.errors import UserError
+from xbench.common.results import store as results
 
 
 @click.command("export")

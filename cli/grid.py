@@ -8,15 +8,15 @@ import click
 
 from xbench.cli.console import DEFAULT_RESULTS_DIR, EXIT_CELLS_FAILED, quiet, say, verbose
 from xbench.cli.options import setting_options
-from xbench.common import data as data_module
-from xbench.common import grid as grid_module
-from xbench.common import results
 from xbench.common.errors import UserError
-from xbench.common.estimate import dry_run_plan
-from xbench.common.launch import make_launcher
-from xbench.common.runner import run_grid
-from xbench.common.settings import SETTINGS
-from xbench.common.table import format_rows
+from xbench.common.grids import grid as grid_module
+from xbench.common.grids.settings import SETTINGS
+from xbench.common.grids.table import format_rows
+from xbench.common.results import store as results
+from xbench.common.running.estimate import dry_run_plan
+from xbench.common.running.launch import make_launcher
+from xbench.common.running.runner import run_grid
+from xbench.common.workload import data as data_module
 
 UNFINISHED = ("failed", "timeout")
 

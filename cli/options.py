@@ -1,11 +1,11 @@
-"""Command-line options generated from common.settings' table: each setting's flag, type, help
+"""Command-line options generated from common.grids.settings' table: each setting's flag, type, help
 and list form are declared there once."""
 from collections.abc import Callable, Iterable
 
 import click
 
 from xbench.cli.console import int_list, str_list
-from xbench.common.settings import Setting
+from xbench.common.grids.settings import Setting
 
 
 def setting_options(settings: Iterable[Setting]) -> Callable:

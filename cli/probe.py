@@ -6,13 +6,13 @@ import click
 
 from xbench.cli.console import DEFAULT_RESULTS_DIR, EXIT_CELLS_FAILED, int_list, say, str_list
 from xbench.cli.options import setting_options
-from xbench.common import results
 from xbench.common.errors import UserError
-from xbench.common.launch import make_launcher
-from xbench.common.limits import append_probe, probe_path
+from xbench.common.grids.settings import DEVICE_KINDS, SETTINGS, SLURM, check_axis
 from xbench.common.machine import nvidia_gpus
-from xbench.common.probe import ALL_REDUCE_BACKENDS, MATMUL_BACKENDS, run_probe
-from xbench.common.settings import DEVICE_KINDS, SETTINGS, SLURM, check_axis
+from xbench.common.results import store as results
+from xbench.common.results.probes import append_probe, probe_path
+from xbench.common.running.launch import make_launcher
+from xbench.common.running.probe import ALL_REDUCE_BACKENDS, MATMUL_BACKENDS, run_probe
 from xbench.reports.probe import probe_text
 
 

@@ -6,13 +6,13 @@ from pathlib import Path
 import click
 
 from xbench.cli.console import EXIT_CELLS_FAILED, say, str_list
+from xbench.common.backends.registry import get_backend
 from xbench.common.errors import UserError
-from xbench.common.launch import LocalLauncher
+from xbench.common.grids.settings import DEVICE_KINDS
 from xbench.common.machine import nvidia_gpus
-from xbench.common.models import MODELS
-from xbench.common.outputs import writable_folder
-from xbench.common.registry import get_backend
-from xbench.common.settings import DEVICE_KINDS
+from xbench.common.results.outputs import writable_folder
+from xbench.common.running.local import LocalLauncher
+from xbench.common.workload.models import MODELS
 
 
 @click.command()
@@ -39,7 +39,7 @@ def profile(model, batch, backend, units, steps, warmup, device, seed, out, as_j
     """Time each layer (unit: conv1, bn1, block1 ...) of a model forward and backward on one
     device in each framework, beside the whole training step: median and 95% interval per
     pass, the unit's share of the step, and its achieved GFLOP/s (seed 001's measurement)."""
-    from xbench.common.profile import PROFILE_BACKENDS, check_request, run_profile  # scipy
+    from xbench.common.running.profile import PROFILE_BACKENDS, check_request, run_profile  # scipy
     from xbench.reports.profile import table_text, write  # matplotlib
     backends = backend or [b for b in PROFILE_BACKENDS if not get_backend(b).missing()]
     timed = check_request(model, batch, backends, units or [], steps, warmup, seed)

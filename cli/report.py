@@ -4,7 +4,7 @@ from pathlib import Path
 import click
 
 from xbench.cli.console import DEFAULT_RESULTS_DIR
-from xbench.common.outputs import writable_folder
+from xbench.common.results.outputs import writable_folder
 
 
 @click.command()

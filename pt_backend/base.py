@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from xbench.common.attribution import CollectiveClock
-from xbench.common.backend import Backend
-from xbench.common.cell import Cell
-from xbench.common.collectives import Collectives, OneProcess
-from xbench.common.compression import gradient_wire_bytes
-from xbench.common.job import Job
-from xbench.common.schema import Measurement
+from xbench.common.backends.backend import Backend
+from xbench.common.backends.collectives import Collectives, OneProcess
+from xbench.common.grids.cell import Cell
+from xbench.common.measuring.attribution import CollectiveClock
+from xbench.common.results.schema import Measurement
+from xbench.common.running.job import Job
+from xbench.common.workload.compression import gradient_wire_bytes
 
 if TYPE_CHECKING:
     import torch
@@ -104,7 +104,7 @@ class TorchBackend(Backend):
         """Threads, device and processes of `cell` in this process (stop_processes undoes it)."""
         import torch
 
-        from xbench.common.training import INTER_OP_PER_DEVICE
+        from xbench.common.running.training import INTER_OP_PER_DEVICE
 
         self.cell = cell
         devices = self.devices_per_process(cell)

@@ -1,7 +1,7 @@
 """pt-ddp: DistributedDataParallel, one process per device, started by torchrun (nccl / gloo)."""
-from xbench.common.backend import wire
-from xbench.common.compression import COMPRESSIONS, POWERSGD_MIN_RATE, POWERSGD_START_STEP
-from xbench.common.compression import label as compression_label
+from xbench.common.backends.backend import wire
+from xbench.common.workload.compression import COMPRESSIONS, POWERSGD_MIN_RATE, POWERSGD_START_STEP
+from xbench.common.workload.compression import label as compression_label
 from xbench.pt_backend.torchrun import TorchrunBackend
 
 
@@ -42,7 +42,7 @@ class DistributedDataParallelBackend(TorchrunBackend):
         return wrapped
 
     def compress(self, wrapped):
-        """The cell's compression as DDP's own communication hook (common.compression)."""
+        """The cell's compression as DDP's own communication hook (common.workload.compression)."""
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
         compression = self.cell.compression
         if compression in ("fp16", "bf16"):

@@ -1,9 +1,9 @@
 """pt-dp: torch.nn.DataParallel, one process driving N GPUs (the blog's PyTorch backend)."""
 import math
 
-from xbench.common.backend import wire
-from xbench.common.models import MODELS, gradient_bytes, input_shape
-from xbench.common.precision import lower_dtype
+from xbench.common.backends.backend import wire
+from xbench.common.workload.models import MODELS, gradient_bytes, input_shape
+from xbench.common.workload.precision import lower_dtype
 from xbench.pt_backend.base import TorchBackend
 
 

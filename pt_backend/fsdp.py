@@ -5,8 +5,8 @@ before its backward pass where it resharded after forward) and reduce-scatters i
 after its backward pass, so the optimizer steps on each rank's shard only."""
 import math
 
-from xbench.common.backend import wire
-from xbench.common.models import tensor_shapes
+from xbench.common.backends.backend import wire
+from xbench.common.workload.models import tensor_shapes
 from xbench.pt_backend.torchrun import TorchrunBackend
 
 FLOAT32_BYTES = 4  # FSDP gathers and reduces in the parameters' dtype (no MixedPrecisionPolicy)

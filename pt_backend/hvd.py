@@ -1,6 +1,6 @@
 """hvd-torch: Horovod's ring all-reduce over PyTorch, N processes started by horovodrun."""
-from xbench.common import horovod_support
-from xbench.common.collectives import Collectives
+from xbench.common.backends import horovod_support
+from xbench.common.backends.collectives import Collectives
 from xbench.pt_backend.base import TorchBackend
 
 

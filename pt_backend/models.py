@@ -1,11 +1,17 @@
-"""The PyTorch networks, built from common.models' specs."""
+"""The PyTorch networks, built from common.workload.models' specs."""
 from collections import OrderedDict
 
 import torch
 from torch import nn
 
-from xbench.common import models as spec
-from xbench.common.models import ADAM, BATCHNORM, initial_weights, input_shape, named_layers
+from xbench.common.workload import models as spec
+from xbench.common.workload.models import (
+    ADAM,
+    BATCHNORM,
+    initial_weights,
+    input_shape,
+    named_layers,
+)
 
 
 class ResidualBlock(nn.Module):
@@ -43,7 +49,7 @@ def torch_layer(layer) -> nn.Module:
 
 def build_model(name, seed=0) -> nn.Sequential:
     """The model `name`, one named module per top-level spec layer (conv1, bn1, block1 ...), with
-    the initial weights every backend starts from (common.models)."""
+    the initial weights every backend starts from (common.workload.models)."""
     model = nn.Sequential(OrderedDict((unit, torch_layer(layer))
                                       for unit, layer, _ in named_layers(name)))
     with torch.no_grad():
@@ -61,7 +67,7 @@ def batchnorm_statistics(model: nn.Module) -> list[torch.Tensor]:
 
 def build_optimizer(parameters, name="adam", lr=ADAM["learning_rate"], momentum=0.0,
                     weight_decay=0.0):
-    """The optimizer of every backend (common.grid's settings; weight decay is L2, added to the
+    """The optimizer of every backend (common.grids.grid's settings; weight decay is L2, added to the
     gradient)."""
     if name == "sgd":
         return torch.optim.SGD(parameters, lr=lr, momentum=momentum, weight_decay=weight_decay)

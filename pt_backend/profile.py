@@ -1,17 +1,17 @@
-"""PyTorch's part of `xbench profile` (common.profile): the passes of each unit and of the whole
+"""PyTorch's part of `xbench profile` (common.running.profile): the passes of each unit and of the whole
 training step, as torch runs them in training (train mode: BatchNorm uses batch statistics)."""
 import torch
 from torch import nn
 
-from xbench.common.data import load
-from xbench.common.profile import STEP_PASSES, time_passes
+from xbench.common.running.profile import STEP_PASSES, time_passes
+from xbench.common.workload.data import load
 from xbench.pt_backend.limits import device_name
 from xbench.pt_backend.models import build_model, build_optimizer
 from xbench.pt_backend.train import normalise
 
 
 def profile(cell, device, request):
-    """The seconds of every pass of `request`'s units and of the step (common.profile)."""
+    """The seconds of every pass of `request`'s units and of the step (common.running.profile)."""
     data = load(cell)
     model = build_model(cell.model, cell.seed).to(device).train()
     x = normalise(torch.from_numpy(data.train_images).to(device), data.mean, data.std)

@@ -3,7 +3,7 @@ joined in torch.distributed's default process group (nccl on GPUs, gloo on the C
 import os
 import sys
 
-from xbench.common.collectives import Collectives
+from xbench.common.backends.collectives import Collectives
 from xbench.pt_backend.base import TorchBackend
 
 
@@ -23,7 +23,7 @@ class TorchrunBackend(TorchBackend):
                           f"--rdzv-endpoint={placement.hosts[0]}:{placement.port}",
                           f"--rdzv-id=xbench-{placement.port}"]
         return [sys.executable, "-m", "torch.distributed.run", *rendezvous,
-                f"--nproc-per-node={cell.devices}", "-m", "xbench.common.worker", *worker_args]
+                f"--nproc-per-node={cell.devices}", "-m", "xbench.common.running.worker", *worker_args]
 
     def start_processes(self, device_kind):
         import torch.distributed as dist

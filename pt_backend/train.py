@@ -1,4 +1,4 @@
-"""The PyTorch training loop of pt-dp, pt-ddp and hvd-torch: the hooks of common.training's loop.
+"""The PyTorch training loop of pt-dp, pt-ddp and hvd-torch: the hooks of common.running.training's loop.
 
 The backend wraps the model and the optimizer its own way (pt_backend.base's hooks); the input
 pipeline, the step and the measurements are the same for all three, so their numbers compare.
@@ -10,12 +10,12 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, Sampler
 
-from xbench.common.attribution import INSTRUMENTED, CollectiveClock
-from xbench.common.data import rank_indices
-from xbench.common.env import cpu_name, peak_rss_bytes
-from xbench.common.evidence import indices_digest
-from xbench.common.precision import LOSS_SCALE_GROWTH_STEPS, LOSS_SCALE_START, lower_dtype
-from xbench.common.training import EVAL_BATCH, TrainingLoop
+from xbench.common.measuring.attribution import INSTRUMENTED, CollectiveClock
+from xbench.common.measuring.evidence import indices_digest
+from xbench.common.running.env import cpu_name, peak_rss_bytes
+from xbench.common.running.training import EVAL_BATCH, TrainingLoop
+from xbench.common.workload.data import rank_indices
+from xbench.common.workload.precision import LOSS_SCALE_GROWTH_STEPS, LOSS_SCALE_START, lower_dtype
 from xbench.pt_backend.models import batchnorm_statistics, build_model, build_optimizer
 
 
@@ -39,7 +39,7 @@ class TrainSet(torch.utils.data.Dataset):
 
 
 class EpochShardSampler(DistributedSampler):
-    """DistributedSampler (set_epoch each epoch) dealing common.data's order, so every backend and
+    """DistributedSampler (set_epoch each epoch) dealing common.workload.data's order, so every backend and
     framework trains on the same samples in the same global batches."""
 
     def __init__(self, dataset, global_batch, seed, rank, world, replicas):
@@ -54,7 +54,7 @@ class EpochShardSampler(DistributedSampler):
 
 class EpochShuffleSampler(Sampler):
     """A plain shuffling loader's order (DataLoader(shuffle=True): a new order each time it is
-    iterated, nothing to call between epochs), dealing common.data's order of the epoch it is
+    iterated, nothing to call between epochs), dealing common.workload.data's order of the epoch it is
     in, so the trajectory is every backend's. What pt-single and pt-dp draw with: one process
     needs no DistributedSampler."""
 
@@ -143,7 +143,7 @@ class TorchLoop(TrainingLoop):
             self.sampler = EpochShardSampler(self.dataset, cell.global_batch, cell.seed,
                                              self.comm.rank, self.comm.world, replicas)
             # torch's own DistributedSampler, given the same set_epoch calls: the evidence of
-            # what it deals with and without them (its order is not common.data's)
+            # what it deals with and without them (its order is not common.workload.data's)
             self.torch_sampler = DistributedSampler(range(len(self.dataset)), self.comm.world,
                                                     self.comm.rank, shuffle=True, seed=cell.seed,
                                                     drop_last=True)

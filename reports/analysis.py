@@ -10,12 +10,22 @@ import math
 import numpy as np
 import pandas as pd
 
-from xbench.common.attribution import PARTS, mean_parts
-from xbench.common.compression import wire_bytes
-from xbench.common.datasheets import datasheet_peak
-from xbench.common.limits import bus_bandwidth, flop_utilisation, peak_flops, probe_all_reduce
-from xbench.common.models import MODELS, dominant_math, tensor_shapes, training_flops_per_sample
-from xbench.common.registry import BACKENDS, backend_class
+from xbench.common.backends.registry import BACKENDS, backend_class
+from xbench.common.measuring.attribution import PARTS, mean_parts
+from xbench.common.measuring.datasheets import datasheet_peak
+from xbench.common.measuring.limits import (
+    bus_bandwidth,
+    flop_utilisation,
+    peak_flops,
+    probe_all_reduce,
+)
+from xbench.common.workload.compression import wire_bytes
+from xbench.common.workload.models import (
+    MODELS,
+    dominant_math,
+    tensor_shapes,
+    training_flops_per_sample,
+)
 from xbench.reports.stats import difference_of_means, ratio_of_means, summarize
 
 CONFIG = ["env", "series", "backend", "dataset", "model", "dataset_multiple", "batch_mode", "batch",
@@ -209,7 +219,7 @@ def scaling(cells):
 
 
 def last_epoch_attribution(record: dict) -> dict:
-    """One run's step attribution (common.attribution), its last epoch: each part's seconds
+    """One run's step attribution (common.measuring.attribution), its last epoch: each part's seconds
     (the mean over the ranks), the steps, whether every epoch and rank added up, the time its
     collectives moved data per step (median over steps, on the rank that saw the most of it),
     the bytes they reduced where counted, the slowest rank and how each part is known."""
@@ -270,7 +280,7 @@ ATTRIBUTION_COLUMNS = [
     "moving_seconds", "moving_ci", "bytes", "bytes_how", "algbw", "busbw", "busbw_ci"]
 COMMUNICATION = (
     "Every step of every rank is split into input, forward, backward, optimizer, waiting for "
-    "the slowest rank, exposed communication and host overhead (common.attribution): the "
+    "the slowest rank, exposed communication and host overhead (common.measuring.attribution): the "
     "boundaries come from the host clock (CUDA events on a GPU), and the collectives are counted "
     "by the library that does them (DDP's and Horovod's gradient hooks and the end of their wait, "
     "TensorFlow's profiler trace). Moving time = the collectives' time in flight less waiting "
@@ -314,7 +324,7 @@ def against_limits(cells, attributed, probes):
     the probe's matmul peak at the precision the cell's framework ran its dominant layers in
     (its row's `math`: bf16 or fp16 in mixed precision, else fp32, or TF32 on a GPU that allowed
     it), and on a GPU also against the
-    data sheet's peak at that precision (common.datasheets); either above 100% is SUSPECT; and for an all-reducing cell on N > 1 devices its achieved bus
+    data sheet's peak at that precision (common.measuring.datasheets); either above 100% is SUSPECT; and for an all-reducing cell on N > 1 devices its achieved bus
     bandwidth (from its collectives' counted moving time, `attributed`: `attribution`) against
     the probe's, at the gradients' size, with the same library and placement; an achieved
     bandwidth above the probe's is marked suspect. `probes`: reports.load.load_probes'

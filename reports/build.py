@@ -1,15 +1,15 @@
 """`xbench report`: results files -> figures, tables, summary.md, cells.csv and one HTML page.
 
-Reads only the results files (through common.results) and needs no ML framework: pandas, numpy
+Reads only the results files (through common.results.store) and needs no ML framework: pandas, numpy
 and matplotlib. `build_report` is the whole pipeline; the command line only parses options and
 prints.
 """
 from datetime import datetime, timezone
 from pathlib import Path
 
-from xbench.common.attribution import MEANING
 from xbench.common.errors import UserError
-from xbench.common.results import csv_safe
+from xbench.common.measuring.attribution import MEANING
+from xbench.common.results.store import csv_safe
 from xbench.reports import analysis, figures, goodput, page, predict, tables
 from xbench.reports.compare import compare
 from xbench.reports.compare import text_table as compare_table

@@ -12,8 +12,8 @@ import numpy as np
 from matplotlib import ticker
 from matplotlib.figure import Figure
 
-from xbench.common.attribution import PARTS
-from xbench.common.registry import BACKENDS
+from xbench.common.backends.registry import BACKENDS
+from xbench.common.measuring.attribution import PARTS
 from xbench.reports import analysis, predict
 
 matplotlib.use("Agg")  # files only, never a display

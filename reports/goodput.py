@@ -1,5 +1,5 @@
 """Time to a target accuracy and goodput: what more devices and larger batches buy once the
-accuracy they reach is counted (the runs of cells with a target accuracy, common.target).
+accuracy they reach is counted (the runs of cells with a target accuracy, common.measuring.target).
 
 A configuration is a cell key without its seed: its runs are its seeds (and repeats). Time to the
 target is noisy by nature, so each configuration's time is given as MLPerf Training gives it:

@@ -1,6 +1,6 @@
 """Results files -> one pandas frame of rows, each tagged with the environment it was measured in.
 
-Rows are read only through `common.results.read_rows`, which validates each against the schema; a
+Rows are read only through `common.results.store.read_rows`, which validates each against the schema; a
 line that is not a valid row becomes a problem (reported, never fatal), so a damaged file still
 gives a report of what it holds.
 """
@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from xbench.common.compression import label as compression_label
 from xbench.common.errors import UserError
-from xbench.common.limits import probe_path, read_probes
-from xbench.common.results import flat_table, read_rows, results_files
+from xbench.common.results.probes import probe_path, read_probes
+from xbench.common.results.store import flat_table, read_rows, results_files
+from xbench.common.workload.compression import label as compression_label
 from xbench.reports.query import select
 
 CONFIG_FIELDS = ("backend", "model", "dataset", "dataset_multiple", "batch_mode", "global_batch",
@@ -40,7 +40,7 @@ def load(paths, where=None, include_contended=False):
     """(frame, problems): the valid rows of every file (filtered by `where`), and what was
     wrong with the others. A row's `usable` says whether its measurements enter the statistics:
     it ran ok and was not contended (unless `include_contended`). A row read before, in this
-    file or another, is dropped and counted (common.results.read_rows)."""
+    file or another, is dropped and counted (common.results.store.read_rows)."""
     rows, problems, seen = [], [], set()
     for path in paths:
         try:
@@ -133,7 +133,7 @@ def numbers(values):
 
 def load_probes(paths, frame):
     """({env label: {"matmul": [...], "all_reduce": [...]}}, problems): the records of the probe
-    files beside the results files (common.limits), each given to the environment of the rows it
+    files beside the results files (common.measuring.limits), each given to the environment of the rows it
     was measured in; where several measured the same thing, the newest counts."""
     labels = dict(zip(frame["env_key"], frame["env"])) if len(frame) else {}
     found, problems = {}, []

@@ -4,7 +4,7 @@ and every measured N-device cell beside what the model said of it.
 A step on N devices is its compute, the part of its gradients' collectives that the compute does
 not hide, and the wait for the slowest rank:
 
-- compute: the 1-device cell's attributed parts per step (common.attribution); input, forward and
+- compute: the 1-device cell's attributed parts per step (common.measuring.attribution); input, forward and
   backward in proportion to the per-device batch (strong scaling divides it by the devices, weak
   scaling keeps it), optimizer and host overhead as they are. On a CPU an N-device cell's ranks
   share the cores, so their compute is slower by the cores a rank lost against the 1-device
@@ -45,9 +45,9 @@ import numpy as np
 import pandas as pd
 from scipy import integrate, stats
 
-from xbench.common import faults
+from xbench.common.backends.registry import BACKENDS, backend_class
 from xbench.common.errors import UserError
-from xbench.common.registry import BACKENDS, backend_class
+from xbench.common.workload import faults
 from xbench.reports.analysis import SETUP, wire_size
 
 LINKS_FILE = Path(__file__).with_name("links.toml")

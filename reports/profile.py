@@ -1,4 +1,4 @@
-"""What `xbench profile` shows of its record (common.profile): a table per framework, a figure of
+"""What `xbench profile` shows of its record (common.running.profile): a table per framework, a figure of
 the units side by side, and the JSON file with every round's seconds."""
 import json
 import textwrap
@@ -6,7 +6,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from xbench.common.contention import taken_share
+from xbench.common.measuring.contention import taken_share
 from xbench.reports.figures import color, render
 from xbench.reports.tables import num
 
@@ -23,7 +23,7 @@ METHOD = ("Each unit runs alone on its input inside the model, forward then back
 
 
 def median_text(summary, scale: float = 1.0, form=num) -> str:
-    """'1.23 [1.20, 1.31]': a median (common.profile.median_interval) and its interval times
+    """'1.23 [1.20, 1.31]': a median (common.running.profile.median_interval) and its interval times
     `scale`; '—' where there is none."""
     if summary is None:
         return "—"

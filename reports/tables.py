@@ -5,7 +5,7 @@ from html import escape
 
 import pandas as pd
 
-from xbench.common.attribution import PARTS
+from xbench.common.measuring.attribution import PARTS
 from xbench.reports import analysis
 
 MIB = 2 ** 20

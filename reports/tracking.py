@@ -19,8 +19,8 @@ from urllib.parse import urlsplit
 from urllib.request import url2pathname
 
 from xbench.common.errors import UserError
-from xbench.common.outputs import writable_folder
-from xbench.common.results import row_identity
+from xbench.common.results.outputs import writable_folder
+from xbench.common.results.store import row_identity
 
 PARAMS = ("grid", "cell_key", "repeat", "backend", "framework", "model", "dataset",
           "dataset_multiple", "batch_mode", "global_batch", "per_device_batch", "nodes",

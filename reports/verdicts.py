@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from xbench.common.attribution import COMPUTE
+from xbench.common.measuring.attribution import COMPUTE
 from xbench.reports import analysis
 from xbench.reports.stats import (
     false_discoveries_controlled,

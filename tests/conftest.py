@@ -31,7 +31,7 @@ def mnist_dir():
 
 @pytest.fixture(scope="session")
 def mnist(mnist_dir):
-    from xbench.common.data import load_mnist
+    from xbench.common.workload.data import load_mnist
     return load_mnist(mnist_dir)
 
 
@@ -49,7 +49,7 @@ def smoke(mnist_dir, tmp_path_factory):
     """The smoke preset, run once through the real command line on 2,048 real MNIST images: every
     backend on 1 and (where it spans devices) 2 devices. The tests of each backend read their rows
     from it: `rows[(backend, devices)]`."""
-    from xbench.common.results import read_rows
+    from xbench.common.results.store import read_rows
     results = tmp_path_factory.mktemp("smoke") / "smoke.jsonl"
     run = xbench("grid", "--preset", "smoke", "--max-train-samples", SMOKE_SLICE,
                  "--data-dir", mnist_dir, "--results", results, timeout=1800)
@@ -64,7 +64,7 @@ def smoke(mnist_dir, tmp_path_factory):
 def probe(tmp_path_factory):
     """One real `xbench probe`: torch's and TensorFlow's matmuls, gloo (pt-ddp) on 2 and 4
     processes: (its folder, its record, what it printed)."""
-    from xbench.common.limits import read_probes
+    from xbench.common.results.probes import read_probes
     folder = tmp_path_factory.mktemp("probe")
     run = xbench("probe", "--backend", "pt-single,tf-single,pt-ddp", "--devices", "2,4",
                  "--results-dir", folder)

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import write_grid, xbench
-from xbench.common import faults
-from xbench.common.attribution import (
+from xbench.common.errors import UserError
+from xbench.common.measuring.attribution import (
     COUNTED,
     MARKED,
     CollectiveClock,
@@ -27,10 +27,10 @@ from xbench.common.attribution import (
     split,
     summarize,
 )
-from xbench.common.errors import UserError
-from xbench.common.launch import capped_link
-from xbench.common.models import gradient_bytes
-from xbench.common.results import read_rows
+from xbench.common.results.store import read_rows
+from xbench.common.running.link_cap import capped_link
+from xbench.common.workload import faults
+from xbench.common.workload.models import gradient_bytes
 
 MS = 1e-3
 

@@ -15,11 +15,11 @@ import pytest
 import tensorflow as tf
 import torch
 
-from xbench.common import data
+from xbench.common.backends.registry import BACKENDS, backend_class
 from xbench.common.errors import UserError
-from xbench.common.models import MODELS, has_batchnorm, initial_weights, parameter_count
-from xbench.common.registry import BACKENDS, backend_class
-from xbench.common.schema import row_problem
+from xbench.common.results.schema import row_problem
+from xbench.common.workload import data
+from xbench.common.workload.models import MODELS, has_batchnorm, initial_weights, parameter_count
 from xbench.pt_backend import models as pt_models
 from xbench.pt_backend import train as pt_train
 from xbench.tf_backend import models as tf_models

@@ -10,7 +10,7 @@ import pytest
 from conftest import REPO, SLOW, XBENCH, write_grid
 from test_progress import run_in_terminal
 
-from xbench.common.results import append_row, new_run_id, read_rows
+from xbench.common.results.store import append_row, new_run_id, read_rows
 from xbench.reports.compare import slower_than
 from xbench.reports.stats import Ratio
 

@@ -8,11 +8,11 @@ import types
 import psutil
 import pytest
 
-from xbench.common import contention
-from xbench.common.contention import epoch_contention, visible_gpus
 from xbench.common.machine import CpuCgroup
-from xbench.common.placement import rank_cores
-from xbench.common.runner import contention_mark, cores_text
+from xbench.common.measuring import contention
+from xbench.common.measuring.contention import epoch_contention, visible_gpus
+from xbench.common.running.placement import rank_cores
+from xbench.common.running.runner import contention_mark, cores_text
 
 
 @pytest.mark.parametrize("allowed, sharing, expected", [

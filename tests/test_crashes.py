@@ -1,13 +1,14 @@
 """A cell whose process crashed (a fatal signal: heap corruption inside a framework) runs again,
-up to its `retries`, and its row keeps every crash (common.runner)."""
+up to its `retries`, and its row keeps every crash (common.running.runner)."""
 import json
 
 import pytest
 
-from xbench.common import runner
-from xbench.common.cell import Cell
-from xbench.common.launch import Ended, LocalLauncher
-from xbench.common.schema import row_problem
+from xbench.common.grids.cell import Cell
+from xbench.common.results.schema import row_problem
+from xbench.common.running import runner
+from xbench.common.running.local import LocalLauncher
+from xbench.common.running.processes import Ended
 
 
 @pytest.mark.parametrize("code, crash", [(-11, True), (-6, True), (134, True), (139, True),

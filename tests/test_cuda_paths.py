@@ -5,9 +5,9 @@ mistake in them fails here, in CI, before it reaches a GPU."""
 import pytest
 import torch
 
-from xbench.common.cell import Cell
 from xbench.common.errors import Unsupported
-from xbench.common.models import gradient_bytes
+from xbench.common.grids.cell import Cell
+from xbench.common.workload.models import gradient_bytes
 from xbench.pt_backend.ddp import DistributedDataParallelBackend
 from xbench.pt_backend.dp import DataParallelBackend
 from xbench.pt_backend.single import SingleDeviceTorchBackend
@@ -102,7 +102,7 @@ class FakeEvent:
 def test_on_a_gpu_every_part_is_timed_with_cuda_events(monkeypatch):
     """The loop's moments on a GPU are CUDA events (device time, no host synchronisation), read
     once the epoch is over: the parts come out in the device's seconds."""
-    from xbench.common.attribution import CollectiveClock, StepMarks, partition
+    from xbench.common.measuring.attribution import CollectiveClock, StepMarks, partition
     from xbench.pt_backend.train import TorchLoop
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
     loop = TorchLoop.__new__(TorchLoop)
@@ -141,7 +141,7 @@ def test_ddp_tells_each_gradient_ready_with_its_bytes_and_backward_ends_the_wait
     compression), and DDP's backward returns when they are all done."""
     import dataclasses
 
-    from xbench.common.attribution import CollectiveClock
+    from xbench.common.measuring.attribution import CollectiveClock
     moments = iter([1.0, 2.0, 5.0])
     clock = CollectiveClock(stamp=lambda: next(moments))
     model = torch.nn.Linear(3, 2)
@@ -189,7 +189,7 @@ def test_mfu_on_an_h100_is_against_the_tf32_peak_and_the_data_sheet(tmp_path):
     TFLOP/s); a rate that would be 120% of the data sheet is SUSPECT, not a result."""
     from test_report import write_rows
 
-    from xbench.common.models import training_flops_per_sample
+    from xbench.common.workload.models import training_flops_per_sample
     from xbench.reports import analysis
     from xbench.reports.load import load
     from xbench.reports.tables import limits_table
@@ -220,7 +220,7 @@ def test_mfu_on_an_h100_is_against_the_tf32_peak_and_the_data_sheet(tmp_path):
     shown = limits_table(limits.reset_index()).set_index("backend")
     assert shown.loc["pt-ddp", "MFU of the data sheet"].startswith("SUSPECT: 120.0%")
     assert not shown.loc["tf-single", "MFU, 95% CI of the rate"].startswith(("—", "SUSPECT"))
-    from xbench.common.datasheets import datasheet_peak
+    from xbench.common.measuring.datasheets import datasheet_peak
     assert datasheet_peak("NVIDIA L40S", "fp32") is None  # not the L4's ("L4" is a whole word)
     assert datasheet_peak("Tesla T4", "tf32") is None and datasheet_peak("Intel Xeon", "fp32") is None
 
@@ -230,7 +230,7 @@ def test_float32_precision_sets_both_frameworks_alike(monkeypatch):
     both; the cell's key says which."""
     import torch
 
-    from xbench.common.cell import Cell
+    from xbench.common.grids.cell import Cell
     from xbench.pt_backend import train as pt_train
     from xbench.tf_backend import train as tf_train
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))

@@ -4,8 +4,8 @@ import shutil
 import numpy as np
 import pytest
 
-from xbench.common import data
 from xbench.common.errors import UserError
+from xbench.common.workload import data
 
 TRAIN_LABEL_COUNTS = [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949]
 TEST_LABEL_COUNTS = [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]

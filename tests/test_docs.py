@@ -1,5 +1,5 @@
 """README.md and docs/ say only what is so: every relative link resolves, every `xbench` command
-and option they show exists, and the settings table is the one in common/settings.py."""
+and option they show exists, and the settings table is the one in common/grids/settings.py."""
 import re
 import shlex
 
@@ -8,7 +8,7 @@ import pytest
 
 from tests.conftest import REPO
 from xbench.cli.main import main
-from xbench.common.settings import reference_table
+from xbench.common.grids.settings import reference_table
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
@@ -84,5 +84,5 @@ def test_the_settings_reference_is_the_settings_table():
     start = text.index("<!-- settings table:")
     table = text[text.index("\n", start) + 1:text.index("<!-- end of the settings table -->")]
     assert table.strip() == reference_table(), \
-        "docs/grids.md's settings table is not common/settings.py's: regenerate it with " \
-        "python -c 'from xbench.common.settings import reference_table; print(reference_table())'"
+        "docs/grids.md's settings table is not common/grids/settings.py's: regenerate it with " \
+        "python -c 'from xbench.common.grids.settings import reference_table; print(reference_table())'"

@@ -10,16 +10,16 @@ import numpy as np
 import pytest
 from conftest import REPO, SLOW, XBENCH, write_grid
 
-from xbench.common.data import rank_indices
-from xbench.common.evidence import sample_evidence
-from xbench.common.placement import rank_cores
-from xbench.common.results import read_rows
+from xbench.common.measuring.evidence import sample_evidence
+from xbench.common.results.store import read_rows
+from xbench.common.running.placement import rank_cores
+from xbench.common.workload.data import rank_indices
 from xbench.reports.build import build_report
 
 SAMPLES = 1024
 # In every process (sitecustomize runs at start-up): each rank is dealt rank 0's shard, the bug of
 # a sampler that was never told its rank.
-WRONG_ORDER = '''import xbench.common.data as data
+WRONG_ORDER = '''import xbench.common.workload.data as data
 
 real_rank_indices = data.rank_indices
 

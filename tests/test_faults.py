@@ -21,7 +21,7 @@ import pytest
 from conftest import REPO, SLOW, XBENCH, write_grid
 
 from xbench.common.machine import cpu_cores
-from xbench.common.results import read_rows
+from xbench.common.results.store import read_rows
 
 # a 2-rank pt-ddp cell that would train for many minutes: the tests stop it long before
 LONG_CELL = {"backends": ["pt-ddp"], "devices": [2], "max_train_samples": 1024, "epochs": 1000}
@@ -107,9 +107,9 @@ def mark():
             pass
 
 
-# A valid failed row (common.schema), made in a subprocess: hand_row(run id, repeat, error text).
-HAND_ROW = """from xbench.common.grid import expand
-from xbench.common.schema import make_row, now
+# A valid failed row (common.results.schema), made in a subprocess: hand_row(run id, repeat, error text).
+HAND_ROW = """from xbench.common.grids.grid import expand
+from xbench.common.results.schema import make_row, now
 def hand_row(run_id, repeat, error):
     cell = expand({"name": "hand", "backends": ["pt-dp"], "models": ["small"], "multiples": [1],
                    "batches": [128], "devices": [1], "repeats": repeat + 1})[repeat]
@@ -146,7 +146,7 @@ def test_two_grids_append_to_one_file_and_every_row_is_whole(shared_results):
 def test_concurrent_appends_never_interleave(tmp_path):
     """Four processes append 40 rows of 200 kB each at once: every line is one whole row."""
     results = tmp_path / "results.jsonl"
-    code = (f"import sys; from xbench.common.results import append_row\n{HAND_ROW}\n"
+    code = (f"import sys; from xbench.common.results.store import append_row\n{HAND_ROW}\n"
             "for i in range(40):\n"
             "    append_row(sys.argv[1], hand_row(sys.argv[2], i, sys.argv[2] * 200_000))\n")
     writers = [subprocess.Popen([XBENCH[0], "-c", code, str(results), letter], cwd=REPO)
@@ -163,7 +163,7 @@ def test_an_append_waits_for_another_writers_lock(tmp_path):
     lists it as a waiter in /proc/locks) and writes only once the lock is released."""
     results = tmp_path / "results.jsonl"
     results.write_text("")
-    code = (f"import sys; from xbench.common.results import append_row\n{HAND_ROW}\n"
+    code = (f"import sys; from xbench.common.results.store import append_row\n{HAND_ROW}\n"
             "append_row(sys.argv[1], hand_row('k', 0, 'held'))\n")
     with open(results, "a") as holder:
         fcntl.flock(holder, fcntl.LOCK_EX)

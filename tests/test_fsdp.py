@@ -5,8 +5,8 @@ against devices."""
 import pytest
 
 from tests.conftest import write_grid, xbench
-from xbench.common.models import parameter_count
-from xbench.common.results import read_rows
+from xbench.common.results.store import read_rows
+from xbench.common.workload.models import parameter_count
 from xbench.reports.build import build_report
 
 # Epoch losses of pt-fsdp against pt-ddp (fp32, 2 ranks): equal to every printed digit here

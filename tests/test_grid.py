@@ -4,7 +4,7 @@ import re
 import pytest
 
 from xbench.common.errors import UserError
-from xbench.common.grid import expand, preset_path, read_grid_file
+from xbench.common.grids.grid import expand, preset_path, read_grid_file
 
 BASE = {"name": "t", "backends": ["pt-ddp"], "models": ["small"], "multiples": [1],
         "batches": [128], "devices": [1, 2]}

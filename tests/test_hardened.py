@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 from conftest import REPO, SLOW, XBENCH, write_grid
 
-from xbench.common.cell import Cell
-from xbench.common.results import read_rows
-from xbench.common.schema import SCHEMA_VERSION, make_row, now
+from xbench.common.grids.cell import Cell
+from xbench.common.results.schema import SCHEMA_VERSION, make_row, now
+from xbench.common.results.store import read_rows
 
 SLICE = 512
 

@@ -2,7 +2,7 @@
 import pytest
 from conftest import xbench
 
-from xbench.common import horovod_support
+from xbench.common.backends import horovod_support
 
 
 @pytest.fixture(scope="module")

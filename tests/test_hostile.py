@@ -14,7 +14,7 @@ import pytest
 from conftest import REPO, SLOW, XBENCH
 from test_report import make_row, write_rows
 
-from xbench.common.results import read_rows
+from xbench.common.results.store import read_rows
 
 ONE_LINE = "one line, exit 2, no traceback"
 

@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from tests.conftest import write_grid, xbench
-from xbench.common.results import read_rows
+from xbench.common.results.store import read_rows
 
 # 700 MB per worker for training stands in for a device: a per-device batch of 4,096 does not fit
 # (its first convolution's output and its ReLU are 400 MB each), 1,024 does. Two batches keep the

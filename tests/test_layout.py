@@ -39,7 +39,50 @@ def imports(path: Path, top_level_only: bool) -> list[str]:
 
 
 def source_files(package: str) -> list[Path]:
-    return sorted((REPO / package).glob("*.py"))
+    return sorted((REPO / package).rglob("*.py"))
+
+
+# common/'s rooms, lowest first: each may import the rooms before it (and common's own modules,
+# errors and machine); a room's type annotations may name any room (under TYPE_CHECKING).
+ROOMS = ["workload", "backends", "grids", "measuring", "results", "running"]
+
+
+def room_of(name: str) -> str | None:
+    """The room of common/ that `xbench.common.ROOM[.x]` names (None: common's own modules)."""
+    parts = name.split(".")
+    return parts[2] if parts[:2] == ["xbench", "common"] and len(parts) > 2 \
+        and parts[2] in ROOMS else None
+
+
+def runtime_imports(path: Path) -> list[str]:
+    """The modules a file imports when it runs (not those only a type checker sees)."""
+    tree = ast.parse(path.read_text())
+    typing_only = {id(node) for block in tree.body if isinstance(block, ast.If)
+                   and "TYPE_CHECKING" in ast.unparse(block.test) for node in ast.walk(block)}
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found += [f"{node.module}.{alias.name}" for alias in node.names]
+    return found
+
+
+@pytest.mark.parametrize("room", ROOMS)
+def test_common_rooms_import_only_downwards(room):
+    """A room of common/ imports only the rooms below it, and says so in its docstring."""
+    folder = REPO / "common" / room
+    allowed = set(ROOMS[:ROOMS.index(room)])
+    doc = ast.get_docstring(ast.parse((folder / "__init__.py").read_text()))
+    assert doc and "May import:" in doc, f"common/{room}/__init__.py says nothing of its imports"
+    for path in sorted(folder.glob("*.py")):
+        for name in runtime_imports(path):
+            other = room_of(name)
+            assert other in (None, room, *allowed), f"common/{room}/{path.name} imports {name}"
+    for path in sorted((REPO / "common").glob("*.py")):  # errors, machine: below every room
+        assert not any(room_of(n) for n in runtime_imports(path)), path.name
 
 
 @pytest.mark.parametrize("package", PACKAGES)
@@ -67,8 +110,11 @@ def test_every_import_names_the_installed_namespace():
 def test_common_has_no_import_cycle():
     """The modules of common/ import each other (at the top, TYPE_CHECKING included) without a
     circle: a Launcher protocol and Cell in a module of its own broke the old one."""
-    graph = {path.stem: {name.split(".")[2] for name in imports(path, top_level_only=True)
-                         if name.startswith("xbench.common.")} - {path.stem}
+    def module(path: Path) -> str:
+        return ".".join(path.relative_to(REPO / "common").with_suffix("").parts)
+    modules = {module(path) for path in source_files("common")}
+    graph = {module(path): {name.removeprefix("xbench.common.") for name in
+                            imports(path, top_level_only=True)} & modules - {module(path)}
              for path in source_files("common")}
     done, path = set(), []
 

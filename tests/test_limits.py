@@ -10,9 +10,14 @@ import pandas as pd
 import pytest
 
 from tests.conftest import REPO, xbench
-from xbench.common.limits import all_reduce_record, bus_bandwidth, flop_utilisation, peak_flops
 from xbench.common.machine import install_plan, wants_gpu
-from xbench.common.models import MODELS, gradient_bytes, training_flops_per_sample
+from xbench.common.measuring.limits import (
+    all_reduce_record,
+    bus_bandwidth,
+    flop_utilisation,
+    peak_flops,
+)
+from xbench.common.workload.models import MODELS, gradient_bytes, training_flops_per_sample
 
 
 def test_probe_measures_matmul_at_every_thread_count_and_gloo_at_both_gradient_sizes(probe):
@@ -152,9 +157,9 @@ def test_cli_runs_uninstalled_from_a_checkout(tmp_path):
     code = ("import importlib.metadata as m, sys\n"
             "def missing(name): raise m.PackageNotFoundError(name)\n"
             "m.version = missing\n"
-            "import xbench.common.settings\n"
+            "import xbench.common.grids.settings\n"
             "from xbench.cli.console import own_version\n"
-            "print(own_version()); print(xbench.common.settings.__file__)")
+            "print(own_version()); print(xbench.common.grids.settings.__file__)")
     run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
                          text=True, env={**os.environ, "PYTHONPATH": str(packages)})
     assert run.returncode == 0, run.stderr

@@ -4,7 +4,7 @@ counts), and FLOPs counted by torch equal to the spec's."""
 import numpy as np
 import pytest
 
-from xbench.common.models import (
+from xbench.common.workload.models import (
     MODELS,
     flops_per_sample,
     gradient_bytes,

@@ -9,9 +9,9 @@ import sys
 import pytest
 
 from tests.conftest import REPO, write_grid, xbench
-from xbench.common.precision import LOSS_SCALE_START
-from xbench.common.results import read_rows
-from xbench.common.schema import upgrade
+from xbench.common.results.schema import upgrade
+from xbench.common.results.store import read_rows
+from xbench.common.workload.precision import LOSS_SCALE_START
 
 SINGLE = ["pt-single", "pt-dp", "tf-single"]
 SPANNING = ["pt-ddp", "tf-mirrored", "tf-multiworker", "hvd-torch", "hvd-tf"]

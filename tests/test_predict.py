@@ -7,8 +7,8 @@ import math
 import pytest
 from conftest import xbench
 
+from xbench.common.backends.registry import backend_class
 from xbench.common.errors import UserError
-from xbench.common.registry import backend_class
 from xbench.reports import analysis
 from xbench.reports.load import load
 from xbench.reports.predict import (

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from conftest import xbench
 
-from xbench.common.models import flops_per_sample, named_layers, parameter_count
-from xbench.common.profile import MIN_STEPS, STEP_PASSES
+from xbench.common.running.profile import MIN_STEPS, STEP_PASSES
+from xbench.common.workload.models import flops_per_sample, named_layers, parameter_count
 
 BATCH = 8
 

@@ -10,8 +10,8 @@ import time
 
 from conftest import REPO, SLOW, XBENCH, write_grid
 
-from xbench.common.cell import Cell
-from xbench.common.schema import Measurement, make_row, now
+from xbench.common.grids.cell import Cell
+from xbench.common.results.schema import Measurement, make_row, now
 
 # 16,384 images at batch 32: 512 steps an epoch, 4 s or more on a quiet machine (1 s was too
 # short at 4,096), so the progress file (written once a second) changes within an epoch.
@@ -74,7 +74,7 @@ def test_piped_output_is_plain_lines(mnist_dir, tmp_path):
 
 def earlier_ok_row(key_settings, seconds):
     """An ok row of this machine for the cell, as an earlier grid would have written it."""
-    from xbench.common.env import capture
+    from xbench.common.running.env import capture
     cell = Cell(grid="plan", backend="pt-single", model="small", multiple=1, batch=128,
                 devices=1, epochs=2, batch_mode="global", seed=0, max_train_samples=512,
                 data="mnist", device="auto", timeout=SLOW, **key_settings)

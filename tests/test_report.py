@@ -17,13 +17,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from xbench.common import schema
-from xbench.common.attribution import MARKED, Step
-from xbench.common.attribution import summarize as summarize_steps
-from xbench.common.cell import Cell
 from xbench.common.errors import UserError
-from xbench.common.models import gradient_bytes, parameter_count
-from xbench.common.results import read_rows
+from xbench.common.grids.cell import Cell
+from xbench.common.measuring.attribution import MARKED, Step
+from xbench.common.measuring.attribution import summarize as summarize_steps
+from xbench.common.results import schema
+from xbench.common.results.store import read_rows
+from xbench.common.workload.models import gradient_bytes, parameter_count
 from xbench.reports import analysis
 from xbench.reports.build import build_report, parse_formats
 from xbench.reports.load import load
@@ -43,7 +43,7 @@ def hand_attribution(epoch_seconds, steps, devices, comm):
     """The step attribution of a run whose epochs take `epoch_seconds`, `steps` steps each,
     every step split by SHARES on each of `devices` ranks, with `comm` of it (a share) moved from
     the backward pass to an all-reduce of the model's gradients after every rank was ready; made
-    by the loop's own arithmetic (common.attribution)."""
+    by the loop's own arithmetic (common.measuring.attribution)."""
     def steps_of(seconds):
         made = []
         for index in range(steps):

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, SLOW, XBENCH, write_grid
 
-from xbench.common.limits import read_probes
-from xbench.common.results import read_rows
+from xbench.common.results.probes import read_probes
+from xbench.common.results.store import read_rows
 
 CLUSTER = REPO / "scripts" / "slurm_cluster.sh"
 SLICE = 1024

@@ -4,10 +4,10 @@ budgets."""
 import pytest
 from conftest import SMOKE_SLICE
 
-from xbench.common.attribution import PARTS
-from xbench.common.registry import BACKENDS, backend_class
-from xbench.common.schema import FIELDS, row_problem
-from xbench.common.table import format_rows
+from xbench.common.backends.registry import BACKENDS, backend_class
+from xbench.common.grids.table import format_rows
+from xbench.common.measuring.attribution import PARTS
+from xbench.common.results.schema import FIELDS, row_problem
 
 SPANNING = [b for b in BACKENDS if backend_class(b).spans_devices]
 SINGLE = [b for b in BACKENDS if not backend_class(b).spans_devices]
@@ -82,7 +82,7 @@ def test_every_ok_row_is_complete_and_consistent(smoke, backend, devices):
 
 
 def test_every_backend_follows_one_trajectory(smoke):
-    """The initial weights are drawn once (common.models) and every backend trains the same
+    """The initial weights are drawn once (common.workload.models) and every backend trains the same
     global batches: PyTorch and TensorFlow, 1 and 2 devices, give the same epoch losses and
     accuracies, and the same test accuracy within 0.002."""
     rows = ok_rows(smoke)

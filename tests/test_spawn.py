@@ -1,4 +1,4 @@
-"""`python -m xbench.common.spawn`: N copies of a worker on one machine, ended together."""
+"""`python -m xbench.common.running.spawn`: N copies of a worker on one machine, ended together."""
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +22,7 @@ sys.exit(7)
 
 
 def test_a_failed_copy_ends_the_others_even_those_that_ignore_sigterm(tmp_path):
-    ended = subprocess.run([sys.executable, "-m", "xbench.common.spawn", "2", "--",
+    ended = subprocess.run([sys.executable, "-m", "xbench.common.running.spawn", "2", "--",
                             sys.executable, "-c", COPY, str(tmp_path)], timeout=120)
     assert ended.returncode == 7  # the failed copy's exit code
     survivor = int(Path(tmp_path, "0").read_text())

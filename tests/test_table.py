@@ -1,5 +1,5 @@
-"""The plain-text table a grid prints at its end (common.table)."""
-from xbench.common.table import format_rows
+"""The plain-text table a grid prints at its end (common.grids.table)."""
+from xbench.common.grids.table import format_rows
 
 
 def row(backend, devices, status, epochs=(), test_accuracy=None):

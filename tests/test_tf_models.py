@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 import torch
 
-from xbench.common.models import MODELS, flops_per_sample, initial_weights, parameter_count
+from xbench.common.workload.models import MODELS, flops_per_sample, initial_weights, parameter_count
 
 MNIST_MODELS = [name for name, spec in MODELS.items() if spec.dataset == "mnist"]
 from xbench.pt_backend import models as pt_models
@@ -36,7 +36,7 @@ def test_keras_flops_equal_torch_flops_and_the_spec(name):
 
 @pytest.mark.parametrize("name", list(MODELS))
 def test_both_frameworks_start_from_the_weights_drawn_in_common(name):
-    """Every tensor of the torch model is common.models.initial_weights'; the Keras model holds
+    """Every tensor of the torch model is common.workload.models.initial_weights'; the Keras model holds
     the same values in its layout, so both compute the same function from the first step."""
     torch_model, keras_model = pt_models.build_model(name, seed=5), tf_models.build_model(name, 5)
     drawn = initial_weights(name, 5)

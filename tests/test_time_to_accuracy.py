@@ -9,9 +9,9 @@ import pytest
 from scipy import stats
 
 from tests.conftest import write_grid, xbench
-from xbench.common.cell import Cell
-from xbench.common.results import read_rows
-from xbench.common.target import TargetRun
+from xbench.common.grids.cell import Cell
+from xbench.common.measuring.target import TargetRun
+from xbench.common.results.store import read_rows
 from xbench.reports.goodput import time_statistics
 
 
@@ -71,7 +71,7 @@ def test_the_median_interval_and_mlperfs_trimmed_mean_by_hand():
 
 
 def test_a_target_gives_five_seeds_each_its_own_cell(tmp_path):
-    from xbench.common.grid import expand, read_grid_file
+    from xbench.common.grids.grid import expand, read_grid_file
     spec = read_grid_file(write_grid(tmp_path, backends=["pt-single"], target_accuracy=0.9,
                                      seed=7))
     cells = expand(spec)

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from tests.conftest import write_grid, xbench
-from xbench.common.cell import Cell
-from xbench.common.results import read_rows
-from xbench.common.schema import ADDED, SCHEMA_VERSION
+from xbench.common.grids.cell import Cell
+from xbench.common.results.schema import ADDED, SCHEMA_VERSION
+from xbench.common.results.store import read_rows
 
 SGD = ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9", "--weight-decay", "0.0005",
        "--lr-scaling", "linear", "--reference-batch", "64", "--warmup-epochs", "1"]

@@ -9,10 +9,10 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from xbench.common.backend import Backend
-from xbench.common.cell import Cell
-from xbench.common.job import Job
-from xbench.common.schema import Measurement
+from xbench.common.backends.backend import Backend
+from xbench.common.grids.cell import Cell
+from xbench.common.results.schema import Measurement
+from xbench.common.running.job import Job
 from xbench.tf_backend.collectives import OneTensorFlowProcess, TensorFlowCollectives
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ class TensorFlowBackend(Backend):
         device kind ("cpu" or "cuda")."""
         import tensorflow as tf
 
-        from xbench.common.training import INTER_OP_PER_DEVICE
+        from xbench.common.running.training import INTER_OP_PER_DEVICE
         from xbench.tf_backend.train import set_threads
 
         self.cell = cell

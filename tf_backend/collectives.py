@@ -1,8 +1,8 @@
-"""What a TensorFlow loop asks of its processes besides common.collectives: a start from rank 0's
+"""What a TensorFlow loop asks of its processes besides common.backends.collectives: a start from rank 0's
 variables, and gradients combined across processes."""
 import abc
 
-from xbench.common.collectives import Collectives, OneProcess
+from xbench.common.backends.collectives import Collectives, OneProcess
 
 
 class TensorFlowCollectives(Collectives):

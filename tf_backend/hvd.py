@@ -5,7 +5,7 @@ process, gradients summed by `hvd.DistributedGradientTape`. Never `horovod.tenso
 Keras 3 its DistributedOptimizer runs without error but does not average, and replicas silently
 diverge. Horovod's TensorFlow ops want the `tf.Variable` under each Keras variable (`.value`).
 """
-from xbench.common import horovod_support
+from xbench.common.backends import horovod_support
 from xbench.tf_backend.base import TensorFlowBackend
 from xbench.tf_backend.collectives import TensorFlowCollectives
 

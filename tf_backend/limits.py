@@ -1,9 +1,9 @@
-"""TensorFlow's part of `xbench probe` (common.limits): matmul rates with TensorFlow's own kernels
+"""TensorFlow's part of `xbench probe` (common.measuring.limits): matmul rates with TensorFlow's own kernels
 (in a tf.function, as training runs them), and all-reduce times through tf-multiworker's
 collectives."""
 import tensorflow as tf
 
-from xbench.common.limits import matmul_record, time_all_reduce, time_matmul
+from xbench.common.measuring.limits import matmul_record, time_all_reduce, time_matmul
 from xbench.tf_backend.train import device_name, gpu_capability
 
 SIZE = {"cpu": 2048, "cuda": 8192}  # n of the n x n matmul, as pt_backend.limits

@@ -1,4 +1,4 @@
-"""The Keras networks and optimizer, built from common.models' specs (channels last: NHWC,
+"""The Keras networks and optimizer, built from common.workload.models' specs (channels last: NHWC,
 "same" padding), starting from the same initial weights as the PyTorch networks.
 """
 import math
@@ -8,8 +8,8 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from xbench.common import models as spec
-from xbench.common.models import (
+from xbench.common.workload import models as spec
+from xbench.common.workload.models import (
     ADAM,
     BATCHNORM,
     initial_weights,
@@ -96,7 +96,7 @@ def keras_unit(name, layer, shape, leaves):
 
 def build_model(name, seed=0):
     """The model `name`, one unit per top-level spec layer, with the initial weights every
-    backend starts from (common.models), converted from PyTorch's layout to Keras'."""
+    backend starts from (common.workload.models), converted from PyTorch's layout to Keras'."""
     leaves = []
     units = [keras_unit(unit, layer, shape, leaves) for unit, layer, shape in named_layers(name)]
     channels, height, width = input_shape(name)
@@ -111,7 +111,7 @@ def build_model(name, seed=0):
 
 
 def keras_layout(name, tensors):
-    """PyTorch-layout weights (common.models.initial_weights) in Keras' layout, one list per
+    """PyTorch-layout weights (common.workload.models.initial_weights) in Keras' layout, one list per
     layer that holds weights, in the spec's order: conv kernels OIHW -> HWIO, dense kernels
     (out, in) -> (in, out), and for the dense layer after the flatten the rows reordered from
     PyTorch's (C, H, W) flatten order to Keras' (H, W, C); BatchNorm's scale and shift as they
@@ -202,7 +202,7 @@ def with_l2(gradient, variable, l2):
 
 
 def build_optimizer(name="adam", lr=ADAM["learning_rate"], momentum=0.0, weight_decay=0.0):
-    """The optimizer of every backend (common.grid's settings), stepping as PyTorch's does."""
+    """The optimizer of every backend (common.grids.grid's settings), stepping as PyTorch's does."""
     if name == "sgd":
         return TorchSGD(learning_rate=lr, momentum=momentum, l2=weight_decay)
     return TorchAdam(**{**ADAM, "learning_rate": lr}, l2=weight_decay)
@@ -214,7 +214,7 @@ def parameter_count(model):
 
 def forward_flops(model):
     """2 x multiply-accumulates of the conv and dense layers, from the built layers' kernels and
-    output shapes (the convention of common.models.flops_per_sample)."""
+    output shapes (the convention of common.workload.models.flops_per_sample)."""
     total = 0
     for layer in model._flatten_layers(include_self=False, recursive=True):
         if isinstance(layer, keras.layers.Conv2D):

@@ -13,7 +13,7 @@ import pickle
 
 import numpy as np
 
-from xbench.common.placement import Placement, local_task_index, task_index
+from xbench.common.running.placement import Placement, local_task_index, task_index
 from xbench.tf_backend.base import TensorFlowBackend
 from xbench.tf_backend.collectives import TensorFlowCollectives
 

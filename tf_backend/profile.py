@@ -1,16 +1,16 @@
-"""TensorFlow's part of `xbench profile` (common.profile): the passes of each unit and of the whole
+"""TensorFlow's part of `xbench profile` (common.running.profile): the passes of each unit and of the whole
 training step, each pass a compiled tf.function as in training (the gradient of a tf.function
 runs as a compiled function too), in training mode."""
 import tensorflow as tf
 
-from xbench.common.data import load
-from xbench.common.profile import STEP_PASSES, time_passes
+from xbench.common.running.profile import STEP_PASSES, time_passes
+from xbench.common.workload.data import load
 from xbench.tf_backend.models import build_model, build_optimizer
 from xbench.tf_backend.train import cross_entropy, device_name, normalise
 
 
 def profile(cell, kind, request):
-    """The seconds of every pass of `request`'s units and of the step (common.profile)."""
+    """The seconds of every pass of `request`'s units and of the step (common.running.profile)."""
     data = load(cell)
     model = build_model(cell.model, cell.seed)
     x = normalise(tf.constant(data.train_images), data.mean, data.std)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import tensorflow as tf
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
-from xbench.common.attribution import COUNTED, Step, covered_seconds
+from xbench.common.measuring.attribution import COUNTED, Step, covered_seconds
 
 STEP_EVENT = "xbench_step"
 TRACED_STEPS = 8  # steps traced after the timed epochs

@@ -1,4 +1,4 @@
-"""The TensorFlow training loop of tf-mirrored and hvd-tf: the hooks of common.training's loop.
+"""The TensorFlow training loop of tf-mirrored and hvd-tf: the hooks of common.running.training's loop.
 
 The backend gives the `tf.distribute` strategy that holds the replicas of its process and the
 collectives its processes talk through (tf-mirrored: one process, N replicas; hvd-tf: N
@@ -14,11 +14,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from xbench.common.attribution import CALL
-from xbench.common.data import rank_indices
-from xbench.common.env import cpu_name, peak_rss_bytes
-from xbench.common.precision import LOSS_SCALE_GROWTH_STEPS, LOSS_SCALE_START, lower_dtype
-from xbench.common.training import EVAL_BATCH, INPUT_PIPELINE_PER_DEVICE, TrainingLoop
+from xbench.common.measuring.attribution import CALL
+from xbench.common.running.env import cpu_name, peak_rss_bytes
+from xbench.common.running.training import EVAL_BATCH, INPUT_PIPELINE_PER_DEVICE, TrainingLoop
+from xbench.common.workload.data import rank_indices
+from xbench.common.workload.precision import LOSS_SCALE_GROWTH_STEPS, LOSS_SCALE_START, lower_dtype
 from xbench.tf_backend.models import (
     batchnorm_statistics,
     build_model,
@@ -58,7 +58,7 @@ class EpochTotals:
 
 
 class TrainPipeline:
-    """tf.data over the uint8 arrays, in common.data's seeded per-epoch order: this process's
+    """tf.data over the uint8 arrays, in common.workload.data's seeded per-epoch order: this process's
     share of each global batch, gathered by index (a k-times multiple is index % base size),
     normalised in the pipeline and prefetched, with the sample indices it holds (the evidence of
     what was trained on); the strategy splits it over its replicas. `threads`: the pipeline's

@@ -1,0 +1,97 @@
+"""A cell: one configuration of a grid to train and time, and the key that identifies it.
+
+Its fields are the settings of common.grids.settings that a run uses (`IN_CELL`, each with its
+default), plus what the grid derives: the grid's name, compute threads, the data folder, the
+cells a compute reference serves, the batch sweep and which repeat this run is. The key is the
+settings' key parts in the table's order.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from xbench.common.grids.settings import IN_CELL, SETTINGS
+
+
+class CellMethods:
+    """What every cell can say of itself (the fields come from the settings table)."""
+
+    @property
+    def world(self) -> int:
+        """Devices over all nodes: the data-parallel width of the cell."""
+        return self.nodes * self.devices
+
+    @property
+    def global_batch(self) -> int:
+        return self.batch if self.batch_mode == "global" else self.batch * self.world
+
+    @property
+    def per_device_batch(self) -> int:
+        return self.batch // self.world if self.batch_mode == "global" else self.batch
+
+    @property
+    def key(self) -> str:
+        """Identifies the configuration (not the repeat): resume and reports group by it. A
+        setting's part is empty where it has its default, so that keys stay as they were when
+        a setting is added."""
+        return "".join(s.key_part(self) for s in SETTINGS.values() if callable(s.key_part))
+
+    @property
+    def sweep_line(self) -> str:
+        """What the cells of one line of a batch sweep share: everything but the batch."""
+        return dataclasses.replace(self, batch=0, repeat=0).key
+
+    def learning_rate(self, step: int, steps_per_epoch: int) -> float:
+        """The learning rate of optimizer step `step` (0-based over the run): lr scaled by the
+        global batch against reference_batch (linear or square root), reached by a linear
+        ramp from the unscaled lr over the warm-up epochs (Goyal et al. 2017)."""
+        ratio = self.global_batch / self.reference_batch
+        target = self.lr * {"none": 1.0, "linear": ratio, "sqrt": math.sqrt(ratio)}[self.lr_scaling]
+        ramp = self.warmup_epochs * steps_per_epoch
+        if step >= ramp:
+            return target
+        return self.lr + (target - self.lr) * step / ramp
+
+    @property
+    def label(self) -> str:
+        threads = f" t{self.threads}" if self.threads else ""
+        nodes = f"n{self.nodes}x" if self.nodes > 1 else ""
+        return (f"{self.backend} {self.model} x{self.multiple} b{self.global_batch} "
+                f"{nodes}d{self.devices}{threads}" + (f" seed{self.seed}" if self.seed else "")
+                + f" r{self.repeat}")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> Cell:
+        return cls(**values)
+
+
+def _settings_fields() -> list[tuple]:
+    fields = []
+    for setting in IN_CELL:
+        default = setting.cell_default
+        fields.append((setting.field_name, setting.kind) if default is None else
+                      (setting.field_name, setting.kind, dataclasses.field(default=default)))
+    return fields
+
+
+Cell = dataclasses.make_dataclass("Cell", [
+    ("grid", str),
+    *_settings_fields(),
+    ("threads", int, 0),  # compute threads per device; 0: the cores shared out over the devices
+    ("data_dir", str | None, None),
+    ("sweep", str, ""),  # the batch sweep this cell is on ("32x4"), if any
+    ("repeat", int, 0),
+], bases=(CellMethods,), frozen=True, kw_only=True)
+Cell.__module__ = __name__
+Cell.__doc__ = ("One configuration of the grid; `repeat` says which repetition of it this run is. "
+                "Fields: the grid's name, the settings of common.grids.settings.IN_CELL, and threads, "
+                "data_dir, sweep, repeat.")
+
+
+def threads_per_device(cell: Cell, cores: int) -> int:
+    """Compute threads each device of `cell` gets: its pinned count, else the `cores` of a node
+    shared out over its devices there, at least 1."""
+    return cell.threads or max(1, cores // cell.devices)

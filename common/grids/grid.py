@@ -1,0 +1,199 @@
+"""Grid files (TOML) -> validated cells. What each key may hold is common.grids.settings' table; the
+checks that tie several settings together are here."""
+import dataclasses
+import itertools
+import math
+import re
+import tomllib
+from pathlib import Path
+
+from xbench import experiments
+from xbench.common.backends.registry import backend_class
+from xbench.common.errors import UserError, did_you_mean
+from xbench.common.grids.cell import Cell
+from xbench.common.grids.settings import AXES, IN_CELL, OPTIMIZERS, SETTINGS, check_axis, defaults
+from xbench.common.workload.data import check_fits, train_samples
+
+EXPERIMENTS = Path(experiments.__file__).resolve().parent
+SWEEP = re.compile(r"^(\d+)\s*x\s*(\d+)$")
+MAX_CELLS = 100_000
+# Seeds of a configuration with a target accuracy unless the grid says: MLPerf Training's count
+# for its image classification result, of which it averages all but the fastest and slowest.
+TARGET_SEEDS = 5
+# Keys older grid files may hold, and why they went.
+REMOVED = {"compute_references": "compute and communication are now counted inside every "
+                                 "N-device cell (its step attribution), so no 1-device reference "
+                                 "runs are added; remove the key"}
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+def read_grid_file(path):
+    """Parse a grid file: a clear error for a missing file, bad TOML or an unknown key."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"grid file {path} not found; the grids in {EXPERIMENTS} are: "
+                        f"{', '.join(sorted(p.name for p in EXPERIMENTS.glob('*.toml')))}")
+    try:
+        spec = tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{path} is not valid TOML: {e}") from None
+    for key in spec:
+        if key in REMOVED:
+            raise UserError(f"{path}: '{key}' is no longer a setting: {REMOVED[key]}")
+        if key not in SETTINGS:
+            raise UserError(f"{path}: unknown key '{key}'{did_you_mean(key, SETTINGS)}; "
+                            f"known keys: {', '.join(SETTINGS)}")
+    spec.setdefault("name", path.stem)
+    return spec
+
+
+def preset_path(name):
+    path = EXPERIMENTS / f"{name}.toml"
+    if not path.is_file():
+        names = sorted(p.stem for p in EXPERIMENTS.glob("*.toml"))
+        raise UserError(f"no preset '{name}'{did_you_mean(name, names)}; presets: {', '.join(names)}")
+    return path
+
+
+def resolve(spec: dict, overrides: dict | None = None) -> tuple[dict, dict]:
+    """(axes, settings) of the spec with command-line overrides applied, each value checked."""
+    given = {**spec, **{k: v for k, v in (overrides or {}).items() if v is not None}}
+    if given.get("target_accuracy") and "seeds" not in given:
+        given["seeds"] = TARGET_SEEDS
+    spec = {**defaults(), **given}
+    for axis in AXES:
+        if axis.key not in spec:
+            raise UserError(f"grid '{spec.get('name')}' has no '{axis.key}' axis; give it in the "
+                            f"grid file or with {axis.flag_name}")
+    settings = {s.key: s.check_value(spec[s.key]) for s in SETTINGS.values()
+                if not s.axis and s.key in spec}
+    settings["batch_sweep"] = spec["batches"] if isinstance(spec["batches"], str) else ""
+    if settings["batch_sweep"]:
+        spec["batches"] = sweep_batches(settings["batch_sweep"], settings,
+                                        *(check_axis(key, spec[key]) for key in
+                                          ("models", "multiples", "nodes", "devices")))
+    values = {axis.key: check_axis(axis.key, spec[axis.key]) for axis in AXES}
+    _check_choices(values, settings)
+    _check_sizes(values, settings)
+    return values, settings
+
+
+def sweep_batches(text: str, settings: dict, models: list[str], multiples: list[int],
+                  nodes: list[int], devices: list[int]) -> list[int]:
+    """The batches of a sweep 'STARTxFACTOR' (32x4: 32, 128, 512, ...) up to the largest whose
+    global batch fits the smallest training set of the grid; the runner stops each line at its
+    first batch that does not fit in memory."""
+    found = SWEEP.match(text.strip())
+    if not found:
+        raise UserError(f"batch sweep {text!r} must be START x FACTOR, e.g. 32x4 (32, 128, 512, "
+                        f"... until the first batch that does not fit in memory)")
+    start, factor = int(found[1]), int(found[2])
+    if start < 1:
+        raise UserError(f"a batch sweep starts at a batch of 1 or more, not {start}")
+    if factor < 2:
+        raise UserError(f"a batch sweep grows the batch by a factor of 2 or more; {factor} "
+                        f"would never grow it")
+    samples = min(min(train_samples(settings["data"], m) for m in models),
+                  settings["max_train_samples"] or math.inf)
+    world = max(nodes) * max(devices) if settings["batch_mode"] == "per_device" else 1
+    limit = samples * min(multiples) // world
+    if start > limit:
+        raise UserError(f"batch sweep {text}: its first batch, {start:,}, is larger than the "
+                        f"training set allows ({limit:,})")
+    batches = [start]
+    while batches[-1] * factor <= limit:
+        batches.append(batches[-1] * factor)
+    return batches
+
+
+def expand(spec: dict, overrides: dict | None = None, data_dir=None) -> list[Cell]:
+    """Validate the spec (with command-line overrides applied) and return its cells in run
+    order."""
+    values, settings = resolve(spec, overrides)
+
+    configurations = []
+    for combination in itertools.product(*values.values()):
+        axes = dict(zip(values, combination))
+        fields = {s.field_name: axes[s.key] if s.axis else settings[s.key] for s in IN_CELL}
+        fields["lr"] = fields["lr"] or OPTIMIZERS[fields["optimizer"]]  # 0: the optimizer's own
+        cell = Cell(grid=settings["name"], sweep=settings["batch_sweep"],
+                    data_dir=str(data_dir) if data_dir else None, **fields)
+        if cell.world > 1 and not backend_class(cell.backend).spans_devices:
+            continue  # a single-device reference has no N-device cells
+        if cell.warmup_epochs and cell.lr_scaling == "none":
+            continue  # a ramp from lr to lr: the same run as without a warm-up
+        configurations.append(cell)
+    if not configurations:
+        raise UserError(f"no cells: {', '.join(values['backends'])} run on one device only, and "
+                        f"--devices {','.join(map(str, values['devices']))} has no 1")
+    # Seed by seed and repeat by repeat: every configuration once, then again, so that a drift
+    # in what else the machine does spreads over all of them instead of falling on one
+    # configuration's seeds or repeats.
+    return [dataclasses.replace(c, seed=c.seed + s, repeat=r) for r in range(settings["repeats"])
+            for s in range(settings["seeds"]) for c in configurations]
+
+
+def _check_sizes(values, settings):
+    """A name that is a file name, a grid that fits in memory, a cap and batches no larger than
+    the training set."""
+    option = SETTINGS["max_train_samples"].flag_name
+    if not NAME.match(settings["name"]):
+        raise UserError(f"grid name {settings['name']!r} must be letters, digits, '.', '_' or '-' "
+                        f"(it names the results file results/<name>.jsonl), starting with a "
+                        f"letter or digit")
+    cells = math.prod(len(v) for v in values.values()) * settings["repeats"] * settings["seeds"]
+    if cells > MAX_CELLS:
+        raise UserError(f"the grid has {cells:,} cells (axes x seeds x repeats); at most "
+                        f"{MAX_CELLS:,}: narrow an axis or lower --seeds or --repeat")
+    if settings["seed"] + settings["seeds"] - 1 > SETTINGS["seed"].maximum:
+        raise UserError(f"seeds {settings['seed']:,} to {settings['seed'] + settings['seeds'] - 1:,}"
+                        f" go past {SETTINGS['seed'].maximum:,} (seeds are 32-bit in every "
+                        f"framework): lower --seed or --seeds")
+    smallest = min(train_samples(settings["data"], m) for m in values["models"])
+    if settings["max_train_samples"] > smallest:
+        raise UserError(f"max_train_samples {settings['max_train_samples']:,} is more than the "
+                        f"training set ({smallest:,} {settings['data']} images for these models; "
+                        f"cell keys would name a cap that is not there): lower it in the grid "
+                        f"file or with {option}")
+    base = min(smallest, settings["max_train_samples"] or math.inf)
+    for batch, nodes, devices, multiple in itertools.product(
+            values["batches"], values["nodes"], values["devices"], values["multiples"]):
+        devices *= nodes
+        global_batch = batch if settings["batch_mode"] == "global" else batch * devices
+        if global_batch > base * multiple:
+            raise UserError(
+                f"a global batch of {global_batch:,} (batch {batch:,} on {devices} devices, "
+                f"batch_mode {settings['batch_mode']}) is larger than the training set of "
+                f"{base * multiple:,} samples ({base:,} images x {multiple}): no epoch would have "
+                f"one step; lower --batch or raise --multiple / --max-train-samples")
+
+
+def _check_choices(values, settings):
+    """What no single setting can check: settings that contradict each other."""
+    for name in values["models"]:
+        check_fits(settings["data"], name)
+    if max(values["warmup_epochs"]) >= settings["epochs"]:
+        raise UserError(f"warm-up of {max(values['warmup_epochs'])} epoch(s) is not shorter than "
+                        f"the run of {settings['epochs']}: lower --warmup-epochs or raise --epochs")
+    if max(values["warmup_epochs"]) and values["lr_scaling"] == ["none"]:
+        raise UserError("a warm-up ramps the learning rate from lr to the scaled lr (Goyal et al.); "
+                        "with lr_scaling none there is nothing to ramp to: give --lr-scaling "
+                        "linear or sqrt")
+    if settings["optimizer"] == "adam" and settings["momentum"]:
+        raise UserError("momentum is SGD's setting (Adam has its betas): give --optimizer sgd, or "
+                        "no --momentum")
+    if not any(backend_class(b).spans_nodes for b in values["backends"]) and max(values["nodes"]) > 1:
+        raise UserError(f"{', '.join(values['backends'])} cannot span nodes (each runs on one "
+                        f"machine): --nodes {max(values['nodes'])} needs pt-ddp, tf-multiworker, "
+                        f"hvd-torch or hvd-tf")
+    if max(values["nodes"]) > 1 and settings["launcher"] == "local":
+        raise UserError(f"the local launcher runs on this one machine: --nodes "
+                        f"{max(values['nodes'])} needs --launcher slurm")
+    if settings["batch_mode"] == "global":
+        bad = [(b, d) for b in values["batches"]
+               for d in {n * d for n in values["nodes"] for d in values["devices"]} if b % d]
+        if bad:
+            pairs = ", ".join(f"batch {b} on {d} devices" for b, d in bad)
+            raise UserError(f"in batch_mode 'global' the batch is split over the devices, so it must "
+                            f"divide evenly: {pairs} does not; change --batch or --devices, or use "
+                            f"--batch-mode per_device")

@@ -1,0 +1,387 @@
+"""Every setting of a grid, declared once.
+
+One `Setting` per grid-file key says everything the rest of xbench needs to know of it: its type,
+default and allowed values, whether it is an axis (a list: every combination of the axes is a
+cell), its command-line flag and help, the field of `common.grids.cell.Cell` it becomes, the part of the
+cell key it writes, the field and section of the result row that records it, and the schema
+version that added it. From this table:
+
+- `xbench grid`'s options are generated (cli/options.py);
+- grid files and overrides are checked (`check_value`, `common.grids.grid.resolve`);
+- `Cell`'s fields and its key are built (common/grids/cell.py);
+- the result row's configuration fields, their types, and what older rows lacked are derived
+  (common/results/schema.py).
+
+Adding a setting is one entry here plus the code that uses it.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import psutil
+
+from xbench.common.backends.registry import BACKENDS, check_backend_name
+from xbench.common.errors import UserError, did_you_mean
+from xbench.common.workload import faults
+from xbench.common.workload.compression import COMPRESSIONS
+from xbench.common.workload.data import DATA_KINDS, TEST_SAMPLES, TRAIN_SAMPLES
+from xbench.common.workload.models import MODELS, check_model_name
+
+OPTIMIZERS = {"adam": 1e-3, "sgd": 0.01}  # name -> its learning rate when none is given
+BATCH_MODES = ("global", "per_device")
+DEVICE_KINDS = ("auto", "cpu", "cuda")
+LAUNCHERS = ("local", "slurm")
+LR_SCALINGS = ("none", "linear", "sqrt")
+PRECISIONS = ("framework-default", "fp32", "tf32", "bf16", "fp16")
+# How a PyTorch backend's batches reach the device (seeds/001): pageable memory and a blocking
+# copy, page-locked (pinned) memory, or pinned memory and a copy that overlaps the step.
+HOST_MEMORY = ("pageable", "pinned", "pinned-non-blocking")
+# pt-fsdp: when a unit frees the parameters it gathered (FSDP2's reshard_after_forward True/False)
+RESHARDS = ("after-forward", "after-backward")
+SECTIONS = ("configuration", "training", "input")  # the result row's sections of settings
+SEEDS = 2**32 - 1  # seeds are 32-bit in every framework
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting of a grid. `key` is its name in a grid file and on `xbench grid`'s command
+    line (axes are plural: `backends`); the other names default from it."""
+
+    key: str
+    kind: type                     # int, float, str or bool (of each value, for an axis)
+    default: Any                   # None: every grid must give it; an axis' default is a list
+    help: str                      # the flag's help and the reference's description
+    axis: bool = False             # a list of values: every combination of the axes is a cell
+    flag: str | None = ""          # "": --key with dashes; None: only in grid files
+    field: str | None = ""         # the Cell field ("": key); None: a grid-level setting
+    row: str | None = ""           # the result row's field ("": field); None: not in the row
+    section: str = "configuration"  # the row's section it belongs to (SECTIONS)
+    choices: tuple[str, ...] = ()  # the values a text setting may take
+    check: Callable[[Any], Any] | None = None  # a check of its own (names with suggestions)
+    minimum: float = 1             # the lowest value of a number
+    maximum: float | Callable[[], float] | None = None
+    why: str = ""                  # why the maximum (whole numbers), or what the number is
+    # The cell key's part of this setting (a function of the cell), or the key of the setting
+    # whose part carries it; None: not in the key (it does not change what is measured).
+    key_part: Callable[[Any], str] | str | None = None
+    since: int = 1                 # the schema version whose rows first recorded it
+    zero_is_null: bool = False     # the row records 0 (none) as null
+    # What a Cell made without it holds, and what rows older than `since` did (an upgrade fills
+    # it in): the default (an axis' first) unless given. Give it where the default stands for
+    # another value (lr 0: the optimizer's own), or when a default changes, so old rows keep
+    # what they did.
+    implied: Any = None
+
+    @property
+    def flag_name(self) -> str | None:
+        return None if self.flag is None else self.flag or "--" + self.key.replace("_", "-")
+
+    @property
+    def field_name(self) -> str | None:
+        return None if self.field is None else self.field or self.key
+
+    @property
+    def row_name(self) -> str | None:
+        return None if self.row is None or self.field_name is None else self.row or self.field_name
+
+    @property
+    def cell_default(self) -> Any:
+        """The value of a Cell made without it (`implied`)."""
+        if self.implied is not None:
+            return self.implied
+        return self.default[0] if self.axis and self.default else self.default
+
+    def row_value(self, value: Any) -> Any:
+        """How the row records `value`."""
+        return (value or None) if self.zero_is_null else value
+
+
+    def check_value(self, value: Any) -> Any:
+        """`value` if this setting may take it, else a UserError that names it."""
+        where = f"fix it in the grid file or with {self.flag_name or 'the grid file'}"
+        if self.kind is bool:
+            if not isinstance(value, bool):
+                raise UserError(f"'{self.key}' must be true or false, got {value!r}")
+        elif self.kind is float:
+            if (isinstance(value, bool) or not isinstance(value, (int, float))
+                    or math.isnan(value) or not self.minimum <= value <= self.maximum):
+                raise UserError(f"'{self.key}' must be a number from {self.minimum:g} to "
+                                f"{self.maximum:g} ({self.why}), got {value!r}; {where}")
+        elif self.kind is int:
+            self._check_whole(value, where)
+        elif not isinstance(value, str):
+            raise UserError(f"'{self.key}' must be text, got {value!r}")
+        elif "\0" in value:
+            raise UserError(f"'{self.key}' must not contain a NUL character")
+        elif self.choices and value not in self.choices:
+            raise UserError(f"'{self.key}' must be one of {', '.join(self.choices)}, got "
+                            f"'{value}'{did_you_mean(value, self.choices)}")
+        if self.check:
+            self.check(value)
+        return value
+
+    def _check_whole(self, value: Any, where: str) -> None:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise UserError(f"'{self.key}' must be a whole number, got {value!r}; {where}")
+        if value < min(self.minimum, 1):
+            raise UserError(f"'{self.key}' must be positive, got {value}; {where}")
+        if value < self.minimum:
+            raise UserError(f"'{self.key}' must be at least {self.minimum:g}, got {value}: "
+                            f"{self.why}; {where}")
+        limit = self.maximum() if callable(self.maximum) else self.maximum
+        if limit is not None and value > limit:
+            shown = (f"is a {len(str(value))}-digit number," if value >= 10 ** 18
+                     else f"{value:,} is")
+            raise UserError(f"'{self.key}' {shown} more than {limit:,}: {self.why}; {where}")
+
+
+def machine_memory_mb() -> int:
+    return psutil.virtual_memory().total // 2**20
+
+
+def _batch_part(cell) -> str:
+    nodes = f"|n{cell.nodes}" if cell.nodes > 1 else ""
+    return f"|{cell.batch_mode}-b{cell.batch}{nodes}"
+
+
+def _optimizer_part(cell) -> str:
+    """Only where it is not Adam at its default rate without decay (so default keys stay)."""
+    if (cell.optimizer, cell.lr, cell.weight_decay) == ("adam", OPTIMIZERS["adam"], 0.0):
+        return ""
+    return f"|{cell.optimizer}-lr{cell.lr:g}-m{cell.momentum:g}-wd{cell.weight_decay:g}"
+
+
+SETTINGS: dict[str, Setting] = {s.key: s for s in [
+    # --- the grid's identity --------------------------------------------------------------------
+    Setting("name", str, None, "The grid's name (default: the grid file's, without .toml); the "
+            "results go to results/NAME.jsonl unless --results says otherwise.", flag=None,
+            field=None),
+    Setting("description", str, "", "What the grid is for, in a sentence.", flag=None,
+            field=None),
+    # --- the axes, in the cell key's order ------------------------------------------------------
+    Setting("backends", str, None, "Backends: " + ", ".join(BACKENDS) + ".", axis=True,
+            flag="--backend",
+            field="backend", check=check_backend_name, key_part=lambda c: c.backend),
+    Setting("models", str, None, "Models: " + ", ".join(MODELS) + ".", axis=True, flag="--model",
+            field="model", check=check_model_name, key_part=lambda c: f"|{c.model}"),
+    Setting("multiples", int, None, "Dataset multiples, e.g. 1,4,8.", axis=True,
+            flag="--multiple", field="multiple", row="dataset_multiple", maximum=100,
+            why="the blog's largest dataset is 8x; at 100x one epoch is 6 million samples, whose "
+                "sample order alone takes hundreds of MB per process",
+            key_part=lambda c: f"|x{c.multiple}"),
+    Setting("batch_mode", str, "global",
+            "global: the batch is split over devices (strong scaling); per_device: each device "
+            "keeps it (weak scaling).", choices=BATCH_MODES, key_part="batches"),
+    Setting("batches", int, None, "Batch sizes, e.g. 128,256,512.", axis=True, flag="--batch",
+            field="batch", row=None, maximum=2**31 - 1, why="no batch is larger",
+            key_part=_batch_part),
+    Setting("nodes", int, [1],
+            "Node counts, e.g. 1,2 (each node has --devices devices; needs --launcher slurm "
+            "beyond 1).", axis=True, maximum=4096, why="no cluster cell here has more nodes",
+            key_part="batches"),
+    Setting("devices", int, None, "Device counts per node, e.g. 1,2,4.", axis=True, maximum=4096,
+            why="no machine or cluster cell here has more devices",
+            key_part=lambda c: f"|d{c.devices}"),
+    # --- how long and how often -----------------------------------------------------------------
+    Setting("epochs", int, 2, "Epochs per run (>= 2: epoch 1 warms up).", row=None, minimum=2,
+            maximum=1000,
+            why="epoch 1 warms up (tracing, allocators, autotuning) and every rate, speedup and "
+                "verdict is read from epoch 2; a benchmark needs 2 and the lab 5",
+            key_part=lambda c: f"|e{c.epochs}"),
+    Setting("repeats", int, 1, "Repeats of every cell (dispersion needs >= 3).", flag="--repeat",
+            field=None, maximum=1000,
+            why="a few repeats give the intervals; thousands only take time"),
+    Setting("seed", int, 0, "Seed of the model and the data order (the first of --seeds).",
+            minimum=0, maximum=SEEDS, why="seeds are 32-bit in every framework",
+            key_part=lambda c: f"|seed{c.seed}"),
+    Setting("seeds", int, 1,
+            "Seeds per configuration: seed, seed+1, ..., each its own cell (default 1; with a "
+            "target accuracy 5, MLPerf's count: time to a target varies from seed to seed).",
+            field=None, maximum=1000, why="a few seeds give the spread; thousands only take time"),
+    # --- training to a target (common.measuring.target) ---------------------------------------------------
+    Setting("target_accuracy", float, 0.0,
+            "Train until the test accuracy reaches this (0-1), evaluated --evals-per-epoch times "
+            "an epoch, or until --epochs (then the row says converged: false); the row records "
+            "the time, samples and epochs to the target and the accuracy curve (default 0: no "
+            "target, train --epochs).", minimum=0, maximum=1, why="a share of the test set",
+            zero_is_null=True,
+            key_part=lambda c: (f"|target{c.target_accuracy:g}-evals{c.evals_per_epoch}"
+                                if c.target_accuracy else ""), since=9),
+    Setting("evals_per_epoch", int, 4,
+            "With a target accuracy: evaluations an epoch, after every 1/N of its steps, the "
+            "same steps in every backend (default 4).", maximum=100,
+            why="more evaluations than that cost more time than the training they time",
+            key_part="target_accuracy", since=9),
+    # --- the data ---------------------------------------------------------------------------
+    Setting("data", str, "mnist",
+            "Real MNIST, real CIFAR-10 (resnet18, vgg19), or synthetic images shaped as the "
+            "model's dataset.", row="dataset", choices=DATA_KINDS,
+            key_part=lambda c: f"|{c.data}"),
+    Setting("max_train_samples", int, 0, "Cap the base training set (before multiples).",
+            minimum=0, maximum=max(TRAIN_SAMPLES.values()), why="no training set here is larger",
+            key_part=lambda c: f"|cap{c.max_train_samples}" if c.max_train_samples else ""),
+    Setting("max_test_samples", int, 0,
+            "Cap the test set accuracy is measured on (default: all 10,000).", section="input",
+            minimum=0, maximum=TEST_SAMPLES, why="no test set here is larger",
+            key_part=lambda c: f"|test{c.max_test_samples}" if c.max_test_samples else "",
+            since=4),
+    # --- where it runs --------------------------------------------------------------------------
+    Setting("device", str, "auto", "Force cpu or cuda.", row=None, choices=DEVICE_KINDS,
+            key_part=lambda c: f"|{c.device}" + (f"|t{c.threads}" if c.threads else "")),
+    Setting("precision", str, ["framework-default"],
+            "The math of training (an axis): framework-default (float32; on GPUs each "
+            "framework's TF32 default: PyTorch in convolutions only, TensorFlow in both), fp32 "
+            "(TF32 off in both frameworks: one trajectory on a GPU too), tf32 (TF32 on in both; "
+            "GPUs only), bf16 or fp16 mixed precision (float32 weights, the forward and backward "
+            "passes in bf16 or fp16: torch.autocast, Keras' mixed policy; fp16 with a dynamic "
+            "loss scale).", axis=True, choices=PRECISIONS,
+            key_part=lambda c: "" if c.precision == "framework-default" else f"|{c.precision}",
+            since=8),
+    Setting("timeout", int, 3600, "Seconds a cell may run before it is killed.", row=None,
+            maximum=30 * 24 * 3600, why="30 days is the longest timeout a cell may have"),
+    Setting("retries", int, 1,
+            "Times a cell runs again after one of its processes crashed (killed by SIGSEGV, "
+            "SIGABRT, SIGBUS, SIGILL or SIGFPE: a fault inside a framework, such as the heap "
+            "corruption tf-multiworker's workers show now and then), as its launcher reports it "
+            "(xbench's own spawner passes the signal on; torchrun and horovodrun exit 1, "
+            "which is not taken for a crash); every crash is kept in the row's 'crashes'.",
+            row=None, minimum=0, maximum=5,
+            why="a cell that crashes 6 times in a row is not crashing by chance"),
+    Setting("memory_limit_mb", int, 0,
+            "Memory each worker may allocate for training, on top of its framework and data "
+            "(emulates a smaller device: a batch that does not fit is an 'oom' row).", minimum=0,
+            maximum=machine_memory_mb, why="that is this machine's memory", zero_is_null=True),
+    Setting("contention_limit", float, 0.25,
+            "Share of a rank's cores (0-1) that other processes, steal and cgroup throttling "
+            "may take during a timed epoch before its row is marked contended (default 0.25).",
+            minimum=0, maximum=1, why="a share of the cores"),
+    Setting("pin_ranks", bool, False,
+            "Pin each rank to its own cores (the node's cores it may use, split evenly among "
+            "the ranks that share them), so that ranks do not trade cores and contention is "
+            "judged on the cores a rank runs on.",
+            key_part=lambda c: "|pin-ranks" if c.pin_ranks else "", since=7),
+    Setting("launcher", str, "local",
+            "Where cells run: this machine (local, the default) or a Slurm cluster, every cell "
+            "one job.", choices=LAUNCHERS),
+    Setting("slurm_partition", str, "", "Slurm partition to submit to (default: the cluster's).",
+            field=None),
+    Setting("slurm_account", str, "", "Slurm account to charge.", field=None),
+    Setting("slurm_time", int, 0,
+            "Slurm time limit per cell, minutes (default: the cell's timeout, rounded up).",
+            field=None, minimum=0, maximum=30 * 24 * 60,
+            why="30 days is the longest timeout a cell may have"),
+    Setting("slurm_gpus_per_node", int, 0,
+            "GPUs to ask for per node (default: --devices with --device cuda, else none).",
+            field=None, minimum=0, maximum=64, why="no node has more GPUs"),
+    Setting("slurm_args", str, "", "Extra sbatch arguments, e.g. \"--qos=short --exclusive\".",
+            field=None),
+    # --- training, the same in every backend ---------------------------------------------------
+    Setting("optimizer", str, "adam", "adam (default) or sgd, the same step in every framework.",
+            section="training", choices=tuple(OPTIMIZERS), key_part=_optimizer_part, since=3),
+    Setting("lr", float, 0.0, "Learning rate (default: adam 0.001, sgd 0.01).",
+            section="training", minimum=0, maximum=100,
+            why="a learning rate; 0 is the optimizer's default", key_part="optimizer", since=3,
+            implied=OPTIMIZERS["adam"]),
+    Setting("momentum", float, 0.0, "SGD's momentum (default 0).", section="training",
+            minimum=0, maximum=0.999, why="a momentum factor, below 1", key_part="optimizer",
+            since=3),
+    Setting("weight_decay", float, 0.0,
+            "L2 weight decay, added to the gradient as PyTorch does (default 0).",
+            section="training", minimum=0, maximum=1, why="an L2 factor", key_part="optimizer",
+            since=3),
+    Setting("lr_scaling", str, ["none"],
+            "Scale lr with the global batch against --reference-batch: none, linear, sqrt "
+            "(comma-separated: an axis).", axis=True, section="training", choices=LR_SCALINGS,
+            key_part=lambda c: (f"|lr-{c.lr_scaling}{c.reference_batch}"
+                                if c.lr_scaling != "none" else ""), since=3),
+    Setting("reference_batch", int, 128, "The global batch lr is given for (default 128).",
+            section="training", maximum=2**20, why="no batch here is larger",
+            key_part="lr_scaling", since=3),
+    Setting("warmup_epochs", int, [0],
+            "Epochs over which lr ramps linearly from lr to the scaled lr (an axis, e.g. 0,1).",
+            axis=True, section="training", minimum=0, maximum=999,
+            why="warm-up must end before the run does",
+            key_part=lambda c: f"|warm{c.warmup_epochs}" if c.warmup_epochs else "", since=3),
+    Setting("set_epoch", bool, True,
+            "pt-ddp and hvd-torch: call DistributedSampler.set_epoch each epoch (default), or "
+            "keep epoch 0's order in every epoch (the lab's question 5, measured).",
+            section="training", key_part=lambda c: "" if c.set_epoch else "|no-set-epoch",
+            since=3),
+    Setting("compression", str, ["none"],
+            "Gradients on the wire: none, fp16, bf16 (cast to 16 bits for the all-reduce) or "
+            "powersgd (low-rank factors with error feedback; on GPUs); pt-ddp has all four, "
+            "hvd-torch and hvd-tf none and fp16, the others none (an axis, comma-separated).",
+            axis=True,
+            section="training", choices=COMPRESSIONS,
+            key_part=lambda c: ("" if c.compression == "none" else f"|compress-{c.compression}"
+                                + (f"{c.powersgd_rank}" if c.compression == "powersgd" else "")),
+            since=7),
+    Setting("powersgd_rank", int, 1,
+            "PowerSGD's matrix approximation rank (default 1; more: closer to the gradients, "
+            "more bytes).", section="training", maximum=1024,
+            why="a rank above the models' widest layer compresses nothing", key_part="compression",
+            since=7),
+    Setting("reshard", str, ["after-forward"],
+            "pt-fsdp: a unit frees the parameters it gathered after its forward pass and "
+            "gathers them again for backward (after-forward, FSDP's default: least memory), or "
+            "keeps them until its backward is done (after-backward: one all-gather fewer per "
+            "step); an axis, comma-separated.", axis=True, section="training", choices=RESHARDS,
+            key_part=lambda c: "" if c.reshard == "after-forward" else f"|reshard-{c.reshard}",
+            since=10),
+    # --- how batches reach the device ----------------------------------------------------------
+    Setting("host_memory", str, ["pageable"],
+            "PyTorch backends, how batches reach a GPU: pageable, pinned, pinned-non-blocking "
+            "(comma-separated: an axis; pinned ones need CUDA).", axis=True, section="input",
+            choices=HOST_MEMORY,
+            key_part=lambda c: f"|{c.host_memory}" if c.host_memory != "pageable" else "",
+            since=4),
+    Setting("loader_workers", int, [0],
+            "PyTorch backends: DataLoader worker processes, e.g. 0,2 (an axis; 0: batches are "
+            "formed in the training process).", axis=True, section="input", minimum=0,
+            maximum=64, why="more worker processes than any machine here has cores for",
+            key_part=lambda c: f"|workers{c.loader_workers}" if c.loader_workers else "",
+            since=4),
+    # --- faults injected on purpose (common.workload.faults) ---------------------------------------------
+    Setting("inject", str, [faults.NONE],
+            "Faults to inject, to see where the step attribution puts them (never by default; "
+            "rows with one stay out of verdicts and comparisons): none, input-delay=MS, "
+            "slow-rank=R:MS, link=RATE (e.g. 400mbit), joined with '+' (an axis, "
+            "comma-separated).", axis=True, check=faults.check,
+            key_part=lambda c: f"|inject-{c.inject}" if c.inject != faults.NONE else "",
+            since=5),
+]}
+AXES = [s for s in SETTINGS.values() if s.axis]
+SLURM = [s for s in SETTINGS.values() if s.key.startswith("slurm_")]
+IN_CELL = [s for s in SETTINGS.values() if s.field_name]
+IN_ROW = [s for s in IN_CELL if s.row_name]
+
+
+def defaults() -> dict[str, Any]:
+    """{key: default} of every setting that has one."""
+    return {s.key: s.default for s in SETTINGS.values() if s.default is not None}
+
+
+def check_axis(key: str, value: Any) -> list:
+    """The axis' values, each checked, duplicates dropped (first occurrence kept): a value given
+    twice is one configuration, not two."""
+    items = value if isinstance(value, list) else [value]
+    if not items:
+        raise UserError(f"'{key}' is empty; give at least one value")
+    return list(dict.fromkeys(SETTINGS[key].check_value(item) for item in items))
+
+
+def reference_table() -> str:
+    """The settings as a Markdown table, for docs/grids.md (a test keeps that page current)."""
+    lines = ["| grid file | command line | values | default | what |", "|---|---|---|---|---|"]
+    for s in SETTINGS.values():
+        kind = " or ".join(s.choices) if s.choices else s.kind.__name__
+        values = f"list of {kind} (an axis)" if s.axis else kind
+        default = "—" if s.default is None else ",".join(map(str, s.default)) if s.axis \
+            else str(s.default).lower() if s.kind is bool else repr(s.default)
+        flag = ("—" if not s.flag_name else f"`--{s.key.replace('_', '-')}/--no-"
+                f"{s.key.replace('_', '-')}`" if s.kind is bool else f"`{s.flag_name}`")
+        lines.append(f"| `{s.key}` | {flag} | {values} | {default} | {s.help} |")
+    return "\n".join(lines)

@@ -1,0 +1,340 @@
+"""The result row: what a training loop measures (`Measurement`), the one function that makes a row
+of it (`make_row`, called by the runner alone), and the one validator every reader uses
+(`row_problem`: resume, export and the report).
+
+The field list below is written once and used to write, to validate on read, and by the tests.
+"""
+import copy
+import dataclasses
+import math
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from xbench.common.measuring.attribution import PARTS
+from xbench.common.workload.models import flops_per_sample, parameter_count
+from xbench.common.grids.settings import IN_ROW
+
+SCHEMA_VERSION = 10
+# What rows of older versions lack; they are reported and left out, never mixed with these.
+OLDER_VERSIONS = {1: "schema 1 rows come from an xbench whose 1-device cells of tf-mirrored ran no "
+                    "MirroredStrategy, whose frameworks started from different initial weights, "
+                    "and which recorded no contention; run the grid again"}
+# What each version added that the rows before it all had implicitly, filled in when an older row
+# is read: the settings it first recorded (common.grids.settings: `since`, `implied`), and schema 3's
+# batch sweep (none), schema 4's BatchNorm (the MNIST models have none), schema 5's attribution
+# (none recorded), schema 6's GPU math (each framework's default) and schema 7's pinned ranks
+# (none: rows before it judged contention on all of rank 0's machine's cores, recorded as such),
+# schema 8's crashed attempts (none: cells were not run again then) and precision (schema 6 and 7
+# recorded its float32 part as gpu_math, renamed on reading), schema 9's target accuracy (none:
+# every run trained its epochs), schema 10's FSDP resharding (FSDP's default: no FSDP ran) and model state per
+# device (not counted then).
+ADDED = {version: {**{s.row_name: s.row_value(s.cell_default) for s in IN_ROW
+                      if s.since == version}, **derived}
+         for version, derived in {3: {"batch_sweep": None}, 4: {"batchnorm": None},
+                                  5: {"attribution": None}, 6: {}, 7: {},
+                                  8: {"crashes": []}, 9: {"time_to_target": None},
+                                  10: {"model_state_per_device": None}}.items()}
+UPGRADES = (2, 3, 4, 5, 6, 7, 8, 9)  # the older versions this xbench reads
+STATUSES = ("ok", "failed", "timeout", "oom", "unsupported")
+
+NUMBER = (int, float)
+TEXT = (str,)
+WHOLE = (int,)
+BOOL = (bool,)
+
+
+@dataclass
+class Measurement:
+    """What every training loop returns on its reporting rank (rank 0): what ran, what it
+    measured, and the evidence that it trained what it claims."""
+    framework_version: str
+    params: int                       # counted on the framework's built model
+    dataset_source: str
+    train_samples: int
+    device_type: str                  # "cpu" or "cuda"
+    device_name: str
+    epochs: list[dict]                # common.measuring.timing.epoch_record, one per epoch
+    startup_seconds: float
+    step_time_p50: float | None
+    step_time_p90: float | None
+    test_accuracy: float
+    peak_memory_per_device: list[int]
+    model_state_per_device: list[int]  # parameters and optimizer state held between steps
+    hosts: list[str]                  # the node each rank ran on, rank by rank
+    threads: dict                     # per device (the budget) and per process (as set)
+    contended: bool                   # another load used the machine in a timed epoch
+    evidence: dict                    # digests of weights and of the samples each replica took
+    backend_details: dict             # what the backend says of itself
+    attribution: dict                 # each step split into its parts (common.measuring.attribution)
+    time_to_target: dict | None = None  # with a target accuracy (common.measuring.target)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "Measurement":
+        return cls(**{f.name: values[f.name] for f in dataclasses.fields(cls)})
+
+
+# name -> (JSON types a value may have, or None for null; when it must not be null)
+IDENTITY = {
+    "schema_version": (WHOLE, "always"), "run_id": (TEXT, "always"), "grid": (TEXT, "always"),
+    "cell_key": (TEXT, "always"), "repeat": (WHOLE, "always"), "status": (TEXT, "always"),
+    "error": (TEXT, "not ok"), "started_at": (TEXT, "always"), "finished_at": (TEXT, "always"),
+}
+KINDS = {int: WHOLE, float: NUMBER, str: TEXT, bool: BOOL}
+# The cell's configuration: the settings a row records (common.grids.settings), and what the runner
+# derives from the cell and its backend.
+CONFIGURATION = {
+    **{s.row_name: (KINDS[s.kind], "never" if s.zero_is_null else "always") for s in IN_ROW},
+    "framework": (TEXT, "ok"), "params": (WHOLE, "always"), "flops_per_sample": (WHOLE, "always"),
+    "global_batch": (WHOLE, "always"), "per_device_batch": (WHOLE, "always"),
+    "world_size": (WHOLE, "always"), "threads_per_device": (WHOLE, "always"),
+    "threads_pinned": (BOOL, "always"), "batch_sweep": (TEXT, "never"),
+    "batchnorm": (TEXT, "never"),
+}
+MEASUREMENTS = {
+    "framework_version": (TEXT, "ok"), "dataset_source": (TEXT, "ok"),
+    "train_samples": (WHOLE, "ok"), "device_type": (TEXT, "ok"), "device_name": (TEXT, "ok"),
+    "epochs": ((list,), "always"), "startup_seconds": (NUMBER, "ok"),
+    "step_time_p50": (NUMBER, "ok"), "step_time_p90": (NUMBER, "ok"),
+    "test_accuracy": (NUMBER, "ok"), "peak_memory_bytes": (WHOLE, "ok"),
+    "peak_memory_per_device": ((list,), "ok"), "model_state_per_device": ((list,), "never"),
+    "hosts": ((list,), "ok"),
+    "threads": ((dict,), "ok"),
+    "contended": (BOOL, "ok"), "evidence": ((dict,), "ok"), "backend_details": ((dict,), "always"),
+    "attribution": ((dict,), "never"), "time_to_target": ((dict,), "never"),
+}
+RUN = {"cell_seconds": (NUMBER, "always"), "log": (TEXT, "never"), "env": ((dict,), "always"),
+       "crashes": ((list,), "always")}
+FIELDS = {**IDENTITY, **CONFIGURATION, **MEASUREMENTS, **RUN}
+AT_LEAST_ONE = ("dataset_multiple", "global_batch", "per_device_batch", "nodes", "devices",
+                "world_size", "params")
+
+
+class Maybe:
+    """A nested value that may be null."""
+    def __init__(self, shape):
+        self.shape = shape
+
+
+class Each:
+    """An object whose keys are any text and whose values all have `shape` (a package list)."""
+    def __init__(self, shape):
+        self.shape = shape
+
+
+POSITIVE = "a positive number"  # a finite number above 0 (an epoch's seconds)
+# The nested values readers use, by shape: a tuple of types, POSITIVE, an object {key: shape}
+# (a key ending in '?' may be absent; other keys are allowed), [shape] a list of them, Maybe,
+# Each. What a reader takes from a row is checked here, so a wrong value is a skipped line.
+CONTENTION = {"contended": BOOL, "other_cpu_share": Maybe(NUMBER), "steal_share": Maybe(NUMBER)}
+EPOCH = {"epoch": WHOLE, "seconds": POSITIVE, "samples": WHOLE, "rate?": Maybe(NUMBER),
+         "loss": NUMBER, "accuracy": NUMBER, "seconds_per_rank": [NUMBER],
+         "contention": CONTENTION, "input_seconds?": Maybe(NUMBER),  # schema 2 had no input
+         "evaluation_seconds?": NUMBER}  # only with a target accuracy
+RANK_ATTRIBUTION = {
+    "parts": {part: {"seconds": NUMBER, "median": NUMBER, "p10": NUMBER, "p90": NUMBER}
+              for part in PARTS},
+    "steps": WHOLE, "residual_seconds": NUMBER, "adds_up": BOOL,
+    "collective": {"busy_seconds": NUMBER, "moving_seconds": NUMBER, "moving_median": NUMBER,
+                   "bytes_per_step": Maybe(WHOLE)}}
+NESTED = {
+    "epochs": [EPOCH], "crashes": [TEXT],
+    "env": {"host?": Maybe(TEXT), "cpu_count?": Maybe(WHOLE), "python?": Maybe(TEXT),
+            "packages?": Maybe(Each(Maybe(TEXT))), "git_commit?": Maybe(TEXT)},
+    "evidence": Maybe({"replica_weight_digests?": Maybe([TEXT]),
+                       "global_batches_digests?": Maybe([TEXT]),
+                       "distributed_sampler_digests?": Maybe([TEXT]),
+                       "shard_overlap?": Maybe([NUMBER]),
+                       "batchnorm?": Maybe({"max_relative_difference": Maybe(NUMBER)})}),
+    "backend_details": {"reduction?": Maybe(TEXT), "collective_library?": Maybe(TEXT),
+                        "math?": Maybe({"matmul?": Maybe(TEXT), "convolution?": Maybe(TEXT),
+                                        "precision?": Maybe(TEXT), "lower?": Maybe(TEXT),
+                                        "loss_scale?": Maybe([NUMBER])}),
+                        "traffic?": Maybe([{"what": TEXT, "bytes": NUMBER, "how": TEXT,
+                                            "basis": TEXT}])},
+    "hosts": Maybe([TEXT]), "peak_memory_per_device": Maybe([WHOLE]),
+    "model_state_per_device": Maybe([WHOLE]),
+    "time_to_target": Maybe({
+        "target": NUMBER, "evals_per_epoch": WHOLE, "converged": BOOL, "seconds": Maybe(NUMBER),
+        "training_seconds": Maybe(NUMBER), "samples": Maybe(WHOLE), "epochs": Maybe(NUMBER),
+        "curve": [{"epoch": WHOLE, "step": WHOLE, "samples": WHOLE, "epochs": NUMBER,
+                   "accuracy": NUMBER, "seconds": NUMBER, "training_seconds": NUMBER}]}),
+    "attribution": Maybe({"how": Each(TEXT), "epochs": [
+        {"ranks": [RANK_ATTRIBUTION], "slowest_rank": Maybe(WHOLE)}]}),
+}
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def make_row(cell, run_id: str, started_at: str, status: str, error: str | None,
+             framework: str | None, measurement: Measurement | None, env: dict,
+             log: str | None, cell_seconds: float, threads_per_device: int,
+             batchnorm: str | None = None, crashes: list[str] = ()) -> dict:
+    """The result row of one run of `cell` (a common.grids.grid.Cell): identity, the cell's
+    configuration (with the compute threads per device it ran with, and what its backend does
+    with BatchNorm's statistics across replicas where the model has BatchNorm), the measurement
+    when the run was ok, and how the run went (`crashes`: the errors of the attempts before it
+    whose processes crashed)."""
+    measured = measurement.to_dict() if measurement else {}
+    memory = measured.get("peak_memory_per_device")
+    row = {
+        "schema_version": SCHEMA_VERSION, "run_id": run_id, "grid": cell.grid,
+        "cell_key": cell.key, "repeat": cell.repeat, "status": status, "error": error,
+        "started_at": started_at, "finished_at": now(),
+        **{s.row_name: s.row_value(getattr(cell, s.field_name)) for s in IN_ROW},
+        "framework": framework, "params": measured.get("params", parameter_count(cell.model)),
+        "flops_per_sample": flops_per_sample(cell.model), "global_batch": cell.global_batch,
+        "per_device_batch": cell.per_device_batch, "world_size": cell.world,
+        "threads_per_device": threads_per_device, "threads_pinned": bool(cell.threads),
+        "batch_sweep": cell.sweep or None, "batchnorm": batchnorm,
+        **{name: measured.get(name) for name in MEASUREMENTS},
+        "epochs": measured.get("epochs", []),
+        "peak_memory_bytes": max(memory) if memory else None,
+        "backend_details": measured.get("backend_details", {}),
+        "cell_seconds": cell_seconds, "log": log, "env": env, "crashes": list(crashes),
+    }
+    assert row.keys() == FIELDS.keys(), set(row) ^ set(FIELDS)
+    return row
+
+
+def upgrade(row: Any) -> Any:
+    """A row of an older version this xbench can read, as a row of this version (what it lacks
+    it had implicitly, ADDED)."""
+    if not (isinstance(row, dict) and type(row.get("schema_version")) is int
+            and row["schema_version"] in UPGRADES):
+        return row
+    version = row["schema_version"]
+    for added in range(version + 1, SCHEMA_VERSION + 1):
+        row = {**copy.deepcopy(ADDED[added]), **row}  # each row its own lists
+    if version < 8 and "gpu_math" in row:
+        row["precision"] = row.pop("gpu_math")
+    torch_on_gpu = row.get("framework") == "torch" and row.get("device_type") == "cuda"
+    if version < 4 and torch_on_gpu:  # what the PyTorch loader did on GPUs then, in the key too
+        row["host_memory"] = "pinned-non-blocking"
+        row["cell_key"] = f"{row['cell_key']}|pinned-non-blocking"
+    return {**row, "schema_version": SCHEMA_VERSION}
+
+
+def row_problem(row: Any) -> str | None:
+    """Why `row` is not a result row of this schema (None if it is one). Unknown extra fields
+    are allowed; a missing field, a value of the wrong type or shape (nested ones included),
+    or a version this xbench does not read are not."""
+    if not isinstance(row, dict):
+        return "not a JSON object"
+    if "schema_version" not in row:
+        return "no 'schema_version' field"
+    version = row["schema_version"]
+    if type(version) is not int:
+        return f"'schema_version' is {type(version).__name__}, not a whole number"
+    if version in OLDER_VERSIONS:
+        return OLDER_VERSIONS[version]
+    if version != SCHEMA_VERSION:
+        shown = version if abs(version) < 10 ** 9 else "(a very large number)"
+        return (f"schema_version {shown} is not {SCHEMA_VERSION}, the version this xbench "
+                f"reads; report it with the xbench that wrote it")
+    status = row.get("status")
+    if status not in STATUSES:
+        return f"status {_shown(status)} is not one of {', '.join(STATUSES)}"
+    for name, (kinds, required) in FIELDS.items():
+        if name not in row:
+            return f"no '{name}' field"
+        value = row[name]
+        if value is None:
+            if not _may_be_null(required, status):
+                return f"'{name}' is null in a row with status {status!r}"
+            continue
+        if not _is(value, kinds):
+            return f"'{name}' is {type(value).__name__}, not {' or '.join(k.__name__ for k in kinds)}"
+        problem = shape_problem(value, NESTED[name], name) if name in NESTED else None
+        if problem:
+            return problem
+    small = [name for name in AT_LEAST_ONE if row[name] < 1]
+    if small:
+        return f"{', '.join(small)} below 1"
+    if row["repeat"] < 0:
+        return "'repeat' is negative"
+    if status == "ok" and len(row["epochs"]) < 2:
+        return (f"an ok row with {len(row['epochs'])} epoch(s); every ok row has at least 2 "
+                f"(the first is warm-up)")
+    if not _valid_text(row):
+        return "a text in it is not valid Unicode (a lone surrogate)"
+    return None
+
+
+def shape_problem(value: Any, shape: Any, where: str) -> str | None:
+    """What is wrong with `value` as a value of `shape` (see NESTED), naming where it is
+    ('epochs[2].contention.contended'), or None."""
+    if isinstance(shape, Maybe):
+        return None if value is None else shape_problem(value, shape.shape, where)
+    if shape is POSITIVE:
+        if not (_is(value, NUMBER) and value > 0):
+            return f"'{where}' is {_shown(value)}, not a positive number"
+        return None
+    if isinstance(shape, tuple):
+        if not _is(value, shape):
+            return (f"'{where}' is {_shown(value)}, not "
+                    f"{' or '.join(k.__name__ for k in shape)}")
+        return None
+    if isinstance(shape, list):
+        if not isinstance(value, list):
+            return f"'{where}' is {type(value).__name__}, not a list"
+        return next(filter(None, (shape_problem(item, shape[0], f"{where}[{index}]")
+                                  for index, item in enumerate(value, 1))), None)
+    if not isinstance(value, dict):
+        return f"'{where}' is {type(value).__name__}, not an object"
+    if isinstance(shape, Each):
+        return next(filter(None, (shape_problem(item, shape.shape, f"{where}.{key}")
+                                  for key, item in value.items())), None)
+    for key, inner in shape.items():
+        name = key.rstrip("?")
+        if name not in value:
+            if key.endswith("?"):
+                continue
+            return f"'{where}' has no '{name}'"
+        problem = shape_problem(value[name], inner, f"{where}.{name}")
+        if problem:
+            return problem
+    return None
+
+
+def _shown(value) -> str:
+    """A value in a message: short, whatever it is."""
+    if isinstance(value, (dict, list)):
+        return f"a{'n object' if isinstance(value, dict) else ' list'}"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10 ** 9:
+        return "a very large number"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _valid_text(value) -> bool:
+    """True if every string (and key) in `value` can be written as UTF-8."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        return True
+    if isinstance(value, dict):
+        return all(_valid_text(k) and _valid_text(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_valid_text(v) for v in value)
+    return True
+
+
+def _may_be_null(required: str, status: str) -> bool:
+    return (required == "never" or (required == "ok" and status != "ok")
+            or (required == "not ok" and status == "ok"))
+
+
+def _is(value, kinds) -> bool:
+    if isinstance(value, bool):
+        return bool in kinds
+    if isinstance(value, float) and not math.isfinite(value):
+        return False
+    return isinstance(value, kinds)

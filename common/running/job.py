@@ -1,0 +1,23 @@
+"""What each launched process is given to train (common.running.worker makes it, a backend's `train`
+takes it)."""
+import time
+from dataclasses import dataclass, field
+
+from xbench.common.grids.cell import Cell
+from xbench.common.running.progress import ProgressReport
+from xbench.common.workload.data import Images
+
+
+@dataclass
+class Job:
+    """What each launched process is given: the cell, its data, the compute threads of each of its
+    devices, and the wall-clock time (`time.time()`) at which the runner launched it (start-up is
+    counted from it)."""
+    cell: Cell
+    data: Images
+    threads_per_device: int
+    launched_at: float
+    progress: ProgressReport = field(default_factory=ProgressReport)
+
+    def startup_seconds(self) -> float:
+        return time.time() - self.launched_at

@@ -1,0 +1,100 @@
+"""The local launcher: a cell's processes on this machine (the default)."""
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import psutil
+
+from xbench.common.grids.cell import Cell
+from xbench.common.machine import cpu_cores
+from xbench.common.running.link_cap import capped_link, namespaces_refused
+from xbench.common.running.placement import PLACEMENT_ENV, Placement
+from xbench.common.running.processes import Ended, end_processes, end_with, signals_held
+from xbench.common.workload import faults
+
+if TYPE_CHECKING:
+    from xbench.common.backends.backend import Backend
+
+WATCH_SECONDS = 0.25  # how often a waiting launcher looks at the cell
+REPO = Path(__file__).resolve().parents[2]  # where a cell's processes start (python -m xbench...)
+
+
+def free_ports(count: int) -> int:
+    """The first of `count` consecutive TCP ports free on this machine now."""
+    for _ in range(200):
+        first = random.randrange(20000, 60000 - count)
+        try:
+            with contextlib.ExitStack() as stack:
+                for port in range(first, first + count):
+                    sock = stack.enter_context(socket.socket())
+                    sock.bind(("127.0.0.1", port))
+            return first
+        except OSError:
+            continue
+    raise RuntimeError("found no free range of ports for the cell")
+
+
+class LocalLauncher:
+    """This machine: one node, the default."""
+    name = "local"
+
+    def check(self, cells: list[Cell]) -> None:
+        """Nothing to check: a cell that cannot run here becomes its row."""
+
+    def cannot_run(self, cell: Cell) -> str | None:
+        if faults.parse(cell.inject).link is None:
+            return None
+        if not hasattr(self, "_refused"):
+            self._refused = namespaces_refused()
+        return self._refused and f"inject link: {self._refused}"
+
+    @property
+    def cores(self) -> int:
+        return cpu_cores()
+
+    @property
+    def node_memory_mb(self) -> int:
+        return psutil.virtual_memory().total // 2**20
+
+    @property
+    def memory_mb(self) -> int:
+        """What a cell may use now: the memory available on this machine."""
+        return psutil.virtual_memory().available // 2**20
+
+    def run(self, backend: Backend, cell: Cell, worker_args: list[str], environment: dict,
+            log, token: str, watch=lambda: None) -> Ended:
+        """Start the cell here and wait for it (`watch()` is called while it runs)."""
+        placement = Placement(("127.0.0.1",), free_ports(cell.world + 1), (socket.gethostname(),))
+        command = backend.launch_command(cell, worker_args, placement)
+        if backend.launch_scope == "task":
+            command = [sys.executable, "-m", "xbench.common.running.spawn", str(cell.devices), "--", *command]
+        injected = faults.parse(cell.inject)
+        if injected.link:
+            command = capped_link(command, injected.link, injected.link_bytes_per_second)
+        log.write(" ".join(command) + "\n")
+        log.flush()
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                   env={**environment, PLACEMENT_ENV: placement.to_env()},
+                                   cwd=REPO,
+                                   start_new_session=True, preexec_fn=end_with(os.getpid()))
+        deadline = time.monotonic() + cell.timeout
+        try:
+            while (code := process.poll()) is None:
+                if time.monotonic() > deadline:
+                    return Ended(None, True, f"no result after the cell's timeout of "
+                                             f"{cell.timeout} s; every process of the cell was "
+                                             f"killed")
+                watch()
+                time.sleep(WATCH_SECONDS)
+            return Ended(code)
+        finally:
+            with signals_held():
+                end_processes(process, token)

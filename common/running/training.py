@@ -1,0 +1,314 @@
+"""The one shape of training in every backend.
+
+`TrainingLoop.run` is the order of the parts (set-up; per epoch: barrier, clock, timed steps,
+totals; then the evidence, the attribution of the steps and the measurement) and all the
+arithmetic on them, written once. A framework's loop (pt_backend.train.TorchLoop,
+tf_backend.train.TensorFlowLoop) implements only the hooks, which are framework code: building the
+model, one training step (marking where its parts end: common.measuring.attribution), reading its totals.
+"""
+import abc
+import time
+from collections.abc import Callable, Iterable, Iterator
+
+import numpy as np
+
+from xbench.common.backends.backend import Backend
+from xbench.common.backends.collectives import Collectives
+from xbench.common.measuring import attribution
+from xbench.common.measuring.attribution import StepMarks
+from xbench.common.measuring.contention import ContentionProbe, epoch_contention
+from xbench.common.measuring.evidence import batchnorm_evidence, sample_evidence, weights_digest
+from xbench.common.measuring.target import TargetRun
+from xbench.common.measuring.timing import EpochClock, epoch_record, step_percentiles
+from xbench.common.results.schema import Measurement
+from xbench.common.running.job import Job
+from xbench.common.running.placement import node_name, pin_rank
+from xbench.common.workload import faults
+
+EVAL_BATCH = 1000  # test images per forward pass when measuring test accuracy
+# The thread budget of every device in every backend, besides its compute threads (the cores
+# shared out over the devices): one inter-op thread and one input-pipeline thread. A process
+# driving k devices gets k times each.
+INTER_OP_PER_DEVICE = 1
+INPUT_PIPELINE_PER_DEVICE = 1
+
+
+class TrainingLoop(abc.ABC):
+    """Train one cell in this process and measure it. Subclasses implement the hooks below."""
+
+    def __init__(self, job: Job, comm: Collectives, backend: Backend):
+        self.job, self.cell, self.comm, self.backend = job, job.cell, comm, backend
+        self.faults = faults.parse(self.cell.inject)
+
+    # --- hooks: the framework's part -------------------------------------------------------
+
+    @abc.abstractmethod
+    def set_up(self) -> None:
+        """Build the model, optimizer and input pipeline (counted in start-up, not in epochs)."""
+
+    def sync(self) -> None:
+        """Wait until the device has finished its queued work (nothing to wait for on the CPU)."""
+
+    def step_clock(self) -> tuple[Callable[[], object], Callable[[object, object], float]]:
+        """Where each step's moments come from, and the seconds between two of them: the host
+        clock (on a GPU: CUDA events, so that a part is device time)."""
+        return time.perf_counter, lambda start, end: end - start
+
+    @abc.abstractmethod
+    def batches(self, epoch: int) -> Iterable:
+        """This process's batches of `epoch`, lazily: nothing may be fetched before the loop asks
+        for the first batch, which happens after the epoch's clock has started."""
+
+    @abc.abstractmethod
+    def set_learning_rate(self, value: float) -> None:
+        """Use `value` from the next optimizer step on (called only when it changes)."""
+
+    @abc.abstractmethod
+    def train_step(self, batch) -> None:
+        """One optimizer step on `batch`, adding its loss sum and correct count to the totals and
+        keeping the sample indices each replica consumed (read from the batch). It marks where
+        each part it can see ends (`self.marks.mark(part)`), reports its collective
+        (`self.marks.collective`), and makes this rank's compute `self.faults.slow_for(rank)`
+        seconds longer (the slow-rank fault)."""
+
+    def traced_steps(self) -> list | None:
+        """Steps run after the timed epochs under a tracer that sees inside a step call
+        (common.measuring.attribution.Step, in seconds from a barrier every rank passed), for a framework
+        whose step is one opaque call; None where `train_step`'s marks see every part."""
+        return None
+
+    def attribution_sources(self) -> dict[str, str]:
+        """How each part of a step is known here: {part: how}."""
+        return {}
+
+    def sampler_evidence(self) -> dict:
+        """What the framework's own sampler dealt, where the backend uses one (PyTorch's
+        DistributedSampler: the lab's question 5)."""
+        return {}
+
+    @abc.abstractmethod
+    def consumed(self) -> list[np.ndarray]:
+        """Per replica of this process, the sample indices it trained on since the last call
+        (the epoch just timed), in order; called after the epoch's clock stopped."""
+
+    @abc.abstractmethod
+    def reset_totals(self) -> None:
+        """Zero the epoch's loss sum and correct count."""
+
+    @abc.abstractmethod
+    def totals(self):
+        """[loss sum, correct count] of this process's replicas, as the framework's tensor or
+        array (the collectives add them over the processes)."""
+
+    @property
+    @abc.abstractmethod
+    def steps_per_epoch(self) -> int:
+        """Optimizer steps in one epoch (global batches; the incomplete last one dropped)."""
+
+    @abc.abstractmethod
+    def replica_weights(self) -> list[Iterable[np.ndarray]]:
+        """The final weights of each replica this process holds, as numpy arrays."""
+
+    @abc.abstractmethod
+    def replica_batchnorm(self) -> list[list[np.ndarray]]:
+        """Per replica of this process, every BatchNorm's running mean and variance as it holds
+        them (empty lists where the model has no BatchNorm)."""
+
+    @abc.abstractmethod
+    def peak_memory(self) -> list[int]:
+        """Peak bytes per device of this process (per GPU, or the process's peak RSS on CPU)."""
+
+    @abc.abstractmethod
+    def model_state_bytes(self) -> list[int]:
+        """Per device of this process: bytes of the trainable parameters and the optimizer's
+        state it holds between steps (the part a sharding backend divides over the devices),
+        counted on the tensors at the end of the run."""
+
+    @abc.abstractmethod
+    def evaluate(self) -> float:
+        """Accuracy on the whole test set (called on rank 0 only)."""
+
+    def gather_for_evaluation(self) -> None:
+        """On every rank, before rank 0 evaluates: assemble the whole model where the ranks
+        hold shards of it (a collective); nothing where every rank holds all of it."""
+
+    @abc.abstractmethod
+    def describe(self) -> dict:
+        """framework_version, params, train_samples, device_type, device_name, and the
+        framework's own backend details."""
+
+    @abc.abstractmethod
+    def thread_pools(self) -> dict:
+        """The process's thread pools as the framework reports them: intra_op, inter_op,
+        input_pipeline."""
+
+    def gpu_indices(self) -> list[int]:
+        """The GPUs this process drives (whose other users are watched); none on the CPU."""
+        return []
+
+    # --- the loop ----------------------------------------------------------------------------
+
+    def run(self) -> Measurement | None:
+        """Train for the cell's epochs; the measurement on rank 0, None on the other ranks."""
+        self.set_up()
+        if self.cell.pin_ranks:
+            pin_rank(self.comm)
+        marks = StepMarks if attribution.INSTRUMENTED else attribution.WindowMarks
+        self.marks = marks(*self.step_clock())
+        probe = ContentionProbe(node_name(), self.gpu_indices())
+        samples = self.steps_per_epoch * self.cell.global_batch
+        report = self.job.progress
+        if self.comm.rank == 0:
+            report.start(self.cell.epochs, self.steps_per_epoch, self.cell.global_batch)
+        epochs, consumed, startup, timed = [], [], None, []
+        steps_done, rate = 0, None
+        target = TargetRun.of(self.cell, self.steps_per_epoch)
+        for epoch in range(1, self.cell.epochs + 1):
+            batches = self.batches(epoch)
+            self.reset_totals()
+            probe.list_cell()
+            self.comm.barrier()
+            self.marks.start_epoch()
+            if startup is None:
+                startup = self.job.startup_seconds()
+            report.begin_epoch(epoch)
+            probe.start()
+            clock = EpochClock(self.sync)
+            clock.start()
+            evaluating = 0.0  # seconds of this epoch's evaluations, taken out of its time
+            for step, batch in enumerate(self.timed_batches(batches), 1):
+                wanted = self.cell.learning_rate(steps_done, self.steps_per_epoch)
+                if wanted != rate:  # only under a warm-up, and once at the start
+                    self.set_learning_rate(wanted)
+                    rate = wanted
+                self.train_step(batch)
+                self.marks.end()
+                steps_done += 1
+                report.done = step  # read by the report's own thread, outside this loop
+                if target and target.due(step):
+                    evaluating += self.evaluate_for(target, epoch, step, clock, evaluating)
+            seconds = clock.stop() - evaluating
+            watched = probe.stop()
+            report.end_epoch(seconds)
+            steps = self.marks.steps()
+            timed.append((seconds, steps))
+            consumed.append(self.consumed())
+            loss_sum, correct = (float(v) for v in self.comm.sum(self.totals()))
+            waited = sum(part_seconds(step, "input") for step in steps)
+            ranks = self.comm.gather((seconds, watched, waited))
+            record = epoch_record(epoch, [s for s, _, _ in ranks], samples, loss_sum, correct)
+            record["input_seconds"] = max(w for _, _, w in ranks)
+            record["contention"] = epoch_contention([w for _, w, _ in ranks],
+                                                    self.cell.contention_limit)
+            epochs.append(record)
+            if target:
+                record["evaluation_seconds"] = evaluating
+                target.end_epoch(record["seconds"], evaluating)
+                if target.finished(epoch):
+                    break
+
+        report.stop()
+        step_seconds = _flat(self.comm.gather([s.end - s.start for s in timed[-1][1]]))
+        memory = _flat(self.comm.gather(self.peak_memory()))
+        model_state = _flat(self.comm.gather(self.model_state_bytes()))
+        digests = _flat(self.comm.gather([weights_digest(w) for w in self.replica_weights()]))
+        statistics = _flat(self.comm.gather(self.replica_batchnorm()))
+        by_replica = [list(epochs_of_replica) for epochs_of_replica in zip(*consumed)]
+        replicas = _flat(self.comm.gather(by_replica))
+        hosts = self.comm.gather(node_name())
+        self.gather_for_evaluation()
+        accuracy = self.evaluate() if self.comm.rank == 0 else None
+        self.comm.barrier()
+        steps_attributed = (self.attribute(timed, self.traced_steps())
+                            if attribution.INSTRUMENTED else None)
+        measurement = self.measure(epochs, startup, step_seconds, memory, model_state, digests,
+                                   replicas, hosts, statistics, accuracy, steps_attributed,
+                                   target) if self.comm.rank == 0 else None
+        # Every rank leaves together: a gloo rank that tore its process group down while rank 0
+        # still evaluated aborted now and then ("terminate called without an active exception").
+        self.comm.barrier()
+        return measurement
+
+    def evaluate_for(self, target: TargetRun, epoch: int, step: int, clock: EpochClock,
+                     evaluated: float) -> float:
+        """Evaluate at one of the target's points, every rank told rank 0's accuracy (so that
+        all stop together); the seconds it took, from the moment every rank had trained to the
+        point (the wait for a slower rank is training's, as at a collective). `evaluated`: the
+        seconds of this epoch's earlier evaluations."""
+        self.sync()
+        self.comm.barrier()
+        began = time.perf_counter()
+        self.gather_for_evaluation()
+        accuracy = self.comm.gather(self.evaluate() if self.comm.rank == 0 else None)[0]
+        ended = time.perf_counter()
+        target.record(epoch, step, accuracy, training=began - clock.started - evaluated,
+                      wall=ended - clock.started)
+        return ended - began
+
+    def timed_batches(self, batches: Iterable) -> Iterator:
+        """The epoch's batches, each step's window opened when the loop asks for its batch, and
+        the wait for it marked as the step's input part (the input-delay fault waits there)."""
+        batches = iter(batches)
+        while True:
+            self.marks.begin()
+            try:
+                batch = next(batches)
+            except StopIteration:
+                self.marks.discard()
+                return
+            if self.faults.input_delay:
+                time.sleep(self.faults.input_delay)
+            self.marks.mark("input")
+            yield batch
+
+    def attribute(self, timed: list, traced: list | None) -> dict | None:
+        """Every timed epoch's steps split into their parts on every rank (common.measuring.attribution),
+        summarised per rank and gathered to rank 0. Where a step is one opaque call, the call is
+        split as the `traced` steps' calls were."""
+        shares = None
+        if traced is not None:
+            latest = attribution.latest_ready(self.comm.gather([s.ready for s in traced]))
+            shares = attribution.call_shares(traced, latest)
+        epochs = []
+        for seconds, steps in timed:
+            latest = attribution.latest_ready(self.comm.gather([s.ready for s in steps]))
+            ranks = self.comm.gather(attribution.summarize(steps, latest, seconds, shares))
+            epochs.append({"ranks": ranks, "slowest_rank": attribution.slowest_rank(ranks)})
+        return {"how": self.attribution_sources(), "epochs": epochs,
+                "traced_steps": len(traced) if traced is not None else None}
+
+    def measure(self, epochs, startup, step_seconds, memory, model_state, digests, replicas,
+                hosts, statistics, accuracy, steps_attributed, target):
+        """Rank 0's measurement of the run."""
+        described, details = self.describe(), self.backend.details()
+        per_device = self.job.threads_per_device
+        return Measurement(
+            framework_version=described.pop("framework_version"),
+            params=described.pop("params"), dataset_source=self.job.data.source,
+            train_samples=described.pop("train_samples"),
+            device_type=described.pop("device_type"), device_name=described.pop("device_name"),
+            epochs=epochs, startup_seconds=startup, **step_percentiles(step_seconds),
+            test_accuracy=accuracy, peak_memory_per_device=memory,
+            model_state_per_device=model_state, hosts=hosts,
+            threads={"per_device": {"compute": per_device, "inter_op": INTER_OP_PER_DEVICE,
+                                    "input_pipeline": INPUT_PIPELINE_PER_DEVICE},
+                     "per_process": self.thread_pools()},
+            contended=any(e["contention"]["contended"] for e in epochs),
+            evidence={"replica_weight_digests": digests,
+                      **sample_evidence(replicas, self.steps_per_epoch),
+                      **self.sampler_evidence(),
+                      **({"batchnorm": batchnorm_evidence(statistics)} if statistics[0] else {})},
+            backend_details={"world_size": self.comm.world, **described, **details,
+                             "traffic": self.backend.traffic(self.cell,
+                                                             details.get("reduction", "none"))},
+            attribution=steps_attributed,
+            time_to_target=target.summary() if target else None)
+
+
+def part_seconds(step, part: str) -> float:
+    """Seconds of the intervals of `step` marked `part`."""
+    return sum(end - start for label, start, end, _ in step.intervals if label == part)
+
+
+def _flat(lists):
+    return [item for items in lists for item in items]

@@ -1,0 +1,332 @@
+"""The benchmark models as framework-free layer specs, built identically in PyTorch and Keras.
+
+- `small`, `large`: the blog post's two MNIST CNNs (seeds/003; "same" padding, PyTorch's padding=1).
+- `resnet18`: the CIFAR form of ResNet-18 the course lab trains (seeds/004): He et al. 2016's
+  ResNet-18 as kuangliu/pytorch-cifar writes it for 32x32 images (3x3 stem, no max-pool, four
+  stages of two BasicBlocks, 64/128/256/512 channels, global average pool).
+- `vgg19`: VGG-19 with BatchNorm for 32x32 inputs (Simonyan & Zisserman 2015, configuration E,
+  as kuangliu/pytorch-cifar writes it), the case study's model (seeds/000): one linear layer.
+
+Both backends build their networks from these specs, so PyTorch and Keras cannot drift apart;
+parameter counts and FLOPs are computed here from the spec, never hard-coded.
+"""
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from xbench.common.errors import known_name
+
+# The images each dataset holds: channels, height, width.
+INPUT_SHAPES = {"mnist": (1, 28, 28), "cifar10": (3, 32, 32)}
+NUM_CLASSES = 10
+BATCHNORM = {"epsilon": 1e-5, "torch_momentum": 0.1}  # PyTorch's defaults; Keras' momentum is 0.9
+
+
+@dataclass(frozen=True)
+class Conv:
+    """kxk convolution with PyTorch's padding k // 2 ("same" at stride 1), then ReLU if `relu`."""
+    in_channels: int
+    out_channels: int
+    kernel: int = 3
+    stride: int = 1
+    bias: bool = True
+    relu: bool = True
+
+
+@dataclass(frozen=True)
+class BatchNorm:
+    """Batch normalisation over the channels (learned scale and shift, running statistics), then
+    ReLU if `relu`: batch statistics in training, running statistics in evaluation."""
+    channels: int
+    relu: bool = True
+
+
+@dataclass(frozen=True)
+class MaxPool:
+    """2x2 max pooling, stride 2, floor (Keras 'valid')."""
+    size: int = 2
+
+
+@dataclass(frozen=True)
+class GlobalAvgPool:
+    """The mean over height and width: (C, H, W) -> (C,)."""
+
+
+@dataclass(frozen=True)
+class Flatten:
+    pass
+
+
+@dataclass(frozen=True)
+class Dense:
+    """Fully connected layer; relu=False only for the logits layer."""
+    in_features: int
+    out_features: int
+    relu: bool = True
+
+
+@dataclass(frozen=True)
+class Residual:
+    """A residual block: body(x) + shortcut(x) (the identity when `shortcut` is empty), then
+    ReLU."""
+    body: tuple
+    shortcut: tuple = ()
+
+
+@dataclass(frozen=True)
+class Model:
+    dataset: str   # the dataset whose images it takes (INPUT_SHAPES)
+    layers: tuple
+
+
+def conv_bn(in_channels: int, out_channels: int, kernel: int = 3, stride: int = 1,
+            relu: bool = True) -> tuple:
+    """A convolution without bias followed by BatchNorm (ResNet's unit)."""
+    return (Conv(in_channels, out_channels, kernel, stride, bias=False, relu=False),
+            BatchNorm(out_channels, relu=relu))
+
+
+def basic_block(in_channels: int, out_channels: int, stride: int) -> Residual:
+    """ResNet's BasicBlock: two 3x3 conv-BN, a 1x1 conv-BN shortcut where the shape changes."""
+    shortcut = (conv_bn(in_channels, out_channels, 1, stride, relu=False)
+                if stride != 1 or in_channels != out_channels else ())
+    return Residual(conv_bn(in_channels, out_channels, 3, stride)
+                    + conv_bn(out_channels, out_channels, 3, 1, relu=False), shortcut)
+
+
+def resnet18() -> Model:
+    blocks, channels = [], 64
+    for width, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+        for first in (True, False):
+            blocks.append(basic_block(channels, width, stride if first else 1))
+            channels = width
+    return Model("cifar10", (*conv_bn(3, 64), *blocks, GlobalAvgPool(),
+                             Dense(512, NUM_CLASSES, relu=False)))
+
+
+def vgg19() -> Model:
+    layers, channels = [], 3
+    for width in (64, 64, "M", 128, 128, "M", 256, 256, 256, 256, "M",
+                  512, 512, 512, 512, "M", 512, 512, 512, 512, "M"):
+        if width == "M":
+            layers.append(MaxPool())
+        else:
+            layers += [Conv(channels, width, relu=False), BatchNorm(width)]
+            channels = width
+    return Model("cifar10", (*layers, Flatten(), Dense(512, NUM_CLASSES, relu=False)))
+
+
+MODELS = {
+    "small": Model("mnist", (
+        Conv(1, 32), MaxPool(), Flatten(),
+        Dense(14 * 14 * 32, 64), Dense(64, NUM_CLASSES, relu=False),
+    )),
+    "large": Model("mnist", (
+        Conv(1, 128), MaxPool(), Conv(128, 256), MaxPool(), Conv(256, 512), MaxPool(), Flatten(),
+        Dense(3 * 3 * 512, 512), Dense(512, 512), Dense(512, NUM_CLASSES, relu=False),
+    )),
+    "resnet18": resnet18(),
+    "vgg19": vgg19(),
+}
+LAYER_NAMES = {Conv: "conv", BatchNorm: "bn", MaxPool: "pool", GlobalAvgPool: "avgpool",
+               Flatten: "flatten", Dense: "fc", Residual: "block"}
+
+
+def check_model_name(name: str) -> str:
+    """`name` if it is a model here, else a clear error with a near miss."""
+    return known_name(name, MODELS, "model")
+
+
+def input_shape(name: str) -> tuple[int, int, int]:
+    """(C, H, W) of the model's images."""
+    return INPUT_SHAPES[MODELS[name].dataset]
+
+
+def output_shape(layer, shape: tuple) -> tuple:
+    """The shape `layer` makes of `shape`, checking that the spec is consistent."""
+    if isinstance(layer, Conv):
+        assert shape[0] == layer.in_channels, (layer, shape)
+        pad = layer.kernel // 2
+        return (layer.out_channels,
+                *((side + 2 * pad - layer.kernel) // layer.stride + 1 for side in shape[1:]))
+    if isinstance(layer, BatchNorm):
+        assert shape[0] == layer.channels, (layer, shape)
+        return shape
+    if isinstance(layer, MaxPool):
+        return (shape[0], shape[1] // layer.size, shape[2] // layer.size)
+    if isinstance(layer, GlobalAvgPool):
+        return (shape[0],)
+    if isinstance(layer, Flatten):
+        return (math.prod(shape),)
+    if isinstance(layer, Dense):
+        assert shape == (layer.in_features,), (layer, shape)
+        return (layer.out_features,)
+    body, shortcut = shape, shape
+    for inner in layer.body:
+        body = output_shape(inner, body)
+    for inner in layer.shortcut:
+        shortcut = output_shape(inner, shortcut)
+    assert body == shortcut, (layer, body, shortcut)
+    return body
+
+
+def named_layers(name: str) -> Iterator[tuple[str, object, tuple]]:
+    """(name, layer, input shape) of the model's top-level layers, in order: conv1, bn1, block1,
+    pool1, fc1 ... (the units `xbench profile` times)."""
+    shape, counts = input_shape(name), {}
+    for layer in MODELS[name].layers:
+        kind = LAYER_NAMES[type(layer)]
+        counts[kind] = counts.get(kind, 0) + 1
+        yield f"{kind}{counts[kind]}", layer, shape
+        shape = output_shape(layer, shape)
+
+
+def leaves(layers: tuple, shape: tuple) -> Iterator[tuple[object, tuple]]:
+    """(layer, input shape) of every layer that is not a block, depth first (a block's body, then
+    its shortcut): PyTorch's parameter order."""
+    for layer in layers:
+        if isinstance(layer, Residual):
+            yield from leaves(layer.body, shape)
+            yield from leaves(layer.shortcut, shape)
+        else:
+            yield layer, shape
+        shape = output_shape(layer, shape)
+
+
+def layer_shapes(name: str) -> Iterator[tuple[object, tuple]]:
+    """(layer, input shape) of every layer of the model (blocks opened), checking the spec."""
+    return leaves(MODELS[name].layers, input_shape(name))
+
+
+def layer_parameters(layer) -> int:
+    """Trainable values of one layer (a block's: its layers')."""
+    if isinstance(layer, Conv):
+        return layer.kernel ** 2 * layer.in_channels * layer.out_channels \
+            + (layer.out_channels if layer.bias else 0)
+    if isinstance(layer, BatchNorm):
+        return 2 * layer.channels  # scale and shift; the running statistics are not trained
+    if isinstance(layer, Dense):
+        return layer.in_features * layer.out_features + layer.out_features
+    if isinstance(layer, Residual):
+        return sum(layer_parameters(inner) for inner in layer.body + layer.shortcut)
+    return 0
+
+
+def layer_flops(layer, shape: tuple) -> int:
+    """Forward FLOPs of one sample through `layer` given its input shape: 2 x the
+    multiply-accumulates of convolutions and dense layers (a block's: its layers')."""
+    if isinstance(layer, Conv):
+        _, height, width = output_shape(layer, shape)
+        return 2 * layer.kernel ** 2 * layer.in_channels * layer.out_channels * height * width
+    if isinstance(layer, Dense):
+        return 2 * layer.in_features * layer.out_features
+    if isinstance(layer, Residual):
+        return sum(layer_flops(inner, inner_shape)
+                   for inner, inner_shape in leaves((layer,), shape))
+    return 0
+
+
+def parameter_count(name: str) -> int:
+    """Trainable parameters: weights and biases of convolutions and dense layers, BatchNorm's
+    scales and shifts."""
+    return sum(layer_parameters(layer) for layer in MODELS[name].layers)
+
+
+def flops_per_sample(name: str) -> int:
+    """Forward-pass FLOPs of one sample, counted as 2 x multiply-accumulates of convs and dense layers.
+
+    This is the convention of torch.utils.flop_counter and of most papers; bias adds, BatchNorm,
+    ReLU, residual adds and pooling are left out. A training step's are
+    `training_flops_per_sample`.
+    """
+    return sum(layer_flops(layer, shape) for _, layer, shape in named_layers(name))
+
+
+def dominant_math(name: str) -> str:
+    """'convolution' or 'matmul': which kind of layer does most of the model's FLOPs (a GPU may
+    run the two at different precisions: PyTorch allows TF32 in convolutions only)."""
+    convolution = sum(layer_flops(layer, shape) for layer, shape in leaves(MODELS[name].layers,
+                                                                            input_shape(name))
+                      if isinstance(layer, Conv))
+    return "convolution" if 2 * convolution >= flops_per_sample(name) else "matmul"
+
+
+def training_flops_per_sample(name: str) -> int:
+    """FLOPs of one sample's training step: the forward's, and per layer the backward's two
+    products (the weights' gradient and the input's), each as many as the layer's forward, except
+    the first layer's input gradient, which no framework computes (its input is the data). The
+    common "3 x forward" counts that one too: 13.6% too many for the small model."""
+    first = next(layer_flops(layer, shape) for layer, shape in leaves(MODELS[name].layers,
+                                                                       input_shape(name))
+                 if isinstance(layer, (Conv, Dense)))
+    return 3 * flops_per_sample(name) - first
+
+
+WEIGHTS_STREAM = 0  # the random stream of the initial weights; common.workload.data's epoch orders use 1, 2, ...
+
+
+def initial_weights(name: str, seed: int) -> list[np.ndarray]:
+    """Every trainable tensor of the model, in PyTorch's parameter order and layout (each layer's
+    weight, then its bias; conv weights (out, in, kh, kw), dense weights (out, in); BatchNorm's
+    scale, then shift), drawn once with numpy from the seed, from PyTorch's default distribution
+    U(-1/sqrt(fan_in), 1/sqrt(fan_in)); BatchNorm starts at scale 1, shift 0 as in PyTorch.
+
+    Every backend of every framework loads these, so all backends of a cell start from the same
+    weights and, given the same samples in the same global batches, follow one trajectory."""
+    rng = np.random.default_rng([seed, WEIGHTS_STREAM])
+    tensors = []
+    for layer, shapes in parameter_shapes(name):
+        if isinstance(layer, BatchNorm):
+            tensors += [np.ones(layer.channels, np.float32), np.zeros(layer.channels, np.float32)]
+            continue
+        bound = 1 / math.sqrt(math.prod(shapes[0][1:]))
+        tensors += [rng.uniform(-bound, bound, shape).astype(np.float32) for shape in shapes]
+    return tensors
+
+
+def parameter_shapes(name: str) -> Iterator[tuple[object, list[tuple[int, ...]]]]:
+    """Each layer with trainable tensors and their shapes, in PyTorch's order and layout (see
+    `initial_weights`)."""
+    for layer, _ in layer_shapes(name):
+        if isinstance(layer, BatchNorm):
+            yield layer, [(layer.channels,), (layer.channels,)]
+        elif isinstance(layer, Conv):
+            weight = (layer.out_channels, layer.in_channels, layer.kernel, layer.kernel)
+            yield layer, [weight, (layer.out_channels,)] if layer.bias else [weight]
+        elif isinstance(layer, Dense):
+            yield layer, [(layer.out_features, layer.in_features), (layer.out_features,)]
+
+
+def activations_per_sample(name: str) -> int:
+    """Values one sample's forward pass produces and keeps for the backward pass: the input and
+    every layer's output (a ReLU is a tensor of its own; a block adds its sum and its ReLU)."""
+    total = math.prod(input_shape(name))
+    for layer, shape in layer_shapes(name):
+        if not isinstance(layer, Flatten):  # a view of its input
+            size = math.prod(output_shape(layer, shape))
+            total += size * (2 if getattr(layer, "relu", False) else 1)
+    for _, layer, shape in named_layers(name):
+        if isinstance(layer, Residual):
+            total += 2 * math.prod(output_shape(layer, shape))
+    return total
+
+
+def tensor_shapes(name: str) -> list[tuple[int, ...]]:
+    """Every trainable tensor's shape, in PyTorch's order (one gradient each)."""
+    return [shape for _, shapes in parameter_shapes(name) for shape in shapes]
+
+
+def gradient_bytes(name: str, bytes_per_value: int = 4) -> int:
+    """Bytes all-reduced per step: one float32 gradient per parameter."""
+    return parameter_count(name) * bytes_per_value
+
+
+def has_batchnorm(name: str) -> bool:
+    """Whether model `name` keeps running statistics (rows then record what replicas do with them)."""
+    return any(isinstance(layer, BatchNorm) for layer, _ in layer_shapes(name))
+
+
+# The optimizer of every backend (the blog's): Adam with Keras' epsilon, no weight decay.
+ADAM = {"learning_rate": 1e-3, "beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-7}
