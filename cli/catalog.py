@@ -5,7 +5,8 @@ import json
 import click
 
 from xbench.cli.console import framework_messages, say, verbose
-from xbench.common.backends.registry import BACKENDS, get_backend
+from xbench.common.backends.registry import BACKENDS
+from xbench.common.backends.start import Start
 from xbench.common.workload import models
 
 FRAMEWORK_MODELS = {"PyTorch": "xbench.pt_backend.models:describe",
@@ -53,12 +54,12 @@ def list_backends(as_json):
     found = []
     with framework_messages() as messages:  # finding Horovod's extensions imports TensorFlow
         for name in BACKENDS:
-            backend = get_backend(name)
+            backend = Start.of(name)
             reason = backend.missing()
             found.append({"backend": name, "framework": backend.framework,
                           "available": not reason, "reason": reason,
                           "uses": None if reason else backend.describe(),
-                          "spans_nodes": backend.spans_nodes})
+                          "spans_nodes": backend.traits.spans_nodes})
     show(found, as_json, messages(), [
         f"{f['backend']:<15} {f['framework']:<11} "
         + (f"NOT AVAILABLE: {f['reason']}" if f["reason"] else "available " + f["uses"])

@@ -6,7 +6,7 @@ from pathlib import Path
 import click
 
 from xbench.cli.console import EXIT_CELLS_FAILED, say, str_list
-from xbench.common.backends.registry import get_backend
+from xbench.common.backends.start import Start
 from xbench.common.errors import UserError
 from xbench.common.grids.settings import DEVICE_KINDS
 from xbench.common.machine import nvidia_gpus
@@ -41,7 +41,7 @@ def profile(model, batch, backend, units, steps, warmup, device, seed, out, as_j
     pass, the unit's share of the step, and its achieved GFLOP/s (seed 001's measurement)."""
     from xbench.common.running.profile import PROFILE_BACKENDS, check_request, run_profile  # scipy
     from xbench.reports.profile import table_text, write  # matplotlib
-    backends = backend or [b for b in PROFILE_BACKENDS if not get_backend(b).missing()]
+    backends = backend or [b for b in PROFILE_BACKENDS if not Start.of(b).missing()]
     timed = check_request(model, batch, backends, units or [], steps, warmup, seed)
     if not backends:
         raise UserError("neither PyTorch nor TensorFlow is installed: run `make setup`")

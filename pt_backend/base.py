@@ -1,8 +1,9 @@
-"""What the PyTorch backends share: the set-up every one of them does, and the hooks by which each
-says how it starts its processes, places and wraps the model, and wraps the optimizer.
+"""What the processes of the PyTorch backends share: the set-up every one of them does, and the
+hooks by which each says how it joins its processes, places and wraps the model, and wraps the
+optimizer.
 
-torch is imported only inside methods that run in a launched worker, so the runner can list and
-launch these backends without importing it.
+torch is imported only inside the methods, which run in a launched worker: importing a backend's
+module imports no framework.
 """
 from __future__ import annotations
 
@@ -24,13 +25,6 @@ class TorchBackend(Backend):
     """Every PyTorch backend: one process per device where it starts several (its
     `start_processes` joins them), the model placed on the process's first device and wrapped by
     `wrap_model`, the optimizer by `wrap_optimizer`, then pt_backend.train.TorchLoop."""
-    framework = "torch"
-    requires = ("torch",)
-    framework_memory_mb = 450
-    install_hint = "install PyTorch with `make setup` (or `pip install torch` into the environment)"
-    # Each process draws its shard with a DistributedSampler (set_epoch each epoch); a backend of
-    # one process draws with a plain shuffling loader instead, as its users' code does.
-    distributed_sampler = True
 
     # --- hooks ---------------------------------------------------------------------------------
 
@@ -83,20 +77,6 @@ class TorchBackend(Backend):
         """The optimizer's step on the (averaged) gradients, through fp16's loss scaler (which
         unscales them and skips a step whose gradients overflowed; disabled, a plain step)."""
         scaler.step(optimizer)
-
-    def cannot_launch(self, cell: Cell) -> str | None:
-        if not cell.set_epoch and not self.distributed_sampler:
-            return (f"{self.name} draws with a plain shuffling loader (one process needs no "
-                    f"DistributedSampler), which shuffles anew each epoch by itself: there is "
-                    f"no set_epoch to leave out; --no-set-epoch is for pt-ddp and hvd-torch")
-        return super().cannot_launch(cell)
-
-    def unsupported_reason(self, cell: Cell, device_kind: str) -> str | None:
-        if cell.host_memory != "pageable" and device_kind == "cpu":
-            return (f"host_memory {cell.host_memory} pins batches in page-locked memory for fast "
-                    f"copies to a CUDA device; on the CPU there is no copy to speed up, and "
-                    f"PyTorch pins memory only where CUDA is")
-        return None
 
     # --- the common set-up ---------------------------------------------------------------------
 

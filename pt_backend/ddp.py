@@ -1,31 +1,12 @@
 """pt-ddp: DistributedDataParallel, one process per device, started by torchrun (nccl / gloo)."""
 from xbench.common.backends.backend import wire
-from xbench.common.workload.compression import COMPRESSIONS, POWERSGD_MIN_RATE, POWERSGD_START_STEP
+from xbench.common.workload.compression import POWERSGD_MIN_RATE, POWERSGD_START_STEP
 from xbench.common.workload.compression import label as compression_label
 from xbench.pt_backend.torchrun import TorchrunBackend
 
 
 class DistributedDataParallelBackend(TorchrunBackend):
     name = "pt-ddp"
-    reduction_across_devices = "all-reduce"
-    collective_message_bytes = 25 * 2**20  # DistributedDataParallel's bucket_cap_mb, 25
-    compressions = COMPRESSIONS  # DDP's communication hooks
-    batchnorm_statistics = ("DistributedDataParallel (broadcast_buffers=True, its default) "
-                            "broadcasts rank 0's running statistics to every rank before each "
-                            "forward: each rank normalises with its own samples' statistics, and "
-                            "the statistics kept (and evaluated with) are rank 0's")
-
-    def unsupported_reason(self, cell, device_kind):
-        if cell.compression == "powersgd" and device_kind == "cpu":
-            return ("PowerSGD's hook chains each bucket's all-reduces in callbacks; on gloo the "
-                    "chains of DDP's two buckets interleave in another order on each rank, and "
-                    "gloo aborts ('Received data size doesn't match expected size', torch "
-                    "2.13 on 2 CPU ranks): powersgd runs on GPUs (NCCL) only")
-        return super().unsupported_reason(cell, device_kind)
-
-    collectives_counted = ("DDP: its buckets' all-reduces launched as backward makes each bucket's "
-                           "gradients ready (the gradients' own hooks tell when, and their "
-                           "bytes), done when backward, which waits for them all, returns")
 
     def watch_collectives(self, wrapped, model, optimizer, clock):
         self.watch_gradients(model, clock)

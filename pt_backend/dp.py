@@ -9,26 +9,7 @@ from xbench.pt_backend.base import TorchBackend
 
 class DataParallelBackend(TorchBackend):
     name = "pt-dp"
-    reduction_across_devices = "reduce-to-one"
     device_ids = None
-    distributed_sampler = False
-    no_compression = ("DataParallel sums the replicas' gradients on device 0 inside autograd: "
-                      "it has no communication hook to compress them")
-
-    collectives_not_counted = ("not counted: on N GPUs DataParallel scatters the batch, replicates "
-                               "the module and gathers the outputs inside its forward, and "
-                               "reduces the gradients onto the first GPU inside its backward: "
-                               "their time is in those parts")
-    batchnorm_statistics = ("DataParallel copies the module from the first GPU every step: each "
-                            "replica normalises with its own share of the batch, and only the "
-                            "first GPU's running statistics are updated and kept")
-
-    def unsupported_reason(self, cell, device_kind):
-        if device_kind == "cpu" and cell.devices > 1:
-            return (f"{self.name} with {cell.devices} devices needs {cell.devices} CUDA GPUs; "
-                    f"DataParallel has no multi-device CPU mode, and running on one device "
-                    f"instead would misreport the cell")
-        return super().unsupported_reason(cell, device_kind)
 
     def wrap_model(self, model, device):
         import torch

@@ -14,17 +14,6 @@ FLOAT32_BYTES = 4  # FSDP gathers and reduces in the parameters' dtype (no Mixed
 
 class FullyShardedBackend(TorchrunBackend):
     name = "pt-fsdp"
-    shards_parameters = True
-    reduction_across_devices = "reduce-scatter"
-    no_compression = ("FSDP reduce-scatters the gradients in their own type (a "
-                      "MixedPrecisionPolicy's reduce_dtype, not set here); xbench's compression "
-                      "is DDP's communication hooks and Horovod's compressors")
-    batchnorm_statistics = ("FSDP shards parameters, not buffers, and broadcasts none: each rank "
-                            "keeps the running statistics of its own samples, and the statistics "
-                            "evaluated with are rank 0's")
-    collectives_not_counted = ("not counted apart: FSDP's all-gathers run inside the forward and "
-                               "backward passes and its reduce-scatters inside backward, so their "
-                               "time, waiting for the slowest rank included, is in those parts")
 
     def wrap_model(self, model, device):
         """Each top-level unit that has parameters (conv1, dense1, block1, ...) shards them on

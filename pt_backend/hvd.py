@@ -4,12 +4,8 @@ from xbench.common.backends.collectives import Collectives
 from xbench.pt_backend.base import TorchBackend
 
 
-class HorovodTorchBackend(horovod_support.HorovodLaunch, TorchBackend):
+class HorovodTorchBackend(TorchBackend):
     name = "hvd-torch"
-    # The compiled extension, not just the Python package: a Horovod built without PyTorch lacks it.
-    requires = ("torch", horovod_support.EXTENSIONS["PyTorch"])
-    batchnorm_statistics = horovod_support.BATCHNORM_STATISTICS
-    compressions, no_compression = horovod_support.COMPRESSIONS
 
     def start_processes(self, device_kind):
         import horovod.torch as hvd
@@ -28,10 +24,6 @@ class HorovodTorchBackend(horovod_support.HorovodLaunch, TorchBackend):
         return self.hvd.DistributedOptimizer(
             optimizer, named_parameters=model.named_parameters(),
             compression=horovod_support.compressor(self.hvd, self.cell.compression))
-
-    collectives_counted = ("Horovod: each gradient's all-reduce launched by its hook as backward "
-                           "produces the gradient, and done when synchronize() has waited for "
-                           "them all")
 
     def watch_collectives(self, wrapped, model, optimizer, clock):
         if self.hvd.size() > 1:  # at size 1 Horovod reduces nothing

@@ -5,8 +5,6 @@ from xbench.pt_backend.base import TorchBackend
 
 class SingleDeviceTorchBackend(TorchBackend):
     name = "pt-single"
-    spans_devices = False
-    distributed_sampler = False
 
     def details(self):
         return {"parallelism": "none (the plain module on one device)", "reduction": "none",

@@ -1,7 +1,7 @@
-"""What pt-ddp and pt-fsdp share: one process per device, started by torchrun on each node and
-joined in torch.distributed's default process group (nccl on GPUs, gloo on the CPU)."""
+"""What the processes of pt-ddp and pt-fsdp share: one per device, started by torchrun on each
+node (common.backends.start) and joined in torch.distributed's default process group (nccl on
+GPUs, gloo on the CPU)."""
 import os
-import sys
 
 from xbench.common.backends.collectives import Collectives
 from xbench.pt_backend.base import TorchBackend
@@ -10,20 +10,6 @@ from xbench.pt_backend.base import TorchBackend
 class TorchrunBackend(TorchBackend):
     """A backend whose ranks torchrun starts (standalone on one machine, a c10d rendezvous at the
     first node across several); a subclass says how it wraps the model."""
-    spans_nodes = True
-
-    def processes(self, cell):
-        return cell.devices
-
-    def launch_command(self, cell, worker_args, placement):
-        if cell.nodes == 1:
-            rendezvous = ["--standalone"]
-        else:
-            rendezvous = [f"--nnodes={cell.nodes}", "--rdzv-backend=c10d",
-                          f"--rdzv-endpoint={placement.hosts[0]}:{placement.port}",
-                          f"--rdzv-id=xbench-{placement.port}"]
-        return [sys.executable, "-m", "torch.distributed.run", *rendezvous,
-                f"--nproc-per-node={cell.devices}", "-m", "xbench.common.running.worker", *worker_args]
 
     def start_processes(self, device_kind):
         import torch.distributed as dist

@@ -139,7 +139,7 @@ class TorchLoop(TrainingLoop):
                                 cell.multiple)
         # DataParallel splits each batch into contiguous parts, one per GPU it drives.
         replicas = self.backend.devices_per_process(cell)
-        if self.backend.distributed_sampler:
+        if self.backend.traits.distributed_sampler:
             self.sampler = EpochShardSampler(self.dataset, cell.global_batch, cell.seed,
                                              self.comm.rank, self.comm.world, replicas)
             # torch's own DistributedSampler, given the same set_epoch calls: the evidence of
@@ -175,7 +175,7 @@ class TorchLoop(TrainingLoop):
         return (cuda_moment, cuda_seconds) if self.cuda else super().step_clock()
 
     def batches(self, epoch):
-        if not self.backend.distributed_sampler:
+        if not self.backend.traits.distributed_sampler:
             if self.sampler.next_epoch != epoch:  # a shuffling loader counts its own epochs
                 raise RuntimeError(f"the loader would deal epoch {self.sampler.next_epoch}'s "
                                    f"order in epoch {epoch}")
@@ -187,7 +187,7 @@ class TorchLoop(TrainingLoop):
         return self.loader
 
     def sampler_evidence(self):
-        if not self.backend.distributed_sampler:
+        if not self.backend.traits.distributed_sampler:
             return {}
         return {"distributed_sampler_digests": self.torch_orders}
 
@@ -269,7 +269,7 @@ class TorchLoop(TrainingLoop):
     def gather_for_evaluation(self):
         """Where the ranks hold shards: the whole parameters (and rank 0's buffers) copied into
         a plain model on rank 0, built once."""
-        if not self.backend.shards_parameters:
+        if not self.backend.traits.shards_parameters:
             return
         whole = self.backend.whole_parameters(self.model)
         if self.comm.rank != 0:
@@ -309,7 +309,8 @@ class TorchLoop(TrainingLoop):
     def attribution_sources(self):
         clock = ("CUDA events at its boundaries (device time)" if self.cuda
                  else "the host clock at its boundaries")
-        collective = self.backend.collectives_counted or self.backend.collectives_not_counted
+        collective = (self.backend.traits.collectives_counted
+                      or self.backend.traits.collectives_not_counted)
         return {"input": f"{clock}: the loop's wait for the DataLoader's next batch",
                 **dict.fromkeys(("forward", "backward", "optimizer"), clock),
                 "waiting": collective, "communication": collective,

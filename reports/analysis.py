@@ -10,7 +10,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from xbench.common.backends.registry import BACKENDS, backend_class
+from xbench.common.backends.traits import TRAITS, references
+from xbench.common.grids.settings import SETTINGS, Role, columns, draws
 from xbench.common.measuring.attribution import PARTS, mean_parts
 from xbench.common.measuring.datasheets import datasheet_peak
 from xbench.common.measuring.limits import (
@@ -28,18 +29,33 @@ from xbench.common.workload.models import (
 )
 from xbench.reports.stats import difference_of_means, ratio_of_means, summarize
 
-CONFIG = ["env", "series", "backend", "dataset", "model", "dataset_multiple", "batch_mode", "batch",
-          "global_batch", "per_device_batch", "nodes", "devices"]
-# Besides the axes in CONFIG, what must agree for two cells to be compared (speedup, baselines).
-SETUP = ["env", "backend", "dataset", "model", "dataset_multiple", "seed",
-         "max_train_samples", "epochs_run", "device_type", "training"]
+# The columns of the settings by their role (common.grids.settings): never listed by hand here.
+PLACED = columns(Role.PLACEMENT)  # the backend, nodes and devices a report compares
+WORKLOAD = columns(Role.SETUP)  # what is trained on what: model, data, batch, epochs, seed, ...
+AXES = columns(Role.SETUP, axes=True)  # the setup's axes a figure varies or holds fixed
+# What identifies a cell in a table of the report.
+CONFIG = ["env", "series", *PLACED, *WORKLOAD, "global_batch", "per_device_batch"]
+# Besides the backend, what must agree for two cells to be compared (speedup, baselines): the
+# setup, the device type and the training (its label: every training choice and fault).
+SETUP = ["env", "backend", "device_type", *WORKLOAD, "training"]
+BATCH = SETTINGS["batches"].column_name  # the batch a cell holds fixed, per its batch_mode
+# What trains on the same samples in the same global batches, whatever runs it.
+SAME_WORK = ["env", *[c for c in WORKLOAD if c not in ("batch_mode", BATCH)], "global_batch"]
 METRICS = ["step_time_p50", "step_time_p90", "startup_seconds", "first_epoch_overhead",
            "test_accuracy", "last_loss", "last_accuracy", "peak_memory_bytes"]
 
 
+def configuration(frame: pd.DataFrame, training: str = "training") -> pd.Series:
+    """Each row's configuration: everything but its draw (the seed), whose runs are its seeds;
+    with `training="training_without_fault"`, a fault's cell shares its twin's."""
+    key = ["env", *PLACED, *[c for c in WORKLOAD if c not in draws()], training]
+    return pd.Series(["|".join(map(str, values)) for values in frame[key].itertuples(index=False)],
+                     index=frame.index, dtype=object)
+
+
 def backend_order(name):
-    """Sort key: the registry's order, unknown names after it."""
-    names = list(BACKENDS)
+    """Sort key: the traits table's order, unknown names after it."""
+    names = list(TRAITS)
     return (names.index(name), "") if name in names else (len(names), str(name))
 
 
@@ -54,8 +70,7 @@ def devices_text(count):
 
 def single_device_reference(framework):
     """The registered backend with no parallel wrapper for `framework` (None if there is none)."""
-    return next((name for name in BACKENDS if not backend_class(name).spans_devices
-                 and backend_class(name).framework == framework), None)
+    return references().get(framework)
 
 
 def cell_table(frame):
@@ -66,53 +81,14 @@ def cell_table(frame):
     for (_, key), group in frame.groupby(["env", "cell_key"], sort=False):
         ok, ran = group[group["usable"]], group[group["status"] == "ok"]
         first = (ok if len(ok) else group).iloc[0]
-        record = {column: first.get(column) for column in CONFIG}
+        record = {column: first[column] for column in FIRST_RUN}
         record.update(cell_key=key, scaling=scaling_kind(first["batch_mode"]),
-                      seed=first.get("seed"), max_train_samples=first.get("max_train_samples"),
-                      epochs_run=first["epochs_given"] or first["last_epoch"], device_type=first["device_type"],
-                      device_name=first["device_name"], framework=first.get("framework"),
-                      threads_per_device=first.get("threads_per_device"),
-                      threads_pinned=bool(first.get("threads_pinned")),
-                      reduction=first.get("reduction"), n=len(ok), runs=len(group),
-                      collective_library=first.get("collective_library"),
-                      cores=first.get("cores"), devices_per_node=first.get("devices_per_node"),
-                      training=first["training"], set_epoch=first.get("set_epoch"),
-                      training_without_fault=first["training_without_fault"],
-                      lr_scaling=first.get("lr_scaling"), warmup_epochs=first.get("warmup_epochs"),
-                      batch_sweep=first.get("batch_sweep"),
-                      traffic=first["traffic"], math=first["math"],
-                      epoch2_input_seconds=summarize([e[1] for e in ok["epoch_input_seconds"]
-                                                      if len(e) > 1 and e[1] is not None])["mean"],
+                      n=len(ok), runs=len(group), statuses=statuses_text(group),
                       contended_runs=int((group["status"].eq("ok") & group["contended"]).sum()),
-                      statuses=statuses_text(group),
                       steps_per_epoch=first["epoch2_samples"] / first["global_batch"],
-                      epoch2_samples=first["epoch2_samples"],
-                      memory_per_device=mean_per_device(ok["memory_per_device"]),
-                      model_state_per_device=mean_per_device(ok["model_state_per_device"]),
-                      epoch_means=epoch_means(ok["epoch_list"]),
-                      # what was trained does not depend on what else ran: every ok run's
-                      global_digests=sorted({d for d in ran["global_digests"] if d}),
-                      sampler_digests=sorted({d for d in ran["sampler_digests"] if d}),
-                      shard_overlap=int(ran["shard_overlap"].max()) if len(ran) else 0,
-                      replicas_agree=bool(ran["replicas_agree"].all()),
-                      batchnorm=first.get("batchnorm"),
-                      batchnorm_difference=ok["batchnorm_difference"].max(),
-                      test_accuracy_values=ok["test_accuracy"].dropna().tolist(),
-                      inject=first.get("inject"), compression=first["compression"],
-                      precision=first["precision"],
-                      powersgd_rank=first["powersgd_rank"],
-                      attributions=[last_epoch_attribution(a) for a in ok["attribution"] if a])
+                      **repeated_values(ok), **evidence_of(ran))
         for epoch in (1, 2):
-            seconds = ok[f"epoch{epoch}_seconds"].dropna().tolist()
-            samples = first[f"epoch{epoch}_samples"]
-            time = summarize(seconds)
-            record.update({f"epoch{epoch}_seconds_values": seconds,
-                           f"epoch{epoch}_seconds": time["mean"],
-                           f"epoch{epoch}_seconds_ci": time["ci"],
-                           f"epoch{epoch}_rate": samples / time["mean"],
-                           f"epoch{epoch}_rate_low": samples / (time["mean"] + time["ci"]),
-                           f"epoch{epoch}_rate_high": samples / (time["mean"] - time["ci"])
-                           if time["ci"] < time["mean"] else math.inf})
+            record.update(epoch_rate(ok, epoch, first[f"epoch{epoch}_samples"]))
         for metric in METRICS:
             summary = summarize(ok[metric])
             record.update({metric: summary["mean"], f"{metric}_std": summary["std"],
@@ -122,24 +98,55 @@ def cell_table(frame):
     if table.empty:
         return table
     table["_order"] = table["backend"].map(backend_order)
-    return (table.sort_values(["env", "_order", "dataset", "model", "dataset_multiple",
-                               "batch_mode", "batch", "devices", "threads_pinned"])
+    return (table.sort_values(["env", "_order", *AXES, "devices"])
             .drop(columns="_order").reset_index(drop=True))
 
 
+# What a cell takes from its first usable run: its configuration, the settings a report reads,
+# and what the run recorded of how it ran.
+FIRST_RUN = list(dict.fromkeys([
+    *CONFIG, *SETUP, *columns(Role.TRAINING, Role.FAULT), "training_without_fault",
+    "device_name", "framework", "threads_per_device", "reduction", "collective_library",
+    "cores", "devices_per_node", "batch_sweep", "traffic", "math", "epoch2_samples",
+    "batchnorm"]))
+
+
+def repeated_values(ok) -> dict:
+    """What a cell keeps of its usable repeats besides its epochs' rates."""
+    return {"epoch2_input_seconds": summarize([e[1] for e in ok["epoch_input_seconds"]
+                                               if len(e) > 1 and e[1] is not None])["mean"],
+            "memory_per_device": mean_per_device(ok["memory_per_device"]),
+            "model_state_per_device": mean_per_device(ok["model_state_per_device"]),
+            "epoch_means": epoch_means(ok["epoch_list"]),
+            "batchnorm_difference": ok["batchnorm_difference"].max(),
+            "test_accuracy_values": ok["test_accuracy"].dropna().tolist(),
+            "attributions": [last_epoch_attribution(a) for a in ok["attribution"] if a]}
+
+
+def evidence_of(ran) -> dict:
+    """What was trained, from every ok run: it does not depend on what else ran."""
+    return {"global_digests": sorted({d for d in ran["global_digests"] if d}),
+            "sampler_digests": sorted({d for d in ran["sampler_digests"] if d}),
+            "shard_overlap": int(ran["shard_overlap"].max()) if len(ran) else 0,
+            "replicas_agree": bool(ran["replicas_agree"].all())}
+
+
+def epoch_rate(ok, epoch: int, samples) -> dict:
+    """An epoch's times over the usable repeats, its mean and interval, and the rate of both."""
+    seconds = ok[f"epoch{epoch}_seconds"].dropna().tolist()
+    time = summarize(seconds)
+    return {f"epoch{epoch}_seconds_values": seconds, f"epoch{epoch}_seconds": time["mean"],
+            f"epoch{epoch}_seconds_ci": time["ci"], f"epoch{epoch}_rate": samples / time["mean"],
+            f"epoch{epoch}_rate_low": samples / (time["mean"] + time["ci"]),
+            f"epoch{epoch}_rate_high": samples / (time["mean"] - time["ci"])
+            if time["ci"] < time["mean"] else math.inf}
+
+
 CELL_COLUMNS = [
-    *CONFIG, "cell_key", "scaling", "seed", "max_train_samples", "epochs_run", "device_type",
-    "device_name", "framework", "threads_per_device", "threads_pinned", "reduction",
-    "collective_library", "cores", "devices_per_node", "training", "training_without_fault",
-    "set_epoch",
-    "lr_scaling", "warmup_epochs", "batch_sweep", "traffic", "math", "epoch2_input_seconds", "n",
-    "runs",
-    "contended_runs", "statuses", "steps_per_epoch", "epoch2_samples", "memory_per_device",
-    "model_state_per_device",
-    "epoch_means", "global_digests", "sampler_digests", "shard_overlap", "replicas_agree", "batchnorm",
-    "batchnorm_difference", "test_accuracy_values", "inject", "compression", "precision",
-    "powersgd_rank",
-    "attributions",
+    *FIRST_RUN, "cell_key", "scaling", "n", "runs", "statuses", "contended_runs",
+    "steps_per_epoch", "epoch2_input_seconds", "memory_per_device", "model_state_per_device",
+    "epoch_means", "batchnorm_difference", "test_accuracy_values", "attributions",
+    "global_digests", "sampler_digests", "shard_overlap", "replicas_agree",
     *[f"epoch{e}_{field}" for e in (1, 2) for field in (
         "seconds_values", "seconds", "seconds_ci", "rate", "rate_low", "rate_high")],
     *[f"{m}{suffix}" for m in METRICS for suffix in ("", "_std", "_ci")]]
@@ -161,11 +168,10 @@ def scaling_kind(batch_mode):
 
 
 def measured(cells):
-    """The cells of the grid's own configurations with at least one usable repeat (compute
-    references, which run at pinned threads, are used only for compute vs communication)."""
+    """The cells with at least one usable repeat."""
     if cells.empty:
         return cells
-    return cells[(cells["n"] > 0) & ~cells["threads_pinned"].astype(bool)]
+    return cells[cells["n"] > 0]
 
 
 def mean_per_device(lists):
@@ -199,13 +205,12 @@ def scaling(cells):
     """Speedup R(N)/R(1) of the epoch-2 rate and efficiency speedup/N, each with its 95% interval,
     against the 1-device cell of the same setup and batch; strong scaling when the global batch
     is fixed, weak when the per-device batch is. Efficiency above 100% is marked suspect."""
-    family = [*SETUP, "batch_mode", "batch"]
     ok = measured(cells)
     if ok.empty:
         return pd.DataFrame(columns=[*CONFIG, "speedup", "efficiency", "scaling", "suspect"])
-    ones = ok[ok["devices"] == 1][[*family, "n", "epoch2_rate", "epoch2_seconds_values",
+    ones = ok[ok["devices"] == 1][[*SETUP, "n", "epoch2_rate", "epoch2_seconds_values",
                                    "epoch2_samples", "cell_key"]]
-    out = ok.merge(ones, on=family, suffixes=("", "_ref"))
+    out = ok.merge(ones, on=SETUP, suffixes=("", "_ref"))
     out["speedup_ratio"] = [ratio_of_means(t1, tn).scaled(sn / s1) for t1, tn, sn, s1 in zip(
         out["epoch2_seconds_values_ref"], out["epoch2_seconds_values"], out["epoch2_samples"],
         out["epoch2_samples_ref"])]
@@ -248,7 +253,7 @@ def attribution(cells):
         record = {**{column: cell[column] for column in CONFIG},
                   **{column: cell[column] for column in (
                       "cell_key", "training", "reduction", "collective_library", "scaling",
-                      "epoch2_seconds", "epoch2_seconds_ci", "inject", "n", "threads_pinned")},
+                      "epoch2_seconds", "epoch2_seconds_ci", "n")},
                   "n_attributed": len(runs), "adds_up": all(r["adds_up"] for r in runs),
                   "residual_share": max(abs(r["residual"]) / max(sum(r["parts"].values()), 1e-12)
                                         for r in runs),
@@ -272,7 +277,7 @@ def attribution(cells):
 COMMUNICATION_PARTS = ("waiting", "communication")
 ATTRIBUTION_COLUMNS = [
     *CONFIG, "cell_key", "training", "reduction", "collective_library", "scaling",
-    "epoch2_seconds", "epoch2_seconds_ci", "inject", "n", "threads_pinned",
+    "epoch2_seconds", "epoch2_seconds_ci", "n",
     "n_attributed",
     "adds_up", "residual_share", "how", "slowest_rank",
     *[f"{part}{suffix}" for part in PARTS for suffix in ("_step", "_step_ci", "_share")],
@@ -397,7 +402,7 @@ def wrapper_cost(cells):
         return pd.DataFrame(columns=[*CONFIG, "reference", "ratio"])
     ones = ok[ok["devices"] == 1].copy()
     ones["reference"] = ones["framework"].map(single_device_reference)
-    family = [c for c in SETUP if c != "backend"] + ["batch_mode", "batch"]
+    family = [c for c in SETUP if c != "backend"]
     references = ones[ones["backend"] == ones["reference"]][
         [*family, "backend", "epoch2_seconds_values", "epoch2_rate", "cell_key"]].rename(
         columns={"backend": "reference"})
@@ -411,12 +416,11 @@ def wrapper_cost(cells):
 def accuracy_change(cells):
     """Per setup and batch: test accuracy on N devices minus on 1 device, with Welch's interval
     (the case study's question: do more devices cost accuracy?)."""
-    family = [*SETUP, "batch_mode", "batch"]
     ok = measured(cells)
     if ok.empty:
         return pd.DataFrame(columns=[*CONFIG, "difference"])
-    ones = ok[ok["devices"] == 1][[*family, "test_accuracy", "test_accuracy_values"]]
-    out = ok[ok["devices"] > 1].merge(ones, on=family, suffixes=("", "_ref"))
+    ones = ok[ok["devices"] == 1][[*SETUP, "test_accuracy", "test_accuracy_values"]]
+    out = ok[ok["devices"] > 1].merge(ones, on=SETUP, suffixes=("", "_ref"))
     out["difference"] = [difference_of_means(many, one) for many, one in
                          zip(out["test_accuracy_values"], out["test_accuracy_values_ref"])]
     return out
@@ -435,9 +439,7 @@ def evidence_problems(cells):
         if cell["shard_overlap"]:
             lines.append(f"EVIDENCE: {cell['cell_key']}: {cell['shard_overlap']} samples were "
                          f"trained by more than one replica in an epoch")
-    same_work = ["env", "dataset", "model", "dataset_multiple", "global_batch", "seed",
-                 "max_train_samples", "epochs_run"]
-    for _, group in (cells.groupby(same_work, dropna=False) if len(cells) else []):
+    for _, group in (cells.groupby(SAME_WORK, dropna=False) if len(cells) else []):
         digests = {d for ds in group["global_digests"] for d in ds}
         if len(digests) > 1:
             lines.append(f"EVIDENCE: {', '.join(sorted(set(group['series'])))} on "
@@ -450,10 +452,9 @@ def evidence_problems(cells):
 def families(cells):
     """The cells grouped by what a user decides for: model, data, batch (everything but the
     backend and the device count); cells with an injected fault are in none."""
-    keys = ["env", "training", "dataset", "model", "dataset_multiple", "batch_mode", "batch", "seed",
-            "max_train_samples", "epochs_run", "device_type"]
+    keys = [c for c in SETUP if c != "backend"]
     ok = measured(cells)
-    ok = ok[ok["inject"].fillna("none") == "none"] if len(ok) else ok
+    ok = ok[ok["training"] == ok["training_without_fault"]] if len(ok) else ok
     return [] if ok.empty else list(ok.groupby(keys, dropna=False, sort=False))
 
 
@@ -479,6 +480,13 @@ def environments(frame):
 
 def _distinct(values):
     return ", ".join(sorted({str(v) for v in values if v is not None and v == v})) or "—"
+
+
+def held_fixed(*varied: str) -> list[str]:
+    """What a figure that varies `varied` holds at its most common value: the setup's other
+    axes and the device count; never two batch modes in one figure."""
+    held = [c for c in [*AXES, "devices"] if c not in varied]
+    return ["batch_mode", *held]
 
 
 def reference(cells, columns):

@@ -22,10 +22,9 @@ def compare(base_paths, new_paths, include_contended=True):
     """(cells, notes): one row per cell in both files, and the environments' differences."""
     base_frame, base_problems = load(base_paths, include_contended=include_contended)
     new_frame, new_problems = load(new_paths, include_contended=include_contended)
-    base, new = (analysis.cell_table(frame[frame["inject"] == "none"]) if len(frame)
-                 else analysis.cell_table(frame) for frame in (base_frame, new_frame))
-    keys = ["cell_key", "series", "backend", "model", "batch_mode", "batch", "nodes", "devices",
-            "epoch2_samples"]
+    base, new = (analysis.cell_table(frame[frame["training"] == frame["training_without_fault"]])
+                 if len(frame) else analysis.cell_table(frame) for frame in (base_frame, new_frame))
+    keys = [*analysis.CONFIG, "cell_key", "epoch2_samples"]
     both = (base[base["n"] > 0][[*keys, "epoch2_rate", "epoch2_seconds_values", "n",
                                 "contended_runs"]]
             .merge(new[new["n"] > 0][["cell_key", "epoch2_rate", "epoch2_seconds_values", "n",

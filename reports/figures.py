@@ -1,7 +1,7 @@
 """The report's figures (matplotlib, Agg): the blog's Figure 5a-e, scaling, where a step's time
 goes, accuracy, memory and start-up overhead.
 
-Every backend keeps one colour in every figure (from the registry's order); a figure that varies
+Every backend keeps one colour in every figure (from the traits table's order); a figure that varies
 some axes holds the others at their most common value and says which in its caption. Error bars
 are 95% CIs (reports.stats) and appear only where a cell has more than one repeat.
 """
@@ -12,14 +12,14 @@ import numpy as np
 from matplotlib import ticker
 from matplotlib.figure import Figure
 
-from xbench.common.backends.registry import BACKENDS
+from xbench.common.backends.traits import TRAITS
 from xbench.common.measuring.attribution import PARTS
 from xbench.reports import analysis, predict
 
 matplotlib.use("Agg")  # files only, never a display
 
 TAB10 = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22"]
-COLORS = dict(zip(BACKENDS, TAB10))
+COLORS = dict(zip(TRAITS, TAB10))
 OTHER_COLOR = "#7f7f7f"
 LINESTYLES = ["-", "--", "-.", ":"]
 RATE = "epoch-2 rate (samples/s)"
@@ -121,7 +121,7 @@ def panels(count, width=4.6, height=3.4, columns=3):
 
 
 def by_series(cells):
-    """(series, style, rows) per line, backends in the registry's order."""
+    """(series, style, rows) per line, backends in the traits table's order."""
     envs = sorted(cells["env"].unique())
     backend_of = dict(zip(cells["series"], cells["backend"]))
     for series in sorted(backend_of, key=lambda s: (analysis.backend_order(backend_of[s]), s)):
@@ -220,12 +220,12 @@ def faceted_lines(cells, facet, fixed_columns, x, y, xlabel, ylabel, facet_title
 
 
 def rate_vs_devices(cells):
-    return faceted_lines(cells, "model", ["dataset_multiple", "batch_mode", "batch"], "devices",
+    return faceted_lines(cells, "model", analysis.held_fixed("model", "devices"), "devices",
                          "epoch2_rate", DEVICES, RATE, lambda m: f"model: {m}")
 
 
 def rate_vs_batch(cells):
-    held = ["model", "dataset_multiple", "batch_mode"]
+    held = analysis.held_fixed("devices", analysis.BATCH)
     fixed = analysis.reference(cells, held)
     return faceted_lines(cells, "devices", held, "batch",
                          "epoch2_rate", batch_label(fixed.get("batch_mode")), RATE,
@@ -233,20 +233,22 @@ def rate_vs_batch(cells):
 
 
 def time_by_multiple(cells):
-    return faceted_lines(cells, "dataset_multiple", ["model", "batch_mode", "batch"], "devices",
+    return faceted_lines(cells, "dataset_multiple", analysis.held_fixed("dataset_multiple",
+                                                                         "devices"), "devices",
                          "epoch2_seconds", DEVICES, "epoch-2 time (s)",
                          lambda m: f"dataset ×{m}")
 
 
 def rate_vs_multiple(cells):
-    return faceted_lines(cells, "devices", ["model", "batch_mode", "batch"], "dataset_multiple",
+    return faceted_lines(cells, "devices", analysis.held_fixed("devices", "dataset_multiple"),
+                         "dataset_multiple",
                          "epoch2_rate", "dataset multiple (× MNIST training set)", RATE,
                          analysis.devices_text)
 
 
 def epoch1_vs_epoch2(cells):
     """Bars per series and device count: epoch 1 (hatched) beside epoch 2 (solid)."""
-    fixed = analysis.reference(cells, ["model", "dataset_multiple", "batch_mode", "batch"])
+    fixed = analysis.reference(cells, analysis.held_fixed("devices"))
     data = analysis.at(cells, fixed).dropna(subset=["epoch1_rate", "epoch2_rate"], how="all")
     if data.empty:
         return NO_ROWS
@@ -275,7 +277,7 @@ def epoch1_vs_epoch2(cells):
 
 def scaling_figure(scaling):
     """Speedup and efficiency vs devices per model, with the ideal lines."""
-    fixed = analysis.reference(scaling, ["dataset_multiple", "batch_mode", "batch"])
+    fixed = analysis.reference(scaling, analysis.held_fixed("model", "devices"))
     data = analysis.at(scaling, fixed)
     if data.empty:
         return NO_ROWS
@@ -308,7 +310,7 @@ def attribution_figure(attributed):
     device count side by side, one panel per model, at the most common data and batch."""
     if attributed.empty:
         return NO_ATTRIBUTION
-    fixed = analysis.reference(attributed, ["dataset_multiple", "batch_mode", "batch", "training"])
+    fixed = analysis.reference(attributed, [*analysis.held_fixed("model", "devices"), "training"])
     data = analysis.at(attributed, fixed)
     models = sorted(data["model"].unique())
     figure, axes = panels(len(models), width=max(6.0, 0.5 * len(data)), columns=1)
@@ -374,8 +376,7 @@ def predicted_figure(check):
 
 def accuracy(cells):
     """Loss and training accuracy per epoch; test accuracy vs devices and vs batch."""
-    fixed = analysis.reference(cells, ["model", "dataset_multiple", "batch_mode", "batch",
-                                       "devices"])
+    fixed = analysis.reference(cells, analysis.held_fixed())
     data = analysis.at(cells, {k: v for k, v in fixed.items() if k != "devices"})
     data = data[data["epoch_means"].map(bool)]
     if data.empty:
@@ -447,7 +448,7 @@ def accuracy_curves(targets):
 
 def memory(cells):
     """Bars of peak memory per device, one group per cell (device 0 first)."""
-    fixed = analysis.reference(cells, ["model", "dataset_multiple", "batch_mode", "batch"])
+    fixed = analysis.reference(cells, analysis.held_fixed("devices"))
     data = analysis.at(cells, fixed)
     data = data[data["memory_per_device"].map(bool)]
     if data.empty:
@@ -469,7 +470,7 @@ def memory(cells):
 
 def overhead(cells):
     """Start-up seconds and epoch-1 minus epoch-2 seconds vs devices."""
-    fixed = analysis.reference(cells, ["model", "dataset_multiple", "batch_mode", "batch"])
+    fixed = analysis.reference(cells, analysis.held_fixed("devices"))
     data = analysis.at(cells, fixed)
     if data[["startup_seconds", "first_epoch_overhead"]].isna().all().all():
         return NO_ROWS

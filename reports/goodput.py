@@ -10,17 +10,16 @@ target counts as slower than every run that did: the median and the trimmed mean
 few enough runs failed to converge, and are "not reached" otherwise.
 """
 import math
-import re
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
+from xbench.common.grids.settings import draws
 from xbench.reports import analysis
 from xbench.reports.stats import LEVEL, false_discoveries_controlled, summarize
 
-SEED = re.compile(r"\|seed\d+")
-# What identifies a configuration's runs beside its key without the seed.
+# A configuration (reports.analysis.configuration) and the environment: its runs are its seeds.
 IDENTITY = ["env", "configuration"]
 TIME_TEXT = (
     "A cell with a target accuracy trains until its test accuracy, evaluated after every "
@@ -47,7 +46,7 @@ def target_table(frame: pd.DataFrame) -> pd.DataFrame:
     rows = frame[pd.to_numeric(frame["target_accuracy"], errors="coerce").fillna(0) > 0]
     if rows.empty:
         return pd.DataFrame(columns=TARGET_COLUMNS)
-    rows = rows.assign(configuration=[SEED.sub("", key) for key in rows["cell_key"]])
+    rows = rows.assign(configuration=analysis.configuration(rows))
     records = []
     for _, group in rows.groupby(IDENTITY, sort=False):
         # whether and after how many samples a run reached the target does not depend on what
@@ -59,7 +58,7 @@ def target_table(frame: pd.DataFrame) -> pd.DataFrame:
         record = {column: first.get(column) for column in analysis.CONFIG}
         record.update(
             configuration=first["configuration"], training=first["training"],
-            target=float(first["target_accuracy"]), evals_per_epoch=first.get("evals_per_epoch"),
+            target=float(first["target_accuracy"]),
             seeds=sorted({int(s) for s in ran["seed"]}), runs=len(ran),
             not_ok=len(group) - len(ran), timed_runs=len(usable),
             converged=sum(bool(t.get("converged")) for t in reached),
@@ -79,14 +78,13 @@ def target_table(frame: pd.DataFrame) -> pd.DataFrame:
         records.append(record)
     table = pd.DataFrame(records, columns=TARGET_COLUMNS)
     table["_order"] = table["backend"].map(analysis.backend_order)
-    return (table.sort_values(["env", "_order", "training", "target", "batch_mode", "batch",
-                               "devices"]).drop(columns="_order").reset_index(drop=True))
+    return (table.sort_values(["env", "_order", "training", "target", *analysis.AXES, "devices"])
+            .drop(columns="_order").reset_index(drop=True))
 
 
-TARGET_COLUMNS = [*analysis.CONFIG, "configuration", "training", "target", "evals_per_epoch",
-                  "seeds", "runs", "not_ok", "timed_runs", "converged", "curves", "seconds",
-                  "seconds_values", "training_seconds", "samples", "epochs", "rate", "rate_low",
-                  "rate_high"]
+TARGET_COLUMNS = [*analysis.CONFIG, "configuration", "training", "target", "seeds", "runs",
+                  "not_ok", "timed_runs", "converged", "curves", "seconds", "seconds_values",
+                  "training_seconds", "samples", "epochs", "rate", "rate_low", "rate_high"]
 
 
 def time_statistics(values) -> dict:
@@ -120,7 +118,9 @@ def goodput(targets: pd.DataFrame) -> pd.DataFrame:
     records = []
     if targets.empty:
         return pd.DataFrame(records)
-    keys = ["env", "series", "training", "target", "dataset", "model", "batch_mode"]
+    # per backend, its configurations: each batch and device count
+    keys = ["series", *[c for c in analysis.SETUP if c not in ("backend", analysis.BATCH,
+                                                                 *draws())]]
     for _, group in targets.groupby(keys, sort=False):
         timed = group[[math.isfinite(s["median"]) for s in group["seconds"]]]
         fastest = group.loc[group["rate"].idxmax()] if group["rate"].notna().any() else None

@@ -32,7 +32,7 @@ TEXT = [
 def question_1(cells):
     """One device: epoch time per batch, its input wait, the time without it, and where a batch
     sweep's first batch that did not fit is."""
-    ones = cells[(cells["devices"] == 1) & ~cells["threads_pinned"].astype(bool)]
+    ones = cells[cells["devices"] == 1]
     ones = ones.sort_values(["series", "training", "batch"])
 
     def outcome(cell):
@@ -106,7 +106,7 @@ def question_4(cells):
     return table(chosen.sort_values(["series", "devices", "per_device_batch", "training"]), [
         ("backend", lambda c: c["series"]), ("devices", lambda c: c["devices"]),
         ("per-device batch", lambda c: c["per_device_batch"]),
-        ("training", lambda c: c["training"]), ("epoch", lambda c: int(c["epochs_run"])),
+        ("training", lambda c: c["training"]), ("epoch", lambda c: int(c["epochs_given"])),
         ("training loss, 95% CI", lambda c: with_interval(c["last_loss"], c["last_loss_ci"])),
         ("training accuracy, 95% CI", lambda c: with_interval(c["last_accuracy"],
                                                               c["last_accuracy_ci"], 4)),
@@ -123,7 +123,7 @@ def question_5(cells):
 
     def distinct(digests):
         return f"{len(set(digests[0]))} of {len(digests[0])}"
-    return table(ok.sort_values(["series", "devices", "batch", "training"]), [
+    return table(ok.sort_values(["series", "devices", analysis.BATCH, "training"]), [
         ("backend", lambda c: c["series"]), ("devices", lambda c: c["devices"]),
         ("batch", lambda c: f"{analysis.batch_kind(c['batch_mode'])} {c['batch']}"),
         ("training", lambda c: c["training"]),

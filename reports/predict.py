@@ -18,7 +18,7 @@ not hide, and the wait for the slowest rank:
   (hierarchical, as NCCL and Horovod do): (M-1)/M of the bytes and M-1 latencies per message
   more. An all-reduce is two passes, FSDP's gathers and reduce-scatter three (two when it
   reshards after backward); a reduction to one device moves 2(N-1) copies through that device.
-  Messages: the backend's buckets (Backend.collective_message_bytes).
+  Messages: the backend's buckets (common.backends.traits: message_bytes).
 - overlap: a collective can hide only behind the backward pass that produces its gradients, so
   at most min(moving time, backward) is hidden; the share of that window a backend hides is
   calibrated on its measured cells ((moving time - exposed communication) / the window); none
@@ -45,10 +45,12 @@ import numpy as np
 import pandas as pd
 from scipy import integrate, stats
 
-from xbench.common.backends.registry import BACKENDS, backend_class
+from xbench.common.backends.traits import TRAITS
 from xbench.common.errors import UserError
+from xbench.common.grids.settings import Role, columns, draws
 from xbench.common.workload import faults
-from xbench.reports.analysis import SETUP, wire_size
+from xbench.reports import analysis
+from xbench.reports.analysis import CONFIG, SETUP, WORKLOAD, wire_size
 
 LINKS_FILE = Path(__file__).with_name("links.toml")
 COMPUTE_PARTS = ("input", "forward", "backward", "optimizer", "host")
@@ -137,11 +139,11 @@ def collective_seconds(reduction: str, size: float, devices: int, nodes: int, li
     return passes * pass_seconds(size, devices, nodes, link, node_link, messages)
 
 
-def ring_passes(reduction: str, training: str) -> int:
+def ring_passes(reduction: str, reshard: str) -> int:
     """Passes of a ring one step makes: an all-reduce two, FSDP's two gathers (one when it
     reshards after backward) and its reduce-scatter."""
     if reduction == "reduce-scatter":
-        return 2 if "reshard after-backward" in str(training) else 3
+        return 2 if reshard == "after-backward" else 3
     return 2
 
 
@@ -157,13 +159,13 @@ def references(cells: pd.DataFrame, attributed: pd.DataFrame) -> pd.DataFrame:
     """Every attributed N-device cell beside its backend's attributed 1-device cell of the same
     setup and batch (as scaling pairs them; a capped link's cell beside the uncapped 1-device
     cell, which has no link to cap), with the parts per step of both."""
-    family = [*[c for c in SETUP if c != "training"], "training_without_fault", "batch_mode",
-              "batch"]
+    family = [*[c for c in SETUP if c != "training"], "training_without_fault"]
     keyed = cells.merge(attributed[["env", "cell_key", *[f"{p}_step" for p in (
         *COMPUTE_PARTS, "waiting", "communication")], "moving_seconds", "bytes"]],
         on=["env", "cell_key"])
-    keyed = keyed[~keyed["threads_pinned"].astype(bool) & keyed["backend"].isin(list(BACKENDS))]
-    ones = keyed[(keyed["devices"] == 1) & (keyed["nodes"] == 1) & (keyed["inject"] == faults.NONE)]
+    keyed = keyed[keyed["backend"].isin(list(TRAITS))]
+    ones = keyed[(keyed["devices"] == 1) & (keyed["nodes"] == 1)
+                 & (keyed["training"] == keyed["training_without_fault"])]
     many = keyed[keyed["devices"] > 1]  # the world: every node's devices
     return many.merge(ones, on=family, suffixes=("", "_1"))
 
@@ -222,7 +224,7 @@ def reduction_of(pair) -> str:
     device type."""
     recorded = pair["reduction"]
     return (recorded if isinstance(recorded, str)
-            else backend_class(pair["backend"]).reduction_on(pair["device_type"]))
+            else TRAITS[pair["backend"]].reduction_on(pair["device_type"]))
 
 
 def moved_bytes(pair) -> float:
@@ -231,7 +233,7 @@ def moved_bytes(pair) -> float:
     devices, size = pair["devices"], pair["bytes"] or wire_size(pair)
     if reduction_of(pair) == "reduce-to-one":
         return 2 * (devices - 1) * size
-    return ring_passes(reduction_of(pair), pair["training"]) * (devices - 1) / devices * size
+    return ring_passes(reduction_of(pair), pair["reshard"]) * (devices - 1) / devices * size
 
 
 def probe_rate(pair, probes: dict) -> float | None:
@@ -327,8 +329,8 @@ def predict_cell(pair, calibration: Calibration, probes: dict) -> dict | None:
     # the probe and the calibration measured this machine's rings as per-device bus bandwidth,
     # one link for every rank, nodes or not
     moving = collective_seconds(reduction, size, devices, 1, link, link,
-                                backend_class(pair["backend"]).collective_message_bytes,
-                                ring_passes(reduction, pair["training"]))
+                                TRAITS[pair["backend"]].message_bytes,
+                                ring_passes(reduction, pair["reshard"]))
     overlap = pooled(calibration.overlap, pair["backend"], 0.0)
     exposed = moving - overlap * min(moving, parts["backward"])
     waiting = compute * relative_spread(pair_one(pair)) * expected_largest(devices)
@@ -347,8 +349,9 @@ def pair_one(pair) -> dict:
 
 def checked(cells: pd.DataFrame, attributed: pd.DataFrame, probes: dict) -> pd.DataFrame:
     """Every measured N-device cell beside what the model predicted of it, calibrated on the
-    cells of every other configuration (its other seeds are its own configuration too: held out
-    with it): its epoch time both ways and the error; a cell it could not predict says why in
+    cells of every other configuration (its other seeds are its own configuration too, and a
+    capped link's cell computes as its uncapped twin does: both held out with it): its epoch
+    time both ways and the error; a cell it could not predict says why in
     `link`, its numbers NaN."""
     if cells.empty or attributed.empty:
         return pd.DataFrame(columns=CHECK_COLUMNS)
@@ -356,7 +359,7 @@ def checked(cells: pd.DataFrame, attributed: pd.DataFrame, probes: dict) -> pd.D
     pairs = pairs[~pairs["inject"].map(fault_outside_model).astype(bool)].reset_index(drop=True)
     if pairs.empty:
         return pd.DataFrame(columns=CHECK_COLUMNS)
-    configuration = pairs[HELD_OUT_TOGETHER].astype(str).agg("|".join, axis=1)
+    configuration = analysis.configuration(pairs, "training_without_fault")
     records = []
     for index, pair in pairs.iterrows():
         calibration = calibrate(pairs[configuration != configuration[index]])
@@ -365,9 +368,7 @@ def checked(cells: pd.DataFrame, attributed: pd.DataFrame, probes: dict) -> pd.D
             found = {"link": f"not predicted: no other cell measured {carrier(pair)[1]}",
                      "epoch_seconds": math.nan}
         measured, runs = pair["epoch2_seconds"], list(pair["epoch2_seconds_values"])
-        records.append({**{c: pair[c] for c in ("env", "backend", "model", "batch_mode", "batch",
-                                                "nodes", "devices", "devices_per_node",
-                                                "cell_key", "inject")},
+        records.append({**{c: pair[c] for c in CHECKED},
                         **found, "measured_seconds": measured, "measured_runs": len(runs),
                         "measured_low": min(runs), "measured_high": max(runs),
                         "error": found["epoch_seconds"] / measured - 1,
@@ -375,13 +376,8 @@ def checked(cells: pd.DataFrame, attributed: pd.DataFrame, probes: dict) -> pd.D
     return pd.DataFrame(records, columns=CHECK_COLUMNS)
 
 
-# What a cell shares with the cells held out with it: all but its seed and its link's cap (a
-# capped cell computes as its uncapped twin does: neither calibrates the other).
-HELD_OUT_TOGETHER = ["env", "backend", "dataset", "model", "dataset_multiple", "batch_mode", "batch",
-                     "nodes", "devices", "training_without_fault", "max_train_samples"]
-CHECK_COLUMNS = ["env", "backend", "model", "batch_mode", "batch", "nodes", "devices",
-                 "devices_per_node", "cell_key",
-                 "inject", "compute", "moving", "overlap", "exposed", "waiting", "step", "link",
+CHECKED = [*CONFIG, "devices_per_node", "cell_key", "training", *columns(Role.FAULT)]
+CHECK_COLUMNS = [*CHECKED, "compute", "moving", "overlap", "exposed", "waiting", "step", "link",
                  "epoch_seconds", "measured_seconds", "measured_runs", "measured_low",
                  "measured_high", "error", "calibrated_on"]
 
@@ -442,9 +438,9 @@ def what_if(cells: pd.DataFrame, attributed: pd.DataFrame, probes: dict, devices
     calibration = calibrate(references(cells, attributed))
     parts = [f"{p}_step" for p in COMPUTE_PARTS]
     ones = cells.merge(attributed[["env", "cell_key", *parts]], on=["env", "cell_key"])
-    ones = ones[(ones["devices"] == 1) & (ones["nodes"] == 1) & (ones["inject"] == faults.NONE)
-                & ~ones["threads_pinned"].astype(bool)
-                & ones["backend"].map(lambda b: b in BACKENDS and backend_class(b).spans_devices)]
+    ones = ones[(ones["devices"] == 1) & (ones["nodes"] == 1)
+                & (ones["training"] == ones["training_without_fault"])
+                & ones["backend"].map(lambda b: b in TRAITS and TRAITS[b].spans_devices)]
     records = []
     for key, group in ones.groupby(SETUP_OF_WHAT_IF, sort=False, dropna=False):
         one = {**dict(zip(SETUP_OF_WHAT_IF, key)),
@@ -453,14 +449,15 @@ def what_if(cells: pd.DataFrame, attributed: pd.DataFrame, probes: dict, devices
     return pd.DataFrame(records, columns=WHAT_IF_COLUMNS)
 
 
-SETUP_OF_WHAT_IF = ["env", "backend", "dataset", "model", "batch_mode", "batch", "device_type",
-                    "training", "compression", "powersgd_rank"]
+# A 1-device setup of the what-if: its seeds averaged, everything else its own.
+SETUP_OF_WHAT_IF = ["env", "backend", "device_type", *[c for c in WORKLOAD if c not in draws()],
+                    "training", *columns(Role.TRAINING)]
 
 
 def scaled_out(one: dict, calibration: Calibration, devices: list[int], nodes: list[int],
                link: Link, node_link: Link, band: tuple[float, float] | None) -> list[dict]:
     """The what-if rows of one 1-device setup, to every count its backend can run."""
-    kind = backend_class(one["backend"])
+    kind = TRAITS[one["backend"]]
     reduction, size = kind.reduction_on(one["device_type"]), wire_size(one)
     overlap = pooled(calibration.overlap, one["backend"], 0.0)
     base = sum(one[f"{p}_step"] for p in COMPUTE_PARTS)
@@ -473,8 +470,8 @@ def scaled_out(one: dict, calibration: Calibration, devices: list[int], nodes: l
         parts = {p: one[f"{p}_step"] * (share if p in PER_SAMPLE else 1) for p in COMPUTE_PARTS}
         compute = sum(parts.values())
         moving = collective_seconds(reduction, size, per_node, node_count, link, node_link,
-                                    kind.collective_message_bytes,
-                                    ring_passes(reduction, one["training"]))
+                                    kind.message_bytes,
+                                    ring_passes(reduction, one["reshard"]))
         waiting = compute * relative_spread(one) * expected_largest(total)
         exposed = moving - overlap * min(moving, parts["backward"])
         step = compute + exposed + waiting
@@ -488,7 +485,7 @@ def scaled_out(one: dict, calibration: Calibration, devices: list[int], nodes: l
         best[total] = max(best.get(total, 0.0), rate)
         low, high = band if band else (math.nan, math.nan)
         spread = (low, high) if total > 1 else (math.nan, math.nan)  # 1 device: 100% by definition
-        rows.append({**{c: one[c] for c in ("env", "backend", "model", "batch_mode", "batch")},
+        rows.append({**{c: one[c] for c in SETUP_OF_WHAT_IF},
                      "nodes": node_count, "devices": per_node, "total": total, "step": step,
                      "exposed": exposed, "waiting": waiting, "overlap": overlap,
                      "rate": rate, "rate_low": rate * low, "rate_high": rate * high,
@@ -498,9 +495,9 @@ def scaled_out(one: dict, calibration: Calibration, devices: list[int], nodes: l
     return [{**row, "stops_paying_at": stopped} for row in rows]
 
 
-WHAT_IF_COLUMNS = ["env", "backend", "model", "batch_mode", "batch", "nodes", "devices", "total",
-                   "step", "exposed", "waiting", "overlap", "rate", "rate_low", "rate_high", "speedup",
-                   "efficiency", "efficiency_low", "efficiency_high", "stops_paying_at"]
+WHAT_IF_COLUMNS = [*SETUP_OF_WHAT_IF, "nodes", "devices", "total", "step", "exposed", "waiting",
+                   "overlap", "rate", "rate_low", "rate_high", "speedup", "efficiency",
+                   "efficiency_low", "efficiency_high", "stops_paying_at"]
 
 
 PUBLISHED_FILE = Path(__file__).with_name("published.toml")
@@ -517,11 +514,11 @@ def against_published(calibration: Calibration | None,
     fit: no waiting is added, since none of them published their steps' spread."""
     links, records = read_links(), []
     for name, entry in tomllib.loads(path.read_text()).items():
-        kind = backend_class(entry["backend"])
+        kind = TRAITS[entry["backend"]]
         compute = entry["per_device_batch"] / entry["per_device_rate"]
         moving = collective_seconds(kind.reduction_on("cuda"), 4 * entry["parameters"],  # GPUs
                                     entry["devices"], entry["nodes"], links[entry["link"]],
-                                    links[entry["node_link"]], kind.collective_message_bytes)
+                                    links[entry["node_link"]], kind.message_bytes)
         hidden = min(moving, BACKWARD_SHARE * compute)
         measured = pooled(calibration.overlap, entry["backend"], None) if calibration else None
         efficiency = {share: compute / (compute + moving - share * hidden)

@@ -5,6 +5,7 @@ from html import escape
 
 import pandas as pd
 
+from xbench.common.grids.settings import Role, columns
 from xbench.common.measuring.attribution import PARTS
 from xbench.reports import analysis
 
@@ -100,9 +101,8 @@ def cells_table(cells):
 def cells_csv(cells, limits, attributed):
     """cells.csv: the cells as numbers, for other tools (with each part of a step where the rows
     attribute it, and MFU and bandwidths where a probe gives them)."""
-    frame = cells[["env", "cell_key", "backend", "dataset", "model", "dataset_multiple",
-                   "batch_mode", "global_batch", "per_device_batch", "devices", "training",
-                   "threads_per_device", "n", "runs", "statuses"]].copy()
+    frame = cells[["env", "cell_key", *(c for c in analysis.CONFIG if c not in ("env", "series")),
+                   "training", "threads_per_device", "n", "runs", "statuses"]].copy()
     for epoch in (1, 2):
         frame[f"epoch{epoch}_rate"] = cells[f"epoch{epoch}_rate"]
         frame[f"epoch{epoch}_rate_ci95_low"] = cells[f"epoch{epoch}_rate_low"]
@@ -302,10 +302,9 @@ def precision_table(cells, limits):
     the probe's peak at the precision each ran in (reports.analysis.against_limits) and the
     test accuracy that the lower precision may cost."""
     measured = analysis.measured(cells)
-    setup = [c for c in analysis.CONFIG if c != "series"] + [
-        c for c in analysis.SETUP if c not in analysis.CONFIG and c != "training"] + ["others"]
-    measured = measured.assign(others=[re.sub(r", precision [^,]+", "", t)
-                                       for t in measured["training"]])
+    setup = list(dict.fromkeys([  # all but the precision
+        *analysis.PLACED, *(c for c in analysis.SETUP if c != "training"),
+        *(c for c in columns(Role.TRAINING, Role.FAULT) if c != "precision")]))
     varied = measured.groupby(setup, dropna=False)["precision"].transform("nunique") > 1
     shown = measured[varied].sort_values([*setup, "precision"])
     found = ({(r["env"], r["cell_key"]): r for _, r in limits.iterrows()} if len(limits) else {})
@@ -370,8 +369,7 @@ def memory_against_devices_table(cells):
     if measured.empty:
         return measured
     counts = sorted(measured["devices"].unique())
-    setup = ["env", "series", "model", "dataset_multiple", "batch_mode", "batch", "nodes",
-             "training"]
+    setup = ["series", "nodes", *(c for c in analysis.SETUP if c != "backend")]
     lines = []
     for _, group in measured.groupby(setup, sort=False, dropna=False):
         first = group.iloc[0]

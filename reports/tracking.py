@@ -19,12 +19,13 @@ from urllib.parse import urlsplit
 from urllib.request import url2pathname
 
 from xbench.common.errors import UserError
+from xbench.common.grids.settings import IN_ROW
 from xbench.common.results.outputs import writable_folder
 from xbench.common.results.store import row_identity
 
-PARAMS = ("grid", "cell_key", "repeat", "backend", "framework", "model", "dataset",
-          "dataset_multiple", "batch_mode", "global_batch", "per_device_batch", "nodes",
-          "devices", "world_size", "launcher", "seed", "threads_per_device", "memory_limit_mb")
+# A run's parameters: its identity, every setting its row records, and what its cell derives.
+PARAMS = ("grid", "cell_key", "repeat", *(s.row_name for s in IN_ROW), "framework",
+          "global_batch", "per_device_batch", "world_size", "threads_per_device")
 TOTALS = ("test_accuracy", "startup_seconds", "step_time_p50", "step_time_p90",
           "peak_memory_bytes", "cell_seconds")
 EPOCH_METRICS = ("rate", "seconds", "loss", "accuracy")

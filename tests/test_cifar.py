@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 import torch
 
-from xbench.common.backends.registry import BACKENDS, backend_class
+from xbench.common.backends.traits import TRAITS
 from xbench.common.errors import UserError
 from xbench.common.results.schema import row_problem
 from xbench.common.workload import data
@@ -176,8 +176,8 @@ def test_bad_input_is_one_clear_error_and_exit_2(tmp_path, arguments, message):
 
 # --- both models through every backend ------------------------------------------------------
 
-SPANNING = [b for b in BACKENDS if backend_class(b).spans_devices]
-SINGLE = [b for b in BACKENDS if not backend_class(b).spans_devices]
+SPANNING = [b for b in TRAITS if TRAITS[b].spans_devices]
+SINGLE = [b for b in TRAITS if not TRAITS[b].spans_devices]
 
 
 @pytest.fixture(scope="module")
@@ -237,7 +237,7 @@ def test_each_backends_batchnorm_statistics_are_recorded_and_checked(cifar_rows,
     for (backend, name, devices), row in cifar_rows.items():
         if name != model or row["status"] != "ok":
             continue
-        assert has_batchnorm(model) and row["batchnorm"] == backend_class(backend).batchnorm_statistics
+        assert has_batchnorm(model) and row["batchnorm"] == TRAITS[backend].batchnorm_statistics
         statistics = row["evidence"]["batchnorm"]
         assert len(statistics["replica_digests"]) == devices
         if devices == 2:
@@ -257,8 +257,8 @@ def test_the_report_shows_what_each_backend_does_with_the_statistics(cifar_resul
     table = table.split("\n## ")[0]
     lines = [line for line in table.splitlines() if line.startswith("| A |")]
     assert len(lines) == 2 * (len(SINGLE) + 1 + len(SPANNING) - 1)  # every ok cell
-    for backend in BACKENDS:
-        policy = backend_class(backend).batchnorm_statistics.replace("_", "\\_")
+    for backend in TRAITS:
+        policy = TRAITS[backend].batchnorm_statistics.replace("_", "\\_")
         assert any(f"| {backend} (synthetic) |" in line and policy in line for line in lines)
     assert "| sgd 0.01 m0.9 |" in lines[0]
 

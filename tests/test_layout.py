@@ -183,3 +183,12 @@ def test_the_code_passes_its_linter():
     run = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "."], cwd=REPO,
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_the_report_reads_a_backend_only_through_its_traits():
+    """reports/ imports no backend's module, nor the classes its processes run: what it needs of
+    a backend is in the rows or in the framework-free traits table."""
+    for path in source_files("reports"):
+        for name in imports(path, top_level_only=False):
+            if name.startswith("xbench.common.backends."):
+                assert name.split(".")[3] == "traits", f"{path.name} imports {name}"

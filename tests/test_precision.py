@@ -9,7 +9,6 @@ import sys
 import pytest
 
 from tests.conftest import REPO, write_grid, xbench
-from xbench.common.results.schema import upgrade
 from xbench.common.results.store import read_rows
 from xbench.common.workload.precision import LOSS_SCALE_START
 
@@ -93,12 +92,6 @@ def test_tf32_on_a_cpu_is_unsupported_with_the_reason(rows):
     for backend in SINGLE:
         row = rows[(backend, 1, "tf32")]
         assert row["status"] == "unsupported" and "TF32 is a math mode of NVIDIA" in row["error"]
-
-
-def test_rows_before_schema_8_read_their_gpu_math_as_the_precision():
-    older = {"schema_version": 7, "framework": "torch", "gpu_math": "tf32"}
-    assert upgrade(older)["precision"] == "tf32" and "gpu_math" not in upgrade(older)
-    assert upgrade({"schema_version": 5, "framework": "torch"})["precision"] == "framework-default"
 
 
 def test_mfu_of_a_mixed_precision_cell_is_against_the_probes_peak_at_that_precision(rows, probe,

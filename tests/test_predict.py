@@ -7,7 +7,7 @@ import math
 import pytest
 from conftest import xbench
 
-from xbench.common.backends.registry import backend_class
+from xbench.common.backends.traits import TRAITS
 from xbench.common.errors import UserError
 from xbench.reports import analysis
 from xbench.reports.load import load
@@ -115,11 +115,11 @@ def test_what_a_backend_declares_of_its_gradients_is_what_its_rows_record(smoke)
                 if r["status"] == "ok" and r["devices"] == 2}
     assert len(recorded) >= 6
     for (backend, device_type), reduction in recorded.items():
-        assert backend_class(backend).reduction_on(device_type) == reduction, backend
-    assert backend_class("tf-mirrored").reduction_on("cuda") == "all-reduce"
-    assert backend_class("pt-single").reduction_on("cpu") == "none"
-    assert backend_class("pt-ddp").collective_message_bytes == 25 * 2**20  # bucket_cap_mb
-    assert backend_class("hvd-torch").collective_message_bytes == 64 * 2**20  # fusion threshold
+        assert TRAITS[backend].reduction_on(device_type) == reduction, backend
+    assert TRAITS["tf-mirrored"].reduction_on("cuda") == "all-reduce"
+    assert TRAITS["pt-single"].reduction_on("cpu") == "none"
+    assert TRAITS["pt-ddp"].message_bytes == 25 * 2**20  # bucket_cap_mb
+    assert TRAITS["hvd-torch"].message_bytes == 64 * 2**20  # fusion threshold
 
 
 def test_bad_input_is_one_clear_error(smoke):

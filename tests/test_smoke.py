@@ -4,14 +4,14 @@ budgets."""
 import pytest
 from conftest import SMOKE_SLICE
 
-from xbench.common.backends.registry import BACKENDS, backend_class
+from xbench.common.backends.traits import TRAITS
 from xbench.common.grids.table import format_rows
 from xbench.common.measuring.attribution import PARTS
 from xbench.common.results.schema import FIELDS, row_problem
 
-SPANNING = [b for b in BACKENDS if backend_class(b).spans_devices]
-SINGLE = [b for b in BACKENDS if not backend_class(b).spans_devices]
-GRID_CELLS = [(b, 1) for b in BACKENDS] + [(b, 2) for b in SPANNING]
+SPANNING = [b for b in TRAITS if TRAITS[b].spans_devices]
+SINGLE = [b for b in TRAITS if not TRAITS[b].spans_devices]
+GRID_CELLS = [(b, 1) for b in TRAITS] + [(b, 2) for b in SPANNING]
 # Epoch losses of one cell in every backend and device count: TensorFlow against PyTorch, 1
 # against 2 devices. Measured on the smoke slice (16 steps an epoch): at most 2.3e-6 relative
 # (PyTorch 1.0849957 / TensorFlow 1.0849981 in epoch 1, 0.3863515 / 0.3863523 in epoch 2).

@@ -1,16 +1,12 @@
 """Training settings identical in every backend: SGD with momentum and weight decay, the learning
 rate scaled with the batch and warmed up, one trajectory in both frameworks; --no-set-epoch shows
-what DistributedSampler does without set_epoch; bad settings are refused with exit 2; rows of
-schema 2 are read as the Adam rows they were, and older GPU rows of PyTorch as the pinned copies
-they made."""
-import json
+what DistributedSampler does without set_epoch; bad settings are refused with exit 2. (Older
+rows read as what they were: tests/test_schema.py.)"""
 
-import numpy as np
 import pytest
 
 from tests.conftest import write_grid, xbench
 from xbench.common.grids.cell import Cell
-from xbench.common.results.schema import ADDED, SCHEMA_VERSION
 from xbench.common.results.store import read_rows
 
 SGD = ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9", "--weight-decay", "0.0005",
@@ -94,31 +90,3 @@ def test_bad_training_settings_are_refused_with_exit_2(options, message, tmp_pat
     run = xbench("grid", "--preset", "smoke", *options, "--dry-run", "--results",
                  tmp_path / "r.jsonl")
     assert run.returncode == 2 and message in run.stderr, run.stderr
-
-
-def test_rows_of_schema_2_are_read_as_the_adam_rows_they_were(smoke, tmp_path):
-    old = {k: v for k, v in smoke.all[0].items() if k not in (
-        "optimizer", "lr", "momentum", "weight_decay", "lr_scaling", "reference_batch",
-        "warmup_epochs", "set_epoch")} | {"schema_version": 2}
-    (tmp_path / "old.jsonl").write_text(json.dumps(old) + "\n")
-    rows, problems = read_rows(tmp_path / "old.jsonl")
-    assert not problems and rows[0]["schema_version"] == SCHEMA_VERSION
-    assert (rows[0]["optimizer"], rows[0]["lr"], rows[0]["warmup_epochs"]) == ("adam", 1e-3, 0)
-    assert np.isclose(rows[0]["epochs"][1]["rate"], smoke.all[0]["epochs"][1]["rate"])
-
-
-@pytest.mark.parametrize("backend, framework, memory", [
-    ("pt-ddp", "torch", "pinned-non-blocking"), ("tf-mirrored", "tensorflow", "pageable")])
-def test_older_gpu_rows_keep_their_host_memory_apart_from_todays_cells(smoke, tmp_path, backend,
-                                                                        framework, memory):
-    """Before schema 4 PyTorch's loader pinned and copied non-blocking on a GPU; tf.data never
-    pinned. An old pinned row must not share a key with today's pageable cell (resume would skip
-    it, a report would mix the two)."""
-    pageable_key = smoke.all[0]["cell_key"]
-    old = {k: v for k, v in smoke.all[0].items() if k not in ADDED[4]} | {
-        "schema_version": 3, "backend": backend, "framework": framework, "device_type": "cuda",
-        "cell_key": pageable_key}
-    (tmp_path / "old.jsonl").write_text(json.dumps(old) + "\n")
-    rows, problems = read_rows(tmp_path / "old.jsonl")
-    assert not problems and rows[0]["host_memory"] == memory
-    assert (rows[0]["cell_key"] == pageable_key) == (memory == "pageable"), rows[0]["cell_key"]

@@ -23,20 +23,6 @@ class TensorFlowBackend(Backend):
     """Every TensorFlow backend: threads and visible devices set before TensorFlow starts, the
     replicas of this process held by the strategy `make_strategy` gives, the dataset split over
     them by `distribute`, then tf_backend.train.TensorFlowLoop."""
-    framework = "tensorflow"
-    requires = ("tensorflow",)
-    framework_memory_mb = 800
-    # Seen with Keras 3.15 / TF 2.21 (tests/test_cifar.py): BatchNormalization's moving statistics
-    # are MirroredVariables with aggregation NONE, which do not stay mirrored.
-    strategies_do_not_compress = ("TensorFlow's distribution strategies have no gradient "
-                                  "compression (their CommunicationOptions choose only the "
-                                  "collective implementation)")
-    mirrored_batchnorm = ("Keras keeps BatchNorm's running statistics in MirroredVariables with "
-                          "aggregation NONE: each replica updates its own copy from its own "
-                          "samples, and a read outside the replicas (evaluation) returns the first "
-                          "replica's copy, not their mean")
-    install_hint = ("install TensorFlow with `make setup`, or `pip install -e '.[tf]'` into the "
-                    "environment (the CPU wheel, tensorflow-cpu)")
 
     # --- hooks ---------------------------------------------------------------------------------
 
@@ -99,15 +85,6 @@ class TensorFlowBackend(Backend):
 
         _, _, kind = self.set_up(cell, threads_per_device)
         return profile(cell, kind, request)
-
-    def cannot_launch(self, cell: Cell) -> str | None:
-        if cell.host_memory != "pageable" or cell.loader_workers:
-            return ("host_memory and loader_workers are PyTorch DataLoader settings; tf.data "
-                    "forms TensorFlow's batches with its own threads")
-        if not cell.set_epoch:
-            return ("--no-set-epoch asks what PyTorch's DistributedSampler does without set_epoch; "
-                    "TensorFlow's input pipelines have no sampler epoch to leave out")
-        return super().cannot_launch(cell)
 
     def is_out_of_memory(self, error: BaseException) -> bool:
         from xbench.tf_backend.train import is_out_of_memory

@@ -10,14 +10,8 @@ from xbench.tf_backend.base import TensorFlowBackend
 from xbench.tf_backend.collectives import TensorFlowCollectives
 
 
-class HorovodTensorFlowBackend(horovod_support.HorovodLaunch, TensorFlowBackend):
+class HorovodTensorFlowBackend(TensorFlowBackend):
     name = "hvd-tf"
-    collectives_counted = ("Horovod's all-reduce ops in the trace: from the last one's launch (this "
-                           "rank's gradients ready) to the end of the last")
-    batchnorm_statistics = horovod_support.BATCHNORM_STATISTICS
-    compressions, no_compression = horovod_support.COMPRESSIONS
-    # The compiled extension, not just the Python package: a Horovod built without TF lacks it.
-    requires = ("tensorflow", horovod_support.EXTENSIONS["TensorFlow"])
 
     def start_processes(self):
         import horovod.tensorflow as hvd

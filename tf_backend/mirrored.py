@@ -11,15 +11,6 @@ from xbench.tf_backend.base import TensorFlowBackend
 
 class MirroredBackend(TensorFlowBackend):
     name = "tf-mirrored"
-    reduction_across_devices = "reduce-to-one"  # ReductionToOneDevice on a CPU
-
-    @classmethod
-    def reduction_on(cls, device_type):
-        return "all-reduce" if device_type == "cuda" else cls.reduction_across_devices  # NCCL
-    collectives_counted = ("the reduction over the replicas in the trace: NcclAllReduce on GPUs; on "
-                           "a CPU the sums on the first device (AddN) and the copies between devices")
-    batchnorm_statistics = TensorFlowBackend.mirrored_batchnorm
-    no_compression = TensorFlowBackend.strategies_do_not_compress
 
     def make_strategy(self, device_kind):
         import tensorflow as tf

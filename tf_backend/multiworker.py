@@ -20,16 +20,6 @@ from xbench.tf_backend.collectives import TensorFlowCollectives
 
 class MultiWorkerMirroredBackend(TensorFlowBackend):
     name = "tf-multiworker"
-    reduction_across_devices = "all-reduce"  # bytes_per_pack 0 (TensorFlow packs): one message
-    collectives_counted = ("TensorFlow's CollectiveReduceV2 ops in the trace: from the last one's "
-                           "launch (this worker's gradients ready) to the end of the last")
-    batchnorm_statistics = TensorFlowBackend.mirrored_batchnorm
-    no_compression = TensorFlowBackend.strategies_do_not_compress
-    spans_nodes = True
-    launch_scope = "task"
-
-    def processes(self, cell):
-        return cell.devices
 
     def start_processes(self):
         placement, rank = Placement.from_env(), task_index()

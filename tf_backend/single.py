@@ -5,7 +5,6 @@ from xbench.tf_backend.base import TensorFlowBackend
 
 class SingleDeviceTensorFlowBackend(TensorFlowBackend):
     name = "tf-single"
-    spans_devices = False
 
     def details(self):
         return {"parallelism": "none (one device, TensorFlow's default strategy)",

@@ -275,9 +275,9 @@ class TensorFlowLoop(TrainingLoop):
     def attribution_sources(self):
         traced = (f"shares of each step's call (one tf.function) as TensorFlow's profiler traced "
                   f"them in {TRACED_STEPS} steps after the timed epochs; ops by name scope")
-        collective = (f"{traced}; the collective: {self.backend.collectives_counted}"
-                      if self.backend.collectives_counted
-                      else self.backend.collectives_not_counted)
+        traits = self.backend.traits
+        collective = (f"{traced}; the collective: {traits.collectives_counted}"
+                      if traits.collectives_counted else traits.collectives_not_counted)
         return {"input": "the host clock: the loop's wait for tf.data's next batch",
                 **dict.fromkeys(("forward", "backward", "optimizer"), traced),
                 "waiting": collective, "communication": collective,

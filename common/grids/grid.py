@@ -8,7 +8,7 @@ import tomllib
 from pathlib import Path
 
 from xbench import experiments
-from xbench.common.backends.registry import backend_class
+from xbench.common.backends.traits import TRAITS, spanning_nodes
 from xbench.common.errors import UserError, did_you_mean
 from xbench.common.grids.cell import Cell
 from xbench.common.grids.settings import AXES, IN_CELL, OPTIMIZERS, SETTINGS, check_axis, defaults
@@ -118,7 +118,7 @@ def expand(spec: dict, overrides: dict | None = None, data_dir=None) -> list[Cel
         fields["lr"] = fields["lr"] or OPTIMIZERS[fields["optimizer"]]  # 0: the optimizer's own
         cell = Cell(grid=settings["name"], sweep=settings["batch_sweep"],
                     data_dir=str(data_dir) if data_dir else None, **fields)
-        if cell.world > 1 and not backend_class(cell.backend).spans_devices:
+        if cell.world > 1 and not TRAITS[cell.backend].spans_devices:
             continue  # a single-device reference has no N-device cells
         if cell.warmup_epochs and cell.lr_scaling == "none":
             continue  # a ramp from lr to lr: the same run as without a warm-up
@@ -182,10 +182,10 @@ def _check_choices(values, settings):
     if settings["optimizer"] == "adam" and settings["momentum"]:
         raise UserError("momentum is SGD's setting (Adam has its betas): give --optimizer sgd, or "
                         "no --momentum")
-    if not any(backend_class(b).spans_nodes for b in values["backends"]) and max(values["nodes"]) > 1:
+    if not any(TRAITS[b].spans_nodes for b in values["backends"]) and max(values["nodes"]) > 1:
         raise UserError(f"{', '.join(values['backends'])} cannot span nodes (each runs on one "
-                        f"machine): --nodes {max(values['nodes'])} needs pt-ddp, tf-multiworker, "
-                        f"hvd-torch or hvd-tf")
+                        f"machine): --nodes {max(values['nodes'])} needs one of "
+                        f"{', '.join(spanning_nodes())}")
     if max(values["nodes"]) > 1 and settings["launcher"] == "local":
         raise UserError(f"the local launcher runs on this one machine: --nodes "
                         f"{max(values['nodes'])} needs --launcher slurm")

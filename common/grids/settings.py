@@ -10,15 +10,19 @@ version that added it. From this table:
 - grid files and overrides are checked (`check_value`, `common.grids.grid.resolve`);
 - `Cell`'s fields and its key are built (common/grids/cell.py);
 - the result row's configuration fields, their types, and what older rows lacked are derived
-  (common/results/schema.py).
+  (common/results/schema.py);
+- the report's columns are derived from each setting's `role` (what it is to a reader of the
+  results: an axis of the setup, a training choice, the placement, a fault, bookkeeping), and the
+  training label from each training choice's `label`.
 
-Adding a setting is one entry here plus the code that uses it.
+Adding a setting is one entry here, one upgrade of the schema, plus the code that uses it.
 """
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 import psutil
@@ -27,6 +31,7 @@ from xbench.common.backends.registry import BACKENDS, check_backend_name
 from xbench.common.errors import UserError, did_you_mean
 from xbench.common.workload import faults
 from xbench.common.workload.compression import COMPRESSIONS
+from xbench.common.workload.compression import label as compression_label
 from xbench.common.workload.data import DATA_KINDS, TEST_SAMPLES, TRAIN_SAMPLES
 from xbench.common.workload.models import MODELS, check_model_name
 
@@ -45,6 +50,15 @@ SECTIONS = ("configuration", "training", "input")  # the result row's sections o
 SEEDS = 2**32 - 1  # seeds are 32-bit in every framework
 
 
+class Role(str, Enum):
+    """What a setting is to a reader of the results (the report derives its columns from it)."""
+    SETUP = "setup"              # what is trained on what: cells compared must agree on it
+    TRAINING = "training"        # how it is trained: cells compared agree on it; in the label
+    PLACEMENT = "placement"      # which backend on how many devices and nodes: what is compared
+    FAULT = "fault"              # a fault injected on purpose: its cells stay out of verdicts
+    BOOKKEEPING = "bookkeeping"  # how the grid runs, not what a cell measures
+
+
 @dataclass(frozen=True)
 class Setting:
     """One setting of a grid. `key` is its name in a grid file and on `xbench grid`'s command
@@ -54,6 +68,7 @@ class Setting:
     kind: type                     # int, float, str or bool (of each value, for an axis)
     default: Any                   # None: every grid must give it; an axis' default is a list
     help: str                      # the flag's help and the reference's description
+    role: Role                     # what it is to a reader of the results (Role)
     axis: bool = False             # a list of values: every combination of the axes is a cell
     flag: str | None = ""          # "": --key with dashes; None: only in grid files
     field: str | None = ""         # the Cell field ("": key); None: a grid-level setting
@@ -74,6 +89,12 @@ class Setting:
     # another value (lr 0: the optimizer's own), or when a default changes, so old rows keep
     # what they did.
     implied: Any = None
+    # The training label's words for it (a training choice or a fault): a function of the row's
+    # values ("" where it says nothing), or the key of the setting whose words carry it.
+    label: Callable[[Mapping[str, Any]], str] | str | None = None
+    column: str = ""               # the report's column (default: the row's field)
+    draw: bool = False             # only the random draw changes with it (the seed): its cells
+    #                                are one configuration, held out of a prediction together
 
     @property
     def flag_name(self) -> str | None:
@@ -86,6 +107,11 @@ class Setting:
     @property
     def row_name(self) -> str | None:
         return None if self.row is None or self.field_name is None else self.row or self.field_name
+
+    @property
+    def column_name(self) -> str | None:
+        """The report's column of it (None: the report has none)."""
+        return self.column or self.row_name
 
     @property
     def cell_default(self) -> Any:
@@ -147,6 +173,18 @@ def _batch_part(cell) -> str:
     return f"|{cell.batch_mode}-b{cell.batch}{nodes}"
 
 
+def _optimizer_words(row: Mapping[str, Any]) -> str:
+    """'adam 0.001', 'sgd 0.1 m0.9 wd0.0005': always said, the label's first words."""
+    return (f"{row['optimizer']} {row['lr']:g}" + (f" m{row['momentum']:g}" if row["momentum"]
+                                                    else "")
+            + (f" wd{row['weight_decay']:g}" if row["weight_decay"] else ""))
+
+
+def _compression_words(row: Mapping[str, Any]) -> str:
+    return ("" if row["compression"] == "none" else
+            f"compressed {compression_label(row['compression'], row['powersgd_rank'])}")
+
+
 def _optimizer_part(cell) -> str:
     """Only where it is not Adam at its default rate without decay (so default keys stay)."""
     if (cell.optimizer, cell.lr, cell.weight_decay) == ("adam", OPTIMIZERS["adam"], 0.0):
@@ -158,49 +196,50 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
     # --- the grid's identity --------------------------------------------------------------------
     Setting("name", str, None, "The grid's name (default: the grid file's, without .toml); the "
             "results go to results/NAME.jsonl unless --results says otherwise.", flag=None,
-            field=None),
+            field=None, role=Role.BOOKKEEPING),
     Setting("description", str, "", "What the grid is for, in a sentence.", flag=None,
-            field=None),
+            field=None, role=Role.BOOKKEEPING),
     # --- the axes, in the cell key's order ------------------------------------------------------
     Setting("backends", str, None, "Backends: " + ", ".join(BACKENDS) + ".", axis=True,
             flag="--backend",
-            field="backend", check=check_backend_name, key_part=lambda c: c.backend),
+            field="backend", check=check_backend_name, key_part=lambda c: c.backend, role=Role.PLACEMENT),
     Setting("models", str, None, "Models: " + ", ".join(MODELS) + ".", axis=True, flag="--model",
-            field="model", check=check_model_name, key_part=lambda c: f"|{c.model}"),
+            field="model", check=check_model_name, key_part=lambda c: f"|{c.model}", role=Role.SETUP),
     Setting("multiples", int, None, "Dataset multiples, e.g. 1,4,8.", axis=True,
             flag="--multiple", field="multiple", row="dataset_multiple", maximum=100,
             why="the blog's largest dataset is 8x; at 100x one epoch is 6 million samples, whose "
                 "sample order alone takes hundreds of MB per process",
-            key_part=lambda c: f"|x{c.multiple}"),
+            key_part=lambda c: f"|x{c.multiple}", role=Role.SETUP),
     Setting("batch_mode", str, "global",
             "global: the batch is split over devices (strong scaling); per_device: each device "
-            "keeps it (weak scaling).", choices=BATCH_MODES, key_part="batches"),
+            "keeps it (weak scaling).", choices=BATCH_MODES, key_part="batches", role=Role.SETUP),
     Setting("batches", int, None, "Batch sizes, e.g. 128,256,512.", axis=True, flag="--batch",
             field="batch", row=None, maximum=2**31 - 1, why="no batch is larger",
-            key_part=_batch_part),
+            key_part=_batch_part, role=Role.SETUP, column="batch"),
     Setting("nodes", int, [1],
             "Node counts, e.g. 1,2 (each node has --devices devices; needs --launcher slurm "
             "beyond 1).", axis=True, maximum=4096, why="no cluster cell here has more nodes",
-            key_part="batches"),
+            key_part="batches", role=Role.PLACEMENT),
     Setting("devices", int, None, "Device counts per node, e.g. 1,2,4.", axis=True, maximum=4096,
             why="no machine or cluster cell here has more devices",
-            key_part=lambda c: f"|d{c.devices}"),
+            key_part=lambda c: f"|d{c.devices}", role=Role.PLACEMENT),
     # --- how long and how often -----------------------------------------------------------------
-    Setting("epochs", int, 2, "Epochs per run (>= 2: epoch 1 warms up).", row=None, minimum=2,
+    Setting("epochs", int, 2, "Epochs per run (>= 2: epoch 1 warms up).", row="epochs_given",
+            since=11, minimum=2,
             maximum=1000,
             why="epoch 1 warms up (tracing, allocators, autotuning) and every rate, speedup and "
                 "verdict is read from epoch 2; a benchmark needs 2 and the lab 5",
-            key_part=lambda c: f"|e{c.epochs}"),
+            key_part=lambda c: f"|e{c.epochs}", role=Role.SETUP),
     Setting("repeats", int, 1, "Repeats of every cell (dispersion needs >= 3).", flag="--repeat",
             field=None, maximum=1000,
-            why="a few repeats give the intervals; thousands only take time"),
+            why="a few repeats give the intervals; thousands only take time", role=Role.BOOKKEEPING),
     Setting("seed", int, 0, "Seed of the model and the data order (the first of --seeds).",
             minimum=0, maximum=SEEDS, why="seeds are 32-bit in every framework",
-            key_part=lambda c: f"|seed{c.seed}"),
+            key_part=lambda c: f"|seed{c.seed}", role=Role.SETUP, draw=True),
     Setting("seeds", int, 1,
             "Seeds per configuration: seed, seed+1, ..., each its own cell (default 1; with a "
             "target accuracy 5, MLPerf's count: time to a target varies from seed to seed).",
-            field=None, maximum=1000, why="a few seeds give the spread; thousands only take time"),
+            field=None, maximum=1000, why="a few seeds give the spread; thousands only take time", role=Role.BOOKKEEPING),
     # --- training to a target (common.measuring.target) ---------------------------------------------------
     Setting("target_accuracy", float, 0.0,
             "Train until the test accuracy reaches this (0-1), evaluated --evals-per-epoch times "
@@ -209,28 +248,28 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
             "target, train --epochs).", minimum=0, maximum=1, why="a share of the test set",
             zero_is_null=True,
             key_part=lambda c: (f"|target{c.target_accuracy:g}-evals{c.evals_per_epoch}"
-                                if c.target_accuracy else ""), since=9),
+                                if c.target_accuracy else ""), since=9, role=Role.SETUP),
     Setting("evals_per_epoch", int, 4,
             "With a target accuracy: evaluations an epoch, after every 1/N of its steps, the "
             "same steps in every backend (default 4).", maximum=100,
             why="more evaluations than that cost more time than the training they time",
-            key_part="target_accuracy", since=9),
+            key_part="target_accuracy", since=9, role=Role.SETUP),
     # --- the data ---------------------------------------------------------------------------
     Setting("data", str, "mnist",
             "Real MNIST, real CIFAR-10 (resnet18, vgg19), or synthetic images shaped as the "
             "model's dataset.", row="dataset", choices=DATA_KINDS,
-            key_part=lambda c: f"|{c.data}"),
+            key_part=lambda c: f"|{c.data}", role=Role.SETUP),
     Setting("max_train_samples", int, 0, "Cap the base training set (before multiples).",
             minimum=0, maximum=max(TRAIN_SAMPLES.values()), why="no training set here is larger",
-            key_part=lambda c: f"|cap{c.max_train_samples}" if c.max_train_samples else ""),
+            key_part=lambda c: f"|cap{c.max_train_samples}" if c.max_train_samples else "", role=Role.SETUP),
     Setting("max_test_samples", int, 0,
             "Cap the test set accuracy is measured on (default: all 10,000).", section="input",
             minimum=0, maximum=TEST_SAMPLES, why="no test set here is larger",
             key_part=lambda c: f"|test{c.max_test_samples}" if c.max_test_samples else "",
-            since=4),
+            since=4, role=Role.SETUP),
     # --- where it runs --------------------------------------------------------------------------
     Setting("device", str, "auto", "Force cpu or cuda.", row=None, choices=DEVICE_KINDS,
-            key_part=lambda c: f"|{c.device}" + (f"|t{c.threads}" if c.threads else "")),
+            key_part=lambda c: f"|{c.device}" + (f"|t{c.threads}" if c.threads else ""), role=Role.PLACEMENT),
     Setting("precision", str, ["framework-default"],
             "The math of training (an axis): framework-default (float32; on GPUs each "
             "framework's TF32 default: PyTorch in convolutions only, TensorFlow in both), fp32 "
@@ -239,9 +278,10 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
             "passes in bf16 or fp16: torch.autocast, Keras' mixed policy; fp16 with a dynamic "
             "loss scale).", axis=True, choices=PRECISIONS,
             key_part=lambda c: "" if c.precision == "framework-default" else f"|{c.precision}",
-            since=8),
+            since=8, role=Role.TRAINING,
+            label=lambda v: "" if v["precision"] == "framework-default" else f"precision {v['precision']}"),
     Setting("timeout", int, 3600, "Seconds a cell may run before it is killed.", row=None,
-            maximum=30 * 24 * 3600, why="30 days is the longest timeout a cell may have"),
+            maximum=30 * 24 * 3600, why="30 days is the longest timeout a cell may have", role=Role.BOOKKEEPING),
     Setting("retries", int, 1,
             "Times a cell runs again after one of its processes crashed (killed by SIGSEGV, "
             "SIGABRT, SIGBUS, SIGILL or SIGFPE: a fault inside a framework, such as the heap "
@@ -249,67 +289,76 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
             "(xbench's own spawner passes the signal on; torchrun and horovodrun exit 1, "
             "which is not taken for a crash); every crash is kept in the row's 'crashes'.",
             row=None, minimum=0, maximum=5,
-            why="a cell that crashes 6 times in a row is not crashing by chance"),
+            why="a cell that crashes 6 times in a row is not crashing by chance", role=Role.BOOKKEEPING),
     Setting("memory_limit_mb", int, 0,
             "Memory each worker may allocate for training, on top of its framework and data "
             "(emulates a smaller device: a batch that does not fit is an 'oom' row).", minimum=0,
-            maximum=machine_memory_mb, why="that is this machine's memory", zero_is_null=True),
+            maximum=machine_memory_mb, why="that is this machine's memory", zero_is_null=True, role=Role.BOOKKEEPING),
     Setting("contention_limit", float, 0.25,
             "Share of a rank's cores (0-1) that other processes, steal and cgroup throttling "
             "may take during a timed epoch before its row is marked contended (default 0.25).",
-            minimum=0, maximum=1, why="a share of the cores"),
+            minimum=0, maximum=1, why="a share of the cores", role=Role.BOOKKEEPING),
     Setting("pin_ranks", bool, False,
             "Pin each rank to its own cores (the node's cores it may use, split evenly among "
             "the ranks that share them), so that ranks do not trade cores and contention is "
             "judged on the cores a rank runs on.",
-            key_part=lambda c: "|pin-ranks" if c.pin_ranks else "", since=7),
+            key_part=lambda c: "|pin-ranks" if c.pin_ranks else "", since=7, role=Role.TRAINING,
+            label=lambda v: "ranks pinned" if v["pin_ranks"] else ""),
     Setting("launcher", str, "local",
             "Where cells run: this machine (local, the default) or a Slurm cluster, every cell "
-            "one job.", choices=LAUNCHERS),
+            "one job.", choices=LAUNCHERS, role=Role.BOOKKEEPING),
     Setting("slurm_partition", str, "", "Slurm partition to submit to (default: the cluster's).",
-            field=None),
-    Setting("slurm_account", str, "", "Slurm account to charge.", field=None),
+            field=None, role=Role.BOOKKEEPING),
+    Setting("slurm_account", str, "", "Slurm account to charge.", field=None, role=Role.BOOKKEEPING),
     Setting("slurm_time", int, 0,
             "Slurm time limit per cell, minutes (default: the cell's timeout, rounded up).",
             field=None, minimum=0, maximum=30 * 24 * 60,
-            why="30 days is the longest timeout a cell may have"),
+            why="30 days is the longest timeout a cell may have", role=Role.BOOKKEEPING),
     Setting("slurm_gpus_per_node", int, 0,
             "GPUs to ask for per node (default: --devices with --device cuda, else none).",
-            field=None, minimum=0, maximum=64, why="no node has more GPUs"),
+            field=None, minimum=0, maximum=64, why="no node has more GPUs", role=Role.BOOKKEEPING),
     Setting("slurm_args", str, "", "Extra sbatch arguments, e.g. \"--qos=short --exclusive\".",
-            field=None),
+            field=None, role=Role.BOOKKEEPING),
     # --- training, the same in every backend ---------------------------------------------------
     Setting("optimizer", str, "adam", "adam (default) or sgd, the same step in every framework.",
-            section="training", choices=tuple(OPTIMIZERS), key_part=_optimizer_part, since=3),
+            section="training", choices=tuple(OPTIMIZERS), key_part=_optimizer_part, since=3, role=Role.TRAINING,
+            label=_optimizer_words),
     Setting("lr", float, 0.0, "Learning rate (default: adam 0.001, sgd 0.01).",
             section="training", minimum=0, maximum=100,
             why="a learning rate; 0 is the optimizer's default", key_part="optimizer", since=3,
-            implied=OPTIMIZERS["adam"]),
+            implied=OPTIMIZERS["adam"], role=Role.TRAINING,
+            label="optimizer"),
     Setting("momentum", float, 0.0, "SGD's momentum (default 0).", section="training",
             minimum=0, maximum=0.999, why="a momentum factor, below 1", key_part="optimizer",
-            since=3),
+            since=3, role=Role.TRAINING,
+            label="optimizer"),
     Setting("weight_decay", float, 0.0,
             "L2 weight decay, added to the gradient as PyTorch does (default 0).",
             section="training", minimum=0, maximum=1, why="an L2 factor", key_part="optimizer",
-            since=3),
+            since=3, role=Role.TRAINING,
+            label="optimizer"),
     Setting("lr_scaling", str, ["none"],
             "Scale lr with the global batch against --reference-batch: none, linear, sqrt "
             "(comma-separated: an axis).", axis=True, section="training", choices=LR_SCALINGS,
             key_part=lambda c: (f"|lr-{c.lr_scaling}{c.reference_batch}"
-                                if c.lr_scaling != "none" else ""), since=3),
+                                if c.lr_scaling != "none" else ""), since=3, role=Role.TRAINING,
+            label=lambda v: f"lr {v['lr_scaling']}/{v['reference_batch']}" if v["lr_scaling"] != "none" else ""),
     Setting("reference_batch", int, 128, "The global batch lr is given for (default 128).",
             section="training", maximum=2**20, why="no batch here is larger",
-            key_part="lr_scaling", since=3),
+            key_part="lr_scaling", since=3, role=Role.TRAINING,
+            label="lr_scaling"),
     Setting("warmup_epochs", int, [0],
             "Epochs over which lr ramps linearly from lr to the scaled lr (an axis, e.g. 0,1).",
             axis=True, section="training", minimum=0, maximum=999,
             why="warm-up must end before the run does",
-            key_part=lambda c: f"|warm{c.warmup_epochs}" if c.warmup_epochs else "", since=3),
+            key_part=lambda c: f"|warm{c.warmup_epochs}" if c.warmup_epochs else "", since=3, role=Role.TRAINING,
+            label=lambda v: f"warm-up {v['warmup_epochs']}" if v["warmup_epochs"] else ""),
     Setting("set_epoch", bool, True,
             "pt-ddp and hvd-torch: call DistributedSampler.set_epoch each epoch (default), or "
             "keep epoch 0's order in every epoch (the lab's question 5, measured).",
             section="training", key_part=lambda c: "" if c.set_epoch else "|no-set-epoch",
-            since=3),
+            since=3, role=Role.TRAINING,
+            label=lambda v: "" if v["set_epoch"] else "no set_epoch"),
     Setting("compression", str, ["none"],
             "Gradients on the wire: none, fp16, bf16 (cast to 16 bits for the all-reduce) or "
             "powersgd (low-rank factors with error feedback; on GPUs); pt-ddp has all four, "
@@ -318,32 +367,37 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
             section="training", choices=COMPRESSIONS,
             key_part=lambda c: ("" if c.compression == "none" else f"|compress-{c.compression}"
                                 + (f"{c.powersgd_rank}" if c.compression == "powersgd" else "")),
-            since=7),
+            since=7, role=Role.TRAINING,
+            label=_compression_words),
     Setting("powersgd_rank", int, 1,
             "PowerSGD's matrix approximation rank (default 1; more: closer to the gradients, "
             "more bytes).", section="training", maximum=1024,
             why="a rank above the models' widest layer compresses nothing", key_part="compression",
-            since=7),
+            since=7, role=Role.TRAINING,
+            label="compression"),
     Setting("reshard", str, ["after-forward"],
             "pt-fsdp: a unit frees the parameters it gathered after its forward pass and "
             "gathers them again for backward (after-forward, FSDP's default: least memory), or "
             "keeps them until its backward is done (after-backward: one all-gather fewer per "
             "step); an axis, comma-separated.", axis=True, section="training", choices=RESHARDS,
             key_part=lambda c: "" if c.reshard == "after-forward" else f"|reshard-{c.reshard}",
-            since=10),
+            since=10, role=Role.TRAINING,
+            label=lambda v: "" if v["reshard"] == "after-forward" else f"reshard {v['reshard']}"),
     # --- how batches reach the device ----------------------------------------------------------
     Setting("host_memory", str, ["pageable"],
             "PyTorch backends, how batches reach a GPU: pageable, pinned, pinned-non-blocking "
             "(comma-separated: an axis; pinned ones need CUDA).", axis=True, section="input",
             choices=HOST_MEMORY,
             key_part=lambda c: f"|{c.host_memory}" if c.host_memory != "pageable" else "",
-            since=4),
+            since=4, role=Role.TRAINING,
+            label=lambda v: "" if v["host_memory"] == "pageable" else v["host_memory"]),
     Setting("loader_workers", int, [0],
             "PyTorch backends: DataLoader worker processes, e.g. 0,2 (an axis; 0: batches are "
             "formed in the training process).", axis=True, section="input", minimum=0,
             maximum=64, why="more worker processes than any machine here has cores for",
             key_part=lambda c: f"|workers{c.loader_workers}" if c.loader_workers else "",
-            since=4),
+            since=4, role=Role.TRAINING,
+            label=lambda v: f"{v['loader_workers']} loader workers" if v["loader_workers"] else ""),
     # --- faults injected on purpose (common.workload.faults) ---------------------------------------------
     Setting("inject", str, [faults.NONE],
             "Faults to inject, to see where the step attribution puts them (never by default; "
@@ -351,12 +405,51 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
             "slow-rank=R:MS, link=RATE (e.g. 400mbit), joined with '+' (an axis, "
             "comma-separated).", axis=True, check=faults.check,
             key_part=lambda c: f"|inject-{c.inject}" if c.inject != faults.NONE else "",
-            since=5),
+            since=5, role=Role.FAULT,
+            label=lambda v: "" if v["inject"] == faults.NONE else f"inject {v['inject']}"),
 ]}
 AXES = [s for s in SETTINGS.values() if s.axis]
 SLURM = [s for s in SETTINGS.values() if s.key.startswith("slurm_")]
 IN_CELL = [s for s in SETTINGS.values() if s.field_name]
 IN_ROW = [s for s in IN_CELL if s.row_name]
+
+
+def _check_table() -> None:
+    """What the table promises, checked when it loads (a typo fails every command at once):
+    every setting has a role; every training choice and fault says how the label shows it, in
+    words of its own or of a setting that exists; a column is a field of the row."""
+    for s in SETTINGS.values():
+        assert isinstance(s.role, Role), f"setting {s.key}: no role"
+        if s.role in (Role.TRAINING, Role.FAULT):
+            assert s.row_name, f"setting {s.key}: a {s.role.value} setting the row lacks"
+            assert callable(s.label) or s.label in SETTINGS, f"setting {s.key}: no label words"
+        if s.column:
+            assert s.role is not Role.BOOKKEEPING, f"setting {s.key}: a column of bookkeeping"
+
+
+_check_table()
+
+
+def columns(*roles: Role, axes: bool = False) -> list[str]:
+    """The report's columns of the settings of `roles`, in the table's order (with `axes`, of
+    the axes alone): what it groups, pairs and shows cells by."""
+    return [s.column_name for s in SETTINGS.values() if s.role in roles and s.column_name
+            and (s.axis or not axes)]
+
+
+def draws() -> list[str]:
+    """The columns that change only a random draw (the seed): one configuration's cells."""
+    return [s.column_name for s in SETTINGS.values() if s.draw]
+
+
+def training_label(row: Mapping[str, Any], roles: tuple[Role, ...] = (Role.TRAINING,
+                                                                       Role.FAULT)) -> str:
+    """How a row's cell is trained, in a few words ('adam 0.001'; 'sgd 0.1 m0.9 wd0.0005, lr
+    linear/128, warm-up 1'; '..., precision bf16, compressed fp16, inject link=400mbit'): each
+    choice of `roles` in the table's order, where it says something (its default says
+    nothing, but the optimizer's words are always said)."""
+    words = [s.label(row) for s in SETTINGS.values() if s.role in roles and callable(s.label)]
+    return ", ".join(w for w in words if w)
 
 
 def defaults() -> dict[str, Any]:

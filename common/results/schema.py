@@ -4,38 +4,22 @@ of it (`make_row`, called by the runner alone), and the one validator every read
 
 The field list below is written once and used to write, to validate on read, and by the tests.
 """
-import copy
 import dataclasses
 import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from xbench.common.measuring.attribution import PARTS
-from xbench.common.workload.models import flops_per_sample, parameter_count
 from xbench.common.grids.settings import IN_ROW
+from xbench.common.measuring.attribution import PARTS
+from xbench.common.results.upgrades import CURRENT
+from xbench.common.workload.models import flops_per_sample, parameter_count
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = CURRENT  # the last of common.results.upgrades' named upgrades
 # What rows of older versions lack; they are reported and left out, never mixed with these.
 OLDER_VERSIONS = {1: "schema 1 rows come from an xbench whose 1-device cells of tf-mirrored ran no "
                     "MirroredStrategy, whose frameworks started from different initial weights, "
                     "and which recorded no contention; run the grid again"}
-# What each version added that the rows before it all had implicitly, filled in when an older row
-# is read: the settings it first recorded (common.grids.settings: `since`, `implied`), and schema 3's
-# batch sweep (none), schema 4's BatchNorm (the MNIST models have none), schema 5's attribution
-# (none recorded), schema 6's GPU math (each framework's default) and schema 7's pinned ranks
-# (none: rows before it judged contention on all of rank 0's machine's cores, recorded as such),
-# schema 8's crashed attempts (none: cells were not run again then) and precision (schema 6 and 7
-# recorded its float32 part as gpu_math, renamed on reading), schema 9's target accuracy (none:
-# every run trained its epochs), schema 10's FSDP resharding (FSDP's default: no FSDP ran) and model state per
-# device (not counted then).
-ADDED = {version: {**{s.row_name: s.row_value(s.cell_default) for s in IN_ROW
-                      if s.since == version}, **derived}
-         for version, derived in {3: {"batch_sweep": None}, 4: {"batchnorm": None},
-                                  5: {"attribution": None}, 6: {}, 7: {},
-                                  8: {"crashes": []}, 9: {"time_to_target": None},
-                                  10: {"model_state_per_device": None}}.items()}
-UPGRADES = (2, 3, 4, 5, 6, 7, 8, 9)  # the older versions this xbench reads
 STATUSES = ("ok", "failed", "timeout", "oom", "unsupported")
 
 NUMBER = (int, float)
@@ -200,24 +184,6 @@ def make_row(cell, run_id: str, started_at: str, status: str, error: str | None,
     }
     assert row.keys() == FIELDS.keys(), set(row) ^ set(FIELDS)
     return row
-
-
-def upgrade(row: Any) -> Any:
-    """A row of an older version this xbench can read, as a row of this version (what it lacks
-    it had implicitly, ADDED)."""
-    if not (isinstance(row, dict) and type(row.get("schema_version")) is int
-            and row["schema_version"] in UPGRADES):
-        return row
-    version = row["schema_version"]
-    for added in range(version + 1, SCHEMA_VERSION + 1):
-        row = {**copy.deepcopy(ADDED[added]), **row}  # each row its own lists
-    if version < 8 and "gpu_math" in row:
-        row["precision"] = row.pop("gpu_math")
-    torch_on_gpu = row.get("framework") == "torch" and row.get("device_type") == "cuda"
-    if version < 4 and torch_on_gpu:  # what the PyTorch loader did on GPUs then, in the key too
-        row["host_memory"] = "pinned-non-blocking"
-        row["cell_key"] = f"{row['cell_key']}|pinned-non-blocking"
-    return {**row, "schema_version": SCHEMA_VERSION}
 
 
 def row_problem(row: Any) -> str | None:

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from xbench.common.errors import UserError
 from xbench.common.results.outputs import writable_file
-from xbench.common.results.schema import row_problem, upgrade
+from xbench.common.results.schema import row_problem
+from xbench.common.results.upgrades import upgrade
 
 
 def new_run_id():

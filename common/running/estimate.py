@@ -18,8 +18,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from xbench.common.backends.backend import Backend
-from xbench.common.backends.registry import get_backend
+from xbench.common.backends.start import Start
 from xbench.common.grids.cell import Cell, threads_per_device
 from xbench.common.machine import cpu_cores
 from xbench.common.results.store import read_rows, results_files
@@ -43,7 +42,7 @@ def gpus_here() -> int:
     return len(list(folder.iterdir())) if folder.is_dir() else 0
 
 
-def unsupported_here(backend: Backend, cell: Cell, gpus: int) -> str | None:
+def unsupported_here(backend: Start, cell: Cell, gpus: int) -> str | None:
     """Why `cell` would be an unsupported row here (as its backend would say), or None."""
     reason = backend.missing() or backend.cannot_launch(cell)
     if reason:
@@ -55,9 +54,7 @@ def unsupported_here(backend: Backend, cell: Cell, gpus: int) -> str | None:
     kind = "cuda" if gpus and cell.device != "cpu" else "cpu"
     if kind == "cuda" and gpus < cell.devices:
         return f"the cell needs {cell.devices} CUDA devices; this machine has {gpus}"
-    if not backend.spans_devices and cell.world > 1:
-        return f"{backend.name} is a single-device reference: it runs on 1 device only"
-    return backend.unsupported_reason(cell, kind)
+    return backend.unsupported_on(cell, kind)
 
 
 def history(results_path: Path) -> list[dict]:
@@ -113,8 +110,7 @@ def estimate(cells: list[Cell], results_path: Path, resume: bool) -> list[Estima
             if resume and results_path.is_file() else set())
     gpus, probes, estimates = gpus_here(), {}, []
     for cell in cells:
-        backend = get_backend(cell.backend)
-        reason = unsupported_here(backend, cell, gpus)
+        reason = unsupported_here(Start.of(cell.backend), cell, gpus)
         if (cell.key, cell.repeat) in done:
             estimates.append(Estimate("done", None, f"an ok row in {results_path.name}"))
         elif reason:

@@ -21,7 +21,7 @@ from xbench.common.running.processes import Ended
 from xbench.common.running.slurm import SlurmLauncher
 
 if TYPE_CHECKING:
-    from xbench.common.backends.backend import Backend
+    from xbench.common.backends.start import Start
 
 
 class Launcher(Protocol):
@@ -45,7 +45,7 @@ class Launcher(Protocol):
     def cannot_run(self, cell: Cell) -> str | None:
         """Why this launcher cannot run `cell` here (its row is then unsupported), or None."""
 
-    def run(self, backend: Backend, cell: Cell, worker_args: list[str], environment: dict,
+    def run(self, backend: Start, cell: Cell, worker_args: list[str], environment: dict,
             log: IO[str], token: str, watch: Callable[[], None] = lambda: None) -> Ended:
         """Start the cell's processes and wait for them (`watch()` is called while they run)."""
 

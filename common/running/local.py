@@ -21,7 +21,7 @@ from xbench.common.running.processes import Ended, end_processes, end_with, sign
 from xbench.common.workload import faults
 
 if TYPE_CHECKING:
-    from xbench.common.backends.backend import Backend
+    from xbench.common.backends.start import Start
 
 WATCH_SECONDS = 0.25  # how often a waiting launcher looks at the cell
 REPO = Path(__file__).resolve().parents[2]  # where a cell's processes start (python -m xbench...)
@@ -69,7 +69,7 @@ class LocalLauncher:
         """What a cell may use now: the memory available on this machine."""
         return psutil.virtual_memory().available // 2**20
 
-    def run(self, backend: Backend, cell: Cell, worker_args: list[str], environment: dict,
+    def run(self, backend: Start, cell: Cell, worker_args: list[str], environment: dict,
             log, token: str, watch=lambda: None) -> Ended:
         """Start the cell here and wait for it (`watch()` is called while it runs)."""
         placement = Placement(("127.0.0.1",), free_ports(cell.world + 1), (socket.gethostname(),))

@@ -13,6 +13,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from xbench.common.backends.traits import one_per_library, references
 from xbench.common.grids.cell import Cell
 from xbench.common.results.probes import PROBE_VERSION
 from xbench.common.results.schema import now
@@ -20,8 +21,10 @@ from xbench.common.running import env
 from xbench.common.running.runner import check_devices, measure, stop_on_signals
 from xbench.common.workload.models import MODELS, gradient_bytes
 
-MATMUL_BACKENDS = ("pt-single", "tf-single")
-ALL_REDUCE_BACKENDS = ("pt-ddp", "hvd-torch", "tf-multiworker")
+# The matmul through each framework's single-device reference, the all-reduce through one backend
+# of each collective library (common.backends.traits).
+MATMUL_BACKENDS = tuple(references().values())
+ALL_REDUCE_BACKENDS = tuple(one_per_library())
 TIMEOUT = 300  # seconds one probe's processes may take
 
 

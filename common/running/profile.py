@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
+from xbench.common.backends.traits import references
 from xbench.common.errors import UserError, did_you_mean
 from xbench.common.grids.cell import Cell
 from xbench.common.measuring.contention import ContentionProbe, epoch_contention
@@ -54,7 +55,7 @@ from xbench.common.workload.models import (
 )
 
 PROFILE_VERSION = 1
-PROFILE_BACKENDS = ("pt-single", "tf-single")  # one device: a unit's time is its own
+PROFILE_BACKENDS = tuple(references().values())  # one device: a unit's time is its own
 STEP_PASSES = ("forward", "backward", "optimizer")  # the whole step: loss in forward
 PROFILE_OPTIMIZER = "adam"  # the grids' default optimizer, with its default settings
 TIMEOUT = 1800  # seconds one framework's profile may take

@@ -16,7 +16,7 @@ import traceback
 import uuid
 from pathlib import Path
 
-from xbench.common.backends.registry import get_backend
+from xbench.common.backends.start import Start
 from xbench.common.errors import UserError
 from xbench.common.grids.cell import Cell, threads_per_device
 from xbench.common.measuring.attribution import split_text
@@ -137,7 +137,7 @@ def run_cell(cell, run_id, log_path, launcher, watch=lambda folder: None):
     started_at, started = now(), time.perf_counter()
     framework, log, outcome, batchnorm, crashes = None, None, {}, None, []
     try:
-        backend = get_backend(cell.backend)
+        backend = Start.of(cell.backend)
         framework, batchnorm = backend.framework, backend.batchnorm(cell)
         reason = backend.missing() or backend.cannot_launch(cell) or launcher.cannot_run(cell)
         needed, node = backend.memory_estimate(cell), launcher.node_memory_mb * 2**20
@@ -202,7 +202,7 @@ def measure(cell: Cell, method: str, request: dict, log_path: Path,
             launcher: Launcher) -> tuple[dict | None, str | None]:
     """Launch `cell`'s processes to run Backend.`method` ("probe" or "profile") with `request`
     instead of training: (its result, None), or (None, why there is none)."""
-    backend = get_backend(cell.backend)
+    backend = Start.of(cell.backend)
     missing = backend.missing()
     if missing:
         return None, missing

@@ -18,7 +18,7 @@ from xbench.common.running.processes import Ended, signals_held
 from xbench.common.workload import faults
 
 if TYPE_CHECKING:
-    from xbench.common.backends.backend import Backend
+    from xbench.common.backends.start import Start
 
 SLURM_POLL_SECONDS = 1.0
 FINISHED = {"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY",
@@ -102,7 +102,7 @@ class SlurmLauncher:
     def memory_mb(self) -> int:
         return self.node_memory_mb
 
-    def sbatch_command(self, cell: Cell, backend: Backend, script: Path, log: Path) -> list[str]:
+    def sbatch_command(self, cell: Cell, backend: Start, script: Path, log: Path) -> list[str]:
         minutes = self.time_minutes or math.ceil(cell.timeout / 60)
         tasks = cell.devices if backend.launch_scope == "task" else 1
         command = ["sbatch", "--parsable", f"--job-name=xbench-{cell.backend}",
@@ -115,7 +115,7 @@ class SlurmLauncher:
         command += [f"--gpus-per-node={gpus}"] * bool(gpus)
         return [*command, *self.extra.split(), str(script)]
 
-    def run(self, backend: Backend, cell: Cell, worker_args: list[str], environment: dict,
+    def run(self, backend: Start, cell: Cell, worker_args: list[str], environment: dict,
             log, token: str, watch=lambda: None) -> Ended:
         """Submit the cell's job and wait for it (`watch()` is called while it runs)."""
         script = Path(worker_args[1]) / "job.sh"

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from xbench.common.backends.registry import get_backend
+from xbench.common.backends.start import Start
 from xbench.common.grids.cell import Cell
 from xbench.common.running.placement import PLACEMENT_ENV, Placement
 
@@ -55,7 +55,7 @@ def distinct_hosts(addresses: list[str]) -> list[str]:
 
 def main(job_path: str, out_dir: str) -> int:
     cell = Cell.from_dict(json.loads(Path(job_path).read_text())["cell"])
-    backend = get_backend(cell.backend)
+    backend = Start.of(cell.backend)
     # The cell's ports: a range of its own per job, so two jobs on one node do not collide.
     port = 20000 + int(os.environ["SLURM_JOB_ID"]) * (cell.world + 1) % 40000
     names, addresses = allocated_nodes()

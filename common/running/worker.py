@@ -54,7 +54,7 @@ def main(job_path, out_dir):
     try:
         if "measure" in spec:  # xbench probe or profile: the cell's processes, no training
             method, request = spec["measure"]
-            limit_memory(budget, backend.framework)
+            limit_memory(budget, backend.traits.framework.module)
             result = getattr(backend, method)(cell, spec["threads_per_device"], request)
             if result is not None:
                 write_json(out_dir / "result.json", {method: result, "env": env.capture()})
@@ -65,7 +65,7 @@ def main(job_path, out_dir):
         job = Job(cell=cell, data=data_module.load(cell),
                   threads_per_device=spec["threads_per_device"], launched_at=spec["launched_at"],
                   progress=ProgressReport(out_dir))
-        limit_memory(limit, backend.framework)
+        limit_memory(limit, backend.traits.framework.module)
         print(f"xbench worker {os.getpid()}: {len(job.data.train_images)} training images loaded; "
               f"training {cell.label}", file=sys.stderr, flush=True)
         measurement = backend.train(job)

@@ -1,0 +1,223 @@
+"""What the runner needs to start a backend's cell, from its traits alone (no framework): whether
+it can run in this installation, how its processes start and how many, what they need of a
+node's memory, and why it cannot run a cell (on any device, or on a device kind): the dry run
+asks the same questions the run does.
+"""
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.metadata
+import importlib.util
+import math
+import shutil
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from xbench.common.backends.traits import (
+    HOROVOD_EXTENSIONS,
+    HOROVODRUN,
+    ONE_PROCESS,
+    TORCHRUN,
+    TRAITS,
+    WORKER_PER_DEVICE,
+    Traits,
+    spanning_nodes,
+)
+from xbench.common.workload import faults
+from xbench.common.workload.data import train_samples
+from xbench.common.workload.models import activations_per_sample, has_batchnorm, parameter_count
+
+if TYPE_CHECKING:
+    from xbench.common.grids.cell import Cell
+    from xbench.common.running.placement import Placement
+
+WORKER = "xbench.common.running.worker"  # what every rank runs, with the job's arguments
+# Where each start runs its command: once per node (torchrun, or a one-process backend's worker),
+# once per device (a worker per device), or once for the cell (horovodrun starts every rank).
+SCOPES = {ONE_PROCESS: "node", TORCHRUN: "node", WORKER_PER_DEVICE: "task", HOROVODRUN: "once"}
+
+
+class Start:
+    """A backend as the runner starts it (`traits`: common.backends.traits)."""
+
+    def __init__(self, traits: Traits):
+        self.traits = traits
+        self.name, self.framework = traits.name, traits.framework.name
+
+    @classmethod
+    def of(cls, name: str) -> Start:
+        return cls(TRAITS[name])
+
+    # --- this installation -----------------------------------------------------------------
+
+    def missing(self) -> str | None:
+        """Why this backend cannot run in this installation, or None if it can."""
+        absent = [m for m in self.traits.requires if not _importable(m)]
+        if absent:
+            hint = self.traits.install_hint or self.traits.framework.install_hint
+            return f"{', '.join(absent)} not installed; {hint}"
+        return None
+
+    def describe(self) -> str:
+        """One line on what this backend will use here (its packages' versions)."""
+        if self.traits.extension:
+            return horovod_described()
+        return ", ".join(f"{m} {_version(m)}" for m in self.traits.requires)
+
+    # --- its processes -----------------------------------------------------------------------
+
+    @property
+    def launch_scope(self) -> str:
+        """'node', 'task' or 'once' (SCOPES)."""
+        return SCOPES[self.traits.start]
+
+    def processes(self, cell: Cell) -> int:
+        """Processes of the cell on each node (the node's cores are shared out between them)."""
+        return 1 if self.traits.start == ONE_PROCESS else cell.devices
+
+    def devices_per_process(self, cell: Cell) -> int:
+        """Devices one process drives: all of them for a one-process backend, else one."""
+        return cell.devices // self.processes(cell)
+
+    def launch_command(self, cell: Cell, worker_args: list[str],
+                       placement: Placement) -> list[str]:
+        """The command line run at the launch scope; each rank runs common.running.worker.
+        `placement`: where the cell's nodes are (common.running.placement)."""
+        worker = ["-m", WORKER, *worker_args]
+        if self.traits.start == TORCHRUN:
+            rendezvous = (["--standalone"] if cell.nodes == 1 else [
+                f"--nnodes={cell.nodes}", "--rdzv-backend=c10d",
+                f"--rdzv-endpoint={placement.hosts[0]}:{placement.port}",
+                f"--rdzv-id=xbench-{placement.port}"])
+            return [sys.executable, "-m", "torch.distributed.run", *rendezvous,
+                    f"--nproc-per-node={cell.devices}", *worker]
+        if self.traits.start == HOROVODRUN:  # over ssh for a node that is not this machine
+            horovodrun = Path(sys.executable).with_name("horovodrun")
+            launcher = (str(horovodrun) if horovodrun.exists()
+                        else shutil.which("horovodrun") or "horovodrun")
+            hosts = ",".join(f"{host}:{cell.devices}" for host in placement.hosts)
+            return [launcher, "-np", str(cell.world), "-H", hosts, "--gloo", sys.executable,
+                    *worker]
+        return [sys.executable, *worker]
+
+    def memory_estimate(self, cell: Cell) -> int:
+        """Bytes of a node's memory the cell's processes there need, before it runs (on a GPU
+        the model and activations live on the device; counted here as if on the CPU, the
+        conservative case): per process, the framework and data, the sample order and the
+        recorded indices, and per device the model with its gradients and Adam's two moments
+        and the activations of its batch kept for the backward pass, their gradients and a
+        workspace as large."""
+        samples = min(train_samples(cell.data, cell.model),
+                      cell.max_train_samples or math.inf) * cell.multiple
+        per_device = (parameter_count(cell.model) * 4 * 4
+                      + cell.per_device_batch * activations_per_sample(cell.model) * 4 * 3)
+        per_process = (self.traits.framework.memory_mb * 2**20 + samples * 8 * (cell.epochs + 2)
+                       + per_device * self.devices_per_process(cell))
+        return int(per_process * self.processes(cell))  # on each node
+
+    def batchnorm(self, cell: Cell) -> str | None:
+        """What it does with BatchNorm's statistics where the cell's model has BatchNorm."""
+        return self.traits.batchnorm_statistics if has_batchnorm(cell.model) else None
+
+    # --- what it cannot run --------------------------------------------------------------------
+
+    def cannot_launch(self, cell: Cell) -> str | None:
+        """Why the runner should not even start `cell` (it asks for what this backend never
+        does, on any device), or None."""
+        traits = self.traits
+        if cell.nodes > 1 and not traits.spans_nodes:
+            return (f"{self.name} runs on one machine: it cannot span {cell.nodes} nodes; "
+                    f"{', '.join(spanning_nodes())} can")
+        slow = faults.parse(cell.inject).slow_rank
+        ranks = self.processes(cell) * cell.nodes
+        if slow is not None and self.devices_per_process(cell) > 1:
+            return (f"inject slow-rank: {self.name}'s {cell.devices} replicas share one process, "
+                    f"so one of them cannot be slowed alone")
+        if slow is not None and slow >= ranks:
+            return f"inject slow-rank={slow}: the cell has ranks 0 to {ranks - 1}"
+        if cell.reshard != "after-forward" and not traits.shards_parameters:
+            sharding = [t.name for t in TRAITS.values() if t.shards_parameters]
+            return (f"reshard {cell.reshard}: {self.name} keeps the whole model on every "
+                    f"device, there is nothing to reshard; {', '.join(sharding)} shards it")
+        if cell.compression not in traits.compressions:
+            return (f"compression {cell.compression}: {self.name} does "
+                    f"{', '.join(traits.compressions)}; {traits.no_compression}")
+        return self._input_refused(cell)
+
+    def _input_refused(self, cell: Cell) -> str | None:
+        """The input settings its framework's batches have no use for."""
+        framework = self.traits.framework
+        if framework.input != "torch.utils.data.DataLoader" and (
+                cell.host_memory != "pageable" or cell.loader_workers):
+            return (f"host_memory and loader_workers are PyTorch DataLoader settings; "
+                    f"{framework.input} forms {framework.name}'s batches with its own threads")
+        if not cell.set_epoch and not self.traits.distributed_sampler:
+            if framework.input != "torch.utils.data.DataLoader":
+                return ("--no-set-epoch asks what PyTorch's DistributedSampler does without "
+                        "set_epoch; TensorFlow's input pipelines have no sampler epoch to leave "
+                        "out")
+            samplers = [t.name for t in TRAITS.values() if t.distributed_sampler]
+            return (f"{self.name} draws with a plain shuffling loader (one process needs no "
+                    f"DistributedSampler), which shuffles anew each epoch by itself: there is "
+                    f"no set_epoch to leave out; --no-set-epoch is for {', '.join(samplers)}")
+        return None
+
+    def unsupported_on(self, cell: Cell, device_kind: str) -> str | None:
+        """Why this backend cannot run `cell` on `device_kind` ("cpu" or "cuda"), or None."""
+        traits = self.traits
+        if not traits.spans_devices and cell.world > 1:
+            return f"{self.name} is a single-device reference: it runs on 1 device only"
+        if device_kind == "cuda":
+            return None
+        if cell.precision == "tf32":
+            return ("precision tf32: TF32 is a math mode of NVIDIA GPUs' tensor cores (Ampere "
+                    "and later); a CPU computes float32 as float32, which is precision fp32")
+        if traits.several_devices_need_gpus and cell.devices > 1:
+            return (f"{self.name} with {cell.devices} devices needs {cell.devices} CUDA GPUs; "
+                    f"{traits.several_devices_need_gpus}")
+        if cell.compression in traits.gpu_only:
+            return traits.gpu_only[cell.compression]
+        if cell.host_memory != "pageable":
+            return (f"host_memory {cell.host_memory} pins batches in page-locked memory for fast "
+                    f"copies to a CUDA device; on the CPU there is no copy to speed up, and "
+                    f"PyTorch pins memory only where CUDA is")
+        return None
+
+
+def horovod_described() -> str:
+    """The installed Horovod and the frameworks it was built for (no framework imported: its
+    compiled extensions are looked for)."""
+    try:
+        version = importlib.metadata.version("horovod")
+    except importlib.metadata.PackageNotFoundError:
+        return "horovod not installed"
+    built = [name for name, module in HOROVOD_EXTENSIONS.items() if _importable(module)]
+    return f"horovod {version} built for {', '.join(built) or 'no framework'}"
+
+
+def _importable(module: str) -> bool:
+    """Whether `module` can be found, without importing it or its parent packages (finding
+    horovod.tensorflow.mpi_lib by find_spec would import horovod.tensorflow, and TensorFlow
+    with it, noise and seconds included)."""
+    parts = module.split(".")
+    try:
+        spec = importlib.util.find_spec(parts[0])
+        for depth in range(2, len(parts) + 1):
+            if spec is None or not spec.submodule_search_locations:
+                return False
+            spec = importlib.machinery.PathFinder.find_spec(".".join(parts[:depth]),
+                                                            spec.submodule_search_locations)
+    except (ImportError, ValueError):
+        return False
+    return spec is not None
+
+
+def _version(module: str) -> str:
+    top = module.split(".")[0]
+    for distribution in (top, f"{top}-cpu"):
+        try:
+            return importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "?"

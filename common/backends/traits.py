@@ -1,0 +1,226 @@
+"""What each backend is, in one framework-free table: the registry of backends by name.
+
+Every reader that is not one of a backend's own processes reads a backend here: the grid's checks,
+the runner and the dry run (how its processes start, what it supports on which device kind), `xbench
+backends`, and the report and `xbench predict` (how its gradients cross, in which messages). None
+of them imports a framework or a backend's module. A backend's own processes run the class named by
+`rank` (common.backends.backend.Backend), which says only what happens inside them.
+
+The texts below say why, as each library documents it; the tests check them against what the
+smoke grid's rows record.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from xbench.common.workload.compression import COMPRESSIONS
+
+
+@dataclass(frozen=True)
+class Framework:
+    """What every backend of one framework shares: what it imports, how to install it, what a
+    process holds before training, and what forms its batches."""
+    name: str            # the rows' `framework`
+    module: str          # importable when it is installed
+    install_hint: str
+    memory_mb: int       # a process's framework, libraries and data before training
+    input: str           # what forms its batches (host_memory, loader_workers are PyTorch's)
+
+
+# Peak RSS of the small model's smoke cells on CPU: 420-460 MB with PyTorch, 690-750 MB with
+# TensorFlow.
+TORCH = Framework("torch", "torch", "install PyTorch with `make setup` (or `pip install torch` "
+                  "into the environment)", 450, "torch.utils.data.DataLoader")
+TENSORFLOW = Framework("tensorflow", "tensorflow", "install TensorFlow with `make setup`, or "
+                       "`pip install -e '.[tf]'` into the environment (the CPU wheel, "
+                       "tensorflow-cpu)", 800, "tf.data")
+
+# How the runner starts a cell's processes on a node (common.backends.start).
+ONE_PROCESS = "one process"
+TORCHRUN = "torchrun"
+WORKER_PER_DEVICE = "a worker per device"
+HOROVODRUN = "horovodrun"
+
+HOROVOD_BUILD_HINT = ("build Horovod for this environment with `make setup` (it runs "
+                      "scripts/build_horovod.sh .venv/bin/python)")
+# The compiled extension, not just the Python package: a Horovod built without a framework lacks
+# its extension.
+HOROVOD_EXTENSIONS = {"PyTorch": "horovod.torch.mpi_lib_v2",
+                      "TensorFlow": "horovod.tensorflow.mpi_lib"}
+ONE_REPLICA = "one replica: its running statistics are its own"
+NO_COLLECTIVE = "none: no collective between processes"
+# Seen with Keras 3.15 / TF 2.21 (tests/test_cifar.py): BatchNormalization's moving statistics
+# are MirroredVariables with aggregation NONE, which do not stay mirrored.
+MIRRORED_BATCHNORM = ("Keras keeps BatchNorm's running statistics in MirroredVariables with "
+                      "aggregation NONE: each replica updates its own copy from its own samples, "
+                      "and a read outside the replicas (evaluation) returns the first replica's "
+                      "copy, not their mean")
+STRATEGIES_DO_NOT_COMPRESS = ("TensorFlow's distribution strategies have no gradient compression "
+                              "(their CommunicationOptions choose only the collective "
+                              "implementation)")
+HOROVOD_BATCHNORM = ("Horovod broadcasts rank 0's state once, at the start; then each rank keeps "
+                     "its own running statistics, from its own samples only, and evaluation uses "
+                     "rank 0's")
+HOROVOD_COMPRESSIONS = ("none", "fp16")
+HOROVOD_NO_COMPRESSION = "Horovod's compressors are hvd.Compression.none and fp16"
+HOROVOD_FUSION_BYTES = 64 * 2**20  # its documented fusion buffer (HOROVOD_FUSION_THRESHOLD)
+
+
+@dataclass(frozen=True)
+class Traits:
+    """One backend, as every reader outside its processes needs it."""
+    name: str
+    framework: Framework
+    rank: str                     # "module:Class" that each of its processes runs
+    start: str = ONE_PROCESS      # how its processes start (ONE_PROCESS, TORCHRUN, ...)
+    spans_devices: bool = True    # False: a single-device reference, 1 device only
+    # Each rank draws its shard with a DistributedSampler, set_epoch each epoch (the lab's
+    # question 5); a PyTorch backend of one process shuffles with a plain loader, as its users'
+    # code does.
+    distributed_sampler: bool = False
+    # How its gradients cross between devices of a device type (what its N-device rows record
+    # there), by default on every type.
+    reduction: Mapping[str, str] = field(default_factory=lambda: {"cpu": "none", "cuda": "none"})
+    message_bytes: int | None = None  # the most one collective carries (buckets, fusion, packs)
+    library: str | None = None    # the collective library between its processes (the probe's)
+    compressions: tuple[str, ...] = ("none",)  # the gradient compressions it does
+    no_compression: str = "one device: no gradients cross between devices"
+    gpu_only: Mapping[str, str] = field(default_factory=dict)  # compression -> why GPUs only
+    several_devices_need_gpus: str = ""  # why N > 1 devices run only on GPUs, if they do
+    shards_parameters: bool = False  # each rank keeps a shard (the `reshard` setting is its)
+    # How the library that moves the gradients tells of its collectives (None: there is none,
+    # or none it tells of), and where an untold collective's time goes.
+    collectives_counted: str | None = None
+    collectives_not_counted: str = NO_COLLECTIVE
+    # What it does with BatchNorm's running statistics across replicas (its documentation;
+    # tests/test_cifar.py checks it); the test accuracy is evaluated with rank 0's.
+    batchnorm_statistics: str = ONE_REPLICA
+    extension: str | None = None  # a compiled extension it needs besides its framework
+    install_hint: str = ""        # default: its framework's
+
+    @property
+    def requires(self) -> tuple[str, ...]:
+        """Importable modules it needs."""
+        return (self.framework.module, *([self.extension] if self.extension else []))
+
+    @property
+    def spans_nodes(self) -> bool:
+        """Whether its ranks can run on several machines (every launcher of many processes)."""
+        return self.start != ONE_PROCESS
+
+    def reduction_on(self, device_type: str) -> str:
+        """How its gradients cross between devices of `device_type` ("cpu", "cuda"), known
+        before any ran (xbench predict's what-if)."""
+        return self.reduction[device_type]
+
+
+def crossing(how: str) -> dict[str, str]:
+    """The same reduction on every device type."""
+    return {"cpu": how, "cuda": how}
+
+
+TRAITS: dict[str, Traits] = {t.name: t for t in [
+    Traits("pt-single", TORCH, "xbench.pt_backend.single:SingleDeviceTorchBackend",
+           spans_devices=False),
+    Traits("pt-dp", TORCH, "xbench.pt_backend.dp:DataParallelBackend",
+           reduction=crossing("reduce-to-one"),
+           no_compression="DataParallel sums the replicas' gradients on device 0 inside "
+                          "autograd: it has no communication hook to compress them",
+           several_devices_need_gpus="DataParallel has no multi-device CPU mode, and running on "
+                                     "one device instead would misreport the cell",
+           collectives_not_counted="not counted: on N GPUs DataParallel scatters the batch, "
+                                   "replicates the module and gathers the outputs inside its "
+                                   "forward, and reduces the gradients onto the first GPU inside "
+                                   "its backward: their time is in those parts",
+           batchnorm_statistics="DataParallel copies the module from the first GPU every step: "
+                                "each replica normalises with its own share of the batch, and "
+                                "only the first GPU's running statistics are updated and kept"),
+    Traits("pt-ddp", TORCH, "xbench.pt_backend.ddp:DistributedDataParallelBackend",
+           start=TORCHRUN, distributed_sampler=True, reduction=crossing("all-reduce"),
+           message_bytes=25 * 2**20,  # DistributedDataParallel's bucket_cap_mb, 25
+           library="torch.distributed", compressions=COMPRESSIONS,  # its communication hooks
+           gpu_only={"powersgd": "PowerSGD's hook chains each bucket's all-reduces in "
+                                 "callbacks; on gloo the chains of DDP's two buckets interleave "
+                                 "in another order on each rank, and gloo aborts ('Received data "
+                                 "size doesn't match expected size', torch 2.13 on 2 CPU "
+                                 "ranks): powersgd runs on GPUs (NCCL) only"},
+           collectives_counted="DDP: its buckets' all-reduces launched as backward makes each "
+                               "bucket's gradients ready (the gradients' own hooks tell when, "
+                               "and their bytes), done when backward, which waits for them all, "
+                               "returns",
+           batchnorm_statistics="DistributedDataParallel (broadcast_buffers=True, its default) "
+                                "broadcasts rank 0's running statistics to every rank before "
+                                "each forward: each rank normalises with its own samples' "
+                                "statistics, and the statistics kept (and evaluated with) are "
+                                "rank 0's"),
+    Traits("pt-fsdp", TORCH, "xbench.pt_backend.fsdp:FullyShardedBackend", start=TORCHRUN,
+           distributed_sampler=True, reduction=crossing("reduce-scatter"),
+           library="torch.distributed", shards_parameters=True,
+           no_compression="FSDP reduce-scatters the gradients in their own type (a "
+                          "MixedPrecisionPolicy's reduce_dtype, not set here); xbench's "
+                          "compression is DDP's communication hooks and Horovod's compressors",
+           collectives_not_counted="not counted apart: FSDP's all-gathers run inside the forward "
+                                   "and backward passes and its reduce-scatters inside backward, "
+                                   "so their time, waiting for the slowest rank included, is in "
+                                   "those parts",
+           batchnorm_statistics="FSDP shards parameters, not buffers, and broadcasts none: each "
+                                "rank keeps the running statistics of its own samples, and the "
+                                "statistics evaluated with are rank 0's"),
+    Traits("tf-single", TENSORFLOW, "xbench.tf_backend.single:SingleDeviceTensorFlowBackend",
+           spans_devices=False),
+    # NcclAllReduce on GPUs; on a CPU, ReductionToOneDevice (NCCL has no CPU kernel).
+    Traits("tf-mirrored", TENSORFLOW, "xbench.tf_backend.mirrored:MirroredBackend",
+           reduction={"cpu": "reduce-to-one", "cuda": "all-reduce"},
+           no_compression=STRATEGIES_DO_NOT_COMPRESS,
+           collectives_counted="the reduction over the replicas in the trace: NcclAllReduce on "
+                               "GPUs; on a CPU the sums on the first device (AddN) and the copies "
+                               "between devices",
+           batchnorm_statistics=MIRRORED_BATCHNORM),
+    # bytes_per_pack 0 (TensorFlow packs): one message
+    Traits("tf-multiworker", TENSORFLOW, "xbench.tf_backend.multiworker:MultiWorkerMirroredBackend",
+           start=WORKER_PER_DEVICE, reduction=crossing("all-reduce"), library="tensorflow",
+           no_compression=STRATEGIES_DO_NOT_COMPRESS,
+           collectives_counted="TensorFlow's CollectiveReduceV2 ops in the trace: from the last "
+                               "one's launch (this worker's gradients ready) to the end of the "
+                               "last",
+           batchnorm_statistics=MIRRORED_BATCHNORM),
+    Traits("hvd-torch", TORCH, "xbench.pt_backend.hvd:HorovodTorchBackend", start=HOROVODRUN,
+           distributed_sampler=True, reduction=crossing("all-reduce"),
+           message_bytes=HOROVOD_FUSION_BYTES, library="horovod",
+           compressions=HOROVOD_COMPRESSIONS, no_compression=HOROVOD_NO_COMPRESSION,
+           collectives_counted="Horovod: each gradient's all-reduce launched by its hook as "
+                               "backward produces the gradient, and done when synchronize() has "
+                               "waited for them all",
+           batchnorm_statistics=HOROVOD_BATCHNORM, extension=HOROVOD_EXTENSIONS["PyTorch"],
+           install_hint=HOROVOD_BUILD_HINT),
+    Traits("hvd-tf", TENSORFLOW, "xbench.tf_backend.hvd:HorovodTensorFlowBackend",
+           start=HOROVODRUN, reduction=crossing("all-reduce"),
+           message_bytes=HOROVOD_FUSION_BYTES, library="horovod",
+           compressions=HOROVOD_COMPRESSIONS, no_compression=HOROVOD_NO_COMPRESSION,
+           collectives_counted="Horovod's all-reduce ops in the trace: from the last one's "
+                               "launch (this rank's gradients ready) to the end of the last",
+           batchnorm_statistics=HOROVOD_BATCHNORM, extension=HOROVOD_EXTENSIONS["TensorFlow"],
+           install_hint=HOROVOD_BUILD_HINT),
+]}
+
+
+def references() -> dict[str, str]:
+    """{framework: its single-device reference}: the backend of each framework with no parallel
+    wrapper (what the others cost at one device is measured against it)."""
+    return {t.framework.name: t.name for t in TRAITS.values() if not t.spans_devices}
+
+
+def spanning_nodes() -> list[str]:
+    """The backends whose ranks can run on several machines."""
+    return [t.name for t in TRAITS.values() if t.spans_nodes]
+
+
+def one_per_library() -> list[str]:
+    """One backend per collective library between processes (the first in the table): what the
+    probe measures each library's all-reduce through."""
+    found: dict[str, str] = {}
+    for traits in TRAITS.values():
+        if traits.library:
+            found.setdefault(traits.library, traits.name)
+    return list(found.values())

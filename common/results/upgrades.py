@@ -1,0 +1,105 @@
+"""One named upgrade per schema version (asv's `Results.update_to_N`): `update_to_N` reads a row
+of version N-1 as the row of version N it would have been. Their list is the version history;
+the schema's version is the last one's. A setting that version N first recorded is filled in
+with what every row before it had implicitly (common.grids.settings: `since`, `implied`), so a
+new setting's upgrade is one line.
+"""
+import re
+from collections.abc import Callable
+from typing import Any
+
+from xbench.common.grids.settings import IN_ROW
+
+Row = dict[str, Any]
+
+
+def settings_added(version: int) -> Row:
+    """The settings version `version` first recorded, as every row before it had them."""
+    return {s.row_name: s.row_value(s.cell_default) for s in IN_ROW if s.since == version}
+
+
+def update_to_3(row: Row) -> Row:
+    """The training settings (rows before trained Adam at 1e-3, no scaling, no warm-up, with
+    set_epoch) and batch sweeps (none)."""
+    return {**settings_added(3), "batch_sweep": None, **row}
+
+
+def update_to_4(row: Row) -> Row:
+    """The input settings (the whole test set, no loader workers, pageable memory) and BatchNorm
+    (none). On a GPU, PyTorch's loader pinned and copied without blocking then: such a row says
+    so, in its cell key too, so it never shares a key with today's pageable cell."""
+    row = {**settings_added(4), "batchnorm": None, **row}
+    if row.get("framework") == "torch" and row.get("device_type") == "cuda":
+        row["host_memory"] = "pinned-non-blocking"
+        row["cell_key"] = f"{row['cell_key']}|pinned-non-blocking"
+    return row
+
+
+def update_to_5(row: Row) -> Row:
+    """Faults injected on purpose (none) and the step attribution (none recorded)."""
+    return {**settings_added(5), "attribution": None, **row}
+
+
+def update_to_6(row: Row) -> Row:
+    """The GPU math (each framework's default), which version 8 renamed precision."""
+    return {**settings_added(6), **row}
+
+
+def update_to_7(row: Row) -> Row:
+    """Pinned ranks (none: contention was judged on all of rank 0's machine's cores, recorded as
+    such) and gradient compression (none)."""
+    return {**settings_added(7), **row}
+
+
+def update_to_8(row: Row) -> Row:
+    """Precision (versions 6 and 7 recorded its float32 part as gpu_math) and crashed attempts
+    (none: cells were not run again then)."""
+    row = {**row, "crashes": row.get("crashes", [])}
+    if "gpu_math" in row:
+        row["precision"] = row.pop("gpu_math")
+    return {**settings_added(8), **row}
+
+
+def update_to_9(row: Row) -> Row:
+    """A target accuracy (none: every run trained its epochs)."""
+    return {**settings_added(9), "time_to_target": None, **row}
+
+
+def update_to_10(row: Row) -> Row:
+    """FSDP's resharding (its default: no FSDP ran) and the model state per device (not
+    counted then)."""
+    return {**settings_added(10), "model_state_per_device": None, **row}
+
+
+EPOCHS_PART = re.compile(r"\|e(\d+)(?=\||$)")
+
+
+def update_to_11(row: Row) -> Row:
+    """The epochs a run was given, which rows before kept only in their cell key (`|e2|`); a
+    run to a target may stop before them."""
+    found = EPOCHS_PART.search(str(row.get("cell_key", "")))
+    given = int(found[1]) if found else len(row.get("epochs") or []) or None
+    return {"epochs_given": given, **row}
+
+
+UPGRADES: list[Callable[[Row], Row]] = [
+    update_to_3, update_to_4, update_to_5, update_to_6, update_to_7, update_to_8, update_to_9,
+    update_to_10, update_to_11]
+OLDEST_READ = 2  # the oldest version whose rows are read (schema 1's are not: OLDER_VERSIONS)
+VERSIONS = list(range(OLDEST_READ + 1, OLDEST_READ + 1 + len(UPGRADES)))
+assert [int(f.__name__.removeprefix("update_to_")) for f in UPGRADES] == VERSIONS, \
+    "one upgrade per version, in order"
+assert all(s.since <= VERSIONS[-1] for s in IN_ROW), "a setting of a version with no upgrade"
+CURRENT = VERSIONS[-1]
+
+
+def upgrade(row: Any) -> Any:
+    """A row of an older version this xbench reads, as a row of the current one (anything else
+    as it is: the validator says what is wrong with it)."""
+    if not (isinstance(row, dict) and type(row.get("schema_version")) is int
+            and OLDEST_READ <= row["schema_version"] < CURRENT):
+        return row
+    for version, update in zip(VERSIONS, UPGRADES):
+        if row["schema_version"] < version:
+            row = {**update(row), "schema_version": version}
+    return row
