@@ -58,7 +58,8 @@ def main():
     threads = cpu_cores()
     torch.set_num_threads(threads)
     data = load_mnist(args.data_dir)
-    data.train_images, data.train_labels = data.train_images[:args.samples], data.train_labels[:args.samples]
+    data.train_images, data.train_labels = (data.train_images[:args.samples],
+                                            data.train_labels[:args.samples])
     cell = Cell(grid="fidelity", backend="pt-dp", model=args.model, multiple=1, batch=args.batch,
                 devices=1, epochs=2, batch_mode="global", seed=0, max_train_samples=args.samples,
                 data="mnist", device="cpu", timeout=0)
@@ -66,7 +67,8 @@ def main():
     for round_ in range(1, args.rounds + 1):
         xbench.append(xbench_rate(cell, data, threads))
         minimal.append(minimal_rate(cell, data))
-        print(f"round {round_}: xbench {xbench[-1]:,.0f} samples/s, minimal {minimal[-1]:,.0f} samples/s")
+        print(f"round {round_}: xbench {xbench[-1]:,.0f} samples/s, "
+              f"minimal {minimal[-1]:,.0f} samples/s")
     print(f"{args.model} batch {args.batch}, {args.samples} images, {threads} threads: "
           f"epoch-2 rate xbench / minimal loop = {max(xbench) / max(minimal):.3f} best of "
           f"{args.rounds}, {statistics.median(xbench) / statistics.median(minimal):.3f} median "

@@ -50,7 +50,8 @@ def main():
     ratio = ratio_of_means([1 / r for r in without], [1 / r for r in with_progress])
     print(f"{args.samples} images, batch {args.batch}: epoch-2 rate with / without progress = "
           f"{ratio.value:.3f}, 95% CI [{ratio.low:.3f}, {ratio.high:.3f}] (Fieller, "
-          f"{args.rounds} runs each); medians {statistics.median(with_progress) / statistics.median(without):.3f}")
+          f"{args.rounds} runs each); medians "
+          f"{statistics.median(with_progress) / statistics.median(without):.3f}")
 
 
 if __name__ == "__main__":

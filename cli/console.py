@@ -24,7 +24,8 @@ def int_list(ctx, param, value):
     try:
         return [int(v) for v in value.split(",") if v.strip()]
     except ValueError:
-        raise click.BadParameter(f"'{value}' is not a comma-separated list of whole numbers") from None
+        raise click.BadParameter(f"'{value}' is not a comma-separated list of whole "
+                                 "numbers") from None
 
 
 def str_list(ctx, param, value):

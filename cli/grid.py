@@ -33,7 +33,8 @@ UNFINISHED = ("failed", "timeout")
 @click.option("--results", "results_path", type=click.Path(dir_okay=False),
               help="Results file (JSON Lines); default results/<grid>.jsonl.")
 @click.option("--resume/--force", default=True,
-              help="Skip cells that already have an ok row in the results file (default), or rerun all.")
+              help="Skip cells that already have an ok row in the results file (default), or "
+                   "rerun all.")
 @click.option("--dry-run", is_flag=True, help="List the cells, run nothing.")
 @click.option("--until-conclusive", is_flag=True,
               help="After the grid, keep adding repeats of the cells whose comparisons are still "
@@ -48,7 +49,8 @@ def grid(grid_file, preset, batch_sweep, data_dir, results_path, resume, dry_run
     Each option from --backend to --loader-workers overrides the grid-file key it names
     (--backend: backends; an axis takes a comma-separated list)."""
     if bool(grid_file) == bool(preset):
-        raise UserError("give a grid file or --preset NAME (not both), e.g. `xbench grid --preset smoke`")
+        raise UserError("give a grid file or --preset NAME (not both), e.g. "
+                        "`xbench grid --preset smoke`")
     spec = grid_module.read_grid_file(grid_file or grid_module.preset_path(preset))
     if overrides["batches"] and batch_sweep:
         raise UserError("give --batch or --batch-sweep, not both")

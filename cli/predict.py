@@ -20,9 +20,9 @@ def counts_option(ctx, param, value):
 @click.command()
 @click.argument("results_files", nargs=-1, type=click.Path(exists=True, dir_okay=False))
 @click.option("--link", help="Between the devices of a node: a named link (nvlink4, nvlink3, "
-                             "pcie4-x16, pcie3-x16, ib-ndr, ib-hdr, eth-100g, eth-25g: reports/links.toml, "
-                             "with their sources) or RATE[,LATENCY] such as 25gbit,5us. Without "
-                             "it, only the check against the measured cells.")
+                             "pcie4-x16, pcie3-x16, ib-ndr, ib-hdr, eth-100g, eth-25g: "
+                             "reports/links.toml, with their sources) or RATE[,LATENCY] such as "
+                             "25gbit,5us. Without it, only the check against the measured cells.")
 @click.option("--node-link", help="Between nodes (default: --link), named or RATE[,LATENCY].")
 @click.option("--devices", default="1,2,4,8", show_default=True, callback=counts_option,
               help="Devices per node to predict.")

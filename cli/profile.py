@@ -38,7 +38,8 @@ from xbench.common.workload.models import MODELS
 def profile(model, batch, backend, units, steps, warmup, device, seed, out, as_json):
     """Time each layer (unit: conv1, bn1, block1 ...) of a model forward and backward on one
     device in each framework, beside the whole training step: median and 95% interval per
-    pass, the unit's share of the step, and its achieved GFLOP/s (seed 001's measurement)."""
+    pass, the unit's share of the step, and its achieved GFLOP/s (per-layer timing, as a study of
+    CPU offloading measures it)."""
     from xbench.common.running.profile import PROFILE_BACKENDS, check_request, run_profile  # scipy
     from xbench.reports.profile import table_text, write  # matplotlib
     backends = backend or [b for b in PROFILE_BACKENDS if not Start.of(b).missing()]

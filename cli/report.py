@@ -24,7 +24,8 @@ from xbench.common.results.outputs import writable_folder
               help="Add the course lab's answers in its layout (questions 1, 4, 5, 6, Tables 1-3, "
                    "the case study's accuracy): for a lab grid's rows.")
 @click.option("--link", help="Add a section of predictions to 512 devices over this link between "
-                             "the devices of a node (named, or RATE[,LATENCY]: see xbench predict).")
+                             "the devices of a node (named, or RATE[,LATENCY]: see "
+                             "xbench predict).")
 @click.option("--node-link", help="With --link: the link between nodes (default: --link).")
 def report(results_files, out, formats, where, include_contended, baseline, lab, link, node_link):
     """Figures, tables and one HTML page from results files (default: the newest in results/)."""

@@ -7,7 +7,8 @@ class UserError(Exception):
 
 
 class Unsupported(Exception):
-    """A cell this machine or installation cannot run; it becomes a row with status 'unsupported'."""
+    """A cell this machine or installation cannot run; it becomes a row with status
+    'unsupported'."""
 
 
 def did_you_mean(word, choices):

@@ -28,7 +28,8 @@ def cpu_cores() -> int:
     """Cores this process may use: its affinity (taskset, Slurm's binding, a cpuset), fewer where
     its cgroup's CPU quota allows less (a container's --cpus, Slurm's cgroup), rounded down so
     that a cell's threads fit in the quota instead of throttling themselves."""
-    allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    allowed = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+               else os.cpu_count() or 1)
     quota = CpuCgroup.mine().quota_cores()
     return max(1, min(allowed, math.floor(quota))) if quota else allowed
 

@@ -38,7 +38,8 @@ class HorovodTorchBackend(TorchBackend):
             scaler.step(optimizer)
 
     def details(self):
-        return {"parallelism": "hvd.DistributedOptimizer", **horovod_support.details(self.hvd, self.cell.compression)}
+        return {"parallelism": "hvd.DistributedOptimizer",
+                **horovod_support.details(self.hvd, self.cell.compression)}
 
 
 class HorovodTorchCollectives(horovod_support.HorovodGather, Collectives):

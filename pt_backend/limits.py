@@ -1,6 +1,6 @@
-"""PyTorch's part of `xbench probe` (common.measuring.limits): matmul rates with torch's own kernels, and
-all-reduce times through a PyTorch backend's collectives (gloo or nccl for pt-ddp, Horovod for
-hvd-torch)."""
+"""PyTorch's part of `xbench probe` (common.measuring.limits): matmul rates with torch's own
+kernels, and all-reduce times through a PyTorch backend's collectives (gloo or nccl for pt-ddp,
+Horovod for hvd-torch)."""
 import torch
 
 from xbench.common.measuring.limits import matmul_record, time_all_reduce, time_matmul
@@ -51,5 +51,5 @@ def matmul_rates(device, sync):
             continue
         a16, b16 = a.to(dtype), b.to(dtype)
         records.append(matmul_record(precision, size, threads,
-                                     time_matmul(lambda: a16 @ b16, sync)))
+                                     time_matmul(lambda a16=a16, b16=b16: a16 @ b16, sync)))
     return records

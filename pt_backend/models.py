@@ -67,8 +67,8 @@ def batchnorm_statistics(model: nn.Module) -> list[torch.Tensor]:
 
 def build_optimizer(parameters, name="adam", lr=ADAM["learning_rate"], momentum=0.0,
                     weight_decay=0.0):
-    """The optimizer of every backend (common.grids.grid's settings; weight decay is L2, added to the
-    gradient)."""
+    """The optimizer of every backend (common.grids.grid's settings; weight decay is L2, added to
+    the gradient)."""
     if name == "sgd":
         return torch.optim.SGD(parameters, lr=lr, momentum=momentum, weight_decay=weight_decay)
     return torch.optim.Adam(parameters, lr=lr, betas=(ADAM["beta_1"], ADAM["beta_2"]),
@@ -76,7 +76,8 @@ def build_optimizer(parameters, name="adam", lr=ADAM["learning_rate"], momentum=
 
 
 def describe(name):
-    """Parameters counted on the built module and forward FLOPs counted by torch's FlopCounterMode."""
+    """Parameters counted on the built module and forward FLOPs counted by torch's
+    FlopCounterMode."""
     from torch.utils.flop_counter import FlopCounterMode
     model = build_model(name).eval()
     counter = FlopCounterMode(display=False)

@@ -1,5 +1,6 @@
-"""PyTorch's part of `xbench profile` (common.running.profile): the passes of each unit and of the whole
-training step, as torch runs them in training (train mode: BatchNorm uses batch statistics)."""
+"""PyTorch's part of `xbench profile` (common.running.profile): the passes of each unit and of the
+whole training step, as torch runs them in training (train mode: BatchNorm uses batch
+statistics)."""
 import torch
 from torch import nn
 

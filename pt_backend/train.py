@@ -1,4 +1,5 @@
-"""The PyTorch training loop of pt-dp, pt-ddp and hvd-torch: the hooks of common.running.training's loop.
+"""The PyTorch training loop of every PyTorch backend: the hooks of common.running.training's
+loop.
 
 The backend wraps the model and the optimizer its own way (pt_backend.base's hooks); the input
 pipeline, the step and the measurements are the same for all three, so their numbers compare.
@@ -39,11 +40,12 @@ class TrainSet(torch.utils.data.Dataset):
 
 
 class EpochShardSampler(DistributedSampler):
-    """DistributedSampler (set_epoch each epoch) dealing common.workload.data's order, so every backend and
-    framework trains on the same samples in the same global batches."""
+    """DistributedSampler (set_epoch each epoch) dealing common.workload.data's order, so every
+    backend and framework trains on the same samples in the same global batches."""
 
     def __init__(self, dataset, global_batch, seed, rank, world, replicas):
-        super().__init__(dataset, num_replicas=world, rank=rank, shuffle=True, seed=seed, drop_last=True)
+        super().__init__(dataset, num_replicas=world, rank=rank, shuffle=True, seed=seed,
+                         drop_last=True)
         self.global_batch, self.replicas = global_batch, replicas
         self.num_samples = len(dataset) // global_batch * global_batch // world
 
@@ -54,8 +56,8 @@ class EpochShardSampler(DistributedSampler):
 
 class EpochShuffleSampler(Sampler):
     """A plain shuffling loader's order (DataLoader(shuffle=True): a new order each time it is
-    iterated, nothing to call between epochs), dealing common.workload.data's order of the epoch it is
-    in, so the trajectory is every backend's. What pt-single and pt-dp draw with: one process
+    iterated, nothing to call between epochs), dealing common.workload.data's order of the epoch it
+    is in, so the trajectory is every backend's. What pt-single and pt-dp draw with: one process
     needs no DistributedSampler."""
 
     def __init__(self, dataset, global_batch, seed, replicas):
@@ -151,7 +153,7 @@ class TorchLoop(TrainingLoop):
         else:
             self.sampler = EpochShuffleSampler(self.dataset, cell.global_batch, cell.seed,
                                                replicas)
-        # host_memory (seeds/001): pageable, or pinned (page-locked) by the loader, copied
+        # host_memory (host transfers): pageable, or pinned (page-locked) by the loader, copied
         # with or without non_blocking; pinned ones run only with CUDA (TorchBackend says so).
         self.non_blocking = cell.host_memory == "pinned-non-blocking"
         self.loader = DataLoader(self.dataset, batch_size=cell.global_batch // self.comm.world,
@@ -338,7 +340,8 @@ def use_float32_math(precision: str) -> None:
     """TF32 off in both matmuls and convolutions for fp32, on for tf32; under the others
     torch's defaults for what stays float32."""
     if precision in ("fp32", "tf32"):
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
+        allowed = precision == "tf32"
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = allowed
 
 
 def math_allowed(device) -> dict[str, str]:

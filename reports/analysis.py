@@ -1,4 +1,5 @@
-"""The numbers of the report, from the frame of rows (reports.load): one place for every formula.
+"""The numbers of the report, from the frame of rows (reports.load): one place for every formula
+(with reports.repeats: what a cell keeps of its repeats).
 
 Repeats of a configuration are averaged only within one environment (machine and versions); the
 environment label is part of every grouping key below. Only `usable` rows (ok, and not contended
@@ -12,7 +13,7 @@ import pandas as pd
 
 from xbench.common.backends.traits import TRAITS, references
 from xbench.common.grids.settings import SETTINGS, Role, columns, draws
-from xbench.common.measuring.attribution import PARTS, mean_parts
+from xbench.common.measuring.attribution import PARTS
 from xbench.common.measuring.datasheets import datasheet_peak
 from xbench.common.measuring.limits import (
     bus_bandwidth,
@@ -27,6 +28,7 @@ from xbench.common.workload.models import (
     tensor_shapes,
     training_flops_per_sample,
 )
+from xbench.reports.repeats import epoch_rate, evidence_of, repeated_values, statuses_text
 from xbench.reports.stats import difference_of_means, ratio_of_means, summarize
 
 # The columns of the settings by their role (common.grids.settings): never listed by hand here.
@@ -39,6 +41,9 @@ CONFIG = ["env", "series", *PLACED, *WORKLOAD, "global_batch", "per_device_batch
 # setup, the device type and the training (its label: every training choice and fault).
 SETUP = ["env", "backend", "device_type", *WORKLOAD, "training"]
 BATCH = SETTINGS["batches"].column_name  # the batch a cell holds fixed, per its batch_mode
+BATCH_MODE, DATASET = SETTINGS["batch_mode"].column_name, SETTINGS["data"].column_name
+# The order of cells within a backend in every table: data, model, multiple, batch, devices.
+CELL_ORDER = [DATASET, *(c for c in AXES if c != BATCH), BATCH_MODE, BATCH, "devices"]
 # What trains on the same samples in the same global batches, whatever runs it.
 SAME_WORK = ["env", *[c for c in WORKLOAD if c not in ("batch_mode", BATCH)], "global_batch"]
 METRICS = ["step_time_p50", "step_time_p90", "startup_seconds", "first_epoch_overhead",
@@ -98,7 +103,7 @@ def cell_table(frame):
     if table.empty:
         return table
     table["_order"] = table["backend"].map(backend_order)
-    return (table.sort_values(["env", "_order", *AXES, "devices"])
+    return (table.sort_values(["env", "_order", *CELL_ORDER])
             .drop(columns="_order").reset_index(drop=True))
 
 
@@ -111,37 +116,6 @@ FIRST_RUN = list(dict.fromkeys([
     "batchnorm"]))
 
 
-def repeated_values(ok) -> dict:
-    """What a cell keeps of its usable repeats besides its epochs' rates."""
-    return {"epoch2_input_seconds": summarize([e[1] for e in ok["epoch_input_seconds"]
-                                               if len(e) > 1 and e[1] is not None])["mean"],
-            "memory_per_device": mean_per_device(ok["memory_per_device"]),
-            "model_state_per_device": mean_per_device(ok["model_state_per_device"]),
-            "epoch_means": epoch_means(ok["epoch_list"]),
-            "batchnorm_difference": ok["batchnorm_difference"].max(),
-            "test_accuracy_values": ok["test_accuracy"].dropna().tolist(),
-            "attributions": [last_epoch_attribution(a) for a in ok["attribution"] if a]}
-
-
-def evidence_of(ran) -> dict:
-    """What was trained, from every ok run: it does not depend on what else ran."""
-    return {"global_digests": sorted({d for d in ran["global_digests"] if d}),
-            "sampler_digests": sorted({d for d in ran["sampler_digests"] if d}),
-            "shard_overlap": int(ran["shard_overlap"].max()) if len(ran) else 0,
-            "replicas_agree": bool(ran["replicas_agree"].all())}
-
-
-def epoch_rate(ok, epoch: int, samples) -> dict:
-    """An epoch's times over the usable repeats, its mean and interval, and the rate of both."""
-    seconds = ok[f"epoch{epoch}_seconds"].dropna().tolist()
-    time = summarize(seconds)
-    return {f"epoch{epoch}_seconds_values": seconds, f"epoch{epoch}_seconds": time["mean"],
-            f"epoch{epoch}_seconds_ci": time["ci"], f"epoch{epoch}_rate": samples / time["mean"],
-            f"epoch{epoch}_rate_low": samples / (time["mean"] + time["ci"]),
-            f"epoch{epoch}_rate_high": samples / (time["mean"] - time["ci"])
-            if time["ci"] < time["mean"] else math.inf}
-
-
 CELL_COLUMNS = [
     *FIRST_RUN, "cell_key", "scaling", "n", "runs", "statuses", "contended_runs",
     "steps_per_epoch", "epoch2_input_seconds", "memory_per_device", "model_state_per_device",
@@ -150,15 +124,6 @@ CELL_COLUMNS = [
     *[f"epoch{e}_{field}" for e in (1, 2) for field in (
         "seconds_values", "seconds", "seconds_ci", "rate", "rate_low", "rate_high")],
     *[f"{m}{suffix}" for m in METRICS for suffix in ("", "_std", "_ci")]]
-
-
-def statuses_text(group):
-    """'3 ok (1 contended), 1 timeout'."""
-    parts = []
-    for status, count in group["status"].value_counts().items():
-        contended = int((group["status"].eq(status) & group["contended"]).sum())
-        parts.append(f"{count} {status}" + (f" ({contended} contended)" if contended else ""))
-    return ", ".join(parts)
 
 
 def scaling_kind(batch_mode):
@@ -172,27 +137,6 @@ def measured(cells):
     if cells.empty:
         return cells
     return cells[cells["n"] > 0]
-
-
-def mean_per_device(lists):
-    """Bytes per device, averaged over repeats (lists of the most common length)."""
-    lists = [m for m in lists if isinstance(m, list) and m]
-    if not lists:
-        return None
-    length = pd.Series([len(m) for m in lists]).mode()[0]
-    return np.mean([m for m in lists if len(m) == length], axis=0).tolist()
-
-
-def epoch_means(epoch_lists):
-    """{epoch: (mean loss, mean training accuracy)} over the repeats, epochs in order."""
-    by_epoch = {}
-    for epochs in epoch_lists:
-        for e in epochs:
-            if isinstance(e.get("epoch"), int):
-                by_epoch.setdefault(e["epoch"], []).append((e.get("loss"), e.get("accuracy")))
-    return {epoch: (summarize([v[0] for v in values])["mean"],
-                    summarize([v[1] for v in values])["mean"])
-            for epoch, values in sorted(by_epoch.items())}
 
 
 def failures(frame):
@@ -213,29 +157,14 @@ def scaling(cells):
     out = ok.merge(ones, on=SETUP, suffixes=("", "_ref"))
     out["speedup_ratio"] = [ratio_of_means(t1, tn).scaled(sn / s1) for t1, tn, sn, s1 in zip(
         out["epoch2_seconds_values_ref"], out["epoch2_seconds_values"], out["epoch2_samples"],
-        out["epoch2_samples_ref"])]
+        out["epoch2_samples_ref"], strict=True)]
     out["speedup"] = [r.value for r in out["speedup_ratio"]]
     out["efficiency_ratio"] = [r.scaled(1 / n) for r, n in zip(out["speedup_ratio"],
-                                                                out["devices"])]
+                                                                out["devices"], strict=True)]
     out["efficiency"] = [r.value for r in out["efficiency_ratio"]]
     out["suspect"] = out["efficiency"] > 1
     out["rate_1"] = out["epoch2_rate_ref"]
     return out
-
-
-def last_epoch_attribution(record: dict) -> dict:
-    """One run's step attribution (common.measuring.attribution), its last epoch: each part's seconds
-    (the mean over the ranks), the steps, whether every epoch and rank added up, the time its
-    collectives moved data per step (median over steps, on the rank that saw the most of it),
-    the bytes they reduced where counted, the slowest rank and how each part is known."""
-    epoch = record["epochs"][-1]
-    ranks = epoch["ranks"]
-    return {"parts": mean_parts(ranks), "steps": ranks[0]["steps"],
-            "residual": float(np.mean([r["residual_seconds"] for r in ranks])),
-            "adds_up": all(r["adds_up"] for e in record["epochs"] for r in e["ranks"]),
-            "moving": max(r["collective"]["moving_median"] for r in ranks),
-            "bytes": ranks[0]["collective"]["bytes_per_step"],
-            "slowest_rank": epoch["slowest_rank"], "how": record["how"]}
 
 
 def attribution(cells):
@@ -244,7 +173,7 @@ def attribution(cells):
     backward, optimizer, host, and what no step window covered) and communication (waiting for
     the slowest rank, exposed communication) with their intervals, which add up to the epoch
     time; and for a cell whose gradients cross between N > 1 devices, the time its collectives
-    moved data per step and the bandwidth that makes (see COMMUNICATION)."""
+    moved data per step and the bandwidth that makes (reports.sections.steps says how)."""
     ok = measured(cells)
     ok = ok[ok["attributions"].map(bool)] if len(ok) else ok
     records = []
@@ -283,22 +212,6 @@ ATTRIBUTION_COLUMNS = [
     *[f"{part}{suffix}" for part in PARTS for suffix in ("_step", "_step_ci", "_share")],
     "compute_epoch_seconds", "compute_epoch_ci", "comm_epoch_seconds", "comm_epoch_ci",
     "moving_seconds", "moving_ci", "bytes", "bytes_how", "algbw", "busbw", "busbw_ci"]
-COMMUNICATION = (
-    "Every step of every rank is split into input, forward, backward, optimizer, waiting for "
-    "the slowest rank, exposed communication and host overhead (common.measuring.attribution): the "
-    "boundaries come from the host clock (CUDA events on a GPU), and the collectives are counted "
-    "by the library that does them (DDP's and Horovod's gradient hooks and the end of their wait, "
-    "TensorFlow's profiler trace). Moving time = the collectives' time in flight less waiting "
-    "for the slowest rank, per step (median; the rank that saw the most of it): it includes "
-    "what overlaps the backward pass, which exposed communication does not, so where a "
-    "collective overlaps compute (DDP's first buckets, Horovod) the bandwidth over it is a lower "
-    "bound of what the link can do. Bandwidth for "
-    "backends that all-reduce (nccl-tests' convention: algbw = bytes reduced / moving time, "
-    "busbw = algbw × 2(N−1)/N), from the bytes the library reduced where counted, else the "
-    "model's gradients as the cell's compression sends them; a reduction to one device "
-    "(DataParallel, MirroredStrategy on a CPU) gets no ring bandwidth.")
-
-
 def wire_size(cell) -> float:
     """The bytes a step's gradients put into the all-reduce, under the cell's compression."""
     if cell["model"] not in MODELS:
@@ -328,56 +241,19 @@ def against_limits(cells, attributed, probes):
     """Per measured cell: model FLOP utilisation (with the interval of the cell's rate) against
     the probe's matmul peak at the precision the cell's framework ran its dominant layers in
     (its row's `math`: bf16 or fp16 in mixed precision, else fp32, or TF32 on a GPU that allowed
-    it), and on a GPU also against the
-    data sheet's peak at that precision (common.measuring.datasheets); either above 100% is SUSPECT; and for an all-reducing cell on N > 1 devices its achieved bus
-    bandwidth (from its collectives' counted moving time, `attributed`: `attribution`) against
-    the probe's, at the gradients' size, with the same library and placement; an achieved
-    bandwidth above the probe's is marked suspect. `probes`: reports.load.load_probes'
-    {env label: probe}."""
+    it), and on a GPU also against the data sheet's peak at that precision
+    (common.measuring.datasheets); either above 100% is SUSPECT; and for an all-reducing cell on
+    N > 1 devices its achieved bus bandwidth (from its collectives' counted moving time,
+    `attributed`: `attribution`) against the probe's, at the gradients' size, with the same
+    library and placement; an achieved bandwidth above the probe's is marked suspect.
+    `probes`: reports.load.load_probes' {env label: probe}."""
     records = []
     for _, cell in measured(cells).iterrows():
         probe = probes.get(cell["env"], {"matmul": [], "all_reduce": []})
-        known = cell["model"] in MODELS
-        math_used = cell["math"] or {}
-        # mixed precision: its lower type; else what the framework allowed the dominant layers
-        precision = (cell["precision"] if math_used.get("lower")
-                     else math_used.get(dominant_math(cell["model"]), "fp32") if known else "fp32")
-        peak = peak_flops(probe["matmul"], cell["framework"], cell["device_type"],
-                          int(cell["nodes"]), int(cell["devices_per_node"]),
-                          int(cell["threads_per_device"]), int(cell["cores"] or 1), precision)
-        sheet = (datasheet_peak(cell["device_name"], precision)
-                 if cell["device_type"] == "cuda" else None)
-        mfu = {}
-        for name, ceiling in (("mfu", peak), ("sheet_mfu", sheet)):
-            if ceiling and known:
-                flops = training_flops_per_sample(cell["model"])
-                devices = int(cell["devices"]) if name == "sheet_mfu" else 1
-                mfu.update({f"{name}{suffix}": flop_utilisation(
-                    flops, cell[f"epoch2_rate{suffix}"], ceiling["flops"] * devices)
-                    for suffix in ("", "_low", "_high")})
-        achieved, reference = math.nan, None
-        if cell["devices"] > 1 and cell["reduction"] == "all-reduce" and known:
-            mine = (attributed[(attributed["env"] == cell["env"])
-                               & (attributed["cell_key"] == cell["cell_key"])]
-                    if len(attributed) else attributed)
-            if len(mine) and not math.isnan(mine["busbw"].iloc[0]):
-                achieved = mine["busbw"].iloc[0]
-            reference = probe_all_reduce(probe["all_reduce"], cell["collective_library"],
-                                         cell["device_type"], int(cell["nodes"]),
-                                         int(cell["devices"]), wire_size(cell))
-        records.append({
-            **{column: cell[column] for column in CONFIG}, "cell_key": cell["cell_key"],
-            "training": cell["training"],
-            "epoch2_rate": cell["epoch2_rate"], "peak_flops": peak and peak["flops"],
-            "peak_basis": peak["basis"] if peak else None, "precision": precision,
-            "sheet_basis": sheet["basis"] if sheet else None,
-            **dict.fromkeys([f"{name}{suffix}" for name in ("mfu", "sheet_mfu")
-                             for suffix in ("", "_low", "_high")], math.nan),
-            **mfu, "library": cell["collective_library"],
-            "achieved_busbw": achieved,
-            "probe_busbw": reference["busbw"] if reference else math.nan,
-            "probe_busbw_low": reference["busbw_low"] if reference else math.nan,
-            "probe_busbw_high": reference["busbw_high"] if reference else math.nan})
+        records.append({**{column: cell[column] for column in CONFIG},
+                        "cell_key": cell["cell_key"], "training": cell["training"],
+                        "epoch2_rate": cell["epoch2_rate"], **flop_use(cell, probe["matmul"]),
+                        **bus_use(cell, attributed, probe["all_reduce"])})
     out = pd.DataFrame(records, columns=LIMIT_COLUMNS)
     out["bandwidth_share"] = out["achieved_busbw"] / out["probe_busbw"]
     out["bandwidth_suspect"] = out["bandwidth_share"] > 1
@@ -391,6 +267,51 @@ LIMIT_COLUMNS = [*CONFIG, "cell_key", "training", "epoch2_rate", "peak_flops", "
                  "precision", "mfu", "mfu_low", "mfu_high", "sheet_basis", "sheet_mfu",
                  "sheet_mfu_low", "sheet_mfu_high", "library", "achieved_busbw", "probe_busbw",
                  "probe_busbw_low", "probe_busbw_high"]
+
+
+def flop_use(cell, matmuls) -> dict:
+    """A cell's peak FLOP/s by the probe's matmuls and, on a GPU, by its data sheet, at the
+    precision of its dominant layers, and its MFU (with the interval of its rate) of each."""
+    known = cell["model"] in MODELS
+    math_used = cell["math"] or {}
+    # mixed precision: its lower type; else what the framework allowed the dominant layers
+    precision = (cell["precision"] if math_used.get("lower")
+                 else math_used.get(dominant_math(cell["model"]), "fp32") if known else "fp32")
+    peak = peak_flops(matmuls, cell["framework"], cell["device_type"],
+                      int(cell["nodes"]), int(cell["devices_per_node"]),
+                      int(cell["threads_per_device"]), int(cell["cores"] or 1), precision)
+    sheet = (datasheet_peak(cell["device_name"], precision)
+             if cell["device_type"] == "cuda" else None)
+    found = {"peak_flops": peak and peak["flops"], "peak_basis": peak["basis"] if peak else None,
+             "precision": precision, "sheet_basis": sheet["basis"] if sheet else None,
+             **dict.fromkeys([f"{name}{suffix}" for name in ("mfu", "sheet_mfu")
+                              for suffix in ("", "_low", "_high")], math.nan)}
+    for name, ceiling in (("mfu", peak), ("sheet_mfu", sheet)):
+        if ceiling and known:
+            flops = training_flops_per_sample(cell["model"])
+            devices = int(cell["devices"]) if name == "sheet_mfu" else 1
+            found.update({f"{name}{suffix}": flop_utilisation(
+                flops, cell[f"epoch2_rate{suffix}"], ceiling["flops"] * devices)
+                for suffix in ("", "_low", "_high")})
+    return found
+
+
+def bus_use(cell, attributed, all_reduces) -> dict:
+    """An all-reducing N-device cell's achieved bus bandwidth (`attributed`) beside the probe's
+    of its library on as many processes at its gradients' size; NaN for any other cell."""
+    achieved, reference = math.nan, None
+    if cell["devices"] > 1 and cell["reduction"] == "all-reduce" and cell["model"] in MODELS:
+        mine = (attributed[(attributed["env"] == cell["env"])
+                           & (attributed["cell_key"] == cell["cell_key"])]
+                if len(attributed) else attributed)
+        if len(mine) and not math.isnan(mine["busbw"].iloc[0]):
+            achieved = mine["busbw"].iloc[0]
+        reference = probe_all_reduce(all_reduces, cell["collective_library"],
+                                     cell["device_type"], int(cell["nodes"]),
+                                     int(cell["devices"]), wire_size(cell))
+    return {"library": cell["collective_library"], "achieved_busbw": achieved,
+            **{f"probe_busbw{suffix}": reference[f"busbw{suffix}"] if reference else math.nan
+               for suffix in ("", "_low", "_high")}}
 
 
 def wrapper_cost(cells):
@@ -408,8 +329,8 @@ def wrapper_cost(cells):
         columns={"backend": "reference"})
     out = ones[ones["backend"] != ones["reference"]].merge(references, on=[*family, "reference"],
                                                            suffixes=("", "_ref"))
-    out["ratio"] = [ratio_of_means(ref, mine) for ref, mine in
-                    zip(out["epoch2_seconds_values_ref"], out["epoch2_seconds_values"])]
+    out["ratio"] = [ratio_of_means(ref, mine) for ref, mine in zip(
+        out["epoch2_seconds_values_ref"], out["epoch2_seconds_values"], strict=True)]
     return out
 
 
@@ -421,32 +342,9 @@ def accuracy_change(cells):
         return pd.DataFrame(columns=[*CONFIG, "difference"])
     ones = ok[ok["devices"] == 1][[*SETUP, "test_accuracy", "test_accuracy_values"]]
     out = ok[ok["devices"] > 1].merge(ones, on=SETUP, suffixes=("", "_ref"))
-    out["difference"] = [difference_of_means(many, one) for many, one in
-                         zip(out["test_accuracy_values"], out["test_accuracy_values_ref"])]
+    out["difference"] = [difference_of_means(many, one) for many, one in zip(
+        out["test_accuracy_values"], out["test_accuracy_values_ref"], strict=True)]
     return out
-
-
-def evidence_problems(cells):
-    """What the rows' evidence says went wrong: replicas that ended with different weights,
-    samples trained by more than one replica, and backends or device counts of one cell that
-    trained on different samples (their global batches' digests differ). Every ok run counts,
-    contended or not: what a run trained on does not depend on what else ran."""
-    lines = []
-    for _, cell in cells.iterrows():
-        if not cell["replicas_agree"]:
-            lines.append(f"EVIDENCE: {cell['cell_key']}: its replicas ended with different "
-                         f"weights: they did not train one model")
-        if cell["shard_overlap"]:
-            lines.append(f"EVIDENCE: {cell['cell_key']}: {cell['shard_overlap']} samples were "
-                         f"trained by more than one replica in an epoch")
-    for _, group in (cells.groupby(SAME_WORK, dropna=False) if len(cells) else []):
-        digests = {d for ds in group["global_digests"] for d in ds}
-        if len(digests) > 1:
-            lines.append(f"EVIDENCE: {', '.join(sorted(set(group['series'])))} on "
-                         f"{group.iloc[0]['model']} global batch {group.iloc[0]['global_batch']}: "
-                         f"not every run trained on the same samples in the same global batches "
-                         f"({len(digests)} different sample digests)")
-    return lines
 
 
 def families(cells):
@@ -456,30 +354,6 @@ def families(cells):
     ok = measured(cells)
     ok = ok[ok["training"] == ok["training_without_fault"]] if len(ok) else ok
     return [] if ok.empty else list(ok.groupby(keys, dropna=False, sort=False))
-
-
-def environments(frame):
-    """One row per environment: what ran where (from the rows' env and device fields)."""
-    records = []
-    for label, group in frame.groupby("env", sort=True):
-        env = group["env_record"].iloc[0]
-        packages = env.get("packages") or {}
-        records.append({
-            "env": label, "host": env.get("host"), "cpu_count": env.get("cpu_count"),
-            "devices_seen": _distinct(f"{kind}: {name}" for kind, name
-                                      in zip(group["device_type"], group["device_name"])
-                                      if isinstance(name, str)),
-            "threads": _distinct(group["threads_per_device"]),
-            "python": env.get("python"),
-            "packages": ", ".join(f"{k} {v}" for k, v in sorted(packages.items())),
-            "git_commit": _distinct(r.get("git_commit") for r in group["env_record"]),
-            "rows": len(group), "files": _distinct(group["source"])})
-    return pd.DataFrame(records, columns=["env", "host", "cpu_count", "devices_seen", "threads",
-                                          "python", "packages", "git_commit", "rows", "files"])
-
-
-def _distinct(values):
-    return ", ".join(sorted({str(v) for v in values if v is not None and v == v})) or "—"
 
 
 def held_fixed(*varied: str) -> list[str]:
@@ -495,7 +369,7 @@ def reference(cells, columns):
     counts = measured(cells)[columns].value_counts()
     if counts.empty:
         return {}
-    return dict(zip(columns, min(counts[counts == counts.max()].index)))
+    return dict(zip(columns, min(counts[counts == counts.max()].index), strict=True))
 
 
 def at(cells, values):

@@ -29,8 +29,8 @@ def compare(base_paths, new_paths, include_contended=True):
                                 "contended_runs"]]
             .merge(new[new["n"] > 0][["cell_key", "epoch2_rate", "epoch2_seconds_values", "n",
                                       "contended_runs"]], on="cell_key", suffixes=("_base", "")))
-    both["ratio"] = [ratio_of_means(old, now) for old, now in
-                     zip(both["epoch2_seconds_values_base"], both["epoch2_seconds_values"])]
+    both["ratio"] = [ratio_of_means(old, now) for old, now in zip(
+        both["epoch2_seconds_values_base"], both["epoch2_seconds_values"], strict=True)]
     both["verdict"] = [verdict(r) for r in both["ratio"]]
     both["contended"] = (both["contended_runs"] + both["contended_runs_base"]) > 0
     notes = [*base_problems, *new_problems, *environment_differences(base_frame, new_frame)]
@@ -59,16 +59,18 @@ def environment_differences(base_frame, new_frame):
     packages = sorted({p for f in (base_frame, new_frame) for r in f["env_record"]
                        for p in (r.get("packages") or {})})
     for name in packages:
-        old = seen(base_frame, lambda r: (r["env_record"].get("packages") or {}).get(name))
-        now = seen(new_frame, lambda r: (r["env_record"].get("packages") or {}).get(name))
+        old, now = (seen(f, lambda r, name=name: (r["env_record"].get("packages") or {}).get(name))
+                    for f in (base_frame, new_frame))
         if old != now:
             lines.append(f"{name}: {old} -> {now}")
     for field in ENVIRONMENT:
-        old, now = (seen(f, lambda r: r["env_record"].get(field)) for f in (base_frame, new_frame))
+        old, now = (seen(f, lambda r, field=field: r["env_record"].get(field))
+                    for f in (base_frame, new_frame))
         if old != now:
             lines.append(f"{field}: {old} -> {now}")
     for field in ("device_name", "threads_per_device"):
-        old, now = (seen(f[f["status"] == "ok"], lambda r: r[field]) for f in (base_frame, new_frame))
+        old, now = (seen(f[f["status"] == "ok"], lambda r, field=field: r[field])
+                    for f in (base_frame, new_frame))
         if old != now:
             lines.append(f"{field}: {old} -> {now}")
     return ["environment differs: " + line for line in lines]

@@ -146,7 +146,7 @@ def settled(best, group) -> str:
                 for _, o in others.iterrows()]
     stated = false_discoveries_controlled(p_values)
     unsure = [f"{setup_text(o)} (p = {p:.2g})" for (_, o), p, sure
-              in zip(others.iterrows(), p_values, stated) if not sure]
+              in zip(others.iterrows(), p_values, stated, strict=True) if not sure]
     if unsure:
         return "inconclusive: not surely shorter than " + ", ".join(unsure)
     return f"yes: shorter than every other (Mann-Whitney, p ≤ {max(p_values):.2g})"
@@ -263,7 +263,7 @@ def remedies_table(targets: pd.DataFrame) -> pd.DataFrame:
     frame = targets.assign(cell=[f"{time_text(c['seconds'])}, {c['converged']} of {c['runs']} "
                                  f"converged" for _, c in targets.iterrows()],
                            batch_text=[f"{analysis.batch_kind(m)} {b}" for m, b in
-                                       zip(targets["batch_mode"], targets["batch"])])
+                                       zip(targets["batch_mode"], targets["batch"], strict=True)])
     wide = frame.pivot_table(index=["series", "target", "devices", "batch_text"],
                              columns="training", values="cell", aggfunc="first")
     wide = wide.reset_index().rename(columns={"series": "backend", "batch_text": "batch"})

@@ -1,8 +1,8 @@
 """Results files -> one pandas frame of rows, each tagged with the environment it was measured in.
 
-Rows are read only through `common.results.store.read_rows`, which validates each against the schema; a
-line that is not a valid row becomes a problem (reported, never fatal), so a damaged file still
-gives a report of what it holds.
+Rows are read only through `common.results.store.read_rows`, which validates each against the
+schema; a line that is not a valid row becomes a problem (reported, never fatal), so a damaged
+file still gives a report of what it holds.
 """
 import json
 from pathlib import Path
@@ -71,7 +71,8 @@ def rows_frame(rows, include_contended=False):
     frame["devices_per_node"] = frame["devices"]
     frame["devices"] = frame["world_size"]
     frame["series"] = [series_label(b, d, e, frame["env"].nunique(), n) for b, d, e, n in
-                       zip(frame["backend"], frame["dataset"], frame["env"], frame["nodes"])]
+                       zip(frame["backend"], frame["dataset"], frame["env"], frame["nodes"],
+                           strict=True)]
     frame["contended"] = [bool(row.get("contended")) for row in rows]
     frame["usable"] = (frame["status"] == "ok") & (include_contended
                                                    | ~frame["contended"].astype(bool))
@@ -136,9 +137,9 @@ def numbers(values):
 
 def load_probes(paths, frame):
     """({env label: {"matmul": [...], "all_reduce": [...]}}, problems): the records of the probe
-    files beside the results files (common.measuring.limits), each given to the environment of the rows it
-    was measured in; where several measured the same thing, the newest counts."""
-    labels = dict(zip(frame["env_key"], frame["env"])) if len(frame) else {}
+    files beside the results files (common.measuring.limits), each given to the environment of
+    the rows it was measured in; where several measured the same thing, the newest counts."""
+    labels = dict(zip(frame["env_key"], frame["env"], strict=True)) if len(frame) else {}
     found, problems = {}, []
     for path in dict.fromkeys(probe_path(p) for p in paths):
         records, file_problems = read_probes(path)

@@ -1,11 +1,17 @@
-"""index.html: one self-contained page (figures embedded as data: URLs, no script, no network).
+"""The report's two pages of the same walked sections (reports.sections.section.walk):
+index.html, one self-contained page (figures embedded as data: URLs, no script, no network), and
+summary.md.
 
-Everything that comes from the results is escaped here, and the page's Content-Security-Policy
-allows no script at all, so a backend name or error text with `<script>` in it stays text.
+Everything that comes from the results is escaped here (tables.markdown_text for Markdown), and
+the HTML page's Content-Security-Policy allows no script at all, so a backend name or error text
+with `<script>` in it stays text.
 """
 import base64
 import re
 from html import escape
+
+from xbench.reports.sections.section import ShownFigure, ShownSection
+from xbench.reports.tables import markdown, markdown_text
 
 NUMBER = re.compile(r"^(×?[-−+]?[\d.,]+(e[-+]?\d+)?[×%]?|—|\[[-−\d.,e+ ]+\])$")
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
@@ -26,32 +32,54 @@ td { max-width: 50em; overflow-wrap: anywhere; }
 """
 
 
-def html(title, meta_lines, verdict_lines, warnings, sections, figures, missing, tables):
+def html_page(title, meta_lines, verdict_lines, warnings, sections: list[ShownSection],
+              pngs: dict[str, bytes]) -> str:
     """The whole page. `verdict_lines`: reports.verdicts (a heading line per family, its findings
-    indented); `sections`: [(heading, paragraphs, figure names, table names)];
-    `figures`: {name: (title, caption, png bytes)}; `missing`: {name: (title, why not drawn)};
-    `tables`: {name: (title, DataFrame of text, why it would be empty)}."""
+    indented); `pngs`: {figure name: PNG bytes} of the figures drawn."""
     body = [f"<h1>{escape(title)}</h1>", *[f"<p>{escape(line)}</p>" for line in meta_lines]]
     body += [f'<p class="warning">{escape(w)}</p>' for w in warnings]
     body += ['<h2 id="verdicts">What the results say</h2>', verdicts_html(verdict_lines)]
-    for heading, paragraphs, figure_names, table_names in sections:
-        body.append(f"<h2>{escape(heading)}</h2>")
-        body += [f"<p>{escape(p)}</p>" for p in paragraphs]
-        for name in figure_names:
-            if name in figures:
-                body.append(figure_html(name, figures[name]))
-            elif name in missing:
-                body.append(f'<p class="missing">{escape(missing[name][0])}: not drawn: '
-                            f'{escape(missing[name][1])}.</p>')
-        for name in table_names:
-            table_title, frame, empty = tables[name]
-            body.append(f"<h3>{escape(table_title)}</h3>")
-            body.append(table_html(frame, empty))
+    for section in sections:
+        body.append(f"<h2>{escape(section.title)}</h2>")
+        body += [f"<p>{escape(p)}</p>" for p in section.paragraphs]
+        for figure in section.figures:
+            if figure.name in pngs:
+                body.append(figure_html(figure, pngs[figure.name]))
+            elif figure.reason:
+                body.append(f'<p class="missing">{escape(figure.title)}: not drawn: '
+                            f'{escape(figure.reason)}.</p>')
+        for shown in section.tables:
+            body.append(f"<h3>{escape(shown.title)}</h3>")
+            body.append(table_html(shown.frame, shown.empty))
     return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
             f'<meta http-equiv="Content-Security-Policy" content="{CSP}">\n'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
             f"<title>{escape(title)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n"
             + "\n".join(body) + "\n</body>\n</html>\n")
+
+
+def markdown_page(meta, notices, verdict_lines, sections: list[ShownSection],
+                  linked: bool) -> str:
+    """summary.md: the notices and verdicts, then each section's text, figures (`linked`: as
+    the PNG files beside it; a figure not drawn says why) and tables. Everything from the
+    results is escaped (tables.markdown_text)."""
+    text = markdown_text
+    parts = ["# xbench report", *map(text, meta), *[f"> **{text(n)}**" for n in notices],
+             "## What the results say",
+             "\n".join(f"- {text(line.strip())}" if line.startswith("  ") else f"\n**{text(line)}**"
+                       for line in verdict_lines)]
+    for section in sections:
+        parts += [f"## {text(section.title)}", *map(text, section.paragraphs)]
+        for figure in section.figures:
+            if figure.drawing is not None and linked:
+                parts.append(f"![{figure.title}]({figure.name}.png)\n\n{text(figure.caption)}")
+            elif figure.reason:
+                parts.append(f"_{text(figure.title)}: not drawn: {text(figure.reason)}._")
+        for shown in section.tables:
+            parts += [f"### {text(shown.title)}",
+                      markdown(shown.frame) if len(shown.frame)
+                      else f"_(empty: {text(shown.empty)})_"]
+    return "\n\n".join(parts) + "\n"
 
 
 def verdicts_html(lines):
@@ -73,12 +101,11 @@ def verdicts_html(lines):
     return '<div class="verdicts">' + "".join(parts) + ("</ul>" if open_list else "") + "</div>"
 
 
-def figure_html(name, figure):
-    title, caption, png = figure
+def figure_html(figure: ShownFigure, png: bytes) -> str:
     data = base64.b64encode(png).decode("ascii")
-    return (f'<figure id="{escape(name)}"><h3>{escape(title)}</h3>'
-            f'<img src="data:image/png;base64,{data}" alt="{escape(title)}">'
-            f"<figcaption>{escape(caption)}</figcaption></figure>")
+    return (f'<figure id="{escape(figure.name)}"><h3>{escape(figure.title)}</h3>'
+            f'<img src="data:image/png;base64,{data}" alt="{escape(figure.title)}">'
+            f"<figcaption>{escape(figure.caption)}</figcaption></figure>")
 
 
 def table_html(frame, empty):

@@ -2,30 +2,7 @@
 and every measured N-device cell beside what the model said of it.
 
 A step on N devices is its compute, the part of its gradients' collectives that the compute does
-not hide, and the wait for the slowest rank:
-
-- compute: the 1-device cell's attributed parts per step (common.measuring.attribution); input, forward and
-  backward in proportion to the per-device batch (strong scaling divides it by the devices, weak
-  scaling keeps it), optimizer and host overhead as they are. On a CPU an N-device cell's ranks
-  share the cores, so their compute is slower by the cores a rank lost against the 1-device
-  cell (its threads, or its share of the cores where the ranks outnumber them), to a power
-  calibrated on measured cells of the backend (how far from linear its framework's threads
-  scale, and what its ranks' own input pipelines cost on shared cores), else on those of the
-  other backends on the device type.
-- collectives: each pass of a ring (a reduce-scatter or an all-gather) moves (N-1)/N of the
-  bytes through every device's link and pays N-1 latencies per message; across M nodes the
-  devices of a node reduce among themselves and the nodes exchange through one link each
-  (hierarchical, as NCCL and Horovod do): (M-1)/M of the bytes and M-1 latencies per message
-  more. An all-reduce is two passes, FSDP's gathers and reduce-scatter three (two when it
-  reshards after backward); a reduction to one device moves 2(N-1) copies through that device.
-  Messages: the backend's buckets (common.backends.traits: message_bytes).
-- overlap: a collective can hide only behind the backward pass that produces its gradients, so
-  at most min(moving time, backward) is hidden; the share of that window a backend hides is
-  calibrated on its measured cells ((moving time - exposed communication) / the window); none
-  where it has none.
-- waiting: the expected maximum of N ranks' step times over their mean, from the 1-device cell's
-  spread (p50 and p90 of its steps, read as a normal distribution, and the expected largest of N
-  draws from it).
+not hide, and the wait for the slowest rank: reports.step_model says how each is had.
 
 This machine's link is the probe's bus bandwidth of the backend's library at the nearest size
 (`xbench probe`), else the fastest bandwidth the calibration cells' collectives moved at; a
@@ -43,7 +20,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy import integrate, stats
 
 from xbench.common.backends.traits import TRAITS
 from xbench.common.errors import UserError
@@ -51,23 +27,31 @@ from xbench.common.grids.settings import Role, columns, draws
 from xbench.common.workload import faults
 from xbench.reports import analysis
 from xbench.reports.analysis import CONFIG, SETUP, WORKLOAD, wire_size
+from xbench.reports.step_model import (
+    COMPUTE_PARTS,
+    PER_SAMPLE,
+    Link,
+    carrier,
+    collective_seconds,
+    compute_parts,
+    cores_lost,
+    expected_largest,
+    fault_outside_model,
+    hidden_share,
+    injected_link,
+    moved_bytes,
+    pair_one,
+    pooled,
+    probe_rate,
+    reduction_of,
+    relative_spread,
+    ring_passes,
+)
 
 LINKS_FILE = Path(__file__).with_name("links.toml")
-COMPUTE_PARTS = ("input", "forward", "backward", "optimizer", "host")
-PER_SAMPLE = ("input", "forward", "backward")  # in proportion to the per-device batch
 STOPS_PAYING = 0.5  # efficiency below which a device count no longer pays
-FAR_OFF = 0.35  # an error beyond which a cell's prediction is far off (the bar the model is held to)
-
-
-@dataclass(frozen=True)
-class Link:
-    """A link: bytes per second each way, seconds per ring step, whether its ranks share it (one
-    capped loopback carries every rank's bytes) and where the figures come from."""
-    name: str
-    rate: float
-    latency: float
-    source: str
-    shared: bool = False
+# an error beyond which a cell's prediction is far off (the bar the model is held to)
+FAR_OFF = 0.35
 
 
 def read_links(path: Path = LINKS_FILE) -> dict[str, Link]:
@@ -93,7 +77,8 @@ def parse_link(text: str, links: dict[str, Link] | None = None) -> Link:
         raise UserError(f"--link {text!r} is neither a named link ({', '.join(links)}) nor "
                         f"RATE[,LATENCY] such as 25gbit,5us (RATE in kbit, mbit, gbit, kbps, "
                         f"mbps or gbps; LATENCY in us, ms or s)")
-    seconds = float(wait.group(1)) * {"us": 1e-6, "ms": 1e-3, "s": 1.0}[wait.group(2)] if wait else 0.0
+    seconds = (float(wait.group(1)) * {"us": 1e-6, "ms": 1e-3, "s": 1.0}[wait.group(2)]
+               if wait else 0.0)
     number, unit = found.groups()
     return Link(text, float(number) * faults.RATE_BYTES[unit], seconds, "given on the command line")
 
@@ -105,54 +90,6 @@ def given_links(link: str | None, node_link: str | None) -> tuple[Link | None, L
         raise UserError("--node-link needs --link (the link between the devices of a node)")
     chosen = parse_link(link) if link else None
     return chosen, parse_link(node_link) if node_link else chosen
-
-
-def expected_largest(count: int) -> float:
-    """The expected largest of `count` standard normal draws, 0 for one: the integral of x times
-    the largest's density, count φ(x) Φ(x)^(count-1)."""
-    if count < 2:
-        return 0.0
-    density = lambda x: x * count * stats.norm.pdf(x) * stats.norm.cdf(x) ** (count - 1)  # noqa: E731
-    return float(integrate.quad(density, -12, 12, limit=200)[0])
-
-
-def pass_seconds(size: float, devices: int, nodes: int, link: Link, node_link: Link,
-                 messages: int) -> float:
-    """One ring pass (reduce-scatter or all-gather) of `size` bytes over `devices` per node and
-    `nodes` nodes, hierarchical: within each node, then between the nodes."""
-    seconds = 0.0
-    for count, over in ((devices, link), (nodes, node_link)):
-        if count > 1:
-            rate = over.rate / count if over.shared else over.rate
-            seconds += (count - 1) / count * size / rate + messages * (count - 1) * over.latency
-    return seconds
-
-
-def collective_seconds(reduction: str, size: float, devices: int, nodes: int, link: Link,
-                       node_link: Link, message_bytes: int | None, passes: int = 2) -> float:
-    """Seconds one step's gradient collectives move data for (none overlapped)."""
-    if devices * nodes < 2 or reduction == "none":
-        return 0.0
-    messages = max(1, math.ceil(size / message_bytes)) if message_bytes else 1
-    if reduction == "reduce-to-one":  # one process's devices: N-1 copies in, the sum out N-1
-        return 2 * (devices - 1) * (size / link.rate + messages * link.latency)
-    return passes * pass_seconds(size, devices, nodes, link, node_link, messages)
-
-
-def ring_passes(reduction: str, reshard: str) -> int:
-    """Passes of a ring one step makes: an all-reduce two, FSDP's two gathers (one when it
-    reshards after backward) and its reduce-scatter."""
-    if reduction == "reduce-scatter":
-        return 2 if reshard == "after-backward" else 3
-    return 2
-
-
-def relative_spread(cell) -> float:
-    """The 1-device cell's step-time standard deviation over its median, from p50 and p90."""
-    p50, p90 = cell["step_time_p50"], cell["step_time_p90"]
-    if not (p50 and p90 and np.isfinite(p50) and np.isfinite(p90)):
-        return 0.0
-    return max(p90 - p50, 0.0) / stats.norm.ppf(0.9) / p50
 
 
 def references(cells: pd.DataFrame, attributed: pd.DataFrame) -> pd.DataFrame:
@@ -168,94 +105,6 @@ def references(cells: pd.DataFrame, attributed: pd.DataFrame) -> pd.DataFrame:
                  & (keyed["training"] == keyed["training_without_fault"])]
     many = keyed[keyed["devices"] > 1]  # the world: every node's devices
     return many.merge(ones, on=family, suffixes=("", "_1"))
-
-
-def injected_link(inject) -> float | None:
-    """The cap of a cell's link (inject link=RATE), None where uncapped."""
-    if not isinstance(inject, str) or inject == faults.NONE:
-        return None
-    return faults.parse(inject).link_bytes_per_second
-
-
-def fault_outside_model(inject) -> bool:
-    """Whether a cell's injected fault has no part in the model (an input delay, a slow rank):
-    such a cell is never predicted."""
-    if not isinstance(inject, str) or inject == faults.NONE:
-        return False
-    found = faults.parse(inject)
-    return bool(found.input_delay) or found.slow_rank is not None
-
-
-def core_share(threads, cores, devices_per_node) -> float | None:
-    """The cores one rank of a CPU cell computes on: its threads, or its share of the node's
-    cores where its node's ranks have more threads than there are cores."""
-    known = [v for v in (threads, cores, devices_per_node) if isinstance(v, (int, float)) and v > 0]
-    return min(threads, cores / devices_per_node) if len(known) == 3 else None
-
-
-def cores_lost(pair) -> float:
-    """How many times fewer cores a rank of a CPU cell computes on than its 1-device cell did
-    (1 off a CPU, or where the row does not say)."""
-    if pair["device_type"] != "cpu":
-        return 1.0
-    mine = core_share(pair["threads_per_device"], pair["cores"], pair["devices_per_node"])
-    reference = core_share(pair["threads_per_device_1"], pair["cores_1"], pair["devices_per_node_1"])
-    return reference / mine if mine and reference else 1.0
-
-
-def compute_parts(pair, core_exponent: float) -> dict[str, float]:
-    """The N-device cell's compute parts per step, from its 1-device cell's: the per-sample
-    parts in proportion to the per-device batch, and all of them slower by the cores a rank
-    lost to the power `core_exponent` (1: in proportion, 0: not at all)."""
-    share = pair["per_device_batch"] / pair["per_device_batch_1"]
-    factor = cores_lost(pair) ** core_exponent
-    return {p: pair[f"{p}_step_1"] * (share if p in PER_SAMPLE else 1) * factor
-            for p in COMPUTE_PARTS}
-
-
-def hidden_share(moving: float, exposed: float, backward: float) -> float | None:
-    """The share of its overlap window, min(moving time, backward), a measured cell hid."""
-    window = min(moving, backward)
-    return min(max((moving - exposed) / window, 0.0), 1.0) if window > 0 else None
-
-
-def reduction_of(pair) -> str:
-    """How the cell's gradients crossed (its row's word), else how its backend's do on its
-    device type."""
-    recorded = pair["reduction"]
-    return (recorded if isinstance(recorded, str)
-            else TRAITS[pair["backend"]].reduction_on(pair["device_type"]))
-
-
-def moved_bytes(pair) -> float:
-    """The bytes one device's link carries per step by the model (all passes, one per message's
-    worth of the gradients)."""
-    devices, size = pair["devices"], pair["bytes"] or wire_size(pair)
-    if reduction_of(pair) == "reduce-to-one":
-        return 2 * (devices - 1) * size
-    return ring_passes(reduction_of(pair), pair["reshard"]) * (devices - 1) / devices * size
-
-
-def probe_rate(pair, probes: dict) -> float | None:
-    """The probe's bus bandwidth of the cell's library on as many processes and nodes, at the
-    size nearest the cell's gradients (bytes per second), or None."""
-    found = [a for a in probes.get(pair["env"], {}).get("all_reduce", [])
-             if (a["library"], a["device_type"], a["nodes"], a["world_size"]) ==
-             (pair["collective_library"], pair["device_type"], pair["nodes"], pair["devices"])]
-    if not found:
-        return None
-    size = pair["bytes"] or wire_size(pair)
-    return min(found, key=lambda a: abs(math.log(a["bytes"] / size)))["busbw"]
-
-
-def carrier(pair) -> tuple[str, str]:
-    """(family, name) of what carries a cell's gradients: its collective library between
-    processes, or the copies between the devices of one process (DataParallel,
-    MirroredStrategy), which no library's rate says anything of."""
-    if reduction_of(pair) == "reduce-to-one":
-        return "in-process", f"{pair['backend']} copies"
-    library = pair["collective_library"]
-    return "between processes", library if isinstance(library, str) else pair["backend"]
 
 
 @dataclass
@@ -298,13 +147,6 @@ def calibrate(pairs: pd.DataFrame) -> Calibration:
                        {family: fastest(found) for family, found in rates.items()}, len(pairs))
 
 
-def pooled(values: dict[str, float], key: str, default: float | None) -> float | None:
-    """The value for `key`, else the median over the other keys, else `default`."""
-    if key in values:
-        return values[key]
-    return float(np.median(list(values.values()))) if values else default
-
-
 def predict_cell(pair, calibration: Calibration, probes: dict) -> dict | None:
     """The model's step and epoch seconds of one N-device cell, with each part and where its
     link came from; None where it has no link (nothing measured its library's bandwidth)."""
@@ -340,11 +182,6 @@ def predict_cell(pair, calibration: Calibration, probes: dict) -> dict | None:
     return {"compute": compute, "moving": moving, "overlap": overlap, "exposed": exposed,
             "waiting": waiting, "step": step, "link": how,
             "epoch_seconds": step * pair["steps_per_epoch"] * outside}
-
-
-def pair_one(pair) -> dict:
-    """The 1-device cell's step-time percentiles of a pair."""
-    return {"step_time_p50": pair["step_time_p50_1"], "step_time_p90": pair["step_time_p90_1"]}
 
 
 def checked(cells: pd.DataFrame, attributed: pd.DataFrame, probes: dict) -> pd.DataFrame:
@@ -443,7 +280,7 @@ def what_if(cells: pd.DataFrame, attributed: pd.DataFrame, probes: dict, devices
                 & ones["backend"].map(lambda b: b in TRAITS and TRAITS[b].spans_devices)]
     records = []
     for key, group in ones.groupby(SETUP_OF_WHAT_IF, sort=False, dropna=False):
-        one = {**dict(zip(SETUP_OF_WHAT_IF, key)),
+        one = {**dict(zip(SETUP_OF_WHAT_IF, key, strict=True)),
                **group[[*parts, "step_time_p50", "step_time_p90"]].mean().to_dict()}
         records += scaled_out(one, calibration, devices, nodes, link, node_link, band)
     return pd.DataFrame(records, columns=WHAT_IF_COLUMNS)

@@ -1,5 +1,5 @@
-"""What `xbench profile` shows of its record (common.running.profile): a table per framework, a figure of
-the units side by side, and the JSON file with every round's seconds."""
+"""What `xbench profile` shows of its record (common.running.profile): a table per framework, a
+figure of the units side by side, and the JSON file with every round's seconds."""
 import json
 import textwrap
 from pathlib import Path
@@ -57,7 +57,7 @@ def table_text(record: dict) -> str:
              median_text(unit["backward_gflops"])] for unit in framework["units"]]
         widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
         lines += ["  ".join(f"{value:{align}{width}}" for value, (_, align), width
-                            in zip(row, COLUMNS, widths)).rstrip() for row in rows]
+                            in zip(row, COLUMNS, widths, strict=True)).rstrip() for row in rows]
         which = "every unit" if framework["all_units"] else "the units timed"
         lines += [f"whole step: {ms(step['total'])} ms; its passes: forward with loss "
                   f"{ms(step['forward'])}, backward {ms(step['backward'])}, optimizer "

@@ -27,7 +27,8 @@ def select(frame: pd.DataFrame, where: str | None) -> pd.DataFrame:
         tree = ast.parse(where, mode="eval")
         mask = _mask(tree.body, frame, where)
     except SyntaxError as e:
-        raise UserError(f"--where {where!r} is not a valid filter: SyntaxError: {e.msg}. {HOW}") from None
+        raise UserError(f"--where {where!r} is not a valid filter: SyntaxError: {e.msg}. "
+                        f"{HOW}") from None
     except (RecursionError, MemoryError):
         raise UserError(f"--where of {len(where):,} characters is too deeply nested to be a "
                         f"filter. {HOW}") from None
@@ -48,7 +49,7 @@ def _mask(node, frame, where):
         return ~_mask(node.operand, frame, where)
     if isinstance(node, ast.Compare):
         result, left = None, node.left
-        for op, right in zip(node.ops, node.comparators):
+        for op, right in zip(node.ops, node.comparators, strict=True):
             part = _compare(op, left, right, frame, where)
             result = part if result is None else result & part
             left = right
@@ -72,7 +73,8 @@ def _operand(node, frame, where):
         return [_operand(item, frame, where) for item in node.elts
                 if isinstance(item, ast.Constant) or _refuse(item, where)]
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) \
-            and isinstance(node.operand, ast.Constant) and isinstance(node.operand.value, (int, float)):
+            and isinstance(node.operand, ast.Constant) \
+            and isinstance(node.operand.value, (int, float)):
         return -node.operand.value
     return _refuse(node, where)
 
@@ -91,12 +93,14 @@ def _compare(op, left_node, right_node, frame, where):
         found = left.isin(right)
         return found if isinstance(op, ast.In) else ~found
     if type(op) not in COMPARISONS:
-        raise UserError(f"--where {where!r}: {type(op).__name__} is not a comparison it knows. {HOW}")
+        raise UserError(f"--where {where!r}: {type(op).__name__} is not a comparison it knows. "
+                        f"{HOW}")
     try:
         result = COMPARISONS[type(op)](left, right)
     except TypeError:
         raise UserError(f"--where {where!r} compares {_described(left_node, left)}, with "
-                        f"{_described(right_node, right)}: give a value of the column's kind") from None
+                        f"{_described(right_node, right)}: give a value of the column's "
+                        f"kind") from None
     if not isinstance(result, pd.Series):
         raise UserError(f"--where {where!r} compares two values without a column. {HOW}")
     return result.fillna(False).astype(bool)

@@ -1,11 +1,12 @@
-"""The report's tables (as text, ready for HTML and Markdown), cells.csv, and the text summary."""
+"""What the report's tables share (text ready for HTML and Markdown: numbers, intervals, ratios,
+`table()` of a frame, Markdown), the tables `xbench predict` prints too, cells.csv, and the text
+summary with its notices. Each section's own tables are its module's (reports.sections)."""
 import math
 import re
 from html import escape
 
 import pandas as pd
 
-from xbench.common.grids.settings import Role, columns
 from xbench.common.measuring.attribution import PARTS
 from xbench.reports import analysis
 
@@ -80,24 +81,6 @@ WHO = [("env", column("env")), ("backend", column("series")), ("model", column("
 CELL = [*WHO, ("batch", batch_text), ("devices", column("devices"))]
 
 
-def cells_table(cells):
-    """Every cell: n, the epoch-1 and epoch-2 rates (samples / mean epoch time) with the 95%
-    interval of the epoch-2 rate, the epoch-2 time's mean and std, test accuracy, the runs."""
-    return table(cells, [*WHO, ("multiple", lambda c: f"×{c['dataset_multiple']}"),
-                         ("batch", batch_text), ("global batch", column("global_batch")),
-                         ("per-device batch", column("per_device_batch")),
-                         ("devices", column("devices")),
-                         ("threads/device", column("threads_per_device", num)),
-                         ("n", column("n")),
-                         ("epoch-1 rate (samples/s)", column("epoch1_rate", num)),
-                         ("epoch-2 rate (samples/s)", column("epoch2_rate", num)),
-                         ("epoch-2 rate 95% CI", lambda c: bounds(c["epoch2_rate_low"],
-                                                                  c["epoch2_rate_high"])),
-                         ("epoch-2 time (s)", column("epoch2_seconds", num)),
-                         ("test accuracy, 95% CI", accuracy_text),
-                         ("runs", column("statuses"))])
-
-
 def cells_csv(cells, limits, attributed):
     """cells.csv: the cells as numbers, for other tools (with each part of a step where the rows
     attribute it, and MFU and bandwidths where a probe gives them)."""
@@ -111,74 +94,13 @@ def cells_csv(cells, limits, attributed):
     frame["test_accuracy_mean"] = cells["test_accuracy"]
     frame["test_accuracy_ci95"] = cells["test_accuracy_ci"]
     parts = attributed[["env", "cell_key", *[f"{part}_step" for part in PARTS], "adds_up",
-                        "moving_seconds"]].rename(columns={f"{part}_step": f"{part}_seconds_per_step"
-                                                           for part in PARTS})
+                        "moving_seconds"]].rename(
+        columns={f"{part}_step": f"{part}_seconds_per_step" for part in PARTS})
     return (frame.merge(parts, on=["env", "cell_key"], how="left")
             .merge(limits[["env", "cell_key", "mfu", "mfu_low", "mfu_high", "mfu_suspect",
                            "achieved_busbw",
                            "bandwidth_suspect", "probe_busbw"]], on=["env", "cell_key"],
                    how="left"))
-
-
-def failures_table(failures):
-    return table(failures, [("env", column("env")), ("cell", column("cell_key")),
-                            ("repeat", column("repeat")), ("status", column("status")),
-                            ("reason", lambda f: str(f["error"] or "—"))])
-
-
-def scaling_table(scaling):
-    def efficiency(row):
-        text = ratio_text(row["efficiency_ratio"], percent=True)
-        return f"SUSPECT (above 100%): {text}" if row["suspect"] else text
-    return table(scaling[scaling["devices"] > 1], [
-        *WHO, ("multiple", lambda s: f"×{s['dataset_multiple']}"), ("scaling", column("scaling")),
-        ("batch held fixed", batch_text), ("devices", column("devices")),
-        ("n (N / 1 device)", lambda s: f"{s['n']} / {s['n_ref']}"),
-        ("epoch-2 rate (samples/s)", column("epoch2_rate", num)),
-        ("1-device rate (samples/s)", column("rate_1", num)),
-        ("speedup, 95% CI", lambda s: ratio_text(s["speedup_ratio"])),
-        ("efficiency, 95% CI", efficiency)])
-
-
-def attribution_table(attributed):
-    """Every attributed cell: each part of a step in ms with its interval and its share, the
-    step, whether it added up, and the slowest rank."""
-    def part(name):
-        return lambda c: (f"{with_interval(c[f'{name}_step'] * 1000, c[f'{name}_step_ci'] * 1000)}"
-                          f" ({c[f'{name}_share']:.0%})")
-
-    def added(c):
-        return (f"yes (residual {c['residual_share']:.1%})" if c["adds_up"] else
-                f"NO: {c['residual_share']:.1%} of the epoch is in no step")
-    return table(attributed, [
-        *CELL, ("training", column("training")), ("n", column("n_attributed")),
-        *[(f"{name} (ms)", part(name)) for name in PARTS],
-        ("step (ms)", lambda c: num(sum(c[f"{name}_step"] for name in PARTS) * 1000)),
-        ("parts add up", added),
-        ("slowest rank", lambda c: "—" if pd.isna(c["slowest_rank"])
-         else str(int(c["slowest_rank"])))])
-
-
-def communication_table(attributed):
-    """The cells whose gradients cross between N > 1 devices: what the step waits for, what the
-    collectives moved and how fast."""
-    def gigabytes(c, field):
-        if c["reduction"] != "all-reduce":
-            return f"— ({c['reduction']}: no ring bandwidth)"
-        return num(c[field] * 1e-9)
-    many = attributed[attributed["devices"] > 1] if len(attributed) else attributed
-    return table(many, [
-        *CELL, ("training", column("training")), ("reduction", column("reduction")),
-        ("waiting for the slowest rank (ms/step)",
-         lambda c: with_interval(c["waiting_step"] * 1000, c["waiting_step_ci"] * 1000)),
-        ("exposed communication (ms/step)", lambda c: with_interval(
-            c["communication_step"] * 1000, c["communication_step_ci"] * 1000)),
-        ("moving (ms/step)", lambda c: with_interval(c["moving_seconds"] * 1000,
-                                                      c["moving_ci"] * 1000)),
-        ("bytes reduced (MiB/step)", lambda c: f"{num(c['bytes'] / MIB)} ({c['bytes_how']})"),
-        ("algbw (GB/s)", lambda c: gigabytes(c, "algbw")),
-        ("busbw (GB/s)", lambda c: gigabytes(c, "busbw") if c["reduction"] != "all-reduce"
-         else with_interval(c["busbw"] * 1e-9, c["busbw_ci"] * 1e-9))])
 
 
 def check_table(check):
@@ -270,131 +192,9 @@ def limits_table(limits):
          else percent(c["bandwidth_share"]))])
 
 
-def wrapper_table(wrapper):
-    return table(wrapper, [*WHO, ("batch", batch_text),
-                           ("reference (no wrapper)", column("reference")),
-                           ("rate (samples/s)", column("epoch2_rate", num)),
-                           ("reference rate (samples/s)", column("epoch2_rate_ref", num)),
-                           ("rate / reference, 95% CI", lambda w: ratio_text(w["ratio"]))])
-
-
 def accuracy_text(cell) -> str:
     """The mean test accuracy over the repeats, with its interval."""
     return with_interval(cell["test_accuracy"], cell["test_accuracy_ci"], 4)
-
-
-def accuracy_table(cells):
-    measured = analysis.measured(cells)
-    epochs = sorted({e for means in measured["epoch_means"] for e in means})
-
-    def loss_accuracy(epoch):
-        def text(cell):
-            loss, accuracy = cell["epoch_means"].get(epoch, (None, None))
-            return f"{num(loss)} / {num(accuracy, 4)}"
-        return text
-    return table(measured, [*CELL, *[(f"epoch {e} loss / accuracy", loss_accuracy(e))
-                                     for e in epochs],
-                            ("test accuracy, 95% CI", accuracy_text)])
-
-
-def precision_table(cells, limits):
-    """The cells of setups run at more than one precision, side by side: the rate, MFU against
-    the probe's peak at the precision each ran in (reports.analysis.against_limits) and the
-    test accuracy that the lower precision may cost."""
-    measured = analysis.measured(cells)
-    setup = list(dict.fromkeys([  # all but the precision
-        *analysis.PLACED, *(c for c in analysis.SETUP if c != "training"),
-        *(c for c in columns(Role.TRAINING, Role.FAULT) if c != "precision")]))
-    varied = measured.groupby(setup, dropna=False)["precision"].transform("nunique") > 1
-    shown = measured[varied].sort_values([*setup, "precision"])
-    found = ({(r["env"], r["cell_key"]): r for _, r in limits.iterrows()} if len(limits) else {})
-    for name in ("mfu", "mfu_low", "mfu_high", "mfu_suspect"):
-        shown[name] = [found[(e, k)][name] if (e, k) in found else math.nan
-                       for e, k in zip(shown["env"], shown["cell_key"])]
-    shown["precision_of_peak"] = [found[(e, k)]["precision"] if (e, k) in found else None
-                                  for e, k in zip(shown["env"], shown["cell_key"])]
-    return table(shown, [*CELL, ("training", column("training")),
-                         ("precision", column("precision")),
-                         ("epoch-2 rate (samples/s)", column("epoch2_rate", num)),
-                         ("epoch-2 rate 95% CI", lambda c: bounds(c["epoch2_rate_low"],
-                                                                  c["epoch2_rate_high"])),
-                         ("MFU at its precision's peak, 95% CI", precision_mfu_text),
-                         ("test accuracy, 95% CI", accuracy_text)])
-
-
-def precision_mfu_text(c) -> str:
-    """MFU against the peak of the precision the cell ran in, naming it."""
-    if not isinstance(c["precision_of_peak"], str) or not math.isfinite(c["mfu"]):
-        return "— (no probe of it)"
-    return f"{mfu_text(c, 'mfu')} of the {c['precision_of_peak']} peak"
-
-
-def batchnorm_table(cells):
-    """The cells of models with BatchNorm: what the backend does with the running statistics
-    across replicas, how far apart the replicas' statistics ended, the test accuracy."""
-    measured = analysis.measured(cells)
-    with_batchnorm = measured[measured["batchnorm"].notna()]
-    return table(with_batchnorm, [
-        *CELL, ("training", column("training")),
-        ("running statistics across replicas", column("batchnorm")),
-        ("largest difference from replica 0 at the end", column("batchnorm_difference", num)),
-        ("test accuracy, 95% CI", accuracy_text)])
-
-
-def memory_table(cells):
-    measured = analysis.measured(cells)
-    measured = measured[measured["memory_per_device"].map(bool)]
-
-    def imbalance(cell):
-        values = cell["memory_per_device"]
-        return f"{max(values) / min(values):.2f}" if min(values) > 0 else "—"
-    return table(measured, [*CELL, ("device type", column("device_type")),
-                            ("peak per device (MiB)", lambda c: ", ".join(
-                                num(v / MIB) for v in c["memory_per_device"])),
-                            ("max / min", imbalance),
-                            ("model state per device (MiB)", lambda c: mebibytes(
-                                c["model_state_per_device"]))])
-
-
-def mebibytes(values) -> str:
-    """'12.3, 12.3' of a list of bytes, '—' where none was recorded."""
-    return ", ".join(num(v / MIB) for v in values) if values else "—"
-
-
-def memory_against_devices_table(cells):
-    """Per backend and setup, one line: for each device count the largest peak of a device and
-    the largest model state a device held (what sharding divides), side by side."""
-    measured = analysis.measured(cells)
-    measured = measured[measured["memory_per_device"].map(bool)]
-    if measured.empty:
-        return measured
-    counts = sorted(measured["devices"].unique())
-    setup = ["series", "nodes", *(c for c in analysis.SETUP if c != "backend")]
-    lines = []
-    for _, group in measured.groupby(setup, sort=False, dropna=False):
-        first = group.iloc[0]
-        line = {"env": first["env"], "backend": first["series"], "model": first["model"],
-                "batch": batch_text(first), "nodes": first["nodes"],
-                "training": first["training"]}
-        for count in counts:
-            at = group[group["devices"] == count]
-            line[f"{count} device(s): peak / model state (MiB)"] = "—" if at.empty else (
-                f"{num(max(at.iloc[0]['memory_per_device']) / MIB)} / "
-                + (num(max(at.iloc[0]['model_state_per_device']) / MIB)
-                   if at.iloc[0]["model_state_per_device"] else "—"))
-        lines.append(line)
-    return pd.DataFrame(lines)
-
-
-def overhead_table(cells):
-    return table(analysis.measured(cells), [
-        *CELL, ("start-up (s)", column("startup_seconds", num)),
-        ("epoch 1 − epoch 2 (s)", column("first_epoch_overhead", num))])
-
-
-def environment_table(environments):
-    return environments.rename(columns={"cpu_count": "CPUs", "devices_seen": "devices",
-                                        "git_commit": "git commit"}).astype(str)
 
 
 MARKDOWN_SPECIALS = re.compile(r"([\\`*_\[\]#|~])")
@@ -421,6 +221,29 @@ def markdown(frame):
     return "\n".join(lines)
 
 
+def evidence_problems(cells):
+    """What the rows' evidence says went wrong: replicas that ended with different weights,
+    samples trained by more than one replica, and backends or device counts of one cell that
+    trained on different samples (their global batches' digests differ). Every ok run counts,
+    contended or not: what a run trained on does not depend on what else ran."""
+    lines = []
+    for _, cell in cells.iterrows():
+        if not cell["replicas_agree"]:
+            lines.append(f"EVIDENCE: {cell['cell_key']}: its replicas ended with different "
+                         f"weights: they did not train one model")
+        if cell["shard_overlap"]:
+            lines.append(f"EVIDENCE: {cell['cell_key']}: {cell['shard_overlap']} samples were "
+                         f"trained by more than one replica in an epoch")
+    for _, group in (cells.groupby(analysis.SAME_WORK, dropna=False) if len(cells) else []):
+        digests = {d for ds in group["global_digests"] for d in ds}
+        if len(digests) > 1:
+            lines.append(f"EVIDENCE: {', '.join(sorted(set(group['series'])))} on "
+                         f"{group.iloc[0]['model']} global batch {group.iloc[0]['global_batch']}: "
+                         f"not every run trained on the same samples in the same global batches "
+                         f"({len(digests)} different sample digests)")
+    return lines
+
+
 def notices(frame, cells, problems, where):
     """What a reader must know before trusting the numbers: no rows, single runs, several
     environments, synthetic data, damaged lines in the results files."""
@@ -434,7 +257,7 @@ def notices(frame, cells, problems, where):
         lines.append(f"{single} of {len(measured)} measured cells ran once (n = 1): "
                      f"no spread, no confidence interval; run grids with --repeat 3 or more "
                      f"before trusting differences.")
-    lines += analysis.evidence_problems(cells)
+    lines += evidence_problems(cells)
     environments = frame["env"].nunique()
     if environments > 1:
         lines.append(f"Rows come from {environments} environments (machines or versions differ): "

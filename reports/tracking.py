@@ -70,7 +70,8 @@ def check_store(uri: str) -> str:
     try:
         import mlflow  # noqa: F401
     except ImportError:
-        raise UserError("--mlflow needs MLflow: pip install -e '.[mlflow]' (mlflow-skinny)") from None
+        raise UserError("--mlflow needs MLflow: pip install -e '.[mlflow]' "
+                        "(mlflow-skinny)") from None
     return uri
 
 
@@ -97,7 +98,8 @@ def export(rows: list[dict], uri: str) -> tuple[str, int, int]:
     except (MlflowException, OSError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UserError(f"MLflow at {uri} failed after {logged} run(s) were logged: {first}; "
-                        f"run the export again (rows already logged are not logged twice)") from None
+                        f"run the export again (rows already logged are not logged "
+                        f"twice)") from None
     return uri, logged, len(rows) - logged
 
 

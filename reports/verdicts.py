@@ -269,7 +269,8 @@ def accuracy_lines(changes):
         if math.isnan(low):
             judged = "one run each, one seed: no interval"
         elif low == high:
-            judged = "identical repeats (one seed): exact for this seed, seed-to-seed spread unmeasured"
+            judged = ("identical repeats (one seed): exact for this seed, seed-to-seed spread "
+                      "unmeasured")
         elif low > 0 or high < 0:
             judged = f"[{low * 100:+.2f}, {high * 100:+.2f}]: a real change"
         else:

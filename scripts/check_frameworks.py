@@ -15,7 +15,8 @@ def seen() -> dict[str, tuple[int, str]]:
     if importlib.util.find_spec("torch"):
         import torch
         found["torch"] = (torch.cuda.device_count(),
-                          f"torch {torch.__version__}, CUDA {torch.version.cuda or 'none (CPU build)'}")
+                          f"torch {torch.__version__}, "
+                          f"CUDA {torch.version.cuda or 'none (CPU build)'}")
     if importlib.util.find_spec("tensorflow"):
         import tensorflow as tf
         cuda = tf.sysconfig.get_build_info().get("cuda_version") or "none (CPU build)"

@@ -1,4 +1,5 @@
-"""Shared fixtures. Tests read real MNIST from ../shared/data/mnist (or $XBENCH_TEST_DATA); never download."""
+"""Shared fixtures. Tests read real MNIST from ../shared/data/mnist (or $XBENCH_TEST_DATA); never
+download."""
 import json
 import os
 import signal

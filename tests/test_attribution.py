@@ -194,7 +194,7 @@ def last_epoch(row):
 
 
 def test_every_injected_row_says_so_and_adds_up(injected):
-    for (backend, devices, inject), row in injected.items():
+    for (backend, _devices, inject), row in injected.items():
         assert row["inject"] == inject and (inject == "none") == ("|inject-" not in row["cell_key"])
         if row["status"] != "ok":
             continue

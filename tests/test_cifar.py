@@ -34,27 +34,33 @@ def rel(mine, reference):
     return float(np.linalg.norm(mine - reference) / np.linalg.norm(reference))
 
 
+def one_batch():
+    """A synthetic CIFAR-10 batch, normalised by each framework: (torch x, y, keras x, y)."""
+    images = data.synthetic_images("cifar10", seed=3, train=BATCH, test=1)
+    x, y = images.train_images, images.train_labels
+    return (pt_train.normalise(torch.from_numpy(x), images.mean, images.std),
+            torch.from_numpy(y.astype(np.int64)),
+            tf_train.normalise(x, images.mean, images.std), tf.constant(y.astype(np.int32)))
+
+
 @pytest.mark.parametrize("name", CIFAR_MODELS)
 def test_both_frameworks_compute_the_same_function_batchnorm_included(name):
     """Same weights: the same logits with batch statistics (training) and running statistics
-    (evaluation); gradients as close to a float64 reference as float32 rounding allows; after
-    one SGD step (momentum, L2) the same weights, running statistics and evaluation logits."""
-    images = data.synthetic_images("cifar10", seed=3, train=BATCH, test=1)
-    x, y = images.train_images, images.train_labels
-    torch_x = pt_train.normalise(torch.from_numpy(x), images.mean, images.std)
-    torch_y = torch.from_numpy(y.astype(np.int64))
-    keras_x = tf_train.normalise(x, images.mean, images.std)
-    keras_y = tf.constant(y.astype(np.int32))
+    (evaluation); gradients as close to a float64 reference as float32 rounding allows."""
+    torch_x, torch_y, keras_x, keras_y = one_batch()
     torch_model, keras_model = pt_models.build_model(name, 0), tf_models.build_model(name, 0)
-    assert rel(keras_model(keras_x, training=True).numpy(), torch_model(torch_x).detach().numpy()) < 1e-4
+    assert rel(keras_model(keras_x, training=True).numpy(),
+               torch_model(torch_x).detach().numpy()) < 1e-4
     torch_model.eval()
-    assert rel(keras_model(keras_x, training=False).numpy(), torch_model(torch_x).detach().numpy()) < 1e-4
+    assert rel(keras_model(keras_x, training=False).numpy(),
+               torch_model(torch_x).detach().numpy()) < 1e-4
     torch_model.train()
 
     def torch_gradients(dtype):
         model = pt_models.build_model(name, 0).to(dtype)
         torch.nn.functional.cross_entropy(model(torch_x.to(dtype)), torch_y).backward()
-        return [g for leaf in tf_models.keras_layout(name, [p.grad.numpy() for p in model.parameters()])
+        return [g for leaf in tf_models.keras_layout(name, [p.grad.numpy()
+                                                            for p in model.parameters()])
                 for g in leaf]
 
     reference, torch_float32 = torch_gradients(torch.float64), torch_gradients(torch.float32)
@@ -70,7 +76,12 @@ def test_both_frameworks_compute_the_same_function_batchnorm_included(name):
     # Rounding in float32 (seen: 1e-3 to 6e-3 in either); a different function would be O(1).
     assert torch_error < 2e-2 and keras_error < 2e-2, (torch_error, keras_error)
 
-    # One step from fresh models (the training forwards above moved the running statistics).
+
+@pytest.mark.parametrize("name", CIFAR_MODELS)
+def test_one_sgd_step_gives_both_frameworks_the_same_model(name):
+    """After one SGD step (momentum, L2) from the same weights: the same weights, running
+    statistics and evaluation logits."""
+    torch_x, torch_y, keras_x, keras_y = one_batch()
     torch_model, keras_model = pt_models.build_model(name, 0), tf_models.build_model(name, 0)
     settings = {"lr": 0.05, "momentum": 0.9, "weight_decay": 5e-4}
     torch_optimizer = pt_models.build_optimizer(torch_model.parameters(), "sgd", **settings)
@@ -78,18 +89,22 @@ def test_both_frameworks_compute_the_same_function_batchnorm_included(name):
     torch_optimizer.step()
     totals = tf_train.EpochTotals(tf.distribute.get_strategy())
     tf_train.make_replica_step(keras_model, tf_models.build_optimizer("sgd", **settings),
-                               OneTensorFlowProcess(), BATCH, totals)(keras_x, keras_y, tf.range(BATCH))
+                               OneTensorFlowProcess(), BATCH, totals)(keras_x, keras_y,
+                                                                      tf.range(BATCH))
     trained = tf_models.keras_layout(name, [p.detach().numpy() for p in torch_model.parameters()])
     steps = [np.abs(a - b).max() for leaf, start in zip(
-        trained, tf_models.keras_layout(name, initial_weights(name, 0))) for a, b in zip(leaf, start)]
+        trained, tf_models.keras_layout(name, initial_weights(name, 0)))
+        for a, b in zip(leaf, start)]
     differences = [np.abs(a - b).max() for mine, theirs in zip(
         tf_models.trainable_leaf_weights(keras_model), trained) for a, b in zip(mine, theirs)]
-    assert max(differences) < 3e-2 * max(steps), (max(differences), max(steps))  # the rounding above
+    # the rounding above
+    assert max(differences) < 3e-2 * max(steps), (max(differences), max(steps))
     for mine, theirs in zip(tf_models.batchnorm_statistics(keras_model),
                             pt_models.batchnorm_statistics(torch_model), strict=True):
         assert np.abs(mine.numpy() - theirs.numpy()).max() < 1e-5  # unbiased running variance too
     torch_model.eval()
-    assert rel(keras_model(keras_x, training=False).numpy(), torch_model(torch_x).detach().numpy()) < 1e-3
+    assert rel(keras_model(keras_x, training=False).numpy(),
+               torch_model(torch_x).detach().numpy()) < 1e-3
 
 
 # --- the CIFAR-10 reader on files written here in the real formats ---------------------------
@@ -129,7 +144,8 @@ def test_the_reader_reads_the_python_and_the_binary_version_alike(tmp_path):
     rows, labels = parts["data_batch_2"]
     first = rows[0].reshape(3, 32, 32).transpose(1, 2, 0)  # 1024 red, then green, then blue
     for images in (from_pickles, from_archive):
-        assert images.train_images.shape == (100, 32, 32, 3) and images.test_images.shape == (20, 32, 32, 3)
+        assert (images.train_images.shape == (100, 32, 32, 3)
+                and images.test_images.shape == (20, 32, 32, 3))
         assert np.array_equal(images.train_images[20], first)
         assert images.train_labels[20:40].tolist() == labels
         assert images.dataset == "cifar10" and images.mean == data.NORMALISATION["cifar10"][0]
@@ -272,13 +288,15 @@ strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 with strategy.scope():
     model = build_model("resnet18")
 images = np.random.default_rng(0).normal(size=(8, 32, 32, 3)).astype("float32")
-batches = strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices(images).batch(8))
+batches = strategy.experimental_distribute_dataset(
+    tf.data.Dataset.from_tensor_slices(images).batch(8))
 step = tf.function(lambda batch: model(batch, training=True))
 for batch in batches:
     strategy.run(step, args=(batch,))
 mean = batchnorm_statistics(model)[0]
 copies = [c.numpy() for c in strategy.experimental_local_results(mean.value)]
-print({"aggregation": str(mean.value.aggregation), "differ": bool(np.abs(copies[0] - copies[1]).max() > 0),
+print({"aggregation": str(mean.value.aggregation),
+       "differ": bool(np.abs(copies[0] - copies[1]).max() > 0),
        "read_is_first": bool(np.array_equal(mean.numpy(), copies[0]))})
 """
 
@@ -291,4 +309,5 @@ def test_mirrored_strategy_keeps_per_replica_statistics_and_reads_the_first():
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     seen = done.stdout.strip().splitlines()[-1]
-    assert seen == "{'aggregation': 'VariableAggregationV2.NONE', 'differ': True, 'read_is_first': True}"
+    assert seen == ("{'aggregation': 'VariableAggregationV2.NONE', 'differ': True, "
+                    "'read_is_first': True}")

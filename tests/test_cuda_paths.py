@@ -169,10 +169,10 @@ def test_the_row_says_which_math_each_framework_allowed_on_an_h100(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 0))
     assert math_allowed(torch.device("cuda", 0)) == {"matmul": "fp32", "convolution": "fp32"}
     assert math_allowed(torch.device("cpu")) == {"matmul": "fp32", "convolution": "fp32"}
-    from xbench.tf_backend import train as tf_train
-    monkeypatch.setattr(tf_train, "gpu_capability", lambda: (9, 0))
-    assert tf_train.math_allowed("cuda") == {"matmul": "tf32", "convolution": "tf32"}
-    assert tf_train.math_allowed("cpu") == {"matmul": "fp32", "convolution": "fp32"}
+    from xbench.tf_backend import device as tf_device
+    monkeypatch.setattr(tf_device, "gpu_capability", lambda: (9, 0))
+    assert tf_device.math_allowed("cuda") == {"matmul": "tf32", "convolution": "tf32"}
+    assert tf_device.math_allowed("cpu") == {"matmul": "fp32", "convolution": "fp32"}
 
 
 def gpu_row(backend, framework, rate, math_allowed):
@@ -222,7 +222,8 @@ def test_mfu_on_an_h100_is_against_the_tf32_peak_and_the_data_sheet(tmp_path):
     assert not shown.loc["tf-single", "MFU, 95% CI of the rate"].startswith(("—", "SUSPECT"))
     from xbench.common.measuring.datasheets import datasheet_peak
     assert datasheet_peak("NVIDIA L40S", "fp32") is None  # not the L4's ("L4" is a whole word)
-    assert datasheet_peak("Tesla T4", "tf32") is None and datasheet_peak("Intel Xeon", "fp32") is None
+    assert (datasheet_peak("Tesla T4", "tf32") is None
+            and datasheet_peak("Intel Xeon", "fp32") is None)
 
 
 def test_float32_precision_sets_both_frameworks_alike(monkeypatch):
@@ -232,22 +233,22 @@ def test_float32_precision_sets_both_frameworks_alike(monkeypatch):
 
     from xbench.common.grids.cell import Cell
     from xbench.pt_backend import train as pt_train
-    from xbench.tf_backend import train as tf_train
+    from xbench.tf_backend import device as tf_device
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
-    monkeypatch.setattr(tf_train, "gpu_capability", lambda: (9, 0))
+    monkeypatch.setattr(tf_device, "gpu_capability", lambda: (9, 0))
     saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
-             tf_train.tf.config.experimental.tensor_float_32_execution_enabled())
+             tf_device.tf.config.experimental.tensor_float_32_execution_enabled())
     try:
         for setting in ("fp32", "tf32"):
             pt_train.use_float32_math(setting)
-            tf_train.use_float32_math(setting)
+            tf_device.use_float32_math(setting)
             both = {"matmul": setting, "convolution": setting}
             assert pt_train.math_allowed(torch.device("cuda", 0)) == both
-            assert tf_train.math_allowed("cuda") == both
+            assert tf_device.math_allowed("cuda") == both
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[:2]
-        tf_train.tf.config.experimental.enable_tensor_float_32_execution(saved[2])
+        tf_device.tf.config.experimental.enable_tensor_float_32_execution(saved[2])
     cell = Cell(grid="g", backend="pt-ddp", model="small", multiple=1, batch=128, devices=2,
                 epochs=2, batch_mode="global", seed=0, precision="fp32")
-    assert cell.key.endswith("|fp32") and "|fp32" not in Cell(**{**cell.to_dict(),
-                                                                 "precision": "framework-default"}).key
+    assert cell.key.endswith("|fp32") and "|fp32" not in Cell(
+        **{**cell.to_dict(), "precision": "framework-default"}).key

@@ -85,4 +85,5 @@ def test_the_settings_reference_is_the_settings_table():
     table = text[text.index("\n", start) + 1:text.index("<!-- end of the settings table -->")]
     assert table.strip() == reference_table(), \
         "docs/grids.md's settings table is not common/grids/settings.py's: regenerate it with " \
-        "python -c 'from xbench.common.grids.settings import reference_table; print(reference_table())'"
+        "python -c 'from xbench.common.grids.settings import reference_table; " \
+        "print(reference_table())'"

@@ -58,7 +58,8 @@ def test_each_rank_holds_half_the_model_state(fsdp):
     assert len(whole) == 2 and all(0 <= b - 3 * parameters < SCALARS for b in whole)  # Adam: 2
     halves = sharded["model_state_per_device"]
     assert len(halves) == 2 and all(0 <= b - 3 * parameters // 2 < SCALARS for b in halves)
-    assert len(sharded["peak_memory_per_device"]) == 2 and min(sharded["peak_memory_per_device"]) > 0
+    assert (len(sharded["peak_memory_per_device"]) == 2
+            and min(sharded["peak_memory_per_device"]) > 0)
 
 
 def test_the_traffic_of_each_resharding_choice(fsdp):

@@ -171,7 +171,8 @@ HOSTILE_KEY = "x\n```\n# Injected heading\n<img src=x onerror=alert(1)>"
 def test_what_the_report_and_export_write_is_escaped_for_each_format(tmp_path):
     row = hand_row(key=HOSTILE_KEY, repeat=0) | {
         "error": "![remote](http://evil.example/x.png) [link](javascript:alert(1))",
-        "backend": '=HYPERLINK("http://evil.example","click")', "model": "@SUM(1+1)*cmd|' /C calc'!A0"}
+        "backend": '=HYPERLINK("http://evil.example","click")',
+        "model": "@SUM(1+1)*cmd|' /C calc'!A0"}
     results = tmp_path / "hostile.jsonl"
     results.write_text(json.dumps(row) + "\n")
     done = run("report", results, "--out", tmp_path / "out", "--format", "md,csv")

@@ -31,13 +31,15 @@ def test_size_one_says_horovod_skips_its_all_reduce(smoke, backend):
     assert "skips its all-reduce at size 1" in details["reduction_detail"]
 
 
-@pytest.mark.parametrize("horovod_backend, native", [("hvd-torch", "pt-ddp"), ("hvd-tf", "tf-mirrored")])
+@pytest.mark.parametrize("horovod_backend, native",
+                         [("hvd-torch", "pt-ddp"), ("hvd-tf", "tf-mirrored")])
 def test_horovod_trains_what_the_native_backend_trains(rows, horovod_backend, native):
     """Same seed, same global batches, gradients averaged: the same losses as the framework's own
     data-parallel backend (a Horovod that did not average would drift away)."""
     for a, b in zip(rows[horovod_backend]["epochs"], rows[native]["epochs"]):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-3)
-    assert rows[horovod_backend]["test_accuracy"] == pytest.approx(rows[native]["test_accuracy"], abs=0.01)
+    assert rows[horovod_backend]["test_accuracy"] == pytest.approx(rows[native]["test_accuracy"],
+                                                                   abs=0.01)
 
 
 def test_backends_command_reports_what_horovod_was_built_for():

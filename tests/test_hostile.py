@@ -155,7 +155,7 @@ def test_a_probe_record_of_the_wrong_shape_is_skipped_with_a_note(tmp_path):
     assert report.stderr.count("probe.jsonl: line") == 2
 
 
-# --- 5. TensorFlow out of memory is a result -------------------------------------------------------
+# --- 5. TensorFlow out of memory is a result ------------------------------------------------------
 
 def test_tensorflow_under_a_memory_limit_ends_oom_and_the_sweep_stops(tmp_path, mnist_dir):
     done = run("grid", "--preset", "smoke", "--backend", "tf-single", "--devices", "1",
@@ -167,7 +167,7 @@ def test_tensorflow_under_a_memory_limit_ends_oom_and_the_sweep_stops(tmp_path, 
     assert statuses[-1] == "oom" and "failed" not in statuses, statuses
 
 
-# --- 6. one line, not a traceback ------------------------------------------------------------------
+# --- 6. one line, not a traceback -----------------------------------------------------------------
 
 def test_an_unreachable_mlflow_server_fails_in_seconds_in_one_line(base_and_new):
     pytest.importorskip("mlflow")
@@ -237,7 +237,7 @@ def test_a_profile_into_a_folder_it_cannot_make_fails_before_it_measures(tmp_pat
     assert "pt-single" not in done.stdout  # nothing was measured
 
 
-# --- 8. signals, leftovers, and what a measurement that measured nothing says -----------------------
+# --- 8. signals, leftovers, and what a measurement that measured nothing says ---------------------
 
 def leftovers():
     return {p.name for p in Path("/tmp").glob("xbench-*") if p.name.startswith(
@@ -277,7 +277,7 @@ def test_profile_bounds_its_numbers(options, message):
     refused(run("profile", "--model", "small", "--batch", "8", *options), message)
 
 
-# --- 9. readers open only regular files ------------------------------------------------------------
+# --- 9. readers open only regular files -----------------------------------------------------------
 
 def test_a_fifo_among_the_results_is_skipped_not_read(base_and_new, tmp_path):
     base, _, _, _ = base_and_new
@@ -295,7 +295,7 @@ def test_a_fifo_among_the_results_is_skipped_not_read(base_and_new, tmp_path):
     refused(run("report", folder / "zz-pipe.jsonl", timeout=60), "not a regular file")
 
 
-# --- 10. no framework noise on the terminal ----------------------------------------------------------
+# --- 10. no framework noise on the terminal -------------------------------------------------------
 
 NOISE = ("absl::InitializeLog", "oneDNN custom operations", "Warning:", "warnings.warn",
          "RuntimeWarning", "UserWarning")

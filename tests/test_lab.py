@@ -53,7 +53,8 @@ def test_the_sweep_stops_each_line_at_its_first_batch_that_did_not_fit(lab):
     for line, by_batch in lines.items():
         assert by_batch[1024]["status"] == "ok", line
         assert by_batch[4096]["status"] == "oom", line
-        assert by_batch[4096]["error"].startswith("the first batch of sweep 1024x4 that did not fit")
+        assert by_batch[4096]["error"].startswith(
+            "the first batch of sweep 1024x4 that did not fit")
         assert by_batch[4096]["batch_sweep"] == "1024x4"
         assert set(by_batch) == {1024, 4096}
 

@@ -141,7 +141,8 @@ def test_outside_the_repository_only_the_namespace_imports(tmp_path):
     assert run.stdout.strip() == "[True, True, True, True]"
     failed = subprocess.run([sys.executable, "-c", "import common"], cwd=tmp_path,
                             capture_output=True, text=True)
-    assert failed.returncode == 1 and "ModuleNotFoundError: No module named 'common'" in failed.stderr
+    assert (failed.returncode == 1
+            and "ModuleNotFoundError: No module named 'common'" in failed.stderr)
 
 
 def test_a_plain_wheel_installs_and_runs_in_a_fresh_environment(tmp_path):

@@ -57,11 +57,12 @@ def test_smoke_report_shows_mfu_per_cell_and_2_device_bandwidth_against_the_prob
         gflops = next(m["gflops"] for m in record["matmul"] if m["framework"] == row["framework"]
                       and m["threads"] == threads)
         rate = row["epochs"][1]["rate"]
-        assert cell["mfu"] == pytest.approx(training_flops_per_sample("small") * rate / (gflops * 1e9),
-                                            rel=1e-6), row["cell_key"]
+        assert cell["mfu"] == pytest.approx(training_flops_per_sample("small") * rate
+                                            / (gflops * 1e9), rel=1e-6), row["cell_key"]
     ddp = next(r for r in rows if r["backend"] == "pt-ddp" and r["devices"] == 2)
     cell = cells[cells["cell_key"] == ddp["cell_key"]].iloc[0]
-    moving = max(r["collective"]["moving_median"] for r in ddp["attribution"]["epochs"][-1]["ranks"])
+    moving = max(r["collective"]["moving_median"]
+                 for r in ddp["attribution"]["epochs"][-1]["ranks"])
     counted = ddp["attribution"]["epochs"][-1]["ranks"][0]["collective"]["bytes_per_step"]
     assert counted == gradient_bytes("small")  # DDP's hook counted every bucket's bytes
     assert cell["achieved_busbw"] == pytest.approx(counted / moving)  # N = 2: busbw = algbw

@@ -1,6 +1,6 @@
 """The model specs: small 402,442 and large 4,104,202 parameters (the PyTorch code of the blog post
-the grid comes from), the CIFAR ResNet-18 11,173,962 and VGG-19/BN 20,040,522 (kuangliu/pytorch-cifar's
-counts), and FLOPs counted by torch equal to the spec's."""
+the grid comes from), the CIFAR ResNet-18 11,173,962 and VGG-19/BN 20,040,522
+(kuangliu/pytorch-cifar's counts), and FLOPs counted by torch equal to the spec's."""
 import numpy as np
 import pytest
 
@@ -52,7 +52,8 @@ def test_small_model_flops_by_hand():
 
 
 def test_initial_weights_follow_torch_default_bounds_and_the_seed():
-    """U(+-1/sqrt(fan_in)) for weights and biases, as torch's Conv2d and Linear; one draw per seed."""
+    """U(+-1/sqrt(fan_in)) for weights and biases, as torch's Conv2d and Linear; one draw per
+    seed."""
     conv_weight, conv_bias, dense_weight, dense_bias, *_ = initial_weights("small", seed=0)
     for weight, bias, fan_in in ((conv_weight, conv_bias, 9), (dense_weight, dense_bias, 6272)):
         bound = 1 / np.sqrt(fan_in)

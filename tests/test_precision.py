@@ -85,7 +85,8 @@ def test_fp16_keeps_its_loss_scale_history(rows):
         # it starts at 2^15 in both frameworks, halves on an overflow, doubles after 2,000 steps
         assert all(scale > 0 and (scale / LOSS_SCALE_START).is_integer()
                    or (LOSS_SCALE_START / scale).is_integer() for scale in history), key
-    assert all("loss_scale" not in r["backend_details"]["math"] for r in trained(rows, "bf16").values())
+    assert all("loss_scale" not in r["backend_details"]["math"]
+               for r in trained(rows, "bf16").values())
 
 
 def test_tf32_on_a_cpu_is_unsupported_with_the_reason(rows):
@@ -105,8 +106,8 @@ def test_mfu_of_a_mixed_precision_cell_is_against_the_probes_peak_at_that_precis
     from xbench.reports.load import load, load_probes
     folder, _, _ = probe
     results = tmp_path / "r.jsonl"
-    results.write_text("".join(json.dumps(rows[(b, 1, p)]) + "\n" for b in ("pt-single", "tf-single")
-                               for p in ("fp32", "bf16")))
+    results.write_text("".join(json.dumps(rows[(b, 1, p)]) + "\n"
+                               for b in ("pt-single", "tf-single") for p in ("fp32", "bf16")))
     shutil.copy(folder / "probe.jsonl", tmp_path / "probe.jsonl")  # beside the results
     frame, _ = load([results], include_contended=True)  # what else ran does not matter here
     probes, problems = load_probes([results], frame)
@@ -128,7 +129,8 @@ def test_the_report_puts_each_precision_beside_the_others(rows, probe, tmp_path)
     results.write_text("".join(json.dumps(r) + "\n" for key, r in rows.items() if key[1] == 1))
     shutil.copy(probe[0] / "probe.jsonl", tmp_path / "probe.jsonl")
     build_report([results], tmp_path / "out", formats=["md"], include_contended=True)
-    section = (tmp_path / "out" / "summary.md").read_text().split("## Precision")[1].split("\n## ")[0]
+    section = ((tmp_path / "out" / "summary.md").read_text()
+               .split("## Precision")[1].split("\n## ")[0])
     lines = [line for line in section.splitlines() if line.startswith("|") and "---" not in line]
     assert "MFU at its precision's peak" in lines[0] and "test accuracy" in lines[0]
     shown = {(b, p) for b, d, p in rows if d == 1 and p != "tf32"}  # tf32 did not run here

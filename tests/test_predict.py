@@ -111,8 +111,8 @@ def test_what_a_backend_declares_of_its_gradients_is_what_its_rows_record(smoke)
     """The what-if knows how a backend's gradients cross before any N-device cell ran: its
     declaration must be what the smoke grid's 2-device rows recorded (and MirroredStrategy's
     NCCL all-reduce on GPUs, which CI never has)."""
-    recorded = {(r["backend"], r["device_type"]): r["backend_details"]["reduction"] for r in smoke.all
-                if r["status"] == "ok" and r["devices"] == 2}
+    recorded = {(r["backend"], r["device_type"]): r["backend_details"]["reduction"]
+                for r in smoke.all if r["status"] == "ok" and r["devices"] == 2}
     assert len(recorded) >= 6
     for (backend, device_type), reduction in recorded.items():
         assert TRAITS[backend].reduction_on(device_type) == reduction, backend
@@ -180,7 +180,8 @@ def test_the_what_if_table_to_512_devices_is_labelled_predicted(smoke):
     assert max(r["nodes"] for r in scaled if r["backend"] == "tf-mirrored") == 1
     assert not [r for r in scaled if r["backend"] in ("pt-single", "tf-single")]
     for row in ddp:
-        assert row["efficiency"] <= 1.0 + 1e-9 and row["rate_low"] <= row["rate"] <= row["rate_high"]
+        assert (row["efficiency"] <= 1.0 + 1e-9
+                and row["rate_low"] <= row["rate"] <= row["rate_high"])
 
 
 def test_the_report_checks_every_cell_and_predicts_when_given_a_link(smoke, tmp_path):
@@ -189,7 +190,8 @@ def test_the_report_checks_every_cell_and_predicts_when_given_a_link(smoke, tmp_
     assert run.returncode == 0, run.stderr
     text = (tmp_path / "summary.md").read_text()
     assert "## Predicted against measured" in text and (tmp_path / "predicted.png").is_file()
-    assert "### Predicted against measured: median absolute error of the predicted epoch time" in text
+    assert ("### Predicted against measured: median absolute error of the predicted epoch "
+            "time") in text
     assert "## Predicted on other hardware" in text
     assert "### Predicted, not measured: PCIe 4.0 x16 between devices, 100 Gbit/s Ethernet" in text
     assert "| 64 × 8 |" in text

@@ -67,7 +67,8 @@ def test_the_numbers_fit_together(resnet_profile):
             for summary in (unit["forward"], unit["backward"], unit["share_of_step"],
                             unit["forward_gflops"] or unit["forward"]):
                 assert summary["low"] <= summary["median"] <= summary["high"]
-        units_total = sum(seconds[f"{u['unit']}.{p}"] for u in units for p in ("forward", "backward"))
+        units_total = sum(seconds[f"{u['unit']}.{p}"]
+                          for u in units for p in ("forward", "backward"))
         assert framework["units_seconds"]["median"] == pytest.approx(np.median(units_total))
         assert framework["rest_seconds"]["median"] == pytest.approx(np.median(total - units_total))
         # the whole step runs every unit forward and backward: longer than any one unit alone

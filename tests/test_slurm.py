@@ -57,7 +57,8 @@ def test_every_backend_that_spans_nodes_trains_one_model_on_two_nodes(slurm, mni
     losses = []
     for backend, row in rows.items():
         assert row["status"] == "ok", f"{backend}: {row['error']}"
-        assert (row["launcher"], row["nodes"], row["devices"], row["world_size"]) == ("slurm", 2, 1, 2)
+        assert ((row["launcher"], row["nodes"], row["devices"], row["world_size"])
+                == ("slurm", 2, 1, 2))
         # one rank on each node (which node gets rank 0 is the rendezvous' choice)
         assert sorted(row["hosts"]) == ["node1", "node2"], backend
         for epoch in row["epochs"]:  # each rank watched the cores of its own node
@@ -107,7 +108,8 @@ def test_ctrl_c_cancels_the_cells_job(slurm, mnist_dir, tmp_path):
 
 @pytest.mark.parametrize("options, settings, message", [
     (["--slurm-partition", "gpu"], {}, "Slurm has no partition 'gpu'; it has debug"),
-    ([], {"backends": ["pt-ddp"], "nodes": [4]}, "--nodes 4 is more than partition 'debug' has (2)"),
+    ([], {"backends": ["pt-ddp"], "nodes": [4]},
+     "--nodes 4 is more than partition 'debug' has (2)"),
     ([], {"backends": ["pt-dp", "tf-mirrored"], "nodes": [2]},
      "pt-dp, tf-mirrored cannot span nodes"),
 ])

@@ -52,7 +52,7 @@ def test_every_ok_row_is_complete_and_consistent(smoke, backend, devices):
     assert row_problem(row) is None and list(row) == list(FIELDS)
     # no target accuracy in the smoke grid: no target and no time to one
     assert [f for f in FIELDS if row[f] is None] == ["error", "target_accuracy", "memory_limit_mb",
-                                                         "batch_sweep", "batchnorm", "time_to_target"]
+                                                     "batch_sweep", "batchnorm", "time_to_target"]
     assert row["train_samples"] == SMOKE_SLICE and row["dataset"] == "mnist"
     assert row["params"] == 402_442 and row["device_type"] == "cpu"
     assert row["global_batch"] == 128 and row["per_device_batch"] == 128 // devices
@@ -100,7 +100,8 @@ def test_every_backend_trained_the_same_samples_in_the_same_global_batches(smoke
                for key, row in ok_rows(smoke).items()}
     assert len(set(digests.values())) == 1, digests
     one, two = smoke.rows[("pt-ddp", 1)], smoke.rows[("pt-ddp", 2)]
-    assert one["evidence"]["replica_sample_digests"][0] != two["evidence"]["replica_sample_digests"][0]
+    assert (one["evidence"]["replica_sample_digests"][0]
+            != two["evidence"]["replica_sample_digests"][0])
 
 
 def test_every_backend_has_the_same_thread_budget_per_device(smoke):

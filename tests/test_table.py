@@ -4,7 +4,8 @@ from xbench.common.grids.table import format_rows
 
 def row(backend, devices, status, epochs=(), test_accuracy=None):
     return {"backend": backend, "model": "small", "dataset_multiple": 1, "global_batch": 128,
-            "nodes": 1, "devices": devices, "repeat": 0, "status": status, "test_accuracy": test_accuracy,
+            "nodes": 1, "devices": devices, "repeat": 0, "status": status,
+            "test_accuracy": test_accuracy,
             "epochs": [{"epoch": e, "seconds": s, "rate": 4096 / s} for e, s in epochs]}
 
 

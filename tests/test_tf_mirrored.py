@@ -10,7 +10,8 @@ from xbench.pt_backend import train as pt_train
 from xbench.tf_backend import train as tf_train
 from xbench.tf_backend.collectives import OneTensorFlowProcess
 
-# What may differ between a tf-mirrored and a pt-ddp row of one cell: backend fields and measurements.
+# What may differ between a tf-mirrored and a pt-ddp row of one cell: backend fields and
+# measurements.
 BACKEND_FIELDS = {"run_id", "cell_key", "started_at", "finished_at", "backend", "framework",
                   "framework_version", "log", "cell_seconds", "backend_details", "env", "threads",
                   "attribution"}

@@ -29,15 +29,16 @@ def test_parameter_counts_equal_across_frameworks(name, params):
 @pytest.mark.parametrize("name", list(MODELS))
 def test_keras_flops_equal_torch_flops_and_the_spec(name):
     keras_side, torch_side = tf_models.describe(name), pt_models.describe(name)
-    assert keras_side["flops_per_sample"] == torch_side["flops_per_sample"] == flops_per_sample(name)
+    assert (keras_side["flops_per_sample"] == torch_side["flops_per_sample"]
+            == flops_per_sample(name))
     assert keras_side["params"] == torch_side["params"]
     assert keras_side["framework"].startswith("Keras 3.") and "TF 2." in keras_side["framework"]
 
 
 @pytest.mark.parametrize("name", list(MODELS))
 def test_both_frameworks_start_from_the_weights_drawn_in_common(name):
-    """Every tensor of the torch model is common.workload.models.initial_weights'; the Keras model holds
-    the same values in its layout, so both compute the same function from the first step."""
+    """Every tensor of the torch model is common.workload.models.initial_weights'; the Keras model
+    holds the same values in its layout, so both compute the same function from the first step."""
     torch_model, keras_model = pt_models.build_model(name, seed=5), tf_models.build_model(name, 5)
     drawn = initial_weights(name, 5)
     for parameter, value in zip(torch_model.parameters(), drawn, strict=True):
@@ -60,7 +61,8 @@ def test_same_weights_give_the_same_logits_loss_and_adam_step(name, mnist):
         return torch.nn.functional.cross_entropy(torch_model(torch_images), torch_labels)
 
     def keras_loss():
-        return float(tf.reduce_mean(tf_train.cross_entropy(keras_labels, keras_model(keras_images))))
+        return float(tf.reduce_mean(tf_train.cross_entropy(keras_labels,
+                                                           keras_model(keras_images))))
 
     torch_logits = torch_model(torch_images).detach().numpy()
     assert np.abs(torch_logits - keras_model(keras_images).numpy()).max() < 1e-4

@@ -87,7 +87,7 @@ class TensorFlowBackend(Backend):
         return profile(cell, kind, request)
 
     def is_out_of_memory(self, error: BaseException) -> bool:
-        from xbench.tf_backend.train import is_out_of_memory
+        from xbench.tf_backend.device import is_out_of_memory
         return is_out_of_memory(error)
 
     def bound_tensor_memory(self, megabytes: int) -> bool:
@@ -98,6 +98,6 @@ class TensorFlowBackend(Backend):
         cap instead (the BFC allocator) and raises ResourceExhaustedError beyond it; but
         oneDNN's kernels crash (SIGSEGV) when that allocator refuses them, so a memory-limited
         cell runs TensorFlow's Eigen kernels (the row's backend_details say so: cpu_kernels)."""
-        os.environ.update(TF_CPU_ALLOCATOR_USE_BFC="true", TF_CPU_BFC_MEM_LIMIT_IN_MB=str(megabytes),
-                          TF_ENABLE_ONEDNN_OPTS="0")
+        os.environ.update(TF_CPU_ALLOCATOR_USE_BFC="true",
+                          TF_CPU_BFC_MEM_LIMIT_IN_MB=str(megabytes), TF_ENABLE_ONEDNN_OPTS="0")
         return True

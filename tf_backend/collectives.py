@@ -1,5 +1,5 @@
-"""What a TensorFlow loop asks of its processes besides common.backends.collectives: a start from rank 0's
-variables, and gradients combined across processes."""
+"""What a TensorFlow loop asks of its processes besides common.backends.collectives: a start from
+rank 0's variables, and gradients combined across processes."""
 import abc
 
 from xbench.common.backends.collectives import Collectives, OneProcess

@@ -25,7 +25,8 @@ class HorovodTensorFlowBackend(TensorFlowBackend):
         return self.hvd.local_rank()
 
     def details(self):
-        return {"parallelism": "hvd.DistributedGradientTape", **horovod_support.details(self.hvd, self.cell.compression)}
+        return {"parallelism": "hvd.DistributedGradientTape",
+                **horovod_support.details(self.hvd, self.cell.compression)}
 
 
 class HorovodTensorFlowCollectives(horovod_support.HorovodGather, TensorFlowCollectives):

@@ -1,10 +1,10 @@
-"""TensorFlow's part of `xbench probe` (common.measuring.limits): matmul rates with TensorFlow's own kernels
-(in a tf.function, as training runs them), and all-reduce times through tf-multiworker's
+"""TensorFlow's part of `xbench probe` (common.measuring.limits): matmul rates with TensorFlow's own
+kernels (in a tf.function, as training runs them), and all-reduce times through tf-multiworker's
 collectives."""
 import tensorflow as tf
 
 from xbench.common.measuring.limits import matmul_record, time_all_reduce, time_matmul
-from xbench.tf_backend.train import device_name, gpu_capability
+from xbench.tf_backend.device import device_name, gpu_capability
 
 SIZE = {"cpu": 2048, "cuda": 8192}  # n of the n x n matmul, as pt_backend.limits
 
@@ -43,9 +43,15 @@ def matmul_rates(kind):
         tf.config.experimental.enable_tensor_float_32_execution(tf32)
         try:
             a, b = (tf.cast(tf.random.normal((size, size)), dtype) for _ in range(2))
-            multiply = tf.function(lambda: tf.linalg.matmul(a, b)[0, 0])
             records.append(matmul_record(precision, size, threads,
-                                         time_matmul(lambda: multiply().numpy(), lambda: None)))
+                                         time_matmul(first_of_product(a, b), lambda: None)))
         finally:
             tf.config.experimental.enable_tensor_float_32_execution(allowed)
     return records
+
+
+def first_of_product(a, b):
+    """A call that runs a @ b in a tf.function and reads the product's first number back to the
+    host (so that it waits for the device)."""
+    multiply = tf.function(lambda: tf.linalg.matmul(a, b)[0, 0])
+    return lambda: multiply().numpy()

@@ -111,8 +111,8 @@ def build_model(name, seed=0):
 
 
 def keras_layout(name, tensors):
-    """PyTorch-layout weights (common.workload.models.initial_weights) in Keras' layout, one list per
-    layer that holds weights, in the spec's order: conv kernels OIHW -> HWIO, dense kernels
+    """PyTorch-layout weights (common.workload.models.initial_weights) in Keras' layout, one list
+    per layer that holds weights, in the spec's order: conv kernels OIHW -> HWIO, dense kernels
     (out, in) -> (in, out), and for the dense layer after the flatten the rows reordered from
     PyTorch's (C, H, W) flatten order to Keras' (H, W, C); BatchNorm's scale and shift as they
     are."""

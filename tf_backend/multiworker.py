@@ -36,7 +36,8 @@ class MultiWorkerMirroredBackend(TensorFlowBackend):
         import tensorflow as tf
         options = tf.distribute.experimental.CommunicationOptions(
             implementation=tf.distribute.experimental.CommunicationImplementation.NCCL
-            if device_kind == "cuda" else tf.distribute.experimental.CommunicationImplementation.RING)
+            if device_kind == "cuda"
+            else tf.distribute.experimental.CommunicationImplementation.RING)
         self.comm.strategy = tf.distribute.MultiWorkerMirroredStrategy(
             communication_options=options)
         self.implementation = options.implementation.name

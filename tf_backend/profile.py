@@ -1,12 +1,13 @@
-"""TensorFlow's part of `xbench profile` (common.running.profile): the passes of each unit and of the whole
-training step, each pass a compiled tf.function as in training (the gradient of a tf.function
-runs as a compiled function too), in training mode."""
+"""TensorFlow's part of `xbench profile` (common.running.profile): the passes of each unit and of
+the whole training step, each pass a compiled tf.function as in training (the gradient of a
+tf.function runs as a compiled function too), in training mode."""
 import tensorflow as tf
 
 from xbench.common.running.profile import STEP_PASSES, time_passes
 from xbench.common.workload.data import load
+from xbench.tf_backend.device import device_name
 from xbench.tf_backend.models import build_model, build_optimizer
-from xbench.tf_backend.train import cross_entropy, device_name, normalise
+from xbench.tf_backend.train import cross_entropy, normalise
 
 
 def profile(cell, kind, request):

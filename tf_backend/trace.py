@@ -113,7 +113,7 @@ def _read(folder: str, starts: list[float]) -> list[Step]:
     steps = []
     for (low, high), host_start in zip(sorted(windows), starts):
         offset = host_start - low / 1e9
-        at = lambda ns: ns / 1e9 + offset  # noqa: E731
+        at = lambda ns, offset=offset: ns / 1e9 + offset  # noqa: E731
         step = Step(host_start, at(high))
         for name, start, end in ops:
             if low <= start < high and name.rpartition(":")[2] not in COLLECTIVE_OPS:

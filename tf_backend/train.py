@@ -1,4 +1,5 @@
-"""The TensorFlow training loop of tf-mirrored and hvd-tf: the hooks of common.running.training's loop.
+"""The TensorFlow training loop of every TensorFlow backend: the hooks of
+common.running.training's loop.
 
 The backend gives the `tf.distribute` strategy that holds the replicas of its process and the
 collectives its processes talk through (tf-mirrored: one process, N replicas; hvd-tf: N
@@ -15,10 +16,11 @@ import numpy as np
 import tensorflow as tf
 
 from xbench.common.measuring.attribution import CALL
-from xbench.common.running.env import cpu_name, peak_rss_bytes
+from xbench.common.running.env import peak_rss_bytes
 from xbench.common.running.training import EVAL_BATCH, INPUT_PIPELINE_PER_DEVICE, TrainingLoop
 from xbench.common.workload.data import rank_indices
 from xbench.common.workload.precision import LOSS_SCALE_GROWTH_STEPS, LOSS_SCALE_START, lower_dtype
+from xbench.tf_backend.device import device_name, math_allowed, use_float32_math
 from xbench.tf_backend.models import (
     batchnorm_statistics,
     build_model,
@@ -58,10 +60,10 @@ class EpochTotals:
 
 
 class TrainPipeline:
-    """tf.data over the uint8 arrays, in common.workload.data's seeded per-epoch order: this process's
-    share of each global batch, gathered by index (a k-times multiple is index % base size),
-    normalised in the pipeline and prefetched, with the sample indices it holds (the evidence of
-    what was trained on); the strategy splits it over its replicas. `threads`: the pipeline's
+    """tf.data over the uint8 arrays, in common.workload.data's seeded per-epoch order: this
+    process's share of each global batch, gathered by index (a k-times multiple is index % base
+    size), normalised in the pipeline and prefetched, with the sample indices it holds (the evidence
+    of what was trained on); the strategy splits it over its replicas. `threads`: the pipeline's
     private thread pool."""
 
     def __init__(self, data, multiple, global_batch, seed, comm, threads, replicas):
@@ -376,38 +378,3 @@ class TensorFlowLoop(TrainingLoop):
             return []
         first = self.backend.local_rank() * self.replicas
         return list(range(first, first + self.replicas))
-
-
-
-def use_float32_math(precision: str) -> None:
-    """TF32 off (in matmuls and convolutions alike) for fp32, on for tf32; under the others
-    TensorFlow's default for what stays float32."""
-    if precision in ("fp32", "tf32"):
-        tf.config.experimental.enable_tensor_float_32_execution(precision == "tf32")
-
-
-def math_allowed(kind) -> dict[str, str]:
-    """The precision TensorFlow lets float32 matmuls and convolutions run in here: TF32 in both
-    where the GPU has it (compute capability 8.0 on) and TensorFlow allows it (its default),
-    else fp32."""
-    tf32 = (kind == "cuda" and tf.config.experimental.tensor_float_32_execution_enabled()
-            and gpu_capability() >= (8, 0))
-    return dict.fromkeys(("matmul", "convolution"), "tf32" if tf32 else "fp32")
-
-
-def gpu_capability() -> tuple[int, int]:
-    """The first visible GPU's compute capability."""
-    gpu = tf.config.get_visible_devices("GPU")[0]
-    return tf.config.experimental.get_device_details(gpu).get("compute_capability", (0, 0))
-
-
-def device_name(kind):
-    """The first visible GPU's name, or the CPU's."""
-    if kind == "cuda":
-        gpu = tf.config.get_visible_devices("GPU")[0]
-        return tf.config.experimental.get_device_details(gpu).get("device_name", gpu.name)
-    return cpu_name()
-
-
-def is_out_of_memory(error):
-    return isinstance(error, (MemoryError, tf.errors.ResourceExhaustedError))

@@ -91,8 +91,8 @@ Cell = dataclasses.make_dataclass("Cell", [
 ], bases=(CellMethods,), frozen=True, kw_only=True)
 Cell.__module__ = __name__
 Cell.__doc__ = ("One configuration of the grid; `repeat` says which repetition of it this run is. "
-                "Fields: the grid's name, the settings of common.grids.settings.IN_CELL, and threads, "
-                "data_dir, sweep, repeat.")
+                "Fields: the grid's name, the settings of common.grids.settings.IN_CELL, "
+                "and threads, data_dir, sweep, repeat.")
 
 
 def threads_per_device(cell: Cell, cores: int) -> int:

@@ -51,7 +51,8 @@ def preset_path(name):
     path = EXPERIMENTS / f"{name}.toml"
     if not path.is_file():
         names = sorted(p.stem for p in EXPERIMENTS.glob("*.toml"))
-        raise UserError(f"no preset '{name}'{did_you_mean(name, names)}; presets: {', '.join(names)}")
+        raise UserError(f"no preset '{name}'{did_you_mean(name, names)}; presets: "
+                        f"{', '.join(names)}")
     return path
 
 
@@ -146,7 +147,8 @@ def _check_sizes(values, settings):
         raise UserError(f"the grid has {cells:,} cells (axes x seeds x repeats); at most "
                         f"{MAX_CELLS:,}: narrow an axis or lower --seeds or --repeat")
     if settings["seed"] + settings["seeds"] - 1 > SETTINGS["seed"].maximum:
-        raise UserError(f"seeds {settings['seed']:,} to {settings['seed'] + settings['seeds'] - 1:,}"
+        raise UserError(f"seeds {settings['seed']:,} to "
+                        f"{settings['seed'] + settings['seeds'] - 1:,}"
                         f" go past {SETTINGS['seed'].maximum:,} (seeds are 32-bit in every "
                         f"framework): lower --seed or --seeds")
     smallest = min(train_samples(settings["data"], m) for m in values["models"])
@@ -176,9 +178,9 @@ def _check_choices(values, settings):
         raise UserError(f"warm-up of {max(values['warmup_epochs'])} epoch(s) is not shorter than "
                         f"the run of {settings['epochs']}: lower --warmup-epochs or raise --epochs")
     if max(values["warmup_epochs"]) and values["lr_scaling"] == ["none"]:
-        raise UserError("a warm-up ramps the learning rate from lr to the scaled lr (Goyal et al.); "
-                        "with lr_scaling none there is nothing to ramp to: give --lr-scaling "
-                        "linear or sqrt")
+        raise UserError("a warm-up ramps the learning rate from lr to the scaled lr "
+                        "(Goyal et al.); with lr_scaling none there is nothing to ramp to: give "
+                        "--lr-scaling linear or sqrt")
     if settings["optimizer"] == "adam" and settings["momentum"]:
         raise UserError("momentum is SGD's setting (Adam has its betas): give --optimizer sgd, or "
                         "no --momentum")
@@ -194,6 +196,6 @@ def _check_choices(values, settings):
                for d in {n * d for n in values["nodes"] for d in values["devices"]} if b % d]
         if bad:
             pairs = ", ".join(f"batch {b} on {d} devices" for b, d in bad)
-            raise UserError(f"in batch_mode 'global' the batch is split over the devices, so it must "
-                            f"divide evenly: {pairs} does not; change --batch or --devices, or use "
-                            f"--batch-mode per_device")
+            raise UserError(f"in batch_mode 'global' the batch is split over the devices, so it "
+                            f"must divide evenly: {pairs} does not; change --batch or --devices, "
+                            f"or use --batch-mode per_device")

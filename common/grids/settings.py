@@ -2,8 +2,8 @@
 
 One `Setting` per grid-file key says everything the rest of xbench needs to know of it: its type,
 default and allowed values, whether it is an axis (a list: every combination of the axes is a
-cell), its command-line flag and help, the field of `common.grids.cell.Cell` it becomes, the part of the
-cell key it writes, the field and section of the result row that records it, and the schema
+cell), its command-line flag and help, the field of `common.grids.cell.Cell` it becomes, the part of
+the cell key it writes, the field and section of the result row that records it, and the schema
 version that added it. From this table:
 
 - `xbench grid`'s options are generated (cli/options.py);
@@ -19,16 +19,14 @@ Adding a setting is one entry here, one upgrade of the schema, plus the code tha
 """
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from enum import Enum
+from collections.abc import Mapping
 from typing import Any
 
 import psutil
 
 from xbench.common.backends.registry import BACKENDS, check_backend_name
-from xbench.common.errors import UserError, did_you_mean
+from xbench.common.errors import UserError
+from xbench.common.grids.setting import Role, Setting
 from xbench.common.workload import faults
 from xbench.common.workload.compression import COMPRESSIONS
 from xbench.common.workload.compression import label as compression_label
@@ -41,127 +39,14 @@ DEVICE_KINDS = ("auto", "cpu", "cuda")
 LAUNCHERS = ("local", "slurm")
 LR_SCALINGS = ("none", "linear", "sqrt")
 PRECISIONS = ("framework-default", "fp32", "tf32", "bf16", "fp16")
-# How a PyTorch backend's batches reach the device (seeds/001): pageable memory and a blocking
-# copy, page-locked (pinned) memory, or pinned memory and a copy that overlaps the step.
+# How a PyTorch backend's batches reach the device (host transfers, as a study of CPU offloading
+# measures them): pageable memory and a blocking copy, page-locked (pinned) memory, or pinned memory
+# and a copy that overlaps the step.
 HOST_MEMORY = ("pageable", "pinned", "pinned-non-blocking")
 # pt-fsdp: when a unit frees the parameters it gathered (FSDP2's reshard_after_forward True/False)
 RESHARDS = ("after-forward", "after-backward")
 SECTIONS = ("configuration", "training", "input")  # the result row's sections of settings
 SEEDS = 2**32 - 1  # seeds are 32-bit in every framework
-
-
-class Role(str, Enum):
-    """What a setting is to a reader of the results (the report derives its columns from it)."""
-    SETUP = "setup"              # what is trained on what: cells compared must agree on it
-    TRAINING = "training"        # how it is trained: cells compared agree on it; in the label
-    PLACEMENT = "placement"      # which backend on how many devices and nodes: what is compared
-    FAULT = "fault"              # a fault injected on purpose: its cells stay out of verdicts
-    BOOKKEEPING = "bookkeeping"  # how the grid runs, not what a cell measures
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One setting of a grid. `key` is its name in a grid file and on `xbench grid`'s command
-    line (axes are plural: `backends`); the other names default from it."""
-
-    key: str
-    kind: type                     # int, float, str or bool (of each value, for an axis)
-    default: Any                   # None: every grid must give it; an axis' default is a list
-    help: str                      # the flag's help and the reference's description
-    role: Role                     # what it is to a reader of the results (Role)
-    axis: bool = False             # a list of values: every combination of the axes is a cell
-    flag: str | None = ""          # "": --key with dashes; None: only in grid files
-    field: str | None = ""         # the Cell field ("": key); None: a grid-level setting
-    row: str | None = ""           # the result row's field ("": field); None: not in the row
-    section: str = "configuration"  # the row's section it belongs to (SECTIONS)
-    choices: tuple[str, ...] = ()  # the values a text setting may take
-    check: Callable[[Any], Any] | None = None  # a check of its own (names with suggestions)
-    minimum: float = 1             # the lowest value of a number
-    maximum: float | Callable[[], float] | None = None
-    why: str = ""                  # why the maximum (whole numbers), or what the number is
-    # The cell key's part of this setting (a function of the cell), or the key of the setting
-    # whose part carries it; None: not in the key (it does not change what is measured).
-    key_part: Callable[[Any], str] | str | None = None
-    since: int = 1                 # the schema version whose rows first recorded it
-    zero_is_null: bool = False     # the row records 0 (none) as null
-    # What a Cell made without it holds, and what rows older than `since` did (an upgrade fills
-    # it in): the default (an axis' first) unless given. Give it where the default stands for
-    # another value (lr 0: the optimizer's own), or when a default changes, so old rows keep
-    # what they did.
-    implied: Any = None
-    # The training label's words for it (a training choice or a fault): a function of the row's
-    # values ("" where it says nothing), or the key of the setting whose words carry it.
-    label: Callable[[Mapping[str, Any]], str] | str | None = None
-    column: str = ""               # the report's column (default: the row's field)
-    draw: bool = False             # only the random draw changes with it (the seed): its cells
-    #                                are one configuration, held out of a prediction together
-
-    @property
-    def flag_name(self) -> str | None:
-        return None if self.flag is None else self.flag or "--" + self.key.replace("_", "-")
-
-    @property
-    def field_name(self) -> str | None:
-        return None if self.field is None else self.field or self.key
-
-    @property
-    def row_name(self) -> str | None:
-        return None if self.row is None or self.field_name is None else self.row or self.field_name
-
-    @property
-    def column_name(self) -> str | None:
-        """The report's column of it (None: the report has none)."""
-        return self.column or self.row_name
-
-    @property
-    def cell_default(self) -> Any:
-        """The value of a Cell made without it (`implied`)."""
-        if self.implied is not None:
-            return self.implied
-        return self.default[0] if self.axis and self.default else self.default
-
-    def row_value(self, value: Any) -> Any:
-        """How the row records `value`."""
-        return (value or None) if self.zero_is_null else value
-
-
-    def check_value(self, value: Any) -> Any:
-        """`value` if this setting may take it, else a UserError that names it."""
-        where = f"fix it in the grid file or with {self.flag_name or 'the grid file'}"
-        if self.kind is bool:
-            if not isinstance(value, bool):
-                raise UserError(f"'{self.key}' must be true or false, got {value!r}")
-        elif self.kind is float:
-            if (isinstance(value, bool) or not isinstance(value, (int, float))
-                    or math.isnan(value) or not self.minimum <= value <= self.maximum):
-                raise UserError(f"'{self.key}' must be a number from {self.minimum:g} to "
-                                f"{self.maximum:g} ({self.why}), got {value!r}; {where}")
-        elif self.kind is int:
-            self._check_whole(value, where)
-        elif not isinstance(value, str):
-            raise UserError(f"'{self.key}' must be text, got {value!r}")
-        elif "\0" in value:
-            raise UserError(f"'{self.key}' must not contain a NUL character")
-        elif self.choices and value not in self.choices:
-            raise UserError(f"'{self.key}' must be one of {', '.join(self.choices)}, got "
-                            f"'{value}'{did_you_mean(value, self.choices)}")
-        if self.check:
-            self.check(value)
-        return value
-
-    def _check_whole(self, value: Any, where: str) -> None:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise UserError(f"'{self.key}' must be a whole number, got {value!r}; {where}")
-        if value < min(self.minimum, 1):
-            raise UserError(f"'{self.key}' must be positive, got {value}; {where}")
-        if value < self.minimum:
-            raise UserError(f"'{self.key}' must be at least {self.minimum:g}, got {value}: "
-                            f"{self.why}; {where}")
-        limit = self.maximum() if callable(self.maximum) else self.maximum
-        if limit is not None and value > limit:
-            shown = (f"is a {len(str(value))}-digit number," if value >= 10 ** 18
-                     else f"{value:,} is")
-            raise UserError(f"'{self.key}' {shown} more than {limit:,}: {self.why}; {where}")
 
 
 def machine_memory_mb() -> int:
@@ -202,9 +87,11 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
     # --- the axes, in the cell key's order ------------------------------------------------------
     Setting("backends", str, None, "Backends: " + ", ".join(BACKENDS) + ".", axis=True,
             flag="--backend",
-            field="backend", check=check_backend_name, key_part=lambda c: c.backend, role=Role.PLACEMENT),
+            field="backend", check=check_backend_name, key_part=lambda c: c.backend,
+            role=Role.PLACEMENT),
     Setting("models", str, None, "Models: " + ", ".join(MODELS) + ".", axis=True, flag="--model",
-            field="model", check=check_model_name, key_part=lambda c: f"|{c.model}", role=Role.SETUP),
+            field="model", check=check_model_name, key_part=lambda c: f"|{c.model}",
+            role=Role.SETUP),
     Setting("multiples", int, None, "Dataset multiples, e.g. 1,4,8.", axis=True,
             flag="--multiple", field="multiple", row="dataset_multiple", maximum=100,
             why="the blog's largest dataset is 8x; at 100x one epoch is 6 million samples, whose "
@@ -232,15 +119,17 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
             key_part=lambda c: f"|e{c.epochs}", role=Role.SETUP),
     Setting("repeats", int, 1, "Repeats of every cell (dispersion needs >= 3).", flag="--repeat",
             field=None, maximum=1000,
-            why="a few repeats give the intervals; thousands only take time", role=Role.BOOKKEEPING),
+            why="a few repeats give the intervals; thousands only take time",
+            role=Role.BOOKKEEPING),
     Setting("seed", int, 0, "Seed of the model and the data order (the first of --seeds).",
             minimum=0, maximum=SEEDS, why="seeds are 32-bit in every framework",
             key_part=lambda c: f"|seed{c.seed}", role=Role.SETUP, draw=True),
     Setting("seeds", int, 1,
             "Seeds per configuration: seed, seed+1, ..., each its own cell (default 1; with a "
             "target accuracy 5, MLPerf's count: time to a target varies from seed to seed).",
-            field=None, maximum=1000, why="a few seeds give the spread; thousands only take time", role=Role.BOOKKEEPING),
-    # --- training to a target (common.measuring.target) ---------------------------------------------------
+            field=None, maximum=1000, why="a few seeds give the spread; thousands only take time",
+            role=Role.BOOKKEEPING),
+    # --- training to a target (common.measuring.target) -----------------------------------------
     Setting("target_accuracy", float, 0.0,
             "Train until the test accuracy reaches this (0-1), evaluated --evals-per-epoch times "
             "an epoch, or until --epochs (then the row says converged: false); the row records "
@@ -261,7 +150,8 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
             key_part=lambda c: f"|{c.data}", role=Role.SETUP),
     Setting("max_train_samples", int, 0, "Cap the base training set (before multiples).",
             minimum=0, maximum=max(TRAIN_SAMPLES.values()), why="no training set here is larger",
-            key_part=lambda c: f"|cap{c.max_train_samples}" if c.max_train_samples else "", role=Role.SETUP),
+            key_part=lambda c: f"|cap{c.max_train_samples}" if c.max_train_samples else "",
+            role=Role.SETUP),
     Setting("max_test_samples", int, 0,
             "Cap the test set accuracy is measured on (default: all 10,000).", section="input",
             minimum=0, maximum=TEST_SAMPLES, why="no test set here is larger",
@@ -269,7 +159,8 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
             since=4, role=Role.SETUP),
     # --- where it runs --------------------------------------------------------------------------
     Setting("device", str, "auto", "Force cpu or cuda.", row=None, choices=DEVICE_KINDS,
-            key_part=lambda c: f"|{c.device}" + (f"|t{c.threads}" if c.threads else ""), role=Role.PLACEMENT),
+            key_part=lambda c: f"|{c.device}" + (f"|t{c.threads}" if c.threads else ""),
+            role=Role.PLACEMENT),
     Setting("precision", str, ["framework-default"],
             "The math of training (an axis): framework-default (float32; on GPUs each "
             "framework's TF32 default: PyTorch in convolutions only, TensorFlow in both), fp32 "
@@ -279,9 +170,11 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
             "loss scale).", axis=True, choices=PRECISIONS,
             key_part=lambda c: "" if c.precision == "framework-default" else f"|{c.precision}",
             since=8, role=Role.TRAINING,
-            label=lambda v: "" if v["precision"] == "framework-default" else f"precision {v['precision']}"),
+            label=lambda v: ("" if v["precision"] == "framework-default"
+                             else f"precision {v['precision']}")),
     Setting("timeout", int, 3600, "Seconds a cell may run before it is killed.", row=None,
-            maximum=30 * 24 * 3600, why="30 days is the longest timeout a cell may have", role=Role.BOOKKEEPING),
+            maximum=30 * 24 * 3600, why="30 days is the longest timeout a cell may have",
+            role=Role.BOOKKEEPING),
     Setting("retries", int, 1,
             "Times a cell runs again after one of its processes crashed (killed by SIGSEGV, "
             "SIGABRT, SIGBUS, SIGILL or SIGFPE: a fault inside a framework, such as the heap "
@@ -289,11 +182,13 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
             "(xbench's own spawner passes the signal on; torchrun and horovodrun exit 1, "
             "which is not taken for a crash); every crash is kept in the row's 'crashes'.",
             row=None, minimum=0, maximum=5,
-            why="a cell that crashes 6 times in a row is not crashing by chance", role=Role.BOOKKEEPING),
+            why="a cell that crashes 6 times in a row is not crashing by chance",
+            role=Role.BOOKKEEPING),
     Setting("memory_limit_mb", int, 0,
             "Memory each worker may allocate for training, on top of its framework and data "
             "(emulates a smaller device: a batch that does not fit is an 'oom' row).", minimum=0,
-            maximum=machine_memory_mb, why="that is this machine's memory", zero_is_null=True, role=Role.BOOKKEEPING),
+            maximum=machine_memory_mb, why="that is this machine's memory", zero_is_null=True,
+            role=Role.BOOKKEEPING),
     Setting("contention_limit", float, 0.25,
             "Share of a rank's cores (0-1) that other processes, steal and cgroup throttling "
             "may take during a timed epoch before its row is marked contended (default 0.25).",
@@ -309,7 +204,8 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
             "one job.", choices=LAUNCHERS, role=Role.BOOKKEEPING),
     Setting("slurm_partition", str, "", "Slurm partition to submit to (default: the cluster's).",
             field=None, role=Role.BOOKKEEPING),
-    Setting("slurm_account", str, "", "Slurm account to charge.", field=None, role=Role.BOOKKEEPING),
+    Setting("slurm_account", str, "", "Slurm account to charge.", field=None,
+            role=Role.BOOKKEEPING),
     Setting("slurm_time", int, 0,
             "Slurm time limit per cell, minutes (default: the cell's timeout, rounded up).",
             field=None, minimum=0, maximum=30 * 24 * 60,
@@ -321,8 +217,8 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
             field=None, role=Role.BOOKKEEPING),
     # --- training, the same in every backend ---------------------------------------------------
     Setting("optimizer", str, "adam", "adam (default) or sgd, the same step in every framework.",
-            section="training", choices=tuple(OPTIMIZERS), key_part=_optimizer_part, since=3, role=Role.TRAINING,
-            label=_optimizer_words),
+            section="training", choices=tuple(OPTIMIZERS), key_part=_optimizer_part, since=3,
+            role=Role.TRAINING, label=_optimizer_words),
     Setting("lr", float, 0.0, "Learning rate (default: adam 0.001, sgd 0.01).",
             section="training", minimum=0, maximum=100,
             why="a learning rate; 0 is the optimizer's default", key_part="optimizer", since=3,
@@ -342,7 +238,8 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
             "(comma-separated: an axis).", axis=True, section="training", choices=LR_SCALINGS,
             key_part=lambda c: (f"|lr-{c.lr_scaling}{c.reference_batch}"
                                 if c.lr_scaling != "none" else ""), since=3, role=Role.TRAINING,
-            label=lambda v: f"lr {v['lr_scaling']}/{v['reference_batch']}" if v["lr_scaling"] != "none" else ""),
+            label=lambda v: (f"lr {v['lr_scaling']}/{v['reference_batch']}"
+                             if v["lr_scaling"] != "none" else "")),
     Setting("reference_batch", int, 128, "The global batch lr is given for (default 128).",
             section="training", maximum=2**20, why="no batch here is larger",
             key_part="lr_scaling", since=3, role=Role.TRAINING,
@@ -351,7 +248,8 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
             "Epochs over which lr ramps linearly from lr to the scaled lr (an axis, e.g. 0,1).",
             axis=True, section="training", minimum=0, maximum=999,
             why="warm-up must end before the run does",
-            key_part=lambda c: f"|warm{c.warmup_epochs}" if c.warmup_epochs else "", since=3, role=Role.TRAINING,
+            key_part=lambda c: f"|warm{c.warmup_epochs}" if c.warmup_epochs else "", since=3,
+            role=Role.TRAINING,
             label=lambda v: f"warm-up {v['warmup_epochs']}" if v["warmup_epochs"] else ""),
     Setting("set_epoch", bool, True,
             "pt-ddp and hvd-torch: call DistributedSampler.set_epoch each epoch (default), or "
@@ -398,7 +296,7 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
             key_part=lambda c: f"|workers{c.loader_workers}" if c.loader_workers else "",
             since=4, role=Role.TRAINING,
             label=lambda v: f"{v['loader_workers']} loader workers" if v["loader_workers"] else ""),
-    # --- faults injected on purpose (common.workload.faults) ---------------------------------------------
+    # --- faults injected on purpose (common.workload.faults) -------------------------------------
     Setting("inject", str, [faults.NONE],
             "Faults to inject, to see where the step attribution puts them (never by default; "
             "rows with one stay out of verdicts and comparisons): none, input-delay=MS, "

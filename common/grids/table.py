@@ -19,9 +19,9 @@ def format_rows(rows):
         epochs = {e["epoch"]: e for e in row.get("epochs") or []}
         first, second = epochs.get(1, {}), epochs.get(2, {})
         values = (row["backend"], row["model"], row["dataset_multiple"], row["global_batch"],
-                  row["nodes"], row["devices"], row["repeat"], row["status"], _num(first.get("seconds"), 2),
-                  _num(second.get("seconds"), 2), _num(second.get("rate"), 0),
-                  _num(row.get("test_accuracy"), 4))
+                  row["nodes"], row["devices"], row["repeat"], row["status"],
+                  _num(first.get("seconds"), 2), _num(second.get("seconds"), 2),
+                  _num(second.get("rate"), 0), _num(row.get("test_accuracy"), 4))
         line = "  ".join(f"{str(v):>{w}}" for v, (_, w) in zip(values, COLUMNS))
         differing = " ".join(f"{field}={row.get(field)}" for field in varying)
         lines.append(line + (f"  {differing}" if varying else ""))

@@ -2,8 +2,8 @@
 
 Dense (not 2:4 sparse) tensor-core TFLOP/s by precision, as NVIDIA publishes them; fp32 is the
 non-tensor-core rate. A GPU is found by its name as the frameworks report it (torch's
-get_device_name, TensorFlow's device details). CPUs have no entry: their ceiling is the probe's. A name matches on whole words ("L4" is not
-"L40S").
+get_device_name, TensorFlow's device details). CPUs have no entry: their ceiling is the probe's. A
+name matches on whole words ("L4" is not "L40S").
 """
 import re
 
@@ -22,7 +22,8 @@ DATASHEETS = (
     ("T4", "NVIDIA T4", {"fp32": 8.1, "fp16": 65.0},
      "https://www.nvidia.com/en-us/data-center/tesla-t4/ (no TF32 or bf16)"),
     ("V100", "NVIDIA V100", {"fp32": 15.7, "fp16": 125.0},
-     "https://images.nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-1165301-r5.pdf"
+     "https://images.nvidia.com/content/technologies/volta/pdf/"
+     "volta-v100-datasheet-update-us-1165301-r5.pdf"
      " (SXM2; no TF32 or bf16)"),
 )
 

@@ -42,7 +42,8 @@ def sample_evidence(consumed: list[list[np.ndarray]], steps: int) -> dict:
         trained.append(int(unique))
         per_step = np.concatenate([a.reshape(steps, -1) for a in arrays], axis=1)
         global_digests.append(indices_digest(np.sort(per_step, axis=1)))
-    return {"replica_sample_digests": [[indices_digest(e) for e in replica] for replica in consumed],
+    return {"replica_sample_digests": [[indices_digest(e) for e in replica]
+                                       for replica in consumed],
             "global_batches_digests": global_digests, "shard_overlap": overlap,
             "samples_trained": trained}
 

@@ -29,25 +29,10 @@ class EpochClock:
         return self.stopped - self.started
 
 
-class StepTimer:
-    """Per-step times from the host clock, marked after each step: exact on the CPU, where a step
-    returns when its work is done. A GPU loop uses its framework's event timer instead, so that
-    timing a step never adds a host synchronisation."""
-
-    def __init__(self):
-        self.marks = [time.perf_counter()]
-
-    def mark(self) -> None:
-        self.marks.append(time.perf_counter())
-
-    def seconds(self) -> list[float]:
-        """The steps' durations; call after the epoch's final sync."""
-        return np.diff(self.marks).tolist()
-
-
 def epoch_record(epoch: int, seconds_per_rank: Sequence[float], samples: int, loss_sum: float,
                  correct: float) -> dict:
-    """One epoch of the result row; its time is the slowest rank's (the epoch ends when all have)."""
+    """One epoch of the result row; its time is the slowest rank's (the epoch ends when all
+    have)."""
     seconds = max(seconds_per_rank)
     return {"epoch": epoch, "seconds": seconds, "samples": int(samples),
             "rate": samples / seconds if seconds > 0 else None,

@@ -50,7 +50,8 @@ class Measurement:
     contended: bool                   # another load used the machine in a timed epoch
     evidence: dict                    # digests of weights and of the samples each replica took
     backend_details: dict             # what the backend says of itself
-    attribution: dict                 # each step split into its parts (common.measuring.attribution)
+    attribution: dict                 # each step split into its parts
+                                      # (common.measuring.attribution)
     time_to_target: dict | None = None  # with a target accuracy (common.measuring.target)
 
     def to_dict(self) -> dict:
@@ -215,7 +216,8 @@ def row_problem(row: Any) -> str | None:
                 return f"'{name}' is null in a row with status {status!r}"
             continue
         if not _is(value, kinds):
-            return f"'{name}' is {type(value).__name__}, not {' or '.join(k.__name__ for k in kinds)}"
+            return (f"'{name}' is {type(value).__name__}, not "
+                    f"{' or '.join(k.__name__ for k in kinds)}")
         problem = shape_problem(value, NESTED[name], name) if name in NESTED else None
         if problem:
             return problem

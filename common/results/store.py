@@ -86,7 +86,8 @@ def append_row(path, row):
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, size)
             raise UserError(f"cannot append to the results file {path}: {e.strerror or e}; the "
-                            f"rows already in it are intact; {keep_unwritten(path, line)}") from None
+                            f"rows already in it are intact; "
+                            f"{keep_unwritten(path, line)}") from None
     finally:
         os.close(fd)  # closing releases the lock
 
@@ -218,7 +219,8 @@ EXPORT_SUFFIXES = (".csv", ".parquet")
 
 
 def check_export_target(path) -> Path:
-    """The export's file, checked before anything is read: a known suffix, a folder that takes it."""
+    """The export's file, checked before anything is read: a known suffix, a folder that takes
+    it."""
     path = Path(path)
     if path.suffix not in EXPORT_SUFFIXES:
         raise UserError(f"cannot export to '{path.suffix}': use a .csv or .parquet file name")

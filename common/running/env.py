@@ -1,4 +1,5 @@
-"""The environment a row was measured in (printed with the numbers, as PyTorch's DDP benchmark does)."""
+"""The environment a row was measured in (printed with the numbers, as PyTorch's DDP benchmark
+does)."""
 import importlib.metadata
 import platform
 import resource
@@ -26,7 +27,8 @@ def git_commit():
     try:
         out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
                              capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain",
+                                "--untracked-files=no"],
                                capture_output=True, text=True, timeout=10).stdout.strip()
         return out.stdout.strip() + ("-dirty" if dirty else "") if out.returncode == 0 else None
     except (OSError, subprocess.TimeoutExpired):

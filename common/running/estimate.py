@@ -106,8 +106,8 @@ def probe(model: str) -> float | None:
 
 def estimate(cells: list[Cell], results_path: Path, resume: bool) -> list[Estimate]:
     rows = history(results_path)
-    done = ({(r["cell_key"], r["repeat"]) for r in read_rows(results_path)[0] if r["status"] == "ok"}
-            if resume and results_path.is_file() else set())
+    done = ({(r["cell_key"], r["repeat"]) for r in read_rows(results_path)[0]
+             if r["status"] == "ok"} if resume and results_path.is_file() else set())
     gpus, probes, estimates = gpus_here(), {}, []
     for cell in cells:
         reason = unsupported_here(Start.of(cell.backend), cell, gpus)

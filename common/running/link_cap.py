@@ -8,11 +8,11 @@ LEAST_BURST_BYTES = 128 * 1024  # the least burst: a 64 KiB loopback packet fits
 
 
 def capped_link(command: list[str], rate: str, bytes_per_second: float) -> list[str]:
-    """`command` run in a network namespace of its own (unshare), whose loopback, the only link
-    its processes have, is capped by a token bucket at `rate` (tc's tbf): a slow network on one
-    machine (the link fault, common.workload.faults). The bucket holds a few milliseconds of traffic and
-    at least two of the loopback's largest packets (64 KiB and their headers: tbf drops a packet
-    larger than its bucket, for good), so the cap holds over any collective's transfer."""
+    """`command` run in a network namespace of its own (unshare), whose loopback, the only link its
+    processes have, is capped by a token bucket at `rate` (tc's tbf): a slow network on one machine
+    (the link fault, common.workload.faults). The bucket holds a few milliseconds of traffic and at
+    least two of the loopback's largest packets (64 KiB and their headers: tbf drops a packet larger
+    than its bucket, for good), so the cap holds over any collective's transfer."""
     burst = max(LEAST_BURST_BYTES, int(bytes_per_second * TOKEN_BUCKET_SECONDS))
     script = (f"ip link set lo up && tc qdisc add dev lo root tbf rate {rate} burst {burst} "
               f"latency 100ms && exec \"$@\"")

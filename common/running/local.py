@@ -75,7 +75,8 @@ class LocalLauncher:
         placement = Placement(("127.0.0.1",), free_ports(cell.world + 1), (socket.gethostname(),))
         command = backend.launch_command(cell, worker_args, placement)
         if backend.launch_scope == "task":
-            command = [sys.executable, "-m", "xbench.common.running.spawn", str(cell.devices), "--", *command]
+            command = [sys.executable, "-m", "xbench.common.running.spawn", str(cell.devices),
+                       "--", *command]
         injected = faults.parse(cell.inject)
         if injected.link:
             command = capped_link(command, injected.link, injected.link_bytes_per_second)

@@ -1,5 +1,6 @@
-"""`xbench probe`: what runs to measure this machine's limits (common.measuring.limits), each measurement a
-short "cell" launched exactly as a grid's cells are (common.running.runner.launch), so it runs with the
+"""`xbench probe`: what runs to measure this machine's limits (common.measuring.limits), each
+measurement a short "cell" launched exactly as a grid's cells are (common.running.runner.launch),
+so it runs with the
 same processes, launcher, threads and collectives as the cells whose numbers it judges.
 
 - matmul: each framework's single-device backend (pt-single, tf-single), once per thread count a
@@ -66,7 +67,8 @@ def plan(backends: list[str], devices: list[int], nodes: list[int], device: str,
 
 def run_probe(backends: list[str], devices: list[int], nodes: list[int], device: str,
               launcher, echo: Callable[[str], None] = print) -> dict:
-    """Run every probe of `plan` with `launcher` (common.running.launch); the probe record to keep."""
+    """Run every probe of `plan` with `launcher` (common.running.launch); the probe record to
+    keep."""
     steps = plan(backends, devices, nodes, device, launcher.cores, launcher.name)
     check_devices([cell for cell, _ in steps], launcher.cores)
     record = {"probe_version": PROBE_VERSION, "measured_at": now(), "env": env.capture(),

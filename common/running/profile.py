@@ -1,6 +1,6 @@
-"""`xbench profile`: seed 001's measurement. A model's units (conv1, bn1, block1 ... as
-common.workload.models.named_layers names them) are timed forward and backward on one device, in each
-framework, beside the whole training step they belong to.
+"""`xbench profile`: the per-layer timing a study of CPU offloading asks for. A model's units
+(conv1, bn1, block1 ... as common.workload.models.named_layers names them) are timed forward and
+backward on one device, in each framework, beside the whole training step they belong to.
 
 A time is taken the same way in both frameworks. pt_backend.profile and tf_backend.profile give
 the passes, and `time_passes` runs them:
@@ -163,7 +163,8 @@ def summarize(model: str, batch: int, measured: dict) -> dict:
     """One framework's table: per unit its times, share of the step and achieved GFLOP/s, and
     the units' sum beside the step. A round ran every pass once, so each derived number is taken
     per round (a share, a rate, a sum) and summarised like a time: median and 95% interval."""
-    seconds = {name: np.asarray(values, dtype=float) for name, values in measured["seconds"].items()}
+    seconds = {name: np.asarray(values, dtype=float)
+               for name, values in measured["seconds"].items()}
     total = np.sum([seconds[f"step.{name}"] for name in STEP_PASSES], axis=0)
     step = {name: median_interval(seconds[f"step.{name}"]) for name in STEP_PASSES}
     step["total"] = median_interval(total)
@@ -177,7 +178,8 @@ def summarize(model: str, batch: int, measured: dict) -> dict:
         flops = layer_flops(layer, shape) * batch
         flops_back = backward_flops(layer, shape, index == 0) * batch
         units.append({
-            "unit": unit, "layer": layer_text(layer), "output_shape": list(output_shape(layer, shape)),
+            "unit": unit, "layer": layer_text(layer),
+            "output_shape": list(output_shape(layer, shape)),
             "params": layer_parameters(layer), "forward_flops": flops,
             "backward_flops": flops_back, "forward": median_interval(forward),
             "backward": median_interval(backward) if backward is not None else None,
@@ -194,8 +196,9 @@ def summarize(model: str, batch: int, measured: dict) -> dict:
 def run_profile(model: str, batch: int, backends: list[str], units: list[str], steps: int,
                 warmup: int, device: str, seed: int, launcher,
                 echo: Callable[[str], None] = print) -> dict:
-    """Profile `model` with each backend, one launched process each (common.running.runner.launch, as
-    a grid's cells): the record that `xbench profile` prints and writes."""
+    """Profile `model` with each backend, one launched process each
+    (common.running.runner.launch, as a grid's cells): the record that `xbench profile` prints
+    and writes."""
     record = {"profile_version": PROFILE_VERSION, "measured_at": now(), "model": model,
               "batch": batch, "device": device, "steps": steps, "warmup": warmup, "seed": seed,
               "data": "synthetic", "optimizer": PROFILE_OPTIMIZER, "units": units,

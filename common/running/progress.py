@@ -121,7 +121,8 @@ class GridProgress:
             self.display.update(self._renderable(p))
         elif p is not None:
             finished = len(p["epoch_seconds"])
-            if finished > self.last_epoch or time.monotonic() - self.last_plain > PLAIN_EVERY_SECONDS:
+            if (finished > self.last_epoch
+                    or time.monotonic() - self.last_plain > PLAIN_EVERY_SECONDS):
                 self.last_epoch, self.last_plain = finished, time.monotonic()
                 self.echo(f"[{self.number}/{self.total}] {self.label}: {self._status(p)}")
 
@@ -150,6 +151,7 @@ class GridProgress:
     def _text(self, p: dict | None) -> str:
         head = f"[{self.number}/{self.total}] {self.label}: "
         if p is None:
-            return head + f"starting (launch, imports, data, model); {self.grid_eta(self.number - 1)}"
+            return (head + f"starting (launch, imports, data, model); "
+                           f"{self.grid_eta(self.number - 1)}")
         bar = int(20 * p["done"] / max(p["steps"], 1))
         return head + f"[{'#' * bar}{'.' * (20 - bar)}] " + self._status(p)

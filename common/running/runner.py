@@ -41,23 +41,18 @@ MEMORY_SHARE = 0.9  # of the memory available when a cell starts, shared out ove
 
 def run_grid(cells, results_path, resume=True, echo=print, launcher=None, live=None,
              quiet=False):
-    """Run every cell not already done, with `launcher` (common.running.launch; default: this machine);
-    return the rows written by this run. Progress is shown live on a terminal (`live`: default
-    when standard output is one), as plain lines otherwise, not at all when `quiet`."""
+    """Run every cell not already done, with `launcher` (common.running.launch; default: this
+    machine); return the rows written by this run. Progress is shown live on a terminal (`live`:
+    default when standard output is one), as plain lines otherwise, not at all when `quiet`."""
     launcher = launcher or LocalLauncher()
     results_path = results.check_results_path(results_path)
     launcher.check(cells)
     check_devices(cells, launcher.cores)
     echo(f"{len(cells)} cells -> {results_path}")
     earlier = earlier_rows(results_path, echo)
-    statuses = {r["cell_key"]: r["status"] for r in earlier}
+    too_large = first_too_large(cells, earlier)
     done_before = {(r["cell_key"], r["repeat"]) for r in earlier if r["status"] == "ok"}
     claims = Claims(results_path)
-    # A batch sweep's line stops at its first batch that did not fit (here or in earlier rows).
-    too_large = {}
-    for cell in cells:
-        if cell.sweep and statuses.get(cell.key) == "oom":
-            too_large[cell.sweep_line] = min(cell.batch, too_large.get(cell.sweep_line, cell.batch))
 
     def done():
         """Cells with an ok row in the results file now (another grid may have added some)."""
@@ -73,18 +68,16 @@ def run_grid(cells, results_path, resume=True, echo=print, launcher=None, live=N
     with stop_on_signals():
         for number, cell in enumerate(cells, 1):
             prefix = f"[{number}/{len(cells)}] {cell.label}"
+            limit = too_large.get(cell.sweep_line) if cell.sweep else None
+            if limit and cell.batch > limit:
+                echo(f"{prefix}: not run: batch {limit} of this sweep line did not fit in "
+                     f"memory, so larger ones are not tried")
+                continue
             taken = ("done" if resume and (cell.key, cell.repeat) in done_before
                      else claims.claim(cell.key, cell.repeat, done))
-            first_too_large = too_large.get(cell.sweep_line) if cell.sweep else None
-            if first_too_large and cell.batch > first_too_large:
-                echo(f"{prefix}: not run: batch {first_too_large} of this sweep line did not fit "
-                     f"in memory, so larger ones are not tried")
-                continue
-            if taken == "done":
-                echo(f"{prefix}: done in {results_path} already (use --force to run it again)")
-                continue
             if taken:
-                echo(f"{prefix}: skipped: {taken}")
+                echo(f"{prefix}: " + (f"done in {results_path} already (use --force to run it "
+                                      f"again)" if taken == "done" else f"skipped: {taken}"))
                 continue
             row = None
             try:
@@ -100,10 +93,20 @@ def run_grid(cells, results_path, resume=True, echo=print, launcher=None, live=N
                 progress.cell_ended(row and row["cell_seconds"])
                 with signals_held():
                     claims.release(cell.key, cell.repeat)
-            statuses[cell.key] = row["status"]
             rows.append(row)
             echo(f"{prefix}: {progress_line(row)}")
     return rows
+
+
+def first_too_large(cells, earlier) -> dict[str, int]:
+    """{sweep line: its first batch that did not fit}, from earlier rows: a batch sweep's line
+    stops there."""
+    statuses = {r["cell_key"]: r["status"] for r in earlier}
+    found = {}
+    for cell in cells:
+        if cell.sweep and statuses.get(cell.key) == "oom":
+            found[cell.sweep_line] = min(cell.batch, found.get(cell.sweep_line, cell.batch))
+    return found
 
 
 def check_devices(cells, cores):
@@ -234,7 +237,8 @@ def outcome(out_dir, ended, log_path):
                 else f"{errors[0]['error']}\nLast lines of {log_path}:\n{tail}"}
     how = f" ({ended.how})" if ended.how else ""
     return {"status": "failed",
-            "error": f"{exit_description(ended.returncode)}{how}. Last lines of {log_path}:\n{tail}"}
+            "error": f"{exit_description(ended.returncode)}{how}. Last lines of "
+                     f"{log_path}:\n{tail}"}
 
 
 def crashed(returncode: int) -> bool:

@@ -1,7 +1,7 @@
-"""`python -m xbench.common.running.slurm_job JOB_JSON OUT_DIR`: the batch script of a cell's Slurm job, on the
-job's first node. It finds the nodes Slurm allocated and how the other nodes reach each of them,
-then runs the backend's command at its launch scope: with srun once per node or once per device,
-or here, once, for a launcher that starts every rank itself (horovodrun)."""
+"""`python -m xbench.common.running.slurm_job JOB_JSON OUT_DIR`: the batch script of a cell's Slurm
+job, on the job's first node. It finds the nodes Slurm allocated and how the other nodes reach each
+of them, then runs the backend's command at its launch scope: with srun once per node or once per
+device, or here, once, for a launcher that starts every rank itself (horovodrun)."""
 import json
 import os
 import socket

@@ -1,9 +1,10 @@
-"""`python -m xbench.common.running.spawn N -- COMMAND...`: N copies of a command on this machine, as Slurm's
-srun --ntasks-per-node=N starts them on a node: copy i gets XBENCH_TASK=i. When one copy fails
-the others are ended (as torchrun does: SIGTERM, then SIGKILL after a grace period, since
-TensorFlow's preemption notifier catches SIGTERM and carries on), and a crashed copy's exit code
-(a signal) is this one's, else the lowest failure's; a SIGTERM to this process ends every copy, and its death kills them. Used by
-the local launcher for backends with a worker per device (tf-multiworker)."""
+"""`python -m xbench.common.running.spawn N -- COMMAND...`: N copies of a command on this machine,
+as Slurm's srun --ntasks-per-node=N starts them on a node: copy i gets XBENCH_TASK=i. When one copy
+fails the others are ended (as torchrun does: SIGTERM, then SIGKILL after a grace period, since
+TensorFlow's preemption notifier catches SIGTERM and carries on), and a crashed copy's exit code (a
+signal) is this one's, else the lowest failure's; a SIGTERM to this process ends every copy, and its
+death kills them. Used by the local launcher for backends with a worker per device
+(tf-multiworker)."""
 import os
 import signal
 import subprocess

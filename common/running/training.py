@@ -4,11 +4,15 @@
 totals; then the evidence, the attribution of the steps and the measurement) and all the
 arithmetic on them, written once. A framework's loop (pt_backend.train.TorchLoop,
 tf_backend.train.TensorFlowLoop) implements only the hooks, which are framework code: building the
-model, one training step (marking where its parts end: common.measuring.attribution), reading its totals.
+model, one training step (marking where its parts end: common.measuring.attribution), reading its
+totals.
 """
+from __future__ import annotations
+
 import abc
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -73,8 +77,9 @@ class TrainingLoop(abc.ABC):
 
     def traced_steps(self) -> list | None:
         """Steps run after the timed epochs under a tracer that sees inside a step call
-        (common.measuring.attribution.Step, in seconds from a barrier every rank passed), for a framework
-        whose step is one opaque call; None where `train_step`'s marks see every part."""
+        (common.measuring.attribution.Step, in seconds from a barrier every rank passed), for a
+        framework whose step is one opaque call; None where `train_step`'s marks see every
+        part."""
         return None
 
     def attribution_sources(self) -> dict[str, str]:
@@ -155,79 +160,96 @@ class TrainingLoop(abc.ABC):
             pin_rank(self.comm)
         marks = StepMarks if attribution.INSTRUMENTED else attribution.WindowMarks
         self.marks = marks(*self.step_clock())
-        probe = ContentionProbe(node_name(), self.gpu_indices())
-        samples = self.steps_per_epoch * self.cell.global_batch
-        report = self.job.progress
-        if self.comm.rank == 0:
-            report.start(self.cell.epochs, self.steps_per_epoch, self.cell.global_batch)
-        epochs, consumed, startup, timed = [], [], None, []
-        steps_done, rate = 0, None
-        target = TargetRun.of(self.cell, self.steps_per_epoch)
-        for epoch in range(1, self.cell.epochs + 1):
-            batches = self.batches(epoch)
-            self.reset_totals()
-            probe.list_cell()
-            self.comm.barrier()
-            self.marks.start_epoch()
-            if startup is None:
-                startup = self.job.startup_seconds()
-            report.begin_epoch(epoch)
-            probe.start()
-            clock = EpochClock(self.sync)
-            clock.start()
-            evaluating = 0.0  # seconds of this epoch's evaluations, taken out of its time
-            for step, batch in enumerate(self.timed_batches(batches), 1):
-                wanted = self.cell.learning_rate(steps_done, self.steps_per_epoch)
-                if wanted != rate:  # only under a warm-up, and once at the start
-                    self.set_learning_rate(wanted)
-                    rate = wanted
-                self.train_step(batch)
-                self.marks.end()
-                steps_done += 1
-                report.done = step  # read by the report's own thread, outside this loop
-                if target and target.due(step):
-                    evaluating += self.evaluate_for(target, epoch, step, clock, evaluating)
-            seconds = clock.stop() - evaluating
-            watched = probe.stop()
-            report.end_epoch(seconds)
-            steps = self.marks.steps()
-            timed.append((seconds, steps))
-            consumed.append(self.consumed())
-            loss_sum, correct = (float(v) for v in self.comm.sum(self.totals()))
-            waited = sum(part_seconds(step, "input") for step in steps)
-            ranks = self.comm.gather((seconds, watched, waited))
-            record = epoch_record(epoch, [s for s, _, _ in ranks], samples, loss_sum, correct)
-            record["input_seconds"] = max(w for _, _, w in ranks)
-            record["contention"] = epoch_contention([w for _, w, _ in ranks],
-                                                    self.cell.contention_limit)
-            epochs.append(record)
-            if target:
-                record["evaluation_seconds"] = evaluating
-                target.end_epoch(record["seconds"], evaluating)
-                if target.finished(epoch):
-                    break
-
-        report.stop()
-        step_seconds = _flat(self.comm.gather([s.end - s.start for s in timed[-1][1]]))
-        memory = _flat(self.comm.gather(self.peak_memory()))
-        model_state = _flat(self.comm.gather(self.model_state_bytes()))
-        digests = _flat(self.comm.gather([weights_digest(w) for w in self.replica_weights()]))
-        statistics = _flat(self.comm.gather(self.replica_batchnorm()))
-        by_replica = [list(epochs_of_replica) for epochs_of_replica in zip(*consumed)]
-        replicas = _flat(self.comm.gather(by_replica))
-        hosts = self.comm.gather(node_name())
-        self.gather_for_evaluation()
-        accuracy = self.evaluate() if self.comm.rank == 0 else None
-        self.comm.barrier()
-        steps_attributed = (self.attribute(timed, self.traced_steps())
-                            if attribution.INSTRUMENTED else None)
-        measurement = self.measure(epochs, startup, step_seconds, memory, model_state, digests,
-                                   replicas, hosts, statistics, accuracy, steps_attributed,
-                                   target) if self.comm.rank == 0 else None
+        ran = Ran(target=TargetRun.of(self.cell, self.steps_per_epoch))
+        self.train_epochs(ran)
+        self.gather(ran)
+        measurement = self.measure(ran) if self.comm.rank == 0 else None
         # Every rank leaves together: a gloo rank that tore its process group down while rank 0
         # still evaluated aborted now and then ("terminate called without an active exception").
         self.comm.barrier()
         return measurement
+
+    def train_epochs(self, ran: Ran) -> None:
+        """The timed epochs, until the cell's last or the one that reached its target."""
+        probe = ContentionProbe(node_name(), self.gpu_indices())
+        report = self.job.progress
+        if self.comm.rank == 0:
+            report.start(self.cell.epochs, self.steps_per_epoch, self.cell.global_batch)
+        for epoch in range(1, self.cell.epochs + 1):
+            record = self.train_epoch(epoch, ran, probe)
+            ran.epochs.append(record)
+            if ran.target:
+                ran.target.end_epoch(record["seconds"], record["evaluation_seconds"])
+                if ran.target.finished(epoch):
+                    break
+        report.stop()
+
+    def train_epoch(self, epoch: int, ran: Ran, probe: ContentionProbe) -> dict:
+        """One epoch, timed from the barrier every rank passed to its last step: its record."""
+        batches = self.batches(epoch)
+        self.reset_totals()
+        probe.list_cell()
+        self.comm.barrier()
+        self.marks.start_epoch()
+        if ran.startup is None:
+            ran.startup = self.job.startup_seconds()
+        report, target = self.job.progress, ran.target
+        report.begin_epoch(epoch)
+        probe.start()
+        clock = EpochClock(self.sync)
+        clock.start()
+        evaluating = 0.0  # seconds of this epoch's evaluations, taken out of its time
+        for step, batch in enumerate(self.timed_batches(batches), 1):
+            wanted = self.cell.learning_rate(ran.steps, self.steps_per_epoch)
+            if wanted != ran.learning_rate:  # only under a warm-up, and once at the start
+                self.set_learning_rate(wanted)
+                ran.learning_rate = wanted
+            self.train_step(batch)
+            self.marks.end()
+            ran.steps += 1
+            report.done = step  # read by the report's own thread, outside this loop
+            if target and target.due(step):
+                evaluating += self.evaluate_for(target, epoch, step, clock, evaluating)
+        seconds = clock.stop() - evaluating
+        watched = probe.stop()
+        report.end_epoch(seconds)
+        steps = self.marks.steps()
+        ran.timed.append((seconds, steps))
+        ran.consumed.append(self.consumed())
+        return self.epoch_record(epoch, seconds, steps, watched, evaluating)
+
+    def epoch_record(self, epoch: int, seconds: float, steps: list, watched: dict,
+                     evaluating: float) -> dict:
+        """The epoch as the row records it, from every rank's time, input wait and contention."""
+        loss_sum, correct = (float(v) for v in self.comm.sum(self.totals()))
+        waited = sum(part_seconds(step, "input") for step in steps)
+        ranks = self.comm.gather((seconds, watched, waited))
+        samples = self.steps_per_epoch * self.cell.global_batch
+        record = epoch_record(epoch, [s for s, _, _ in ranks], samples, loss_sum, correct)
+        record["input_seconds"] = max(w for _, _, w in ranks)
+        record["contention"] = epoch_contention([w for _, w, _ in ranks],
+                                                self.cell.contention_limit)
+        if self.cell.target_accuracy:
+            record["evaluation_seconds"] = evaluating
+        return record
+
+    def gather(self, ran: Ran) -> None:
+        """What every rank recorded, gathered to rank 0 (every rank calls the same collectives
+        in the same order), and the test accuracy, evaluated on rank 0."""
+        gather = self.comm.gather
+        ran.step_seconds = _flat(gather([s.end - s.start for s in ran.timed[-1][1]]))
+        ran.memory = _flat(gather(self.peak_memory()))
+        ran.model_state = _flat(gather(self.model_state_bytes()))
+        ran.digests = _flat(gather([weights_digest(w) for w in self.replica_weights()]))
+        ran.statistics = _flat(gather(self.replica_batchnorm()))
+        by_replica = [list(epochs_of_replica) for epochs_of_replica in zip(*ran.consumed)]
+        ran.replicas = _flat(gather(by_replica))
+        ran.hosts = gather(node_name())
+        self.gather_for_evaluation()
+        ran.accuracy = self.evaluate() if self.comm.rank == 0 else None
+        self.comm.barrier()
+        ran.attribution = (self.attribute(ran.timed, self.traced_steps())
+                           if attribution.INSTRUMENTED else None)
 
     def evaluate_for(self, target: TargetRun, epoch: int, step: int, clock: EpochClock,
                      evaluated: float) -> float:
@@ -262,9 +284,9 @@ class TrainingLoop(abc.ABC):
             yield batch
 
     def attribute(self, timed: list, traced: list | None) -> dict | None:
-        """Every timed epoch's steps split into their parts on every rank (common.measuring.attribution),
-        summarised per rank and gathered to rank 0. Where a step is one opaque call, the call is
-        split as the `traced` steps' calls were."""
+        """Every timed epoch's steps split into their parts on every rank
+        (common.measuring.attribution), summarised per rank and gathered to rank 0. Where a step
+        is one opaque call, the call is split as the `traced` steps' calls were."""
         shares = None
         if traced is not None:
             latest = attribution.latest_ready(self.comm.gather([s.ready for s in traced]))
@@ -277,8 +299,7 @@ class TrainingLoop(abc.ABC):
         return {"how": self.attribution_sources(), "epochs": epochs,
                 "traced_steps": len(traced) if traced is not None else None}
 
-    def measure(self, epochs, startup, step_seconds, memory, model_state, digests, replicas,
-                hosts, statistics, accuracy, steps_attributed, target):
+    def measure(self, ran: Ran) -> Measurement:
         """Rank 0's measurement of the run."""
         described, details = self.describe(), self.backend.details()
         per_device = self.job.threads_per_device
@@ -287,22 +308,50 @@ class TrainingLoop(abc.ABC):
             params=described.pop("params"), dataset_source=self.job.data.source,
             train_samples=described.pop("train_samples"),
             device_type=described.pop("device_type"), device_name=described.pop("device_name"),
-            epochs=epochs, startup_seconds=startup, **step_percentiles(step_seconds),
-            test_accuracy=accuracy, peak_memory_per_device=memory,
-            model_state_per_device=model_state, hosts=hosts,
+            epochs=ran.epochs, startup_seconds=ran.startup,
+            **step_percentiles(ran.step_seconds), test_accuracy=ran.accuracy,
+            peak_memory_per_device=ran.memory, model_state_per_device=ran.model_state,
+            hosts=ran.hosts,
             threads={"per_device": {"compute": per_device, "inter_op": INTER_OP_PER_DEVICE,
                                     "input_pipeline": INPUT_PIPELINE_PER_DEVICE},
                      "per_process": self.thread_pools()},
-            contended=any(e["contention"]["contended"] for e in epochs),
-            evidence={"replica_weight_digests": digests,
-                      **sample_evidence(replicas, self.steps_per_epoch),
-                      **self.sampler_evidence(),
-                      **({"batchnorm": batchnorm_evidence(statistics)} if statistics[0] else {})},
+            contended=any(e["contention"]["contended"] for e in ran.epochs),
+            evidence=self.evidence(ran),
             backend_details={"world_size": self.comm.world, **described, **details,
                              "traffic": self.backend.traffic(self.cell,
                                                              details.get("reduction", "none"))},
-            attribution=steps_attributed,
-            time_to_target=target.summary() if target else None)
+            attribution=ran.attribution,
+            time_to_target=ran.target.summary() if ran.target else None)
+
+    def evidence(self, ran: Ran) -> dict:
+        """What the replicas' weights and samples say they trained (common.measuring.evidence)."""
+        return {"replica_weight_digests": ran.digests,
+                **sample_evidence(ran.replicas, self.steps_per_epoch),
+                **self.sampler_evidence(),
+                **({"batchnorm": batchnorm_evidence(ran.statistics)} if ran.statistics[0]
+                   else {})}
+
+
+@dataclass
+class Ran:
+    """What a run recorded as it went (its epochs, their timed steps and consumed samples, where
+    the learning rate stood), then what the ranks gathered to rank 0 for its measurement."""
+    target: TargetRun | None
+    epochs: list[dict] = field(default_factory=list)
+    timed: list[tuple[float, list]] = field(default_factory=list)  # (seconds, steps) per epoch
+    consumed: list = field(default_factory=list)  # per epoch, per replica, the sample indices
+    startup: float | None = None
+    steps: int = 0
+    learning_rate: float | None = None
+    step_seconds: list[float] = field(default_factory=list)
+    memory: list[int] = field(default_factory=list)
+    model_state: list[int] = field(default_factory=list)
+    digests: list[str] = field(default_factory=list)
+    statistics: list = field(default_factory=list)
+    replicas: list = field(default_factory=list)
+    hosts: list[str] = field(default_factory=list)
+    accuracy: float | None = None
+    attribution: dict | None = None
 
 
 def part_seconds(step, part: str) -> float:

@@ -1,9 +1,10 @@
 """Entry point of every launched process: `python -m xbench.common.running.worker JOB_JSON OUT_DIR`.
 
-Each rank loads the data and calls its backend's `train` (or, for `xbench probe` and
-`xbench profile`, its `probe` or `profile`). The reporting rank writes `result.json`
-(its common.results.schema.Measurement and the environment) atomically; a rank that fails writes `error-<pid>.json` saying how (oom, unsupported or failed),
-then exits non-zero so the launcher (torchrun, horovodrun) ends the group.
+Each rank loads the data and calls its backend's `train` (or, for `xbench probe` and `xbench
+profile`, its `probe` or `profile`). The reporting rank writes `result.json` (its
+common.results.schema.Measurement and the environment) atomically; a rank that fails writes
+`error-<pid>.json` saying how (oom, unsupported or failed), then exits non-zero so the launcher
+(torchrun, horovodrun) ends the group.
 """
 import importlib
 import json
@@ -70,14 +71,16 @@ def main(job_path, out_dir):
               f"training {cell.label}", file=sys.stderr, flush=True)
         measurement = backend.train(job)
     except Unsupported as e:
-        write_json(out_dir / f"error-{os.getpid()}.json", {"status": "unsupported", "error": str(e)})
+        write_json(out_dir / f"error-{os.getpid()}.json",
+                   {"status": "unsupported", "error": str(e)})
         return 3
     except UserError as e:
         write_json(out_dir / f"error-{os.getpid()}.json", {"status": "failed", "error": str(e)})
         return 2
     except BaseException as e:  # noqa: BLE001 - every failure must reach the row, then the exit code
         status = "oom" if backend.is_out_of_memory(e) else "failed"
-        text = "".join([*traceback.format_exception_only(e), *traceback.format_tb(e.__traceback__)[-3:]])
+        text = "".join([*traceback.format_exception_only(e),
+                        *traceback.format_tb(e.__traceback__)[-3:]])
         if status == "oom" and not (cell.memory_limit_mb and cell.memory_limit_mb <= budget):
             text = (f"out of this process's share of the machine's available memory "
                     f"({budget:,} MB), not of a device's:\n{text}")

@@ -94,7 +94,8 @@ def candidate_dirs(data_dir=None):
     if data_dir:
         dirs += [Path(data_dir), Path(data_dir) / "MNIST" / "raw"]
     if os.environ.get("XBENCH_DATA_DIR"):
-        dirs += [Path(os.environ["XBENCH_DATA_DIR"]), Path(os.environ["XBENCH_DATA_DIR"]) / "MNIST" / "raw"]
+        dirs += [Path(os.environ["XBENCH_DATA_DIR"]),
+                 Path(os.environ["XBENCH_DATA_DIR"]) / "MNIST" / "raw"]
     if not data_dir:
         dirs += [Path("data"), Path("data") / "MNIST" / "raw", Path.home() / ".keras" / "datasets"]
     return dirs
@@ -111,8 +112,8 @@ def load_mnist(data_dir=None):
         if (folder / "mnist.npz").is_file():
             return _read_keras_npz(folder / "mnist.npz")
     looked = "\n  ".join(str(d) for d in candidate_dirs(data_dir))
-    raise UserError(f"MNIST not found. Looked for the four IDX .gz files (or Keras' mnist.npz) in:\n"
-                    f"  {looked}\n{HOW_TO_GET}")
+    raise UserError(f"MNIST not found. Looked for the four IDX .gz files (or Keras' mnist.npz) "
+                    f"in:\n  {looked}\n{HOW_TO_GET}")
 
 
 def synthetic_images(layout="mnist", seed=0, train=None, test=TEST_SAMPLES):
@@ -150,7 +151,8 @@ def data_folder(data: str, data_dir=None) -> str:
     """The absolute folder (or archive) `data` is read from, checksums verified: resolved once,
     where the user gave it, so that every cell reads exactly that whatever its working
     directory."""
-    source = Path(load_cifar10(data_dir).source if data == "cifar10" else load_mnist(data_dir).source)
+    source = Path(load_cifar10(data_dir).source if data == "cifar10"
+                  else load_mnist(data_dir).source)
     return str(source if source.is_dir() else source.parent)
 
 
@@ -278,7 +280,8 @@ def load_cifar10(data_dir=None, pickles=CIFAR_PICKLES, archives=CIFAR_ARCHIVES) 
                 return _cifar_archive(_verified(folder / name, md5), str((folder / name).resolve()))
         if len(missing) < len(pickles):
             incomplete[folder] = missing
-    looked = "\n  ".join(str(d) + (f" (lacks {', '.join(incomplete[d])})" if d in incomplete else "")
+    looked = "\n  ".join(str(d) + (f" (lacks {', '.join(incomplete[d])})" if d in incomplete
+                                   else "")
                          for d in cifar10_dirs(data_dir))
     raise UserError(f"CIFAR-10 not found. Looked for {CIFAR_FOLDER}'s six files "
                     f"({', '.join(pickles)}) or {' or '.join(archives)} in:\n  {looked}\n"

@@ -1,6 +1,6 @@
 """Faults xbench injects on purpose (the `inject` setting), to prove that the step attribution
-puts each where it belongs (common.measuring.attribution). Never on by default; a row with a fault says so
-(`inject`), and the report keeps it out of every verdict and comparison.
+puts each where it belongs (common.measuring.attribution). Never on by default; a row with a fault
+says so (`inject`), and the report keeps it out of every verdict and comparison.
 
 - `input-delay=MS`: every batch the training loop asks for arrives MS milliseconds later (the
   loop waits for it inside the input part of the step).
@@ -62,7 +62,8 @@ def parse(text: str) -> Faults:
             if not colon or not rank.isdigit() or int(rank) > MAX_RANK:
                 raise UserError(f"inject {part!r}: slow-rank=R:MS takes a rank R from 0 to "
                                 f"{MAX_RANK} and milliseconds MS, e.g. slow-rank=1:30")
-            found[kind] = {"slow_rank": int(rank), "slow_seconds": _milliseconds(delay, part) / 1000}
+            found[kind] = {"slow_rank": int(rank),
+                           "slow_seconds": _milliseconds(delay, part) / 1000}
         elif kind == "link":
             if not RATE.match(value) or float(RATE.match(value)[1]) <= 0:
                 raise UserError(f"inject {part!r}: link=RATE takes tc's rate, a number and kbit, "

@@ -1,11 +1,13 @@
 """The benchmark models as framework-free layer specs, built identically in PyTorch and Keras.
 
-- `small`, `large`: the blog post's two MNIST CNNs (seeds/003; "same" padding, PyTorch's padding=1).
-- `resnet18`: the CIFAR form of ResNet-18 the course lab trains (seeds/004): He et al. 2016's
+- `small`, `large`: the blog post's two MNIST CNNs (the study xbench grows from; "same" padding,
+  PyTorch's padding=1).
+- `resnet18`: the CIFAR form of ResNet-18 the course lab trains (HPML lab 4): He et al. 2016's
   ResNet-18 as kuangliu/pytorch-cifar writes it for 32x32 images (3x3 stem, no max-pool, four
   stages of two BasicBlocks, 64/128/256/512 channels, global average pool).
 - `vgg19`: VGG-19 with BatchNorm for 32x32 inputs (Simonyan & Zisserman 2015, configuration E,
-  as kuangliu/pytorch-cifar writes it), the case study's model (seeds/000): one linear layer.
+  as kuangliu/pytorch-cifar writes it), the case study's model (data parallelisation with PyTorch):
+  one linear layer.
 
 Both backends build their networks from these specs, so PyTorch and Keras cannot drift apart;
 parameter counts and FLOPs are computed here from the spec, never hard-coded.
@@ -235,7 +237,8 @@ def parameter_count(name: str) -> int:
 
 
 def flops_per_sample(name: str) -> int:
-    """Forward-pass FLOPs of one sample, counted as 2 x multiply-accumulates of convs and dense layers.
+    """Forward-pass FLOPs of one sample, counted as 2 x multiply-accumulates of convs and dense
+    layers.
 
     This is the convention of torch.utils.flop_counter and of most papers; bias adds, BatchNorm,
     ReLU, residual adds and pooling are left out. A training step's are
@@ -264,7 +267,8 @@ def training_flops_per_sample(name: str) -> int:
     return 3 * flops_per_sample(name) - first
 
 
-WEIGHTS_STREAM = 0  # the random stream of the initial weights; common.workload.data's epoch orders use 1, 2, ...
+WEIGHTS_STREAM = 0  # the random stream of the initial weights; common.workload.data's epoch
+                    # orders use 1, 2, ...
 
 
 def initial_weights(name: str, seed: int) -> list[np.ndarray]:
@@ -324,7 +328,8 @@ def gradient_bytes(name: str, bytes_per_value: int = 4) -> int:
 
 
 def has_batchnorm(name: str) -> bool:
-    """Whether model `name` keeps running statistics (rows then record what replicas do with them)."""
+    """Whether model `name` keeps running statistics (rows then record what replicas do with
+    them)."""
     return any(isinstance(layer, BatchNorm) for layer, _ in layer_shapes(name))
 
 

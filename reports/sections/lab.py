@@ -1,5 +1,5 @@
-"""The course lab's answers (HPML Lab 4, "Distributed Deep Learning") from a lab grid's rows, in its
-own layout: `xbench report --lab`. Every number comes from reports.analysis; this module only lays
+"""The course lab (with --lab): the answers of HPML Lab 4, "Distributed Deep Learning", from a lab
+grid's rows, in its own layout. Every number comes from reports.analysis; this module only lays
 them out as the lab's questions and Tables 1-3 ask.
 """
 import math
@@ -7,6 +7,8 @@ import math
 import pandas as pd
 
 from xbench.reports import analysis, goodput
+from xbench.reports.data import Options
+from xbench.reports.sections.section import Section, Table
 from xbench.reports.tables import MIB, bounds, num, ratio_text, table, with_interval
 
 TIME_DEFINITION = (
@@ -161,34 +163,6 @@ def case_study(cells):
          f"{bounds(c['difference'][1], c['difference'][2])}")])
 
 
-def lab_tables(cells, scaling, attributed, limits, targets):
-    """{name: (title, table, why it would be empty)} of the lab section."""
-    return {
-        "lab_q1": ("Question 1: one epoch per batch on one device", question_1(cells),
-                   "no 1-device cells: run the lab preset (its batch sweep)"),
-        "lab_table1": ("Table 1: time and speedup per batch per device", table_1(scaling, cells),
-                       "it needs per_device batches on 1 and more devices (the lab preset)"),
-        "lab_table2": ("Table 2: compute and communication per epoch (they add up to Table 1's "
-                       "time)", table_2(attributed),
-                       "it needs N-device cells whose rows attribute their steps"),
-        "lab_table3": ("Table 3: communication bandwidth utilisation", table_3(attributed, limits),
-                       "it needs N-device cells whose rows attribute their steps"),
-        "lab_q4": ("Question 4: the last epoch's training loss and accuracy, with and without "
-                   "the remedies", question_4(cells), "no usable cells"),
-        "lab_q4_target": ("Question 4 to a target: time to the target accuracy without and "
-                          "with each remedy", goodput.remedies_table(targets),
-                          "it needs cells with a target accuracy (--target-accuracy) under "
-                          "each remedy (--lr-scaling none,linear --warmup-epochs 0,1)"),
-        "lab_q5": ("Question 5: sample orders with and without set_epoch", question_5(cells),
-                   "it needs pt-ddp or hvd-torch cells on N > 1 devices (--no-set-epoch for the "
-                   "contrast)"),
-        "lab_q6": ("Question 6: what crosses the wire in one step", question_6(cells),
-                   "it needs cells on N > 1 devices"),
-        "lab_case": ("Case study: test accuracy on N devices against 1", case_study(cells),
-                     "it needs cells on 1 and N devices of one backend"),
-    }
-
-
 def seconds(cell, field):
     """'1.23 [1.10, 1.36]', or the mean alone without an interval (one repeat)."""
     return with_interval(cell[field], cell[f"{field}_ci"])
@@ -211,3 +185,42 @@ def pivot(records, values):
                 v if isinstance(v, str) else "—" for v in wide[(value, batch)]]
     out["devices"] = out["devices"].map(lambda d: f"{d}-device")
     return out.astype(str)
+
+
+def asked(options: Options) -> bool:
+    return options.lab
+
+
+ATTRIBUTED = "it needs N-device cells whose rows attribute their steps"
+SECTION = Section(
+    name="lab",
+    title="The course lab",
+    paragraphs=TEXT,
+    tables=(
+        Table("lab_q1", "Question 1: one epoch per batch on one device",
+              lambda data: question_1(data.cells),
+              "no 1-device cells: run the lab preset (its batch sweep)"),
+        Table("lab_table1", "Table 1: time and speedup per batch per device",
+              lambda data: table_1(data.scaling, data.cells),
+              "it needs per_device batches on 1 and more devices (the lab preset)"),
+        Table("lab_table2", "Table 2: compute and communication per epoch (they add up to "
+              "Table 1's time)", lambda data: table_2(data.attributed), ATTRIBUTED),
+        Table("lab_table3", "Table 3: communication bandwidth utilisation",
+              lambda data: table_3(data.attributed, data.limits), ATTRIBUTED),
+        Table("lab_q4", "Question 4: the last epoch's training loss and accuracy, with and "
+              "without the remedies", lambda data: question_4(data.cells), "no usable cells"),
+        Table("lab_q4_target", "Question 4 to a target: time to the target accuracy without "
+              "and with each remedy", lambda data: goodput.remedies_table(data.targets),
+              "it needs cells with a target accuracy (--target-accuracy) under each remedy "
+              "(--lr-scaling none,linear --warmup-epochs 0,1)"),
+        Table("lab_q5", "Question 5: sample orders with and without set_epoch",
+              lambda data: question_5(data.cells),
+              "it needs pt-ddp or hvd-torch cells on N > 1 devices (--no-set-epoch for the "
+              "contrast)"),
+        Table("lab_q6", "Question 6: what crosses the wire in one step",
+              lambda data: question_6(data.cells), "it needs cells on N > 1 devices"),
+        Table("lab_case", "Case study: test accuracy on N devices against 1",
+              lambda data: case_study(data.cells),
+              "it needs cells on 1 and N devices of one backend"),
+    ),
+    shown=asked)

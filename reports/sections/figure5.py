@@ -1,0 +1,125 @@
+"""Figure 5: the blog's Figure 5a-e (rates against devices, batch and dataset multiple, and epoch
+1 beside epoch 2) for every backend in the results."""
+from xbench.reports import analysis
+from xbench.reports.data import ReportData
+from xbench.reports.figures import (
+    CI_NOTE,
+    DEVICES,
+    RATE,
+    batch_label,
+    by_series,
+    error_bars,
+    fixed_text,
+    interval_note,
+    legend,
+    lines,
+    needs_values,
+    panels,
+    plain,
+    points,
+)
+from xbench.reports.sections.section import NO_ROWS, Figure, Made, Section
+
+# What each axis a figure may vary needs, and which grid has it.
+AXIS_WORDS = {"devices": ("device counts", "the smoke grid has 1 and 2, the seed grid 1, 2, 4"),
+              "batch": ("batch sizes", "the seed grid has 128, 256, 512"),
+              "dataset_multiple": ("dataset multiples", "the seed grid has 1x, 4x, 8x")}
+
+
+def faceted_lines(cells, facet, fixed_columns, x, y, xlabel, ylabel, facet_title) -> Made:
+    """Lines of y vs x, one panel per value of `facet`, the other axes held at their reference."""
+    fixed = analysis.reference(cells, fixed_columns)
+    data = analysis.at(cells, fixed).dropna(subset=[y])
+    if data.empty:
+        return NO_ROWS
+    reason = needs_values(data, x, *AXIS_WORDS[x])
+    if reason:
+        return reason
+    values = sorted(data[facet].unique())
+    figure, axes = panels(len(values))
+    drawn = []
+    for ax, value in zip(axes, values, strict=True):
+        title = plain(facet_title(value))
+        drawn += lines(ax, data[data[facet] == value], x, y, xlabel, ylabel,
+                       panel=title if len(values) > 1 else "")
+        ax.set_title(title)
+    legend(figure, axes)
+    return fixed_text(fixed) + CI_NOTE + interval_note(drawn), figure
+
+
+def rate_vs_devices(data: ReportData) -> Made:
+    return faceted_lines(data.cells, "model", analysis.held_fixed("model", "devices"), "devices",
+                         "epoch2_rate", DEVICES, RATE, lambda m: f"model: {m}")
+
+
+def rate_vs_batch(data: ReportData) -> Made:
+    held = analysis.held_fixed("devices", analysis.BATCH)
+    fixed = analysis.reference(data.cells, held)
+    return faceted_lines(data.cells, "devices", held, "batch",
+                         "epoch2_rate", batch_label(fixed.get("batch_mode")), RATE,
+                         analysis.devices_text)
+
+
+def time_by_multiple(data: ReportData) -> Made:
+    return faceted_lines(data.cells, "dataset_multiple",
+                         analysis.held_fixed("dataset_multiple", "devices"), "devices",
+                         "epoch2_seconds", DEVICES, "epoch-2 time (s)",
+                         lambda m: f"dataset ×{m}")
+
+
+def rate_vs_multiple(data: ReportData) -> Made:
+    return faceted_lines(data.cells, "devices",
+                         analysis.held_fixed("devices", "dataset_multiple"), "dataset_multiple",
+                         "epoch2_rate", "dataset multiple (× MNIST training set)", RATE,
+                         analysis.devices_text)
+
+
+def epoch1_vs_epoch2(data: ReportData) -> Made:
+    """Bars per series and device count: epoch 1 (hatched) beside epoch 2 (solid)."""
+    fixed = analysis.reference(data.cells, analysis.held_fixed("devices"))
+    shown = analysis.at(data.cells, fixed).dropna(subset=["epoch1_rate", "epoch2_rate"],
+                                                  how="all")
+    if shown.empty:
+        return NO_ROWS
+    devices = sorted(shown["devices"].unique())
+    series = list(by_series(shown))
+    width = 0.8 / (2 * len(series))
+    figure, (ax,) = panels(1, width=max(6.0, 1.2 * len(devices) * len(series)), columns=1)
+    drawn = []
+    for i, (name, style, rows) in enumerate(series):
+        for j, epoch in enumerate((1, 2)):
+            offset = (2 * i + j + 0.5) * width - 0.4
+            y = f"epoch{epoch}_rate"
+            ax.bar([devices.index(d) + offset for d in rows["devices"]], rows[y], width,
+                   yerr=error_bars(rows, y), capsize=3,
+                   color=style["color"], alpha=0.45 if epoch == 1 else 1.0,
+                   hatch="//" if epoch == 1 else None, edgecolor=style["color"],
+                   label=plain(f"{name}, epoch {epoch}"))
+            drawn += points(rows, "devices", y, lambda row, name=name, epoch=epoch: (
+                f"{name}, epoch {epoch} on {analysis.devices_text(row['devices'])}"))
+    ax.set_xticks(range(len(devices)), devices)
+    ax.set_xlabel(DEVICES)
+    ax.set_ylabel("rate (samples/s)")
+    ax.grid(axis="y", alpha=0.3)
+    legend(figure, [ax])
+    return (fixed_text(fixed) + "Hatched: epoch 1 (one-time costs); solid: epoch 2. " + CI_NOTE
+            + interval_note(drawn), figure)
+
+
+SECTION = Section(
+    name="figure5",
+    title="Figure 5: rates as in the blog",
+    paragraphs=[
+        "The blog's Figure 5a-e for every backend in the results. Rate = training samples in "
+        "the epoch / wall-clock epoch time; epoch 2 is the steady state, epoch 1 carries "
+        "one-time costs."],
+    figures=(
+        Figure("fig5a_rate_vs_devices", "Figure 5a: epoch-2 rate vs devices, by model",
+               rate_vs_devices),
+        Figure("fig5b_rate_vs_batch", "Figure 5b: epoch-2 rate vs batch size", rate_vs_batch),
+        Figure("fig5c_epoch2_time_by_multiple", "Figure 5c: epoch-2 time by dataset multiple",
+               time_by_multiple),
+        Figure("fig5d_epoch1_vs_epoch2", "Figure 5d: epoch-1 vs epoch-2 rate", epoch1_vs_epoch2),
+        Figure("fig5e_rate_vs_multiple", "Figure 5e: epoch-2 rate vs dataset multiple",
+               rate_vs_multiple),
+    ))

@@ -1,0 +1,55 @@
+"""Start-up and first-epoch overhead: launch to the first batch, and what epoch 1 costs more than
+epoch 2."""
+from xbench.reports import analysis
+from xbench.reports.data import ReportData
+from xbench.reports.figures import (
+    CI_NOTE,
+    DEVICES,
+    fixed_text,
+    interval_note,
+    legend,
+    lines,
+    needs_values,
+    panels,
+)
+from xbench.reports.sections.section import NO_ROWS, Figure, Made, Section, Table
+from xbench.reports.tables import CELL, column, num, table
+
+
+def overhead_table(data: ReportData):
+    return table(analysis.measured(data.cells), [
+        *CELL, ("start-up (s)", column("startup_seconds", num)),
+        ("epoch 1 − epoch 2 (s)", column("first_epoch_overhead", num))])
+
+
+def overhead_figure(data: ReportData) -> Made:
+    """Start-up seconds and epoch-1 minus epoch-2 seconds vs devices."""
+    fixed = analysis.reference(data.cells, analysis.held_fixed("devices"))
+    shown = analysis.at(data.cells, fixed)
+    if shown[["startup_seconds", "first_epoch_overhead"]].isna().all().all():
+        return NO_ROWS
+    reason = needs_values(shown, "devices", "device counts", "the smoke grid has 1 and 2")
+    if reason:
+        return reason
+    figure, axes = panels(2, columns=2)
+    drawn = lines(axes[0], shown, "devices", "startup_seconds", DEVICES, "start-up (s)",
+                  panel="start-up")
+    drawn += lines(axes[1], shown, "devices", "first_epoch_overhead", DEVICES,
+                   "epoch-1 − epoch-2 time (s)", panel="first-epoch costs")
+    axes[0].set_title("launch to first batch")
+    axes[1].set_title("first-epoch one-time costs")
+    legend(figure, list(axes))
+    return fixed_text(fixed) + CI_NOTE + interval_note(drawn), figure
+
+
+SECTION = Section(
+    name="overhead",
+    title="Start-up and first-epoch overhead",
+    paragraphs=[
+        "Start-up: from launching the cell's process(es) to the first batch. First-epoch "
+        "overhead: epoch-1 time minus epoch-2 time."],
+    figures=(Figure("overhead",
+                    "Figure: launch-to-first-batch and epoch-1 extra time vs devices",
+                    overhead_figure),),
+    tables=(Table("overhead", "Start-up seconds and epoch-1 extra seconds, per cell",
+                  overhead_table, NO_ROWS),))

@@ -1,0 +1,78 @@
+"""Scaling: each backend's speedup and efficiency against its own 1-device cell."""
+from xbench.reports import analysis
+from xbench.reports.data import ReportData
+from xbench.reports.figures import (
+    DEVICES,
+    fixed_text,
+    interval_note,
+    legend,
+    lines,
+    needs_values,
+    panels,
+    plain,
+)
+from xbench.reports.sections.section import NO_ROWS, Figure, Made, Section, Table
+from xbench.reports.tables import WHO, batch_text, column, num, ratio_text, table
+
+
+def scaling_table(data: ReportData):
+    def efficiency(row):
+        text = ratio_text(row["efficiency_ratio"], percent=True)
+        return f"SUSPECT (above 100%): {text}" if row["suspect"] else text
+    scaled = data.scaling
+    return table(scaled[scaled["devices"] > 1], [
+        *WHO, ("multiple", lambda s: f"×{s['dataset_multiple']}"), ("scaling", column("scaling")),
+        ("batch held fixed", batch_text), ("devices", column("devices")),
+        ("n (N / 1 device)", lambda s: f"{s['n']} / {s['n_ref']}"),
+        ("epoch-2 rate (samples/s)", column("epoch2_rate", num)),
+        ("1-device rate (samples/s)", column("rate_1", num)),
+        ("speedup, 95% CI", lambda s: ratio_text(s["speedup_ratio"])),
+        ("efficiency, 95% CI", efficiency)])
+
+
+def scaling_figure(data: ReportData) -> Made:
+    """Speedup and efficiency vs devices per model, with the ideal lines."""
+    fixed = analysis.reference(data.scaling, analysis.held_fixed("model", "devices"))
+    shown = analysis.at(data.scaling, fixed)
+    if shown.empty:
+        return NO_ROWS
+    reason = needs_values(shown, "devices", "device counts of one backend and setup",
+                          "the smoke grid has 1 and 2")
+    if reason:
+        return reason
+    models = sorted(shown["model"].unique())
+    figure, axes = panels(2 * len(models), columns=2)
+    kind = analysis.scaling_kind(fixed.get("batch_mode"))
+    devices = sorted(shown["devices"].unique())
+    drawn = []
+    for row, model in enumerate(models):
+        rows = shown[shown["model"] == model]
+        speedup_ax, efficiency_ax = axes[2 * row], axes[2 * row + 1]
+        drawn += lines(speedup_ax, rows, "devices", "speedup", DEVICES, "speedup R(N)/R(1) (×)",
+                       panel=f"speedup, model {model}")
+        drawn += lines(efficiency_ax, rows, "devices", "efficiency", DEVICES,
+                       "efficiency speedup/N (fraction)", panel=f"efficiency, model {model}")
+        speedup_ax.plot(devices, devices, "k--", linewidth=1, label="ideal")
+        efficiency_ax.plot(devices, [1] * len(devices), "k--", linewidth=1, label="ideal")
+        for ax in (speedup_ax, efficiency_ax):
+            ax.set_title(plain(f"model {model}: {kind} scaling"))
+    legend(figure, list(axes))
+    return (fixed_text(fixed) + f"{kind.capitalize()} scaling: the "
+            f"{analysis.batch_kind(fixed.get('batch_mode'))} batch is fixed as devices grow. "
+            "R = mean epoch-2 rate; dashed: ideal." + interval_note(drawn)), figure
+
+
+SECTION = Section(
+    name="scaling",
+    title="Scaling",
+    paragraphs=[
+        "Speedup = R(N)/R(1) of the epoch-2 rate (samples / mean epoch time) against the same "
+        "backend's own 1-device cell of the same setup (its 1-device run goes through the same "
+        "parallel machinery), with Fieller's 95% interval; efficiency = speedup / N. An "
+        "efficiency above 100% is marked SUSPECT, not reported as a result. Strong scaling: "
+        "the global batch is fixed (batch_mode global); weak scaling: the per-device batch is "
+        "fixed (batch_mode per_device)."],
+    figures=(Figure("scaling", "Scaling: speedup and efficiency", scaling_figure),),
+    tables=(Table("scaling", "Speedup and efficiency of every N-device cell", scaling_table,
+                  "it needs usable cells on 1 and on more devices of one backend and setup "
+                  "(the smoke grid has 1 and 2 devices)"),))

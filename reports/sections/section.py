@@ -1,0 +1,141 @@
+"""The contract of a report section: what it is called, what it says, its tables and figures,
+and when it is shown. Each is checked when it is made (at import), so a section with no text or
+a table that cannot say why it is empty never reaches a report.
+
+Text that depends on the results is a function of the report's data (reports.data.ReportData);
+the rest is written out. `Shown*` is what walking a section gives the pages (reports.page).
+"""
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import NoReturn
+
+import pandas as pd
+from matplotlib.figure import Figure as Drawing
+
+from xbench.reports.data import Options, ReportData
+
+Text = str | Callable[[ReportData], str]
+Made = tuple[str, Drawing] | str  # (caption, figure), or why it is not drawn and what would draw it
+
+NO_ROWS = "no cell of these results has a usable run"
+
+
+def said(text: Text, data: ReportData) -> str:
+    """The text itself, or what its function says of `data`."""
+    return text(data) if callable(text) else text
+
+
+def present(text: Text) -> bool:
+    """Whether there is text: words, or a function that will say them."""
+    return callable(text) or (isinstance(text, str) and bool(text.strip()))
+
+
+def refuse(problem: str) -> NoReturn:
+    raise ValueError(f"report section contract: {problem}")
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table of text: `make` gives it (a DataFrame of str), `empty` why it would be empty and
+    what would fill it."""
+    name: str
+    title: Text
+    make: Callable[[ReportData], pd.DataFrame]
+    empty: Text
+
+    def __post_init__(self):
+        if not (self.name and present(self.title) and callable(self.make)
+                and present(self.empty)):
+            refuse(f"table {self.name!r} needs a name, a title, a maker and why it may be empty")
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A figure: `make` gives (caption, matplotlib Figure), or why it is not drawn. `name` is its
+    files' name (NAME.png, NAME.svg) and its anchor on the page."""
+    name: str
+    title: str
+    make: Callable[[ReportData], Made]
+
+    def __post_init__(self):
+        if not (self.name and present(self.title) and callable(self.make)):
+            refuse(f"figure {self.name!r} needs a name, a title and a maker")
+
+
+def always(options: Options) -> bool:
+    """A section every report has, whatever the options."""
+    return True
+
+
+@dataclass(frozen=True)
+class Section:
+    """One heading of the report: its paragraphs (each text, or one function of the data giving
+    all of them), then its figures, then its tables; `shown` says whether the options ask for
+    it."""
+    name: str
+    title: Text
+    paragraphs: Sequence[Text] | Callable[[ReportData], list[str]]
+    figures: tuple[Figure, ...] = ()
+    tables: tuple[Table, ...] = ()
+    shown: Callable[[Options], bool] = always
+
+    def __post_init__(self):
+        written = callable(self.paragraphs) or (
+            bool(self.paragraphs) and all(map(present, self.paragraphs)))
+        if not (self.name and present(self.title) and written and callable(self.shown)):
+            refuse(f"section {self.name!r} needs a name, a title and text")
+
+    def text(self, data: ReportData) -> list[str]:
+        """The paragraphs, said of `data`."""
+        if callable(self.paragraphs):
+            return list(self.paragraphs(data))
+        return [said(paragraph, data) for paragraph in self.paragraphs]
+
+
+def check(sections: Sequence[Section]) -> None:
+    """Refuse a registry with two sections, two tables or two figures of one name (a figure's
+    name is a file's)."""
+    for kind, names in (
+            ("section", [s.name for s in sections]),
+            ("table", [t.name for s in sections for t in s.tables]),
+            ("figure", [f.name for s in sections for f in s.figures])):
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            refuse(f"{kind} names used twice: {', '.join(twice)}")
+
+
+@dataclass(frozen=True)
+class ShownTable:
+    title: str
+    frame: pd.DataFrame
+    empty: str
+
+
+@dataclass(frozen=True)
+class ShownFigure:
+    """A figure drawn (`drawing`, with its caption) or not (`reason`)."""
+    name: str
+    title: str
+    caption: str = ""
+    drawing: Drawing | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class ShownSection:
+    title: str
+    paragraphs: list[str]
+    figures: list[ShownFigure] = field(default_factory=list)
+    tables: list[ShownTable] = field(default_factory=list)
+
+
+def walk(section: Section, data: ReportData, draw: bool) -> ShownSection:
+    """What `section` shows of `data` (its figures made only where `draw`)."""
+    figures = []
+    for figure in section.figures if draw else ():
+        made = figure.make(data)
+        figures.append(ShownFigure(figure.name, figure.title, reason=made) if isinstance(made, str)
+                       else ShownFigure(figure.name, figure.title, *made))
+    return ShownSection(said(section.title, data), section.text(data), figures,
+                        [ShownTable(said(t.title, data), t.make(data), said(t.empty, data))
+                         for t in section.tables])

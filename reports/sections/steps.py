@@ -1,0 +1,121 @@
+"""Where a step's time goes: the attributed parts of every cell's step, and what the collectives
+of N-device cells waited for, moved and how fast."""
+import numpy as np
+import pandas as pd
+
+from xbench.common.measuring.attribution import MEANING, PARTS
+from xbench.reports import analysis
+from xbench.reports.data import ReportData
+from xbench.reports.figures import by_series, cell_labels, fixed_text, legend, panels, plain
+from xbench.reports.sections.section import Figure, Made, Section, Table
+from xbench.reports.tables import CELL, MIB, column, num, table, with_interval
+
+NO_ATTRIBUTION = ("no usable run records its step attribution (rows of xbench before schema 5 "
+                  "do not): run the grid again")
+PART_COLORS = dict(zip(PARTS, ["#8c564b", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e",
+                               "#d62728", "#7f7f7f"], strict=True))
+COMMUNICATION = (
+    "Every step of every rank is split into input, forward, backward, optimizer, waiting for "
+    "the slowest rank, exposed communication and host overhead (common.measuring.attribution): "
+    "the boundaries come from the host clock (CUDA events on a GPU), and the collectives are "
+    "counted by the library that does them (DDP's and Horovod's gradient hooks and the end of "
+    "their wait, TensorFlow's profiler trace). Moving time = the collectives' time in flight "
+    "less waiting for the slowest rank, per step (median; the rank that saw the most of it): "
+    "it includes what overlaps the backward pass, which exposed communication does not, so "
+    "where a collective overlaps compute (DDP's first buckets, Horovod) the bandwidth over it "
+    "is a lower bound of what the link can do. Bandwidth for backends that all-reduce "
+    "(nccl-tests' convention: algbw = bytes reduced / moving time, busbw = algbw × 2(N−1)/N), "
+    "from the bytes the library reduced where counted, else the model's gradients as the "
+    "cell's compression sends them; a reduction to one device (DataParallel, "
+    "MirroredStrategy on a CPU) gets no ring bandwidth.")
+ATTRIBUTION_TEXT = (
+    "The parts: " + "; ".join(f"{part}, {meaning}" for part, meaning in MEANING.items()) + ". "
+    "Each in ms per step (the mean over the cell's ranks and repeats, with the "
+    "95% interval over repeats) and as a share of the step. They add up to the step windows by "
+    "construction; what the windows do not cover of the epoch (its iterator's set-up, the final "
+    "synchronisation) is the residual, and a cell whose residual is above 5% of its epoch says "
+    "so. How each part is known is in the rows (attribution.how). Cells with an injected fault "
+    "(inject) show where it landed, and stay out of every verdict.")
+
+
+def attribution_table(data: ReportData):
+    """Every attributed cell: each part of a step in ms with its interval and its share, the
+    step, whether it added up, and the slowest rank."""
+    def part(name):
+        return lambda c: (f"{with_interval(c[f'{name}_step'] * 1000, c[f'{name}_step_ci'] * 1000)}"
+                          f" ({c[f'{name}_share']:.0%})")
+
+    def added(c):
+        return (f"yes (residual {c['residual_share']:.1%})" if c["adds_up"] else
+                f"NO: {c['residual_share']:.1%} of the epoch is in no step")
+    return table(data.attributed, [
+        *CELL, ("training", column("training")), ("n", column("n_attributed")),
+        *[(f"{name} (ms)", part(name)) for name in PARTS],
+        ("step (ms)", lambda c: num(sum(c[f"{name}_step"] for name in PARTS) * 1000)),
+        ("parts add up", added),
+        ("slowest rank", lambda c: "—" if pd.isna(c["slowest_rank"])
+         else str(int(c["slowest_rank"])))])
+
+
+def communication_table(data: ReportData):
+    """The cells whose gradients cross between N > 1 devices: what the step waits for, what the
+    collectives moved and how fast."""
+    def gigabytes(c, field):
+        if c["reduction"] != "all-reduce":
+            return f"— ({c['reduction']}: no ring bandwidth)"
+        return num(c[field] * 1e-9)
+    attributed = data.attributed
+    many = attributed[attributed["devices"] > 1] if len(attributed) else attributed
+    return table(many, [
+        *CELL, ("training", column("training")), ("reduction", column("reduction")),
+        ("waiting for the slowest rank (ms/step)",
+         lambda c: with_interval(c["waiting_step"] * 1000, c["waiting_step_ci"] * 1000)),
+        ("exposed communication (ms/step)", lambda c: with_interval(
+            c["communication_step"] * 1000, c["communication_step_ci"] * 1000)),
+        ("moving (ms/step)", lambda c: with_interval(c["moving_seconds"] * 1000,
+                                                      c["moving_ci"] * 1000)),
+        ("bytes reduced (MiB/step)", lambda c: f"{num(c['bytes'] / MIB)} ({c['bytes_how']})"),
+        ("algbw (GB/s)", lambda c: gigabytes(c, "algbw")),
+        ("busbw (GB/s)", lambda c: gigabytes(c, "busbw") if c["reduction"] != "all-reduce"
+         else with_interval(c["busbw"] * 1e-9, c["busbw_ci"] * 1e-9))])
+
+
+def step_parts(data: ReportData) -> Made:
+    """Stacked bars of the parts of one step (ms, the mean over repeats) for every backend and
+    device count side by side, one panel per model, at the most common data and batch."""
+    attributed = data.attributed
+    if attributed.empty:
+        return NO_ATTRIBUTION
+    fixed = analysis.reference(attributed, [*analysis.held_fixed("model", "devices"), "training"])
+    shown = analysis.at(attributed, fixed)
+    models = sorted(shown["model"].unique())
+    figure, axes = panels(len(models), width=max(6.0, 0.5 * len(shown)), columns=1)
+    for ax, model in zip(axes, models, strict=True):
+        rows = [row for _, _, series in by_series(shown[shown["model"] == model])
+                for _, row in series.sort_values("devices").iterrows()]
+        positions = range(len(rows))
+        bottom = np.zeros(len(rows))
+        for part in PARTS:
+            height = np.array([row[f"{part}_step"] * 1000 for row in rows])
+            ax.bar(positions, height, 0.7, bottom=bottom, color=PART_COLORS[part], label=part)
+            bottom += height
+        cell_labels(ax, [f"{row['series']}, {row['devices']} dev" for row in rows])
+        ax.set_ylabel("one step (ms, mean over repeats)")
+        ax.set_title(plain(f"model {model}"))
+        ax.grid(axis="y", alpha=0.3)
+    legend(figure, list(axes))
+    return (fixed_text(fixed) + "Each bar: one step of the cell, split into its parts (the mean "
+            "over its ranks and repeats): input, forward, backward, optimizer, waiting for the "
+            "slowest rank, exposed communication, host overhead."), figure
+
+
+SECTION = Section(
+    name="steps",
+    title="Where a step's time goes",
+    paragraphs=[COMMUNICATION, ATTRIBUTION_TEXT],
+    figures=(Figure("step_parts", "Where a step's time goes, per cell", step_parts),),
+    tables=(Table("attribution", "The parts of a step, per cell", attribution_table,
+                  NO_ATTRIBUTION),
+            Table("communication", "Waiting, communication and bandwidth of every N-device cell",
+                  communication_table,
+                  "it needs attributed cells on N > 1 devices (the smoke grid has 2)")))

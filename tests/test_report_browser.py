@@ -1,0 +1,147 @@
+"""`xbench report`'s page escaped and rendered in headless Chromium, checked through the DevTools
+protocol."""
+import fcntl
+import json
+import os
+import select
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from tests.report_fixtures import hostile_rows, write_rows
+from xbench.reports.build import build_report
+from xbench.reports.screenshot import chromium_command, screenshot
+
+
+class DevTools:
+    """Headless Chromium driven over --remote-debugging-pipe (fd 3 in, fd 4 out, NUL-separated
+    JSON): no extra package, and the browser's own events say what loaded and what failed."""
+
+    def __init__(self, profile, timeout=120):
+        to_browser, self.send_fd = os.pipe()
+        self.receive_fd, from_browser = os.pipe()
+        # Above fd 4, so that bash's "3<&a 4>&b" cannot overwrite one end with the other.
+        to_browser, from_browser = (high_fd(to_browser), high_fd(from_browser))
+        command = chromium_command(profile, "--remote-debugging-pipe", "about:blank")
+        self.process = subprocess.Popen(
+            ["bash", "-c", f'exec "$0" "$@" 3<&{to_browser} 4>&{from_browser}', *command],
+            pass_fds=(to_browser, from_browser), stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
+        os.close(to_browser)
+        os.close(from_browser)
+        self.deadline = time.monotonic() + timeout
+        self.buffer, self.events, self.last_id = b"", [], 0
+
+    def close(self):
+        """Ask the browser to quit (so it stops writing its profile); kill it if it does not."""
+        os.write(self.send_fd, json.dumps({"id": 0, "method": "Browser.close"}).encode() + b"\0")
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        os.close(self.send_fd)
+        os.close(self.receive_fd)
+
+    def call(self, method, params=None, session=None):
+        self.last_id += 1
+        message = {"id": self.last_id, "method": method, "params": params or {}}
+        if session:
+            message["sessionId"] = session
+        os.write(self.send_fd, json.dumps(message).encode() + b"\0")
+        while True:
+            reply = self.receive()
+            if reply.get("id") == self.last_id:
+                assert "error" not in reply, (method, reply)
+                return reply["result"]
+
+    def wait_for(self, method):
+        while not any(e["method"] == method for e in self.events):
+            self.receive()
+
+    def receive(self):
+        while b"\0" not in self.buffer:
+            left = self.deadline - time.monotonic()
+            ready = left > 0 and select.select([self.receive_fd], [], [], left)[0]
+            assert ready, "Chromium did not answer in time"
+            chunk = os.read(self.receive_fd, 1 << 16)
+            assert chunk, "Chromium closed the DevTools pipe"
+            self.buffer += chunk
+        raw, self.buffer = self.buffer.split(b"\0", 1)
+        message = json.loads(raw)
+        if "method" in message:
+            self.events.append(message)
+        return message
+
+
+def high_fd(fd):
+    """`fd` moved to a number of 10 or more."""
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD, 10)
+    os.close(fd)
+    return moved
+
+
+def render_in_chromium(page):
+    """(image loaded flags, console errors, number of script elements) of `page` once loaded."""
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as profile:
+        browser = DevTools(profile)
+        try:
+            target = next(t for t in browser.call("Target.getTargets")["targetInfos"]
+                          if t["type"] == "page")
+            session = browser.call("Target.attachToTarget",
+                                   {"targetId": target["targetId"], "flatten": True})["sessionId"]
+            for domain in ("Page", "Runtime", "Log"):
+                browser.call(f"{domain}.enable", session=session)
+            browser.call("Page.navigate", {"url": Path(page).resolve().as_uri()}, session)
+            browser.wait_for("Page.loadEventFired")
+            probe = ("JSON.stringify({images: [...document.images].map(i => i.complete && "
+                     "i.naturalWidth > 0), scripts: document.scripts.length, headings: "
+                     "[...document.querySelectorAll('h1,h2,h3')].map(h => h.textContent), "
+                     "text: document.body.innerText})")
+            found = json.loads(browser.call("Runtime.evaluate", {"expression": probe,
+                                                                  "returnByValue": True},
+                                            session)["result"]["value"])
+        finally:
+            browser.close()
+    errors = [e for e in browser.events
+              if e["method"] == "Runtime.exceptionThrown"
+              or (e["method"] == "Runtime.consoleAPICalled"
+                  and e["params"]["type"] in ("error", "assert"))
+              or (e["method"] == "Log.entryAdded" and e["params"]["entry"]["level"] == "error")]
+    render_in_chromium.last = found  # headings and visible text, for the page's checks
+    return found["images"], errors, found["scripts"]
+
+
+def test_the_checker_sees_broken_images_and_errors(tmp_path):
+    """The browser check itself: a page with a missing image and a throwing script fails it."""
+    page = tmp_path / "broken.html"
+    page.write_text('<!DOCTYPE html><html><body><img src="missing.png">'
+                    '<img src="data:image/gif;base64,R0lGODlhAQABAAAAACw=">'
+                    '<script>throw new Error("boom")</script></body></html>')
+    images, errors, _ = render_in_chromium(page)
+    assert images == [False, False]
+    assert any("boom" in json.dumps(e) for e in errors)
+    assert any("missing.png" in json.dumps(e) for e in errors)
+
+
+def test_report_page_is_escaped_and_renders_in_chromium_with_every_figure(tmp_path):
+    results = write_rows(tmp_path / "hostile.jsonl", hostile_rows())
+    _, _, written = build_report([results], tmp_path / "out", formats=["html"])
+    page = written["html"].read_text()
+    assert "<script" not in page and '<img src="nowhere' not in page
+    assert "&lt;script&gt;console.error(&#x27;escaped?&#x27;)&lt;/script&gt;" in page
+    assert "&lt;img src=&quot;nowhere.png&quot;" in page
+    images, errors, scripts = render_in_chromium(written["html"])
+    assert len(images) == page.count("<figure") == 9 and all(images)  # predicted.png the 9th
+    assert errors == []
+    assert scripts == 0
+    seen = render_in_chromium.last
+    assert len(seen["headings"]) == len(set(seen["headings"]))  # no heading twice
+    # one global batch and one dataset multiple: figures 5b and 5e say what they would need
+    assert ("Figure 5b: epoch-2 rate vs batch size: not drawn: it needs cells at two or more "
+            "batch sizes; these results have only 128" in seen["text"])
+    assert "Figure 5e: epoch-2 rate vs dataset multiple: not drawn" in seen["text"]
+    assert "step_parts" not in seen["text"] and "No data for" not in seen["text"]
+    shot = screenshot(written["html"], tmp_path / "shot.png", height=800)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

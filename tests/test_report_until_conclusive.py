@@ -1,0 +1,94 @@
+"""`xbench grid --until-conclusive`: repeats added until the report's comparisons settle, or it
+says why they cannot."""
+import itertools
+import json
+
+from tests.report_fixtures import MNIST, hand_cell, make_row, write_rows, xbench
+from xbench.common.results.store import read_rows
+from xbench.reports import analysis
+from xbench.reports.load import load
+from xbench.reports.verdicts import judged
+
+
+def test_until_conclusive_adds_repeats_until_settled_or_says_why_not(tmp_path):
+    """pt-ddp on 1 and 2 devices, 2 repeats, then repeats until the comparison is settled or
+    the budget is spent: every run it added is one more repeat of a cell of an open comparison,
+    and it ends saying which."""
+    results = tmp_path / "r.jsonl"
+    done = xbench("grid", "--preset", "smoke", "--backend", "pt-ddp", "--devices", "1,2",
+                  "--repeat", "2", "--max-train-samples", "512", "--data-dir", MNIST,
+                  "--results", results, "--until-conclusive", "--budget", "2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = read_rows(results)[0]
+    added = len(rows) - 4
+    said = done.stdout + done.stderr
+    assert f"until conclusive: {added} run(s) added; " in said
+    repeats = sorted((r["cell_key"], r["repeat"]) for r in rows)
+    for key in {r["cell_key"] for r in rows}:  # repeats numbered on, none twice
+        mine = [repeat for k, repeat in repeats if k == key]
+        assert mine == list(range(len(mine)))
+    assert ("every comparison of the grid's cells is settled" in said
+            or " still open: " in said)
+    if "is settled" in said:
+        report = xbench("report", results, "--out", tmp_path / "out", "--format", "md")
+        line = next(l for l in report.stdout.splitlines() if "pt-ddp on 2 devices: speedup" in l)
+        assert "pays off" in line or "does not pay off" in line, line
+
+
+def until_conclusive(tmp_path, monkeypatch, rates, budget_minutes, added_rates):
+    """`xbench grid --until-conclusive`'s loop on hand-made runs of pt-ddp on 1 and 2 devices
+    (`rates`: each cell's last-epoch rate per repeat); every repeat it asks for runs at the next
+    of its cell's `added_rates`. (the rows it added, what it said)."""
+    from xbench.cli import grid as grid_command
+    cells = [hand_cell(devices=devices) for devices in (1, 2)]
+    results = write_rows(tmp_path / "r.jsonl", [
+        make_row(devices=cell.devices, rates=(80.0, rate), repeat=repeat)
+        for cell in cells for repeat, rate in enumerate(rates[cell.devices])])
+    pending = {devices: iter(added) for devices, added in added_rates.items()}
+    said = []
+
+    def run_grid(more, path, **_):
+        rows = [make_row(devices=c.devices, rates=(80.0, next(pending[c.devices])),
+                         repeat=c.repeat) for c in more]
+        with open(path, "a") as f:
+            f.writelines(json.dumps(row) + "\n" for row in rows)
+        return rows
+    monkeypatch.setattr(grid_command, "run_grid", run_grid)
+    monkeypatch.setattr(grid_command, "say", lambda text, **_: said.append(text))
+    return grid_command.settle(cells, results, budget_minutes, None), "\n".join(said)
+
+
+def test_until_conclusive_adds_repeats_of_the_open_comparison_until_it_settles(tmp_path,
+                                                                               monkeypatch):
+    """Two repeats a side overlap (1 device 90 and 130, 2 devices 110 and 160 samples/s); every
+    added repeat runs at 100 and 150: a few pairs settle it, each pair the next repeat of both
+    cells, and the report's verdict is then stated."""
+    added, said = until_conclusive(tmp_path, monkeypatch, {1: (90.0, 130.0), 2: (110.0, 160.0)},
+                                   60, {1: itertools.repeat(100.0), 2: itertools.repeat(150.0)})
+    pairs = len(added) // 2
+    assert added and len(added) == 2 * pairs
+    assert [(r["devices"], r["repeat"]) for r in added] == [
+        (devices, repeat) for repeat in range(2, 2 + pairs) for devices in (1, 2)]
+    assert said.count("until conclusive: one more repeat of") == pairs
+    assert said.endswith(f"until conclusive: {len(added)} run(s) added; every comparison of the "
+                         f"grid's cells is settled")
+    frame, _ = load([tmp_path / "r.jsonl"])
+    lines, _ = judged(analysis.cell_table(frame))
+    assert any("pt-ddp on 2 devices: speedup" in line and "pays off" in line
+               for line in lines), lines
+
+
+def test_until_conclusive_stops_at_its_budget_and_says_what_is_open(tmp_path, monkeypatch):
+    added, said = until_conclusive(tmp_path, monkeypatch, {1: (90.0, 130.0), 2: (110.0, 160.0)},
+                                   0, {1: [], 2: []})
+    assert added == [] and "the budget of 0 min is spent" in said
+    assert "0 run(s) added; " in said and " still open: " in said
+    assert "|d1|" in said and "|d2|" in said and "repeats a side would settle it" in said
+
+
+def test_until_conclusive_runs_nothing_where_repeats_cannot_settle_it(tmp_path, monkeypatch):
+    """The same rates on both sides: no number of repeats shows a difference."""
+    added, said = until_conclusive(tmp_path, monkeypatch, {1: (100.0, 120.0), 2: (100.0, 120.0)},
+                                   60, {1: [], 2: []})
+    assert added == [] and "0 run(s) added; " in said and " still open: " in said
+    assert "within the noise: more repeats are unlikely to settle it" in said
