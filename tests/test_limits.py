@@ -166,4 +166,4 @@ def test_cli_runs_uninstalled_from_a_checkout(tmp_path):
     assert run.returncode == 0, run.stderr
     version, where = run.stdout.splitlines()
     assert version == "0.1.0 (uninstalled)"
-    assert where == str(packages / "xbench" / "common" / "settings.py")
+    assert where == str(packages / "xbench" / "common" / "grids" / "settings.py")
