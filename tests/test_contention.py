@@ -111,7 +111,7 @@ def test_cores_are_read_by_their_number_not_their_line(tmp_path):
 def test_pinned_ranks_and_pinned_host_memory_are_different_cells():
     import dataclasses
 
-    from tests.test_report import hand_cell
+    from tests.report_fixtures import hand_cell
     cell = hand_cell(devices=2)
     keys = {dataclasses.replace(cell, pin_ranks=True).key,
             dataclasses.replace(cell, host_memory="pinned").key, cell.key}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, SLOW, XBENCH
-from test_report import make_row, write_rows
+from report_fixtures import make_row, write_rows
 
 from xbench.common.results.store import read_rows
 
