@@ -55,7 +55,7 @@ def target_table(frame: pd.DataFrame) -> pd.DataFrame:
         first = (usable if len(usable) else group).iloc[0]
         reached = [t or {} for t in ran["time_to_target"]]
         timed = [t or {} for t in usable["time_to_target"]]
-        record = {column: first.get(column) for column in analysis.CONFIG}
+        record = {column: first.get(column) for column in (*analysis.CONFIG, "device_type")}
         record.update(
             configuration=first["configuration"], training=first["training"],
             target=float(first["target_accuracy"]),
@@ -82,9 +82,10 @@ def target_table(frame: pd.DataFrame) -> pd.DataFrame:
             .drop(columns="_order").reset_index(drop=True))
 
 
-TARGET_COLUMNS = [*analysis.CONFIG, "configuration", "training", "target", "seeds", "runs",
-                  "not_ok", "timed_runs", "converged", "curves", "seconds", "seconds_values",
-                  "training_seconds", "samples", "epochs", "rate", "rate_low", "rate_high"]
+TARGET_COLUMNS = [*analysis.CONFIG, "device_type", "configuration", "training", "target",
+                  "seeds", "runs", "not_ok", "timed_runs", "converged", "curves", "seconds",
+                  "seconds_values", "training_seconds", "samples", "epochs", "rate", "rate_low",
+                  "rate_high"]
 
 
 def time_statistics(values) -> dict:
@@ -119,9 +120,9 @@ def goodput(targets: pd.DataFrame) -> pd.DataFrame:
     if targets.empty:
         return pd.DataFrame(records)
     # per backend, its configurations: each batch and device count
-    keys = ["series", *[c for c in analysis.SETUP if c not in ("backend", analysis.BATCH,
-                                                                 *draws())]]
-    for _, group in targets.groupby(keys, sort=False):
+    keys = ["series", "target", *[c for c in analysis.SETUP
+                                  if c not in ("backend", analysis.BATCH, *draws())]]
+    for _, group in targets.groupby(keys, sort=False, dropna=False):
         timed = group[[math.isfinite(s["median"]) for s in group["seconds"]]]
         fastest = group.loc[group["rate"].idxmax()] if group["rate"].notna().any() else None
         shortest = timed.loc[timed["seconds"].map(lambda s: s["median"]).idxmin()] \

