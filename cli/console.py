@@ -28,6 +28,16 @@ def int_list(ctx, param, value):
                                  "numbers") from None
 
 
+def float_list(ctx, param, value):
+    """'1,2.5' -> [1.0, 2.5] (a clear error for anything else)."""
+    if value is None:
+        return None
+    try:
+        return [float(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise click.BadParameter(f"'{value}' is not a comma-separated list of numbers") from None
+
+
 def str_list(ctx, param, value):
     return None if value is None else [v.strip() for v in value.split(",") if v.strip()]
 

@@ -4,7 +4,7 @@ from collections.abc import Callable, Iterable
 
 import click
 
-from xbench.cli.console import int_list, str_list
+from xbench.cli.console import float_list, int_list, str_list
 from xbench.common.grids.settings import Setting
 
 
@@ -28,8 +28,9 @@ def option(setting: Setting) -> Callable:
         name = flag.removeprefix("--")
         return click.option(f"--{name}/--no-{name}", setting.key, default=None, help=help_text)
     if setting.axis:
-        return click.option(flag, setting.key, callback=int_list if setting.kind is int
-                            else str_list, metavar="A,B,...", help=help_text)
+        parse = {int: int_list, float: float_list}.get(setting.kind, str_list)
+        return click.option(flag, setting.key, callback=parse, metavar="A,B,...",
+                            help=help_text)
     if setting.choices:
         return click.option(flag, setting.key, type=click.Choice(setting.choices), help=help_text)
     return click.option(flag, setting.key, type=setting.kind, help=help_text)

@@ -7,13 +7,17 @@ import click
 
 from xbench.cli.console import DEFAULT_RESULTS_DIR, int_list
 from xbench.common.errors import UserError
+from xbench.common.grids.settings import SETTINGS
+
+MOST = SETTINGS["devices"].maximum  # devices per node, and nodes, a grid allows
 
 
 def counts_option(ctx, param, value):
     """A comma list of counts from 1 (a UserError, exit 2, otherwise)."""
     found = int_list(ctx, param, value)
-    if not found or min(found) < 1:
-        raise UserError(f"--{param.name} {value!r}: give counts from 1, e.g. 1,2,4,8")
+    if not found or min(found) < 1 or max(found) > MOST:
+        raise UserError(f"--{param.name} {value!r}: give counts from 1 to {MOST:,} (a grid's "
+                        f"own limit), e.g. 1,2,4,8")
     return sorted(set(found))
 
 
@@ -29,9 +33,11 @@ def counts_option(ctx, param, value):
 @click.option("--nodes", default="1", show_default=True, callback=counts_option,
               help="Nodes to predict, e.g. 1,8,64.")
 @click.option("--where", help="Keep only the rows matching a filter, as `xbench report --where`.")
-@click.option("--published", is_flag=True,
-              help="Also put the published scaling results of reports/published.toml (Horovod's "
-                   "paper) through the model, beside their published efficiency.")
+@click.option("--published", is_flag=False, flag_value="", default=None, metavar="[FILE]",
+              help="Also put published scaling results through the model, beside their "
+                   "published efficiency: FILE's records (TOML, as reports/published.toml), or "
+                   "reports/published.toml's (NVIDIA's, Horovod's, TensorFlow's and Goyal et "
+                   "al.'s, with their sources).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 def predict(results_files, link, node_link, devices, nodes, where, published, as_json):
     """Predict the step time, rate and efficiency on more devices and nodes from the results'
@@ -41,7 +47,6 @@ def predict(results_files, link, node_link, devices, nodes, where, published, as
     from xbench.reports import analysis  # pandas and scipy: loaded here
     from xbench.reports.load import load, load_probes, newest_results
     from xbench.reports.predict import (
-        against_published,
         band_text,
         calibrate,
         check_summary,
@@ -50,6 +55,8 @@ def predict(results_files, link, node_link, devices, nodes, where, published, as
         references,
         what_if,
     )
+    from xbench.reports.published import PUBLISHED_FILE, against_published
+    from xbench.reports.published import as_json as published_json
     from xbench.reports.tables import check_table, markdown, published_table, what_if_table
     chosen, between = given_links(link, node_link)
     paths = [Path(p) for p in results_files] or [newest_results(DEFAULT_RESULTS_DIR)]
@@ -62,12 +69,14 @@ def predict(results_files, link, node_link, devices, nodes, where, published, as
     check = checked(cells, attributed, probes)
     scaled = (what_if(cells, attributed, probes, devices, nodes, chosen, between)
               if chosen else None)
-    record = (against_published(calibrate(references(cells, attributed)) if len(attributed)
-                                else None) if published else None)
+    record = None
+    if published is not None:
+        calibration = calibrate(references(cells, attributed)) if len(attributed) else None
+        record = against_published(calibration, Path(published) if published else PUBLISHED_FILE)
     if as_json:
         click.echo(json.dumps({"check": check.to_dict("records"), "summary": check_summary(check),
                                "predicted": None if scaled is None else scaled.to_dict("records"),
-                               "published": None if record is None else record.to_dict("records")},
+                               "published": None if record is None else published_json(record)},
                               default=str))
         return
     if record is not None:

@@ -55,18 +55,17 @@ class TorchBackend(Backend):
 
     def watch_collectives(self, wrapped: torch.nn.Module, model: torch.nn.Module,
                           optimizer: torch.optim.Optimizer, clock: CollectiveClock) -> None:
-        """Have the library tell `clock` when each gradient collective is launched and done."""
+        """Have the library tell `clock` when each gradient is ready and when each of its
+        collectives is launched and completed."""
 
     def watch_gradients(self, model: torch.nn.Module, clock: CollectiveClock) -> None:
         """Tell `clock` when each gradient is ready, with the bytes it puts on the wire (under
-        the cell's compression): when DDP's and Horovod's own hooks launch its all-reduce (DDP's
-        once its bucket is full). These hooks cost nothing measurable; a DDP communication hook
-        in Python, timing each bucket, cost 5% of the rate on 2 CPU ranks
-        (benchmarks/attribution_cost.py)."""
+        the cell's compression): the last one ready is this rank's compute for the collectives
+        done. (The collectives themselves the library times: watch_collectives.)"""
         compression, rank = self.cell.compression, self.cell.powersgd_rank
         for parameter in model.parameters():
             parameter.register_post_accumulate_grad_hook(
-                lambda ready: clock.launched(
+                lambda ready: clock.ready(
                     gradient_wire_bytes(tuple(ready.shape), compression, rank)))
 
     def wait_for_gradients(self, optimizer: torch.optim.Optimizer,

@@ -1,5 +1,6 @@
 """pt-ddp: DistributedDataParallel, one process per device, started by torchrun (nccl / gloo)."""
 from xbench.common.backends.backend import wire
+from xbench.common.measuring.attribution import INSTRUMENTED
 from xbench.common.workload.compression import POWERSGD_MIN_RATE, POWERSGD_START_STEP
 from xbench.common.workload.compression import label as compression_label
 from xbench.pt_backend.torchrun import TorchrunBackend
@@ -10,6 +11,7 @@ class DistributedDataParallelBackend(TorchrunBackend):
 
     def watch_collectives(self, wrapped, model, optimizer, clock):
         self.watch_gradients(model, clock)
+        self.clock = clock  # its buckets' all-reduces, timed by the communication hook
 
     def wait_for_gradients(self, optimizer, clock):
         clock.done()
@@ -17,23 +19,45 @@ class DistributedDataParallelBackend(TorchrunBackend):
     def wrap_model(self, model, device):
         from torch.nn.parallel import DistributedDataParallel
         self.buffer_bytes = sum(b.numel() * b.element_size() for b in model.buffers())
+        buckets = {"bucket_cap_mb": self.cell.bucket_mb} if self.cell.bucket_mb else {}
         wrapped = DistributedDataParallel(model, device_ids=[device.index]
-                                          if device.type == "cuda" else None)
-        self.compress(wrapped)
+                                          if device.type == "cuda" else None, **buckets)
+        self.clock = None
+        state, hook = self.communication_hook()
+        if INSTRUMENTED:
+            wrapped.register_comm_hook(state, self.timed(hook))
+        elif self.cell.compression != "none":
+            wrapped.register_comm_hook(state, hook)
         return wrapped
 
-    def compress(self, wrapped):
-        """The cell's compression as DDP's own communication hook (common.workload.compression)."""
+    def communication_hook(self):
+        """(state, hook): the cell's compression as DDP's own communication hook
+        (common.workload.compression), DDP's plain all-reduce where there is none."""
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
         compression = self.cell.compression
-        if compression in ("fp16", "bf16"):
-            wrapped.register_comm_hook(None, getattr(default_hooks, f"{compression}_compress_hook"))
-        elif compression == "powersgd":
+        if compression == "powersgd":
             state = powerSGD_hook.PowerSGDState(
                 process_group=None, matrix_approximation_rank=self.cell.powersgd_rank,
                 start_powerSGD_iter=POWERSGD_START_STEP, min_compression_rate=POWERSGD_MIN_RATE,
                 use_error_feedback=True, warm_start=True, random_seed=self.cell.seed)
-            wrapped.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+            return state, powerSGD_hook.powerSGD_hook
+        if compression in ("fp16", "bf16"):
+            return None, getattr(default_hooks, f"{compression}_compress_hook")
+        return None, default_hooks.allreduce_hook
+
+    def timed(self, hook):
+        """`hook`, each bucket's collective timed from its launch to its future's completion
+        (on a GPU the clock's CUDA events, recorded on the stream the future completes on)."""
+        def timed_hook(state, bucket):
+            if self.clock is None:
+                return hook(state, bucket)
+            op = self.clock.launch()
+
+            def completed(future):
+                self.clock.complete(op)
+                return future.value()
+            return hook(state, bucket).then(completed)
+        return timed_hook
 
     def traffic(self, cell, reduction):
         """Besides the gradients: the buffers DDP broadcasts from rank 0 before each forward."""

@@ -1,7 +1,13 @@
 """hvd-torch: Horovod's ring all-reduce over PyTorch, N processes started by horovodrun."""
+import os
+import threading
+import time
+
 from xbench.common.backends import horovod_support
 from xbench.common.backends.collectives import Collectives
 from xbench.pt_backend.base import TorchBackend
+
+POLL_SECONDS = 0.0002  # how often the outstanding handles are asked whether they are done
 
 
 class HorovodTorchBackend(TorchBackend):
@@ -9,6 +15,8 @@ class HorovodTorchBackend(TorchBackend):
 
     def start_processes(self, device_kind):
         import horovod.torch as hvd
+        if self.cell.bucket_mb:  # read by hvd.init(), alike on every rank
+            os.environ["HOROVOD_FUSION_THRESHOLD"] = str(int(self.cell.bucket_mb * 2**20))
         hvd.init()
         self.hvd = hvd
         return HorovodTorchCollectives(hvd)
@@ -18,18 +26,26 @@ class HorovodTorchBackend(TorchBackend):
 
     def wrap_optimizer(self, optimizer, model):
         """Every rank starts from rank 0's parameters and optimizer state; gradients are
-        averaged by Horovod's all-reduce as the backward pass produces them."""
+        averaged by Horovod's all-reduce as the backward pass produces them (with bucket_mb, in
+        groups of that size, each launched once all of its gradients are ready)."""
         self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         self.hvd.broadcast_optimizer_state(optimizer, root_rank=0)
         return self.hvd.DistributedOptimizer(
             optimizer, named_parameters=model.named_parameters(),
-            compression=horovod_support.compressor(self.hvd, self.cell.compression))
+            compression=horovod_support.compressor(self.hvd, self.cell.compression),
+            groups=buckets(model, self.cell.bucket_mb) if self.cell.bucket_mb else None)
 
     def watch_collectives(self, wrapped, model, optimizer, clock):
-        if self.hvd.size() > 1:  # at size 1 Horovod reduces nothing
-            self.watch_gradients(model, clock)
+        if self.hvd.size() == 1:  # at size 1 Horovod reduces nothing
+            return
+        self.watch_gradients(model, clock)
+        self.handles = HandleWatch(self.hvd.poll, clock)
+        for name in ("_allreduce_grad_async", "_grouped_allreduce_grad_async"):
+            setattr(optimizer, name, self.handles.timed(getattr(optimizer, name), clock))
 
     def wait_for_gradients(self, optimizer, clock):
+        if self.hvd.size() > 1:
+            self.handles.wait()
         optimizer.synchronize()
         clock.done()
 
@@ -40,6 +56,70 @@ class HorovodTorchBackend(TorchBackend):
     def details(self):
         return {"parallelism": "hvd.DistributedOptimizer",
                 **horovod_support.details(self.hvd, self.cell.compression)}
+
+
+def buckets(model, megabytes: float) -> list[list]:
+    """The model's parameters in buckets of at most `megabytes` (2^20 bytes) of gradients, as DDP
+    forms them: in the reverse of their order, which is about the order backward makes their
+    gradients (a parameter larger than a bucket is a bucket of its own)."""
+    limit, groups, size = megabytes * 2**20, [[]], 0
+    for parameter in reversed(list(model.parameters())):
+        bytes_ = parameter.numel() * parameter.element_size()
+        if groups[-1] and size + bytes_ > limit:
+            groups.append([])
+            size = 0
+        groups[-1].append(parameter)
+        size += bytes_
+    return groups
+
+
+class HandleWatch:
+    """Horovod tells a collective's completion only through its handle: a thread asks the
+    step's outstanding handles every POLL_SECONDS whether they are done, and tells the clock the
+    moment it sees each one done."""
+
+    def __init__(self, poll, clock):
+        self.poll, self.clock = poll, clock
+        self.pending: dict = {}  # handle -> the clock's token of its launch
+        self.changed = threading.Condition()
+        threading.Thread(target=self._watch, daemon=True, name="xbench-horovod-handles").start()
+
+    def timed(self, launch, clock):
+        """Horovod's `launch` (the optimizer's method that starts one gradient's or group's
+        all-reduce), its handle watched from the moment it is called."""
+        def timed_launch(argument):
+            op = clock.launch()
+            handle, context = launch(argument)
+            with self.changed:
+                self.pending[handle] = op
+                self.changed.notify_all()
+            return handle, context
+        return timed_launch
+
+    def wait(self) -> None:
+        """Until every handle launched so far has been seen done."""
+        with self.changed:
+            self.changed.wait_for(lambda: not self.pending)
+
+    def _watch(self) -> None:
+        while True:
+            with self.changed:
+                self.changed.wait_for(lambda: self.pending)
+                pending = list(self.pending.items())
+            done = [(handle, op) for handle, op in pending if self._done(handle)]
+            if done:
+                with self.changed:
+                    for handle, op in done:
+                        self.clock.complete(op)
+                        del self.pending[handle]
+                    self.changed.notify_all()
+            time.sleep(POLL_SECONDS)
+
+    def _done(self, handle) -> bool:
+        try:
+            return bool(self.poll(handle))
+        except (ValueError, RuntimeError):  # released by a synchronize: done by then
+            return True
 
 
 class HorovodTorchCollectives(horovod_support.HorovodGather, Collectives):

@@ -317,7 +317,8 @@ class TorchLoop(TrainingLoop):
                 **dict.fromkeys(("forward", "backward", "optimizer"), clock),
                 "waiting": collective, "communication": collective,
                 "host": "the rest of each step's window: copies to the device, zero_grad, "
-                        "bookkeeping"}
+                        "bookkeeping",
+                "untraced": "none: the loop's marks cover every moment of a step's window"}
 
     def describe(self):
         return {"framework_version": torch.__version__,

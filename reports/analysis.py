@@ -199,6 +199,8 @@ def attribution(cells):
                                + (r["residual"] if name == "compute" else 0) for r in runs])
             record[f"{name}_epoch_seconds"], record[f"{name}_epoch_ci"] = total["mean"], total["ci"]
         record.update(bandwidth(cell, runs))
+        shares = [r["overlap"] for r in runs if r.get("overlap") is not None]
+        record["overlap_share"] = float(np.mean(shares)) if shares else math.nan
         records.append(record)
     return pd.DataFrame(records, columns=ATTRIBUTION_COLUMNS)
 
@@ -211,7 +213,9 @@ ATTRIBUTION_COLUMNS = [
     "adds_up", "residual_share", "how", "slowest_rank",
     *[f"{part}{suffix}" for part in PARTS for suffix in ("_step", "_step_ci", "_share")],
     "compute_epoch_seconds", "compute_epoch_ci", "comm_epoch_seconds", "comm_epoch_ci",
-    "moving_seconds", "moving_ci", "bytes", "bytes_how", "algbw", "busbw", "busbw_ci"]
+    "moving_seconds", "moving_ci", "bytes", "bytes_how", "algbw", "busbw", "busbw_ci",
+    "overlap_share"]
+UNTRACED_LIMIT = 0.10  # a step's share no mark or trace covers above which the report says so
 def wire_size(cell) -> float:
     """The bytes a step's gradients put into the all-reduce, under the cell's compression."""
     if cell["model"] not in MODELS:

@@ -36,10 +36,13 @@ from xbench.reports.step_model import (
     compute_parts,
     cores_lost,
     expected_largest,
+    exposed_seconds,
     fault_outside_model,
-    hidden_share,
     injected_link,
+    link_class,
+    message_bytes,
     moved_bytes,
+    overlap_of,
     pair_one,
     pooled,
     probe_rate,
@@ -64,9 +67,10 @@ def read_links(path: Path = LINKS_FILE) -> dict[str, Link]:
 LATENCY = re.compile(r"^(\d+(?:\.\d+)?)(us|ms|s)$")
 
 
-def parse_link(text: str, links: dict[str, Link] | None = None) -> Link:
+def parse_link(text: str, links: dict[str, Link] | None = None, what: str = "--link") -> Link:
     """A link named in links.toml, or RATE[,LATENCY]: RATE in tc's units (25gbit, 12gbps),
-    LATENCY with us, ms or s (default 0); a UserError that says what a link looks like."""
+    LATENCY with us, ms or s (default 0); a UserError naming `what` gave it (the flag, or a
+    published record's key) that says what a link looks like."""
     links = read_links() if links is None else links
     if text in links:
         return links[text]
@@ -74,13 +78,16 @@ def parse_link(text: str, links: dict[str, Link] | None = None) -> Link:
     found = faults.RATE.match(rate.strip().lower())
     wait = LATENCY.match(latency.strip().lower()) if latency else None
     if not found or (latency and not wait):
-        raise UserError(f"--link {text!r} is neither a named link ({', '.join(links)}) nor "
+        raise UserError(f"{what} {text!r} is neither a named link ({', '.join(links)}) nor "
                         f"RATE[,LATENCY] such as 25gbit,5us (RATE in kbit, mbit, gbit, kbps, "
                         f"mbps or gbps; LATENCY in us, ms or s)")
     seconds = (float(wait.group(1)) * {"us": 1e-6, "ms": 1e-3, "s": 1.0}[wait.group(2)]
                if wait else 0.0)
     number, unit = found.groups()
-    return Link(text, float(number) * faults.RATE_BYTES[unit], seconds, "given on the command line")
+    rate = float(number) * faults.RATE_BYTES[unit]
+    if not rate > 0:
+        raise UserError(f"{what} {text!r}: a link's rate must be above 0")
+    return Link(text, rate, seconds, "given on the command line")
 
 
 def given_links(link: str | None, node_link: str | None) -> tuple[Link | None, Link | None]:
@@ -89,7 +96,7 @@ def given_links(link: str | None, node_link: str | None) -> tuple[Link | None, L
     if node_link and not link:
         raise UserError("--node-link needs --link (the link between the devices of a node)")
     chosen = parse_link(link) if link else None
-    return chosen, parse_link(node_link) if node_link else chosen
+    return chosen, parse_link(node_link, what="--node-link") if node_link else chosen
 
 
 def references(cells: pd.DataFrame, attributed: pd.DataFrame) -> pd.DataFrame:
@@ -98,7 +105,8 @@ def references(cells: pd.DataFrame, attributed: pd.DataFrame) -> pd.DataFrame:
     cell, which has no link to cap), with the parts per step of both."""
     family = [*[c for c in SETUP if c != "training"], "training_without_fault"]
     keyed = cells.merge(attributed[["env", "cell_key", *[f"{p}_step" for p in (
-        *COMPUTE_PARTS, "waiting", "communication")], "moving_seconds", "bytes"]],
+        *COMPUTE_PARTS, "waiting", "communication")], "moving_seconds", "bytes",
+        "overlap_share"]],
         on=["env", "cell_key"])
     keyed = keyed[keyed["backend"].isin(list(TRAITS))]
     ones = keyed[(keyed["devices"] == 1) & (keyed["nodes"] == 1)
@@ -110,10 +118,11 @@ def references(cells: pd.DataFrame, attributed: pd.DataFrame) -> pd.DataFrame:
 @dataclass
 class Calibration:
     """What the model takes from measured cells: how a rank's compute grows with the cores it
-    lost (the exponent, per device type and backend), each backend's overlap, the bandwidth of
-    each carrier here (by family, see carrier), and how many cells it came from."""
+    lost (the exponent, per device type and backend), each backend's measured overlap share
+    (per link class), the bandwidth of each carrier here (by family, see carrier), and how many
+    cells it came from."""
     core_exponent: dict[str, dict[str, float]]
-    overlap: dict[str, float]
+    overlap: dict[str, dict[str, float]]
     rate: dict[str, dict[str, float]]
     cells: int
 
@@ -129,12 +138,11 @@ def calibrate(pairs: pd.DataFrame) -> Calibration:
         if reduction_of(pair) != "reduce-scatter" and unslowed > 0 and lost != 1:  # FSDP's
             exponents.setdefault(pair["device_type"], {}).setdefault(  # collectives are in it
                 pair["backend"], []).append(math.log(measured / unslowed) / math.log(lost))
-        moving = pair["moving_seconds"]
-        if moving and np.isfinite(moving) and moving > 0:
-            share = hidden_share(moving, pair["communication_step"], pair["backward_step"])
-            if share is not None:
-                overlaps.setdefault(pair["backend"], []).append(share)
-        else:  # nothing timed its copies apart from the step: all of them were exposed
+        moving, share = pair["moving_seconds"], pair["overlap_share"]
+        if share is not None and np.isfinite(share):  # measured: its collectives were timed
+            overlaps.setdefault(pair["backend"], {}).setdefault(link_class(pair), []).append(share)
+        if not (moving and np.isfinite(moving) and moving > 0):
+            # nothing timed its copies apart from the step: all of them were exposed
             moving = pair["communication_step"]
         if injected_link(pair["inject"]) is None and moving and np.isfinite(moving) and moving > 0:
             family, name = carrier(pair)
@@ -143,7 +151,8 @@ def calibrate(pairs: pd.DataFrame) -> Calibration:
     # a collective's moving time is at least its transfer (DDP's and Horovod's run on until
     # backward ends), so the fastest cell's rate is the nearest to the link's
     fastest = lambda found: {k: float(np.max(v)) for k, v in found.items()}  # noqa: E731
-    return Calibration({kind: median(found) for kind, found in exponents.items()}, median(overlaps),
+    return Calibration({kind: median(found) for kind, found in exponents.items()},
+                       {backend: median(found) for backend, found in overlaps.items()},
                        {family: fastest(found) for family, found in rates.items()}, len(pairs))
 
 
@@ -171,10 +180,9 @@ def predict_cell(pair, calibration: Calibration, probes: dict) -> dict | None:
     # the probe and the calibration measured this machine's rings as per-device bus bandwidth,
     # one link for every rank, nodes or not
     moving = collective_seconds(reduction, size, devices, 1, link, link,
-                                TRAITS[pair["backend"]].message_bytes,
-                                ring_passes(reduction, pair["reshard"]))
-    overlap = pooled(calibration.overlap, pair["backend"], 0.0)
-    exposed = moving - overlap * min(moving, parts["backward"])
+                                message_bytes(pair), ring_passes(reduction, pair["reshard"]))
+    overlap = overlap_of(calibration.overlap, pair["backend"], link_class(pair))
+    exposed = exposed_seconds(moving, overlap, parts["backward"])
     waiting = compute * relative_spread(pair_one(pair)) * expected_largest(devices)
     step = compute + exposed + waiting
     windows = sum(pair[f"{p}_step_1"] for p in COMPUTE_PARTS)
@@ -220,15 +228,32 @@ CHECK_COLUMNS = [*CHECKED, "compute", "moving", "overlap", "exposed", "waiting",
 
 
 def check_summary(check: pd.DataFrame) -> str:
-    """'median absolute error of the predicted epoch time 12% (largest 31%) over 9 cells, ...'."""
-    errors = predicted(check)["error"].abs()
-    if errors.empty:
+    """'uncapped cells on one node (the headline): median absolute error of the predicted epoch
+    time 12% (largest 31%) over 9 cells; capped links: ...; several nodes: ...': the held-out
+    errors apart, since a capped cell's link is the cap its experimenter set."""
+    found = predicted(check)
+    if found.empty:
         return "no N-device cell could be predicted"
-    left, far = len(check) - len(errors), int((errors > FAR_OFF).sum())
-    return (f"median absolute error of the predicted epoch time {errors.median():.0%} (largest "
-            f"{errors.max():.0%}) over {len(errors)} cells, each held out of its own calibration; "
-            f"{far} off by more than {FAR_OFF:.0%}"
+    parts = []
+    for name, cells in error_groups(found).items():
+        errors = cells["error"].abs()
+        if len(errors):
+            far = int((errors > FAR_OFF).sum())
+            parts.append(f"{name}: median absolute error of the predicted epoch time "
+                         f"{errors.median():.0%} (largest {errors.max():.0%}) over {len(errors)} "
+                         f"cell{'s' * (len(errors) != 1)}, {far} off by more than {FAR_OFF:.0%}")
+    left = len(check) - len(found)
+    return ("; ".join(parts) + ". Each cell held out of its own calibration"
             + (f"; {left} not predicted (see why below)" if left else ""))
+
+
+def error_groups(check: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The checked cells by what their link was: the machine's own on one node (the headline),
+    a capped link (the cap set by hand), several nodes."""
+    capped = check["inject"].map(lambda inject: injected_link(inject) is not None).astype(bool)
+    several = check["nodes"] > 1
+    return {"uncapped cells on one node (the headline)": check[~capped & ~several],
+            "capped links": check[capped & ~several], "several nodes": check[several]}
 
 
 def predicted(check: pd.DataFrame) -> pd.DataFrame:
@@ -237,24 +262,26 @@ def predicted(check: pd.DataFrame) -> pd.DataFrame:
 
 
 def error_band(check: pd.DataFrame) -> tuple[float, float] | None:
-    """The factors a predicted rate is multiplied by for its interval: the held-out cells'
-    predicted / measured epoch times, their 10th and 90th percentiles (widened to hold 1, the
-    prediction itself); None with fewer than 3 cells."""
-    check = predicted(check)
-    if len(check) < 3:
+    """The factors a predicted rate is multiplied by for its interval: the held-out headline
+    cells' (uncapped, one node) predicted / measured epoch times, their 10th and 90th
+    percentiles (widened to hold 1, the prediction itself); None with fewer than 3 cells."""
+    headline = next(iter(error_groups(predicted(check)).values()))
+    if len(headline) < 3:
         return None
-    factors = 1 + check["error"].to_numpy(dtype=float)
+    factors = 1 + headline["error"].to_numpy(dtype=float)
     return min(float(np.percentile(factors, 10)), 1.0), max(float(np.percentile(factors, 90)), 1.0)
 
 
 def band_text(check: pd.DataFrame) -> str:
-    """Where a predicted number's interval comes from."""
-    check = predicted(check)
+    """Where a predicted number's interval comes from, and what it cannot say."""
+    headline = next(iter(error_groups(predicted(check)).values()))
     if error_band(check) is None:
-        return ("no interval: it needs 3 or more measured N-device cells to hold out, these "
-                f"results have {len(check)}")
-    return (f"interval: the {len(check)} held-out cells' predicted / measured epoch time, 10th "
-            f"to 90th percentile")
+        return ("no interval: it needs 3 or more measured uncapped N-device cells on one node to "
+                f"hold out, these results have {len(headline)}")
+    return (f"interval: the {len(headline)} held-out uncapped one-node cells' predicted / "
+            f"measured epoch time, 10th to 90th percentile: the error seen over the measured "
+            f"range ({int(headline['devices'].min())} to {int(headline['devices'].max())} "
+            f"devices), not known beyond it")
 
 
 def counts(devices: list[int], nodes: list[int]) -> list[tuple[int, int]]:
@@ -293,77 +320,49 @@ SETUP_OF_WHAT_IF = ["env", "backend", "device_type", *[c for c in WORKLOAD if c 
 
 def scaled_out(one: dict, calibration: Calibration, devices: list[int], nodes: list[int],
                link: Link, node_link: Link, band: tuple[float, float] | None) -> list[dict]:
-    """The what-if rows of one 1-device setup, to every count its backend can run."""
+    """The what-if rows of one 1-device setup, to every count its backend can run (a count its
+    global batch cannot be split over is a row "not predicted", with why)."""
     kind = TRAITS[one["backend"]]
     reduction, size = kind.reduction_on(one["device_type"]), wire_size(one)
-    overlap = pooled(calibration.overlap, one["backend"], 0.0)
+    overlap = overlap_of(calibration.overlap, one["backend"], "uncapped")
     base = sum(one[f"{p}_step"] for p in COMPUTE_PARTS)
     rows, best, stopped = [], {}, None  # best: the highest rate at each smaller count
     for node_count, per_node in counts(devices, nodes):
         total = node_count * per_node
         if node_count > 1 and (not kind.spans_nodes or reduction == "reduce-to-one"):
             continue
+        where = {**{c: one[c] for c in SETUP_OF_WHAT_IF}, "nodes": node_count,
+                 "devices": per_node, "total": total,
+                 "link": link.name if per_node > 1 else "—",
+                 "node_link": node_link.name if node_count > 1 else "—"}
+        if one["batch_mode"] == "global" and one["batch"] % total:
+            rows.append({**where, "note": f"not predicted: a global batch of {one['batch']} "
+                                          f"does not split over {total} devices"})
+            continue
         share = 1 / total if one["batch_mode"] == "global" else 1.0
         parts = {p: one[f"{p}_step"] * (share if p in PER_SAMPLE else 1) for p in COMPUTE_PARTS}
         compute = sum(parts.values())
         moving = collective_seconds(reduction, size, per_node, node_count, link, node_link,
-                                    kind.message_bytes,
-                                    ring_passes(reduction, one["reshard"]))
+                                    message_bytes(one), ring_passes(reduction, one["reshard"]))
         waiting = compute * relative_spread(one) * expected_largest(total)
-        exposed = moving - overlap * min(moving, parts["backward"])
+        exposed = exposed_seconds(moving, overlap, parts["backward"])
         step = compute + exposed + waiting
-        global_batch = one["batch"] * (1 if one["batch_mode"] == "global" else total)
-        rate = global_batch / step
+        rate = one["batch"] * (1 if one["batch_mode"] == "global" else total) / step
         efficiency = rate / (one["batch"] / base) / total
         fewer = [r for count, r in best.items() if count < total]
         if stopped is None and total > 1 and (efficiency < STOPS_PAYING
                                               or (fewer and rate < max(fewer))):
             stopped = total
         best[total] = max(best.get(total, 0.0), rate)
-        low, high = band if band else (math.nan, math.nan)
-        spread = (low, high) if total > 1 else (math.nan, math.nan)  # 1 device: 100% by definition
-        rows.append({**{c: one[c] for c in SETUP_OF_WHAT_IF},
-                     "nodes": node_count, "devices": per_node, "total": total, "step": step,
-                     "exposed": exposed, "waiting": waiting, "overlap": overlap,
-                     "rate": rate, "rate_low": rate * low, "rate_high": rate * high,
-                     "speedup": efficiency * total, "efficiency": efficiency,
-                     "efficiency_low": efficiency * spread[0],
-                     "efficiency_high": efficiency * spread[1]})
+        low, high = band if band and total > 1 else (math.nan, math.nan)  # 1 device: 100%
+        rows.append({**where, "step": step, "exposed": exposed, "waiting": waiting,
+                     "overlap": overlap, "rate": rate, "rate_low": rate * low,
+                     "rate_high": rate * high, "speedup": efficiency * total,
+                     "efficiency": efficiency, "efficiency_low": efficiency * low,
+                     "efficiency_high": efficiency * high, "note": "predicted"})
     return [{**row, "stops_paying_at": stopped} for row in rows]
 
 
-WHAT_IF_COLUMNS = [*SETUP_OF_WHAT_IF, "nodes", "devices", "total", "step", "exposed", "waiting",
-                   "overlap", "rate", "rate_low", "rate_high", "speedup", "efficiency",
-                   "efficiency_low", "efficiency_high", "stops_paying_at"]
-
-
-PUBLISHED_FILE = Path(__file__).with_name("published.toml")
-BACKWARD_SHARE = 2 / 3  # of a step's compute, where nothing measured it: twice forward's work
-
-
-def against_published(calibration: Calibration | None,
-                      path: Path = PUBLISHED_FILE) -> pd.DataFrame:
-    """The published scaling results (reports/published.toml) through the model: the efficiency
-    it predicts from their per-device rate, gradient bytes and links, with none of the
-    collectives hidden, with the share of backward this machine's cells of the backend hid
-    (`calibration`), and with all of backward hiding them (nothing measured their backward: it
-    is taken as BACKWARD_SHARE of the step), beside the published efficiency. A check, never a
-    fit: no waiting is added, since none of them published their steps' spread."""
-    links, records = read_links(), []
-    for name, entry in tomllib.loads(path.read_text()).items():
-        kind = TRAITS[entry["backend"]]
-        compute = entry["per_device_batch"] / entry["per_device_rate"]
-        moving = collective_seconds(kind.reduction_on("cuda"), 4 * entry["parameters"],  # GPUs
-                                    entry["devices"], entry["nodes"], links[entry["link"]],
-                                    links[entry["node_link"]], kind.message_bytes)
-        hidden = min(moving, BACKWARD_SHARE * compute)
-        measured = pooled(calibration.overlap, entry["backend"], None) if calibration else None
-        efficiency = {share: compute / (compute + moving - share * hidden)
-                      for share in (0.0, 1.0, measured) if share is not None}
-        records.append({"name": name, "title": entry["title"], "sources": entry["sources"],
-                        "devices": entry["devices"] * entry["nodes"], "compute": compute,
-                        "moving": moving, "published": entry["efficiency"],
-                        "no_overlap": efficiency[0.0], "full_overlap": efficiency[1.0],
-                        "overlap": measured,
-                        "calibrated": efficiency[measured] if measured is not None else math.nan})
-    return pd.DataFrame(records)
+WHAT_IF_COLUMNS = [*SETUP_OF_WHAT_IF, "nodes", "devices", "total", "link", "node_link", "step",
+                   "exposed", "waiting", "overlap", "rate", "rate_low", "rate_high", "speedup",
+                   "efficiency", "efficiency_low", "efficiency_high", "note", "stops_paying_at"]

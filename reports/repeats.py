@@ -76,13 +76,19 @@ def last_epoch_attribution(record: dict) -> dict:
     """One run's step attribution (common.measuring.attribution), its last epoch: each part's
     seconds (the mean over the ranks), the steps, whether every epoch and rank added up, the
     time its collectives moved data per step (median over steps, on the rank that saw the most
-    of it), the bytes they reduced where counted, the slowest rank and how each part is
-    known."""
+    of it), the share of their time that overlapped compute, the bytes they reduced where
+    counted, the slowest rank and how each part is known."""
     epoch = record["epochs"][-1]
     ranks = epoch["ranks"]
+    busy = sum(r["collective"]["busy_seconds"] for r in ranks)
+    overlapped = [r["collective"].get("overlapped_seconds") for r in ranks]
     return {"parts": mean_parts(ranks), "steps": ranks[0]["steps"],
             "residual": float(np.mean([r["residual_seconds"] for r in ranks])),
             "adds_up": all(r["adds_up"] for e in record["epochs"] for r in e["ranks"]),
             "moving": max(r["collective"]["moving_median"] for r in ranks),
+            # the share of the ranks' communication that overlapped their compute (None: no
+            # collective, or a row from before it was measured)
+            "overlap": (sum(overlapped) / busy if busy > 0 and None not in overlapped
+                        else None),
             "bytes": ranks[0]["collective"]["bytes_per_step"],
             "slowest_rank": epoch["slowest_rank"], "how": record["how"]}

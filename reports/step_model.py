@@ -20,10 +20,11 @@ not hide, and the wait for the slowest rank:
   more. An all-reduce is two passes, FSDP's gathers and reduce-scatter three (two when it
   reshards after backward); a reduction to one device moves 2(N-1) copies through that device.
   Messages: the backend's buckets (common.backends.traits: message_bytes).
-- overlap: a collective can hide only behind the backward pass that produces its gradients, so
-  at most min(moving time, backward) is hidden; the share of that window a backend hides is
-  calibrated on its measured cells ((moving time - exposed communication) / the window); none
-  where it has none.
+- overlap: the share of its collectives' time a backend's cells spent while their ranks
+  computed, measured (common.measuring.attribution: each collective timed from launch to
+  completion, as HTA defines overlap), per backend and per link class (capped or not) where
+  cells of both were measured; what it hides is at most the backward pass, the only compute a
+  gradient's collective can hide behind. None hidden where nothing was measured.
 - waiting: the expected maximum of N ranks' step times over their mean, from the 1-device cell's
   spread (p50 and p90 of its steps, read as a normal distribution, and the expected largest of N
   draws from it).
@@ -148,10 +149,28 @@ def compute_parts(pair, core_exponent: float) -> dict[str, float]:
             for p in COMPUTE_PARTS}
 
 
-def hidden_share(moving: float, exposed: float, backward: float) -> float | None:
-    """The share of its overlap window, min(moving time, backward), a measured cell hid."""
-    window = min(moving, backward)
-    return min(max((moving - exposed) / window, 0.0), 1.0) if window > 0 else None
+def exposed_seconds(moving: float, share: float, backward: float) -> float:
+    """The seconds of a step's `moving` seconds of collectives that it waits for: all but the
+    `share` of them that overlaps compute, hiding no more than the `backward` pass. Nothing
+    overlaps (share 0): the step is its compute and its communication; all of it does, behind a
+    longer backward: the step is its compute, the longer of the two."""
+    return moving - min(share * moving, backward)
+
+
+def link_class(pair) -> str:
+    """What a measured overlap is of: a capped link's cells (the experimenter's cap) or the
+    machine's own."""
+    return "capped" if injected_link(pair["inject"]) is not None else "uncapped"
+
+
+def message_bytes(pair) -> int | None:
+    """The most one collective of the cell carries: its bucket_mb where its library takes it,
+    else the library's own bucket (common.backends.traits)."""
+    traits = TRAITS[pair["backend"]]
+    bucket = pair.get("bucket_mb")
+    if bucket and traits.has_buckets:
+        return int(bucket * 2**20)
+    return traits.message_bytes
 
 
 def reduction_of(pair) -> str:
@@ -191,6 +210,18 @@ def carrier(pair) -> tuple[str, str]:
         return "in-process", f"{pair['backend']} copies"
     library = pair["collective_library"]
     return "between processes", library if isinstance(library, str) else pair["backend"]
+
+
+def overlap_of(overlaps: dict[str, dict[str, float]], backend: str, kind: str) -> float:
+    """The measured overlap share for `backend` on links of `kind`: its own there, else its own
+    on the other kind, else the median of the other backends', else 0 (none hidden)."""
+    mine = overlaps.get(backend, {})
+    if kind in mine:
+        return mine[kind]
+    if mine:
+        return float(np.median(list(mine.values())))
+    others = [v for found in overlaps.values() for v in found.values()]
+    return float(np.median(others)) if others else 0.0
 
 
 def pooled(values: dict[str, float], key: str, default: float | None) -> float | None:

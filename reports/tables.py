@@ -124,34 +124,40 @@ def check_table(check):
 
 def published_table(record):
     """Published scaling results beside the efficiency the model predicts from their inputs
-    (reports.predict.against_published)."""
+    (reports.published)."""
     share = lambda value: "—" if pd.isna(value) else f"{value:.0%}"  # noqa: E731
     return table(record, [
-        ("published result", column("title")), ("devices", column("devices")),
+        ("published result", column("title")),
+        ("devices", lambda r: f"{r['devices']}" + (f" (against {r['baseline']})"
+                                                   if r["baseline"] > 1 else "")),
         ("compute (ms/step)", lambda r: num(r["compute"] * 1000)),
         ("collectives moving (ms/step)", lambda r: num(r["moving"] * 1000)),
         ("published efficiency", lambda r: share(r["published"])),
         ("predicted: none hidden", lambda r: share(r["no_overlap"])),
-        ("predicted: this machine's overlap", lambda r: (
-            f"{share(r['calibrated'])} (hides {share(r['overlap'])})")),
-        ("predicted: all of backward hides", lambda r: share(r["full_overlap"])),
-        ("difference (this machine's overlap)", lambda r: "—" if pd.isna(r["calibrated"]) else
-         f"{(r['calibrated'] - r['published']) * 100:+.0f} points")])
+        ("predicted: the overlap measured here", lambda r: (
+            f"{share(r['measured_overlap'])} (hides {share(r['overlap'])})")),
+        ("predicted: all hidden behind backward", lambda r: share(r["full_overlap"])),
+        ("difference (measured overlap)", lambda r: "—" if pd.isna(r["measured_overlap"]) else
+         f"{(r['measured_overlap'] - r['published']) * 100:+.0f} points")])
 
 
 def what_if_table(scaled):
     """The predicted rate and efficiency of each backend's setup at every count (reports.predict),
-    labelled predicted, with the held-out errors' interval."""
+    labelled predicted, with the held-out errors' interval, and the links that carry it; a
+    count that cannot be predicted says why."""
+    def predicted(show):
+        return lambda c: show(c) if c["note"] == "predicted" else c["note"]
     return table(scaled, [
         ("env", column("env")), ("backend", column("backend")), ("model", column("model")),
         ("batch", batch_text), ("nodes × devices", lambda c: f"{c['nodes']} × {c['devices']}"),
-        ("predicted rate (samples/s)", lambda c: f"{num(c['rate'])} "
-                                                 f"{bounds(c['rate_low'], c['rate_high'])}"),
-        ("predicted efficiency", lambda c: f"{c['efficiency']:.0%}" + (
+        ("links: devices / nodes", lambda c: f"{c['link']} / {c['node_link']}"),
+        ("predicted rate (samples/s)", predicted(
+            lambda c: f"{num(c['rate'])} {bounds(c['rate_low'], c['rate_high'])}")),
+        ("predicted efficiency", predicted(lambda c: f"{c['efficiency']:.0%}" + (
             "" if math.isnan(c["efficiency_low"]) else
-            f" [{c['efficiency_low']:.0%}, {c['efficiency_high']:.0%}]")),
-        ("predicted exposed + waiting (ms/step)",
-         lambda c: f"{num(c['exposed'] * 1000)} + {num(c['waiting'] * 1000)}"),
+            f" [{c['efficiency_low']:.0%}, {c['efficiency_high']:.0%}]"))),
+        ("predicted exposed + waiting (ms/step)", predicted(
+            lambda c: f"{num(c['exposed'] * 1000)} + {num(c['waiting'] * 1000)}")),
         ("stops paying", lambda c: "not up to here" if pd.isna(c["stops_paying_at"])
          else f"from {int(c['stops_paying_at'])} devices")])
 

@@ -38,7 +38,7 @@ def hand_attribution(epoch_seconds, steps, devices, comm):
             step.end = at + comm * seconds
             if comm:
                 step.ready, step.collective_end = at, step.end
-                step.collective_busy = comm * seconds
+                step.collectives = [(at, step.end)]  # launched when the rank was ready
                 step.collective_bytes = gradient_bytes("small")
             made.append(step)
         return made

@@ -110,12 +110,16 @@ def test_on_a_gpu_every_part_is_timed_with_cuda_events(monkeypatch):
     marks, clock = StepMarks(*loop.step_clock()), CollectiveClock(*loop.step_clock())
     marks.start_epoch()
     for part, at in (("begin", 1.0), ("input", 3.0), ("forward", 8.0), ("launch", 15.0),
-                     ("backward", 19.0), ("done", 19.0), ("optimizer", 22.0), ("end", 23.0)):
+                     ("complete", 18.0), ("backward", 19.0), ("done", 19.0),
+                     ("optimizer", 22.0), ("end", 23.0)):
         FakeEvent.now = at  # milliseconds on the device
         if part == "begin":
             marks.begin()
         elif part == "launch":
-            clock.launched(1024)
+            clock.ready(1024)
+            op = clock.launch()
+        elif part == "complete":  # recorded on the stream the collective's future completes on
+            clock.complete(op)
         elif part == "done":
             clock.done()
         elif part == "end":
@@ -131,26 +135,31 @@ def test_on_a_gpu_every_part_is_timed_with_cuda_events(monkeypatch):
     assert parts["communication"] == pytest.approx(0.004) and parts["optimizer"] == pytest.approx(
         0.003)
     assert step.collective_bytes == 1024
+    assert [list(span) for span in step.collectives] == [pytest.approx([0.015, 0.018])]
 
 
 @pytest.mark.parametrize("compression, value_bytes", [("none", 4), ("fp16", 2)])
-def test_ddp_tells_each_gradient_ready_with_its_bytes_and_backward_ends_the_wait(compression,
-                                                                                value_bytes):
-    """DDP launches a bucket's all-reduce when backward has made its gradients: the gradients'
-    hooks tell the clock each moment and the bytes it sends (float32, or 16 bits under fp16
-    compression), and DDP's backward returns when they are all done."""
+def test_ddp_times_each_bucket_from_launch_to_its_futures_completion(compression, value_bytes):
+    """The gradients' hooks tell the clock when each is ready and the bytes it sends (float32,
+    or 16 bits under fp16 compression); DDP's communication hook, wrapped, tells when each
+    bucket's collective was launched and when its future completed; backward's return ends the
+    wait."""
     import dataclasses
 
     from xbench.common.measuring.attribution import CollectiveClock
-    moments = iter([1.0, 2.0, 5.0])
+    moments = iter([1.0, 2.0, 2.5, 4.0, 5.0])
     clock = CollectiveClock(stamp=lambda: next(moments))
     model = torch.nn.Linear(3, 2)
     backend = DistributedDataParallelBackend()
     backend.cell = dataclasses.replace(cell("pt-ddp", 2, "cpu"), compression=compression)
     backend.watch_collectives(model, model, None, clock)
-    model(torch.ones(4, 3)).sum().backward()
-    backend.wait_for_gradients(None, clock)
-    assert clock.take() == (2.0, 5.0, 4.0, (3 * 2 + 2) * value_bytes)  # weight and bias
+    model(torch.ones(4, 3)).sum().backward()  # 1.0, 2.0: weight and bias ready
+    future = torch.futures.Future()
+    reduced = backend.timed(lambda state, bucket: future)(None, "bucket")  # 2.5: launched
+    future.set_result(torch.ones(2))  # 4.0: completed, in the future's callback
+    assert reduced.wait().tolist() == [1.0, 1.0]
+    backend.wait_for_gradients(None, clock)  # 5.0
+    assert clock.take() == (2.0, 5.0, [(2.5, 4.0)], (3 * 2 + 2) * value_bytes)
 
 
 # --- MFU on a GPU: the peak of the math the framework ran ---------------------------------------

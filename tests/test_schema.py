@@ -19,6 +19,7 @@ ADDED_IN = {
     9: ["target_accuracy", "evals_per_epoch", "time_to_target"],
     10: ["reshard", "model_state_per_device"],
     11: ["epochs_given"],
+    12: ["bucket_mb"],
 }
 
 
@@ -43,7 +44,7 @@ def as_of(row: dict, version: int) -> dict:
 
 def test_the_history_is_the_list_of_named_upgrades():
     assert [f.__name__ for f in UPGRADES] == [f"update_to_{v}" for v in VERSIONS]
-    assert VERSIONS == list(range(3, SCHEMA_VERSION + 1)) and SCHEMA_VERSION == 11
+    assert VERSIONS == list(range(3, SCHEMA_VERSION + 1)) and SCHEMA_VERSION == 12
     assert set(ADDED_IN) == set(VERSIONS)
 
 
@@ -80,8 +81,24 @@ def test_version_10_rows_take_their_epochs_from_their_key():
     assert upgrade(as_of(row, 10))["epochs_given"] == 3
 
 
+def test_version_11_rows_count_no_untraced_time():
+    """Rows before 12 folded what no mark covered into host: their untraced part is 0."""
+    rank = {"parts": {part: {"seconds": 1.0, "median": 0.1, "p10": 0.1, "p90": 0.1}
+                      for part in ("input", "forward", "backward", "optimizer", "waiting",
+                                   "communication", "host")},
+            "steps": 10, "residual_seconds": 0.0, "adds_up": True,
+            "collective": {"busy_seconds": 0.0, "moving_seconds": 0.0, "moving_median": 0.0,
+                           "bytes_per_step": None}}
+    old = as_of(todays_row(status="ok"), 11) | {"attribution": {
+        "how": {}, "epochs": [{"ranks": [rank], "slowest_rank": None}]}}
+    upgraded = upgrade(old)
+    parts = upgraded["attribution"]["epochs"][0]["ranks"][0]["parts"]
+    assert parts["untraced"]["seconds"] == 0.0 and parts["host"]["seconds"] == 1.0
+    assert upgraded["bucket_mb"] == 0.0 and upgraded["schema_version"] == 12
+
+
 def test_rows_of_versions_it_does_not_read_are_left_for_the_validator():
     assert upgrade({"schema_version": 1}) == {"schema_version": 1}
     assert row_problem(upgrade([1])) == "not a JSON object"
     future = todays_row(schema_version=SCHEMA_VERSION + 1)
-    assert upgrade(future) is future and "is not 11" in row_problem(future)
+    assert upgrade(future) is future and "is not 12" in row_problem(future)

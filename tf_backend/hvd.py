@@ -5,6 +5,8 @@ process, gradients summed by `hvd.DistributedGradientTape`. Never `horovod.tenso
 Keras 3 its DistributedOptimizer runs without error but does not average, and replicas silently
 diverge. Horovod's TensorFlow ops want the `tf.Variable` under each Keras variable (`.value`).
 """
+import os
+
 from xbench.common.backends import horovod_support
 from xbench.tf_backend.base import TensorFlowBackend
 from xbench.tf_backend.collectives import TensorFlowCollectives
@@ -16,6 +18,8 @@ class HorovodTensorFlowBackend(TensorFlowBackend):
     def start_processes(self):
         import horovod.tensorflow as hvd
         import tensorflow as tf
+        if self.cell.bucket_mb:  # read by hvd.init(), alike on every rank
+            os.environ["HOROVOD_FUSION_THRESHOLD"] = str(int(self.cell.bucket_mb * 2**20))
         hvd.init()
         self.hvd = hvd
         return HorovodTensorFlowCollectives(

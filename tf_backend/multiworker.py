@@ -34,10 +34,10 @@ class MultiWorkerMirroredBackend(TensorFlowBackend):
 
     def make_strategy(self, device_kind):
         import tensorflow as tf
+        implementation = tf.distribute.experimental.CommunicationImplementation
         options = tf.distribute.experimental.CommunicationOptions(
-            implementation=tf.distribute.experimental.CommunicationImplementation.NCCL
-            if device_kind == "cuda"
-            else tf.distribute.experimental.CommunicationImplementation.RING)
+            implementation=implementation.NCCL if device_kind == "cuda" else implementation.RING,
+            bytes_per_pack=int(self.cell.bucket_mb * 2**20))  # 0: TensorFlow's own packing
         self.comm.strategy = tf.distribute.MultiWorkerMirroredStrategy(
             communication_options=options)
         self.implementation = options.implementation.name

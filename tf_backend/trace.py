@@ -9,6 +9,7 @@ the backward pass, the optimizer's scope its update, the collectives by their op
 rest of the replica's function the forward pass and loss.
 """
 import glob
+import math
 import os
 import re
 import tempfile
@@ -17,10 +18,10 @@ from collections.abc import Callable
 import tensorflow as tf
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
-from xbench.common.measuring.attribution import COUNTED, Step, covered_seconds
+from xbench.common.measuring.attribution import COUNTED, Step
 
 STEP_EVENT = "xbench_step"
-TRACED_STEPS = 8  # steps traced after the timed epochs
+SAMPLED = 8  # steps of each timed epoch from the second on, evenly spaced, that are traced
 COLLECTIVE_OPS = ("CollectiveReduceV2", "CollectiveReduce", "NcclAllReduce", "HorovodAllreduce",
                   "HorovodGroupedAllreduce")
 COPY_OPS = ("_Send", "_Recv", "_HostSend", "_HostRecv")  # between a process's devices
@@ -55,28 +56,58 @@ def label(op: str) -> str:
     return "forward"
 
 
-def traced_steps(run_step: Callable[[int], None], stamp: Callable[[], float],
-                 steps: int) -> list[Step]:
-    """Run `run_step(i)` for i in range(`steps`) under the profiler and return each step's
-    window and its labelled ops, in the clock of `stamp` (the loop's): the trace's own clock is
-    placed by each step's start, which both clocks see."""
-    folder = tempfile.mkdtemp(prefix="xbench-trace-")
-    options = tf.profiler.experimental.ProfilerOptions(host_tracer_level=2, python_tracer_level=0,
-                                                       device_tracer_level=1)
-    starts = []
-    tf.profiler.experimental.start(folder, options=options)
-    try:
-        for index in range(steps):
-            starts.append(stamp())
-            with tf.profiler.experimental.Trace(STEP_EVENT, step_num=index, _r=1):
-                run_step(index)
-    finally:
+class Tracer:
+    """TensorFlow's profiler around sampled steps of the timed epochs: started before such a
+    step and stopped after it, between steps (the loop takes that time out of the epoch's), the
+    step's call wrapped in a STEP_EVENT the trace shows, and the traces read once training is
+    over."""
+
+    def __init__(self):
+        self.options = tf.profiler.experimental.ProfilerOptions(
+            host_tracer_level=2, python_tracer_level=0, device_tracer_level=1)
+        self.active = False
+        self.taken: list[tuple[int, int, str, float]] = []  # epoch, step, folder, call's start
+
+    @staticmethod
+    def sampled(epoch: int, step: int, steps: int) -> bool:
+        """Whether step `step` (from 1) of `epoch` is traced: every k-th of each epoch from the
+        second, SAMPLED of them (k = the epoch's steps / SAMPLED)."""
+        every = max(1, steps // SAMPLED)
+        return epoch >= 2 and step % every == 0 and step // every <= SAMPLED
+
+    def start(self, epoch: int, step: int) -> None:
+        folder = tempfile.mkdtemp(prefix="xbench-trace-")
+        tf.profiler.experimental.start(folder, options=self.options)
+        self.taken.append((epoch, step, folder, math.nan))
+        self.active = True
+
+    def call(self, run: Callable[[], object], start: float) -> object:
+        """Run the traced step's call, `start`: its start in the loop's clock."""
+        epoch, step, folder, _ = self.taken[-1]
+        self.taken[-1] = (epoch, step, folder, start)
+        with tf.profiler.experimental.Trace(STEP_EVENT, step_num=step, _r=1):
+            return run()
+
+    def stop(self) -> None:
         tf.profiler.experimental.stop()
-    try:
-        return _read(folder, starts)
-    finally:
-        for path in glob.glob(os.path.join(folder, "**"), recursive=True)[::-1]:
-            (os.rmdir if os.path.isdir(path) else os.remove)(path)
+        self.active = False
+
+    def steps(self) -> list[tuple[int, int, Step]]:
+        """(epoch, step, what the trace saw of its call) of every traced step, in the loop's
+        clock (placed by the call's start, which both clocks see)."""
+        found = []
+        for epoch, step, folder, start in self.taken:
+            try:
+                found += [(epoch, step, traced) for traced in _read(folder, [start])]
+            finally:
+                for path in glob.glob(os.path.join(folder, "**"), recursive=True)[::-1]:
+                    (os.rmdir if os.path.isdir(path) else os.remove)(path)
+        return found
+
+    def described(self, steps: int) -> dict:
+        """Which steps were traced, as the row records it."""
+        return {"epochs": "the second on", "every": max(1, steps // SAMPLED),
+                "steps": len(self.taken)}
 
 
 def _read(folder: str, starts: list[float]) -> list[Step]:
@@ -124,7 +155,7 @@ def _read(folder: str, starts: list[float]) -> list[Step]:
         if mine:
             step.ready = max(a for a, _ in mine)  # the last one launched: this rank is ready
             step.collective_end = max(b for _, b in mine)
-            step.collective_busy = covered_seconds(mine)
+            step.collectives = mine
         steps.append(step)
     return steps
 

@@ -6,7 +6,6 @@ collectives its processes talk through (tf-mirrored: one process, N replicas; hv
 processes, one replica each). Data order, loss and step follow the PyTorch loop, so a TensorFlow
 row and a PyTorch row of one cell compare.
 """
-import itertools
 import math
 import os
 import time
@@ -31,8 +30,8 @@ from xbench.tf_backend.trace import (
     BOOKKEEPING_SCOPE,
     INJECTED_SCOPE,
     OPTIMIZER_SCOPE,
-    TRACED_STEPS,
-    traced_steps,
+    SAMPLED,
+    Tracer,
 )
 
 
@@ -222,9 +221,9 @@ class TensorFlowLoop(TrainingLoop):
             return self.strategy.run(replica_step, args=(images, labels, indices))
 
         self.step = train_step
-        # One epoch's batches more than the timed epochs take: the traced steps' (traced_steps).
         self.distributed = self.backend.distribute(self.strategy,
-                                                   lambda: self.pipeline.dataset(cell.epochs + 1))
+                                                   lambda: self.pipeline.dataset(cell.epochs))
+        self.tracer = Tracer()
         self.iterator = None
         self.taken = []
 
@@ -253,38 +252,43 @@ class TensorFlowLoop(TrainingLoop):
 
     def train_step(self, batch):
         self.marks.mark("host")
-        indices = self.step(*batch)
-        self.marks.mark(CALL)  # split as the traced steps' calls are (traced_steps)
+        if self.tracer.active:  # a sampled step: on a GPU synchronised, so the trace holds
+            indices = self.tracer.call(  # the device's time
+                lambda: (self.step(*batch), self.sync())[0],
+                time.perf_counter() - self.marks.origin)
+        else:
+            indices = self.step(*batch)
+        self.marks.mark(CALL)  # split by the trace, or as the traced steps' calls were
         self.taken.append(self.strategy.experimental_local_results(indices))
 
-    def traced_steps(self):
-        """TRACED_STEPS more steps under TensorFlow's profiler, after the timed epochs and the
-        evaluation, from a barrier every rank passed (their batches fetched first, so that the
-        trace holds the calls alone; on a GPU each call synchronised, so that it holds the
-        device's time)."""
-        count = min(TRACED_STEPS, self.steps_per_epoch)
-        batches = list(itertools.islice(self.batches(self.cell.epochs + 1), count))
-        self.comm.barrier()
-        origin = time.perf_counter()
+    def between_steps(self, epoch, step):
+        """The tracer stopped after a sampled step, and started (every rank at once, past a
+        barrier) before the next (trace.Tracer.sampled)."""
+        if self.tracer.active:
+            self.tracer.stop()
+        if step is not None and Tracer.sampled(epoch, step, self.steps_per_epoch):
+            self.tracer.start(epoch, step)
+            self.comm.barrier()
 
-        def run_step(index):
-            self.step(*batches[index])
-            self.sync()
-        steps = traced_steps(run_step, lambda: time.perf_counter() - origin, count)
-        self.taken = []
-        return steps
+    def traced_steps(self):
+        return self.tracer.steps()
+
+    def tracing(self):
+        return self.tracer.described(self.steps_per_epoch)
 
     def attribution_sources(self):
-        traced = (f"shares of each step's call (one tf.function) as TensorFlow's profiler traced "
-                  f"them in {TRACED_STEPS} steps after the timed epochs; ops by name scope")
+        traced = (f"TensorFlow's profiler inside the step's call (one tf.function): every k-th "
+                  f"step of each timed epoch from the second, {SAMPLED} an epoch, traced, its "
+                  f"ops labelled by name scope; the other steps' calls split by the traced "
+                  f"calls' shares")
         traits = self.backend.traits
         collective = (f"{traced}; the collective: {traits.collectives_counted}"
                       if traits.collectives_counted else traits.collectives_not_counted)
         return {"input": "the host clock: the loop's wait for tf.data's next batch",
                 **dict.fromkeys(("forward", "backward", "optimizer"), traced),
                 "waiting": collective, "communication": collective,
-                "host": "the host clock outside the call (bookkeeping), and inside it the share "
-                        "of its time no op of the trace covers"}
+                "host": "the host clock outside the call (bookkeeping)",
+                "untraced": "the share of the call's time no op of the trace covers"}
 
     def consumed(self):
         taken, self.taken = self.taken, []

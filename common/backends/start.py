@@ -140,6 +140,8 @@ class Start:
             sharding = [t.name for t in TRAITS.values() if t.shards_parameters]
             return (f"reshard {cell.reshard}: {self.name} keeps the whole model on every "
                     f"device, there is nothing to reshard; {', '.join(sharding)} shards it")
+        if cell.bucket_mb and not traits.has_buckets:
+            return f"bucket_mb {cell.bucket_mb:g}: {self.name} has {traits.buckets}"
         if cell.compression not in traits.compressions:
             return (f"compression {cell.compression}: {self.name} does "
                     f"{', '.join(traits.compressions)}; {traits.no_compression}")

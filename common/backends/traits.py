@@ -87,6 +87,8 @@ class Traits:
     compressions: tuple[str, ...] = ("none",)  # the gradient compressions it does
     no_compression: str = "one device: no gradients cross between devices"
     gpu_only: Mapping[str, str] = field(default_factory=dict)  # compression -> why GPUs only
+    # How the bucket_mb setting reaches its library (its knob), or why it has none ("no ...").
+    buckets: str = "no buckets: one device, no gradients cross between devices"
     several_devices_need_gpus: str = ""  # why N > 1 devices run only on GPUs, if they do
     shards_parameters: bool = False  # each rank keeps a shard (the `reshard` setting is its)
     # How the library that moves the gradients tells of its collectives (None: there is none,
@@ -109,6 +111,11 @@ class Traits:
         """Whether its ranks can run on several machines (every launcher of many processes)."""
         return self.start != ONE_PROCESS
 
+    @property
+    def has_buckets(self) -> bool:
+        """Whether the bucket_mb setting reaches its library."""
+        return not self.buckets.startswith("no buckets")
+
     def reduction_on(self, device_type: str) -> str:
         """How its gradients cross between devices of `device_type` ("cpu", "cuda"), known
         before any ran (xbench predict's what-if)."""
@@ -125,6 +132,8 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
            spans_devices=False),
     Traits("pt-dp", TORCH, "xbench.pt_backend.dp:DataParallelBackend",
            reduction=crossing("reduce-to-one"),
+           buckets="no buckets: DataParallel sums the replicas' gradients on device 0 inside "
+                   "autograd, with no bucketed collective",
            no_compression="DataParallel sums the replicas' gradients on device 0 inside "
                           "autograd: it has no communication hook to compress them",
            several_devices_need_gpus="DataParallel has no multi-device CPU mode, and running on "
@@ -139,16 +148,16 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
     Traits("pt-ddp", TORCH, "xbench.pt_backend.ddp:DistributedDataParallelBackend",
            start=TORCHRUN, distributed_sampler=True, reduction=crossing("all-reduce"),
            message_bytes=25 * 2**20,  # DistributedDataParallel's bucket_cap_mb, 25
+           buckets="DistributedDataParallel's bucket_cap_mb",
            library="torch.distributed", compressions=COMPRESSIONS,  # its communication hooks
            gpu_only={"powersgd": "PowerSGD's hook chains each bucket's all-reduces in "
                                  "callbacks; on gloo the chains of DDP's two buckets interleave "
                                  "in another order on each rank, and gloo aborts ('Received data "
                                  "size doesn't match expected size', torch 2.13 on 2 CPU "
                                  "ranks): powersgd runs on GPUs (NCCL) only"},
-           collectives_counted="DDP: its buckets' all-reduces launched as backward makes each "
-                               "bucket's gradients ready (the gradients' own hooks tell when, "
-                               "and their bytes), done when backward, which waits for them all, "
-                               "returns",
+           collectives_counted="DDP: each bucket's all-reduce timed by a communication hook "
+                               "from its launch to its future's completion; the gradients' own "
+                               "hooks tell when each is ready, and its bytes",
            batchnorm_statistics="DistributedDataParallel (broadcast_buffers=True, its default) "
                                 "broadcasts rank 0's running statistics to every rank before "
                                 "each forward: each rank normalises with its own samples' "
@@ -157,6 +166,8 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
     Traits("pt-fsdp", TORCH, "xbench.pt_backend.fsdp:FullyShardedBackend", start=TORCHRUN,
            distributed_sampler=True, reduction=crossing("reduce-scatter"),
            library="torch.distributed", shards_parameters=True,
+           buckets="no buckets: FSDP2 gathers and reduce-scatters each fully_shard unit's "
+                   "parameters as one, its units are its buckets",
            no_compression="FSDP reduce-scatters the gradients in their own type (a "
                           "MixedPrecisionPolicy's reduce_dtype, not set here); xbench's "
                           "compression is DDP's communication hooks and Horovod's compressors",
@@ -172,6 +183,8 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
     # NcclAllReduce on GPUs; on a CPU, ReductionToOneDevice (NCCL has no CPU kernel).
     Traits("tf-mirrored", TENSORFLOW, "xbench.tf_backend.mirrored:MirroredBackend",
            reduction={"cpu": "reduce-to-one", "cuda": "all-reduce"},
+           buckets="no buckets: MirroredStrategy's reduction to one device (a CPU) has no "
+                   "packs, and its NcclAllReduce takes a number of packs, not their size",
            no_compression=STRATEGIES_DO_NOT_COMPRESS,
            collectives_counted="the reduction over the replicas in the trace: NcclAllReduce on "
                                "GPUs; on a CPU the sums on the first device (AddN) and the copies "
@@ -180,6 +193,7 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
     # bytes_per_pack 0 (TensorFlow packs): one message
     Traits("tf-multiworker", TENSORFLOW, "xbench.tf_backend.multiworker:MultiWorkerMirroredBackend",
            start=WORKER_PER_DEVICE, reduction=crossing("all-reduce"), library="tensorflow",
+           buckets="MultiWorkerMirroredStrategy's CommunicationOptions(bytes_per_pack)",
            no_compression=STRATEGIES_DO_NOT_COMPRESS,
            collectives_counted="TensorFlow's CollectiveReduceV2 ops in the trace: from the last "
                                "one's launch (this worker's gradients ready) to the end of the "
@@ -188,15 +202,19 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
     Traits("hvd-torch", TORCH, "xbench.pt_backend.hvd:HorovodTorchBackend", start=HOROVODRUN,
            distributed_sampler=True, reduction=crossing("all-reduce"),
            message_bytes=HOROVOD_FUSION_BYTES, library="horovod",
+           buckets="Horovod's fusion threshold (HOROVOD_FUSION_THRESHOLD), its gradients "
+                   "grouped into buckets of that size (DistributedOptimizer's groups)",
            compressions=HOROVOD_COMPRESSIONS, no_compression=HOROVOD_NO_COMPRESSION,
-           collectives_counted="Horovod: each gradient's all-reduce launched by its hook as "
-                               "backward produces the gradient, and done when synchronize() has "
-                               "waited for them all",
+           collectives_counted="Horovod: each gradient's (or bucket's) all-reduce from its "
+                               "launch by the optimizer's hook to when its handle is seen done "
+                               "(polled every 0.2 ms); the gradients' own hooks tell when each "
+                               "is ready",
            batchnorm_statistics=HOROVOD_BATCHNORM, extension=HOROVOD_EXTENSIONS["PyTorch"],
            install_hint=HOROVOD_BUILD_HINT),
     Traits("hvd-tf", TENSORFLOW, "xbench.tf_backend.hvd:HorovodTensorFlowBackend",
            start=HOROVODRUN, reduction=crossing("all-reduce"),
            message_bytes=HOROVOD_FUSION_BYTES, library="horovod",
+           buckets="Horovod's fusion threshold (HOROVOD_FUSION_THRESHOLD)",
            compressions=HOROVOD_COMPRESSIONS, no_compression=HOROVOD_NO_COMPRESSION,
            collectives_counted="Horovod's all-reduce ops in the trace: from the last one's "
                                "launch (this rank's gradients ready) to the end of the last",

@@ -37,6 +37,7 @@ class Cell:
     compression: str
     powersgd_rank: int
     reshard: str
+    bucket_mb: float
     host_memory: str
     loader_workers: int
     inject: str
@@ -82,6 +83,7 @@ class Cell:
         compression: str = ...,
         powersgd_rank: int = ...,
         reshard: str = ...,
+        bucket_mb: float = ...,
         host_memory: str = ...,
         loader_workers: int = ...,
         inject: str = ...,

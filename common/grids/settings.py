@@ -281,6 +281,17 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
             key_part=lambda c: "" if c.reshard == "after-forward" else f"|reshard-{c.reshard}",
             since=10, role=Role.TRAINING,
             label=lambda v: "" if v["reshard"] == "after-forward" else f"reshard {v['reshard']}"),
+    Setting("bucket_mb", float, [0.0],
+            "Gradients one collective carries at most, in MB of 2^20 bytes as DDP counts them "
+            "(an axis, e.g. 1,25): DDP's "
+            "bucket_cap_mb; Horovod's fusion threshold, its gradients grouped into buckets of "
+            "that size as DDP's are (groups), so that a bucket launches only when it is whole; "
+            "MultiWorkerMirroredStrategy's bytes_per_pack; 0 (default): each library's own. "
+            "The other backends have no such knob: unsupported there, with the reason.",
+            axis=True, section="training", minimum=0, maximum=2**20,
+            why="a megabyte count no model here comes near", role=Role.TRAINING,
+            key_part=lambda c: f"|bucket{c.bucket_mb:g}" if c.bucket_mb else "", since=12,
+            label=lambda v: f"buckets of {v['bucket_mb']:g} MB" if v["bucket_mb"] else ""),
     # --- how batches reach the device ----------------------------------------------------------
     Setting("host_memory", str, ["pageable"],
             "PyTorch backends, how batches reach a GPU: pageable, pinned, pinned-non-blocking "

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 # The parts of a step, in the order they are shown.
-PARTS = ("input", "forward", "backward", "optimizer", "waiting", "communication", "host")
+PARTS = ("input", "forward", "backward", "optimizer", "waiting", "communication", "host",
+         "untraced")
 MEANING = {
     "input": "waiting for the input pipeline's next batch",
     "forward": "the forward pass and the loss",
@@ -37,7 +38,10 @@ MEANING = {
     "waiting": "waiting for the slowest rank to reach the collective",
     "communication": "exposed communication: the step waits for the collective after every "
                      "rank's compute is done",
-    "host": "host overhead: everything else in the step (copies, dispatch, bookkeeping)",
+    "host": "host overhead: the step's own work outside the other parts (copies, dispatch, "
+            "bookkeeping), as the loop marks it",
+    "untraced": "time in the step that no mark and no traced op covers (inside TensorFlow's "
+                "step call: what its trace does not account for)",
 }
 COMPUTE = ("forward", "backward", "optimizer")
 # "off": the loop keeps only each step's window and its input wait (what a row's step times and
@@ -63,7 +67,10 @@ class Step:
     intervals: list[tuple[str, float, float, int]] = field(default_factory=list)
     ready: float | None = None         # this rank's compute for the collective done
     collective_end: float | None = None  # this rank stopped waiting for the collective
-    collective_busy: float = 0.0       # seconds a collective of this step was in flight
+    # Each collective of the step on this rank, from its launch to its completion, as the
+    # library that runs it tells (DDP's communication hook and its future, Horovod's handles,
+    # TensorFlow's trace).
+    collectives: list[tuple[float, float]] = field(default_factory=list)
     collective_bytes: int | None = None  # the bytes its collectives reduced, where counted
 
 
@@ -95,10 +102,11 @@ class StepMarks:
         self._raw[-1][2].append((part, self._last, moment))
         self._last = moment
 
-    def collective(self, ready, end, busy: float, size: int | None = None) -> None:
-        """This step's collective: `ready` and `end` are moments (of `stamp`), `busy` the seconds
-        a collective of the step was in flight, `size` the bytes it reduced (where counted)."""
-        self._raw[-1][3] = (ready, end, busy, size)
+    def collective(self, ready, end, timed: list[tuple], size: int | None = None) -> None:
+        """This step's collectives: `ready` (this rank's compute for them done) and `end` (it
+        stopped waiting for them) are moments of `stamp`, `timed` each one's (launch, completion)
+        moments, `size` the bytes they reduced (where counted)."""
+        self._raw[-1][3] = (ready, end, timed, size)
 
     def end(self) -> None:
         self.mark("host")
@@ -116,7 +124,8 @@ class StepMarks:
             step = Step(at(start), at(end), [(part, at(a), at(b), MARKED) for part, a, b in marks])
             if collective:
                 step.ready, step.collective_end = at(collective[0]), at(collective[1])
-                step.collective_busy, step.collective_bytes = collective[2], collective[3]
+                step.collectives = [(at(a), at(b)) for a, b in collective[2]]
+                step.collective_bytes = collective[3]
             steps.append(step)
         return steps
 
@@ -128,7 +137,7 @@ class WindowMarks(StepMarks):
         if part == "input":
             super().mark(part)
 
-    def collective(self, ready, end, busy: float, size: int | None = None) -> None:
+    def collective(self, ready, end, timed: list[tuple], size: int | None = None) -> None:
         pass
 
     def end(self) -> None:
@@ -137,33 +146,59 @@ class WindowMarks(StepMarks):
 
 
 class CollectiveClock:
-    """What a library tells of one step's gradient collectives: when each was launched (this
-    rank's gradients for it ready) and its bytes, as they happen (from the library's hooks), and
-    when the step stopped waiting for them all (after DDP's backward, or Horovod's
-    synchronize). `take` ends the step: (ready, end, seconds in flight, bytes), or None where none
-    was launched."""
+    """What a library tells of one step's gradient collectives, as they happen: when each
+    gradient was ready (this rank's compute for it done) with the bytes it puts on the wire
+    (`ready`), when each collective was launched and when it completed (`launch`, then
+    `complete` from whichever thread sees it done), and when the step stopped waiting for them
+    all (`done`: after DDP's backward, or Horovod's synchronize). `take` ends the step: (ready,
+    end, [(launch, completion)], bytes), or None where nothing was launched."""
 
     def __init__(self, stamp: Callable[[], object] = time.perf_counter,
                  seconds: Callable[[object, object], float] = lambda a, b: b - a):
         self.stamp, self.seconds = stamp, seconds
-        self._launched, self._done, self._bytes = [], None, 0
+        self._ready, self._ops, self._done, self._bytes = [], [], None, 0
 
-    def launched(self, size: int = 0) -> None:
-        self._launched.append(self.stamp())
+    def ready(self, size: int = 0) -> None:
+        """A gradient is ready (its bytes as they go on the wire)."""
+        self._ready.append(self.stamp())
         self._bytes += size
 
+    def launch(self) -> list:
+        """A collective is launched now: the token `complete` takes."""
+        op = [self.stamp(), None]
+        self._ops.append(op)
+        return op
+
+    def complete(self, op: list) -> None:
+        """The collective launched as `op` has completed now (any thread)."""
+        op[1] = self.stamp()
+
     def done(self, size: int = 0) -> None:
-        """Every collective of the step has completed (`size`: their bytes, where the launches
+        """Every collective of the step has completed (`size`: their bytes, where the hooks
         did not tell them)."""
         self._done = self.stamp()
         self._bytes += size
 
     def take(self) -> tuple | None:
-        launched, done, size = self._launched, self._done, self._bytes
-        self._launched, self._done, self._bytes = [], None, 0
-        if not launched or done is None:
+        ready, ops, done, size = self._ready, self._ops, self._done, self._bytes
+        self._ready, self._ops, self._done, self._bytes = [], [], None, 0
+        if not ops or done is None:
             return None
-        return launched[-1], done, self.seconds(launched[0], done), size
+        # a completion the library did not report was seen, at the latest, when the step
+        # stopped waiting for them all
+        timed = [(launch, completion if completion is not None else done)
+                 for launch, completion in ops]
+        return (ready[-1] if ready else ops[-1][0]), done, timed, size
+
+
+def with_trace(marked: Step, traced: Step) -> Step:
+    """A step whose opaque call a tracer saw inside: its marks outside the call, the traced ops
+    in it (what they do not cover of the call is untraced), and the collectives the trace
+    timed."""
+    return Step(marked.start, marked.end,
+                [i for i in marked.intervals if i[0] != CALL] + traced.intervals,
+                traced.ready, traced.collective_end, list(traced.collectives),
+                traced.collective_bytes)
 
 
 def covered_seconds(spans: Sequence[tuple[float, float]]) -> float:
@@ -178,7 +213,7 @@ def covered_seconds(spans: Sequence[tuple[float, float]]) -> float:
 
 def partition(step: Step, latest_ready: float | None) -> dict[str, float]:
     """Seconds of each part in `step`'s window (and of an opaque CALL, where there is one):
-    every moment goes to the highest-priority interval covering it, host where none does.
+    every moment goes to the highest-priority interval covering it, untraced where none does.
     `latest_ready`: when the last rank became ready for this step's collective (None: this
     rank's own moment, or no collective)."""
     intervals = list(step.intervals)
@@ -193,60 +228,95 @@ def partition(step: Step, latest_ready: float | None) -> dict[str, float]:
     for low, high in zip(cuts, cuts[1:]):
         middle = (low + high) / 2
         covering = [(priority, label) for label, a, b, priority in intervals if a <= middle < b]
-        label = max(covering)[1] if covering else "host"
+        label = max(covering)[1] if covering else "untraced"
         parts[label] = parts.get(label, 0.0) + high - low
     return parts
 
 
+def overlap(step: Step) -> tuple[float, float]:
+    """(seconds a collective of `step` was in flight, of them the seconds this rank also
+    computed): HTA's and the PyTorch profiler's overlap is their ratio. Compute is the step's
+    forward, backward and optimizer until the rank's gradients were all ready (a backward call
+    that waits for its collectives, as DDP's does, computes nothing while it waits)."""
+    until = step.ready if step.ready is not None else step.end
+    flying = [(max(a, step.start), min(b, step.end)) for a, b in step.collectives
+              if b > step.start and a < step.end]
+    computing = [(a, min(b, until)) for label, a, b, _ in step.intervals
+                 if label in COMPUTE and a < until]
+    communicating = covered_seconds(flying)
+    both = communicating + covered_seconds(computing) - covered_seconds([*flying, *computing])
+    return communicating, max(both, 0.0)
+
+
 def call_shares(traced: Sequence[Step], latest: Sequence[float | None]) -> dict[str, float]:
     """The share of each part in the traced steps' calls (their windows), and of the time a
-    collective was in flight (`collective_busy`), over all of them together."""
+    collective was in flight and of it the time it overlapped compute, over all of them
+    together."""
     window = sum(step.end - step.start for step in traced) or 1.0
-    totals = dict.fromkeys(PARTS, 0.0)
+    totals = dict.fromkeys([*PARTS, "communicating", "overlapped"], 0.0)
     for step, moment in zip(traced, latest):
         for part, seconds in partition(step, moment).items():
             totals[part] += seconds
-    return {**{part: totals[part] / window for part in PARTS},
-            "collective_busy": sum(step.collective_busy for step in traced) / window}
+        flying, both = overlap(step)
+        totals["communicating"] += flying
+        totals["overlapped"] += both
+    return {name: seconds / window for name, seconds in totals.items()}
 
 
 def split(step: Step, latest: float | None,
-          shares: dict[str, float] | None = None) -> tuple[dict[str, float], float]:
-    """(seconds of each part, seconds a collective was in flight) of one step; an opaque call
-    in it is split by `shares` (`call_shares`; without them it stays host overhead)."""
+          shares: dict[str, float] | None = None) -> tuple[dict[str, float], float, float]:
+    """(seconds of each part, seconds a collective was in flight, of them the seconds overlapped
+    by compute) of one step; an opaque call in it is split by `shares` (`call_shares`; without
+    them it is untraced)."""
     parts = partition(step, latest)
-    call, busy = parts.pop(CALL, 0.0), step.collective_busy
+    call = parts.pop(CALL, 0.0)
+    communicating, overlapped = overlap(step)
     if shares is None:
-        parts["host"] += call
+        parts["untraced"] += call
     else:
         for part in PARTS:
             parts[part] += call * shares[part]
-        busy += call * shares["collective_busy"]
-    return parts, busy
+        communicating += call * shares["communicating"]
+        overlapped += call * shares["overlapped"]
+    return parts, communicating, overlapped
 
 
 def summarize(steps: Sequence[Step], latest: Sequence[float | None], epoch_seconds: float,
               shares: dict[str, float] | None = None) -> dict:
     """One rank's epoch: per part its total seconds and its median, 10th and 90th percentile
-    over the steps; the time its collectives moved data (in flight, less waiting for the slowest
-    rank); the residual (epoch time not in any step's window) and whether it is within
-    ADDS_UP."""
+    over the steps; its collectives (`collective_record`); the residual (epoch time not in any
+    step's window) and whether it is within ADDS_UP."""
     split_steps = [split(step, moment, shares) for step, moment in zip(steps, latest)]
     record = {}
     for part in PARTS:
-        values = np.asarray([parts[part] for parts, _ in split_steps], dtype=float)
+        values = np.asarray([parts[part] for parts, _, _ in split_steps], dtype=float)
         record[part] = {"seconds": float(values.sum()),
                         **dict(zip(("median", "p10", "p90"),
                                    map(float, np.percentile(values, [50, 10, 90]))))}
-    moving = [max(busy - parts["waiting"], 0.0) for parts, busy in split_steps]
-    sizes = [step.collective_bytes for step in steps if step.collective_bytes]
     residual = epoch_seconds - sum(record[part]["seconds"] for part in PARTS)
     return {"parts": record, "steps": len(steps), "residual_seconds": residual,
             "adds_up": abs(residual) <= ADDS_UP * epoch_seconds,
-            "collective": {"busy_seconds": sum(busy for _, busy in split_steps),
-                           "moving_seconds": sum(moving),
-                           "moving_median": float(np.median(moving)) if moving else 0.0,
-                           "bytes_per_step": int(np.median(sizes)) if sizes else None}}
+            "collective": collective_record(steps, split_steps)}
+
+
+def collective_record(steps: Sequence[Step], split_steps: list[tuple]) -> dict:
+    """A rank's collectives over an epoch's steps, from their launch-to-completion times: the
+    time one was in flight (busy) and, of it, the time this rank also computed (overlapped:
+    their ratio is the overlap share, None where nothing was in flight); the time they moved
+    data (in flight, less waiting for the slowest rank), per step its median; and the bytes
+    they reduced per step where counted."""
+    busy = [flying for _, flying, _ in split_steps]
+    overlapped = [both for _, _, both in split_steps]
+    moving = [max(flying - parts["waiting"], 0.0) for parts, flying, _ in split_steps]
+    sizes = [step.collective_bytes for step in steps if step.collective_bytes]
+
+    def median(values):
+        return float(np.median(values)) if values else 0.0
+    return {"busy_seconds": sum(busy), "busy_median": median(busy),
+            "overlapped_seconds": sum(overlapped), "overlapped_median": median(overlapped),
+            "overlap_share": sum(overlapped) / sum(busy) if sum(busy) > 0 else None,
+            "moving_seconds": sum(moving), "moving_median": median(moving),
+            "bytes_per_step": int(np.median(sizes)) if sizes else None}
 
 
 def latest_ready(ready_by_rank: Sequence[Sequence[float | None]]) -> list[float | None]:

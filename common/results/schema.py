@@ -118,13 +118,16 @@ CONTENTION = {"contended": BOOL, "other_cpu_share": Maybe(NUMBER), "steal_share"
 EPOCH = {"epoch": WHOLE, "seconds": POSITIVE, "samples": WHOLE, "rate?": Maybe(NUMBER),
          "loss": NUMBER, "accuracy": NUMBER, "seconds_per_rank": [NUMBER],
          "contention": CONTENTION, "input_seconds?": Maybe(NUMBER),  # schema 2 had no input
-         "evaluation_seconds?": NUMBER}  # only with a target accuracy
+         "evaluation_seconds?": NUMBER,  # only with a target accuracy
+         "untimed_seconds?": NUMBER}  # what ran between steps and is no training (a tracer)
 RANK_ATTRIBUTION = {
     "parts": {part: {"seconds": NUMBER, "median": NUMBER, "p10": NUMBER, "p90": NUMBER}
               for part in PARTS},
     "steps": WHOLE, "residual_seconds": NUMBER, "adds_up": BOOL,
     "collective": {"busy_seconds": NUMBER, "moving_seconds": NUMBER, "moving_median": NUMBER,
-                   "bytes_per_step": Maybe(WHOLE)}}
+                   "bytes_per_step": Maybe(WHOLE), "busy_median?": NUMBER,  # schema 12 on
+                   "overlapped_seconds?": NUMBER, "overlapped_median?": NUMBER,
+                   "overlap_share?": Maybe(NUMBER)}}
 NESTED = {
     "epochs": [EPOCH], "crashes": [TEXT],
     "env": {"host?": Maybe(TEXT), "cpu_count?": Maybe(WHOLE), "python?": Maybe(TEXT),

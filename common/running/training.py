@@ -10,6 +10,7 @@ totals.
 from __future__ import annotations
 
 import abc
+import itertools
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ import numpy as np
 from xbench.common.backends.backend import Backend
 from xbench.common.backends.collectives import Collectives
 from xbench.common.measuring import attribution
-from xbench.common.measuring.attribution import StepMarks
+from xbench.common.measuring.attribution import Step, StepMarks
 from xbench.common.measuring.contention import ContentionProbe, epoch_contention
 from xbench.common.measuring.evidence import batchnorm_evidence, sample_evidence, weights_digest
 from xbench.common.measuring.target import TargetRun
@@ -75,11 +76,21 @@ class TrainingLoop(abc.ABC):
         (`self.marks.collective`), and makes this rank's compute `self.faults.slow_for(rank)`
         seconds longer (the slow-rank fault)."""
 
-    def traced_steps(self) -> list | None:
-        """Steps run after the timed epochs under a tracer that sees inside a step call
-        (common.measuring.attribution.Step, in seconds from a barrier every rank passed), for a
-        framework whose step is one opaque call; None where `train_step`'s marks see every
-        part."""
+    def between_steps(self, epoch: int, step: int | None) -> None:
+        """Work between two timed steps that is no part of training (TensorFlow's tracer
+        started before a sampled step and stopped after it), before step `step` of `epoch`
+        begins (None: after its last): its seconds are taken out of the epoch's time and lie
+        outside every step's window, as an evaluation's do."""
+
+    def traced_steps(self) -> list[tuple[int, int, Step]] | None:
+        """(epoch, step, what a tracer saw inside that step's call: a
+        common.measuring.attribution.Step in seconds from its epoch's origin) of the timed
+        steps a tracer sampled, for a framework whose step is one opaque call; None where
+        `train_step`'s marks see every part."""
+        return None
+
+    def tracing(self) -> dict | None:
+        """Which timed steps the tracer sampled, as the row records it (None: none)."""
         return None
 
     def attribution_sources(self) -> dict[str, str]:
@@ -199,7 +210,8 @@ class TrainingLoop(abc.ABC):
         clock = EpochClock(self.sync)
         clock.start()
         evaluating = 0.0  # seconds of this epoch's evaluations, taken out of its time
-        for step, batch in enumerate(self.timed_batches(batches), 1):
+        untimed = [0.0]  # and of the work between its steps that is no part of training
+        for step, batch in enumerate(self.timed_batches(batches, epoch, untimed), 1):
             wanted = self.cell.learning_rate(ran.steps, self.steps_per_epoch)
             if wanted != ran.learning_rate:  # only under a warm-up, and once at the start
                 self.set_learning_rate(wanted)
@@ -210,16 +222,16 @@ class TrainingLoop(abc.ABC):
             report.done = step  # read by the report's own thread, outside this loop
             if target and target.due(step):
                 evaluating += self.evaluate_for(target, epoch, step, clock, evaluating)
-        seconds = clock.stop() - evaluating
+        seconds = clock.stop() - evaluating - untimed[0]
         watched = probe.stop()
         report.end_epoch(seconds)
         steps = self.marks.steps()
         ran.timed.append((seconds, steps))
         ran.consumed.append(self.consumed())
-        return self.epoch_record(epoch, seconds, steps, watched, evaluating)
+        return self.epoch_record(epoch, seconds, steps, watched, evaluating, untimed[0])
 
     def epoch_record(self, epoch: int, seconds: float, steps: list, watched: dict,
-                     evaluating: float) -> dict:
+                     evaluating: float, untimed: float) -> dict:
         """The epoch as the row records it, from every rank's time, input wait and contention."""
         loss_sum, correct = (float(v) for v in self.comm.sum(self.totals()))
         waited = sum(part_seconds(step, "input") for step in steps)
@@ -231,6 +243,8 @@ class TrainingLoop(abc.ABC):
                                                 self.cell.contention_limit)
         if self.cell.target_accuracy:
             record["evaluation_seconds"] = evaluating
+        if untimed:
+            record["untimed_seconds"] = untimed
         return record
 
     def gather(self, ran: Ran) -> None:
@@ -267,37 +281,52 @@ class TrainingLoop(abc.ABC):
                       wall=ended - clock.started)
         return ended - began
 
-    def timed_batches(self, batches: Iterable) -> Iterator:
+    def timed_batches(self, batches: Iterable, epoch: int, untimed: list[float]) -> Iterator:
         """The epoch's batches, each step's window opened when the loop asks for its batch, and
-        the wait for it marked as the step's input part (the input-delay fault waits there)."""
+        the wait for it marked as the step's input part (the input-delay fault waits there);
+        the work between steps outside the windows, its seconds added to `untimed[0]`."""
         batches = iter(batches)
-        while True:
+        for step in itertools.count(1):
+            self.between(epoch, step, untimed)
             self.marks.begin()
             try:
                 batch = next(batches)
             except StopIteration:
                 self.marks.discard()
+                self.between(epoch, None, untimed)
                 return
             if self.faults.input_delay:
                 time.sleep(self.faults.input_delay)
             self.marks.mark("input")
             yield batch
 
+    def between(self, epoch: int, step: int | None, untimed: list[float]) -> None:
+        if type(self).between_steps is TrainingLoop.between_steps:
+            return  # nothing of the framework's runs between its steps
+        began = time.perf_counter()
+        self.between_steps(epoch, step)
+        untimed[0] += time.perf_counter() - began
+
     def attribute(self, timed: list, traced: list | None) -> dict | None:
         """Every timed epoch's steps split into their parts on every rank
         (common.measuring.attribution), summarised per rank and gathered to rank 0. Where a step
-        is one opaque call, the call is split as the `traced` steps' calls were."""
-        shares = None
+        is one opaque call, a step the tracer sampled is split by what it saw, and every other
+        call as the sampled calls were."""
+        shares, seen = None, {}
         if traced is not None:
-            latest = attribution.latest_ready(self.comm.gather([s.ready for s in traced]))
-            shares = attribution.call_shares(traced, latest)
+            calls = [step for _, _, step in traced]
+            latest = attribution.latest_ready(self.comm.gather([s.ready for s in calls]))
+            shares = attribution.call_shares(calls, latest)
+            seen = {(epoch, index): step for epoch, index, step in traced}
         epochs = []
-        for seconds, steps in timed:
+        for epoch, (seconds, steps) in enumerate(timed, 1):
+            steps = [attribution.with_trace(step, seen[(epoch, index)])
+                     if (epoch, index) in seen else step for index, step in enumerate(steps, 1)]
             latest = attribution.latest_ready(self.comm.gather([s.ready for s in steps]))
             ranks = self.comm.gather(attribution.summarize(steps, latest, seconds, shares))
             epochs.append({"ranks": ranks, "slowest_rank": attribution.slowest_rank(ranks)})
         return {"how": self.attribution_sources(), "epochs": epochs,
-                "traced_steps": len(traced) if traced is not None else None}
+                "traced_steps": self.tracing()}
 
     def measure(self, ran: Ran) -> Measurement:
         """Rank 0's measurement of the run."""

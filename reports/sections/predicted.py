@@ -15,12 +15,15 @@ PREDICT_TEXT = (
     "cell of the same setup and batch: compute from that cell's attributed parts (the "
     "per-sample ones in proportion to the per-device batch; on a CPU slower by the cores a rank "
     "lost, to a power calibrated per backend), the collectives' bytes through the link (a ring's "
-    "passes, the backend's buckets), less what the backward pass hides of them (the share "
-    "calibrated per backend), and the wait for the slowest rank from the 1-device cell's spread. "
-    "The link is the probe's bandwidth of the library, the fastest bandwidth calibration cells "
-    "moved at, or a capped link's cap. Every cell is predicted from a calibration on the cells "
-    "of every other configuration (its seeds and capped-link twins held out with it), so its "
-    "error is held out. How the model works: docs/numbers.md, \"Predicted\".")
+    "passes, the cell's buckets), less the share of them its backend's cells were measured to "
+    "overlap with compute (each collective timed from launch to completion; per link class, "
+    "never more than the backward pass), and the wait for the slowest rank from the 1-device "
+    "cell's spread. The link is the probe's bandwidth of the library, the fastest bandwidth "
+    "calibration cells moved at, or a capped link's cap. Every cell is predicted from a "
+    "calibration on the cells of every other configuration (its seeds and capped-link twins held "
+    "out with it), so its error is held out; the errors are given apart for uncapped cells on "
+    "one node (the headline), capped links (whose link is the cap set by hand) and several "
+    "nodes. How the model works: docs/numbers.md, \"Predicted\".")
 
 
 def predicted_figure(data: ReportData) -> Made:

@@ -13,17 +13,20 @@ from xbench.reports.tables import CELL, MIB, column, num, table, with_interval
 NO_ATTRIBUTION = ("no usable run records its step attribution (rows of xbench before schema 5 "
                   "do not): run the grid again")
 PART_COLORS = dict(zip(PARTS, ["#8c564b", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e",
-                               "#d62728", "#7f7f7f"], strict=True))
+                               "#d62728", "#7f7f7f", "#e8e8e8"], strict=True))
 COMMUNICATION = (
     "Every step of every rank is split into input, forward, backward, optimizer, waiting for "
-    "the slowest rank, exposed communication and host overhead (common.measuring.attribution): "
-    "the boundaries come from the host clock (CUDA events on a GPU), and the collectives are "
-    "counted by the library that does them (DDP's and Horovod's gradient hooks and the end of "
-    "their wait, TensorFlow's profiler trace). Moving time = the collectives' time in flight "
-    "less waiting for the slowest rank, per step (median; the rank that saw the most of it): "
-    "it includes what overlaps the backward pass, which exposed communication does not, so "
-    "where a collective overlaps compute (DDP's first buckets, Horovod) the bandwidth over it "
-    "is a lower bound of what the link can do. Bandwidth for backends that all-reduce "
+    "the slowest rank, exposed communication, host overhead and what nothing covered "
+    "(untraced) (common.measuring.attribution): the boundaries come from the host clock (CUDA "
+    "events on a GPU), and each collective is timed from its launch to its completion by the "
+    "library that runs it (DDP's communication hook and its future, Horovod's handles, "
+    "TensorFlow's profiler trace). Communication = the time a collective was in flight; "
+    "overlap share = the part of it during which the rank also computed / communication (HTA's "
+    "and the PyTorch profiler's definition); exposed communication = the step's wait for the "
+    "collectives after every rank's compute was done; waiting = from this rank's compute done "
+    "to the last rank's. Moving time = communication less waiting, per step (median; the rank "
+    "that saw the most of it): the collectives' own time, so the bandwidth over it is the "
+    "link's as the library used it, overlapped or not. Bandwidth for backends that all-reduce "
     "(nccl-tests' convention: algbw = bytes reduced / moving time, busbw = algbw × 2(N−1)/N), "
     "from the bytes the library reduced where counted, else the model's gradients as the "
     "cell's compression sends them; a reduction to one device (DataParallel, "
@@ -34,7 +37,8 @@ ATTRIBUTION_TEXT = (
     "95% interval over repeats) and as a share of the step. They add up to the step windows by "
     "construction; what the windows do not cover of the epoch (its iterator's set-up, the final "
     "synchronisation) is the residual, and a cell whose residual is above 5% of its epoch says "
-    "so. How each part is known is in the rows (attribution.how). Cells with an injected fault "
+    "so, as does a cell whose untraced share of the step is above 10% (UNTRACED). How each "
+    "part is known is in the rows (attribution.how). Cells with an injected fault "
     "(inject) show where it landed, and stay out of every verdict.")
 
 
@@ -46,8 +50,10 @@ def attribution_table(data: ReportData):
                           f" ({c[f'{name}_share']:.0%})")
 
     def added(c):
-        return (f"yes (residual {c['residual_share']:.1%})" if c["adds_up"] else
-                f"NO: {c['residual_share']:.1%} of the epoch is in no step")
+        untraced = (f"; UNTRACED: {c['untraced_share']:.0%} of the step no mark or trace covers"
+                    if c["untraced_share"] > analysis.UNTRACED_LIMIT else "")
+        return (f"yes (residual {c['residual_share']:.1%}){untraced}" if c["adds_up"] else
+                f"NO: {c['residual_share']:.1%} of the epoch is in no step{untraced}")
     return table(data.attributed, [
         *CELL, ("training", column("training")), ("n", column("n_attributed")),
         *[(f"{name} (ms)", part(name)) for name in PARTS],
@@ -74,6 +80,8 @@ def communication_table(data: ReportData):
             c["communication_step"] * 1000, c["communication_step_ci"] * 1000)),
         ("moving (ms/step)", lambda c: with_interval(c["moving_seconds"] * 1000,
                                                       c["moving_ci"] * 1000)),
+        ("overlap share (of communication, while computing)",
+         lambda c: "—" if pd.isna(c["overlap_share"]) else f"{c['overlap_share']:.0%}"),
         ("bytes reduced (MiB/step)", lambda c: f"{num(c['bytes'] / MIB)} ({c['bytes_how']})"),
         ("algbw (GB/s)", lambda c: gigabytes(c, "algbw")),
         ("busbw (GB/s)", lambda c: gigabytes(c, "busbw") if c["reduction"] != "all-reduce"

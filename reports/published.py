@@ -1,0 +1,85 @@
+"""Published scaling results put through the model of reports.predict: `xbench predict
+--published [FILE]` (default reports/published.toml). A check, never a fit: each record gives the
+inputs the model needs (the per-device rate at the per-device batch, the parameters and the bytes
+of each one's gradient, the devices per node and the nodes, the links, and the backend whose
+collectives carried them), and the model's efficiency is printed three ways beside the published
+one: none of the collectives hidden, all of them hidden behind backward, and the share this
+machine's cells of that backend measured hidden. No waiting for the slowest rank is added: none
+of the records published their steps' spread.
+"""
+from __future__ import annotations
+
+import math
+import tomllib
+from pathlib import Path
+
+import pandas as pd
+
+from xbench.common.backends.traits import TRAITS
+from xbench.common.errors import UserError
+from xbench.reports.predict import Calibration, parse_link, read_links
+from xbench.reports.step_model import collective_seconds, exposed_seconds, overlap_of
+
+PUBLISHED_FILE = Path(__file__).with_name("published.toml")
+BACKWARD_SHARE = 2 / 3  # of a step's compute, where nothing measured it: twice forward's work
+NEEDED = ("title", "backend", "per_device_rate", "per_device_batch", "parameters", "devices",
+          "nodes", "link", "efficiency", "sources")
+
+
+def against_published(calibration: Calibration | None,
+                      path: Path = PUBLISHED_FILE) -> pd.DataFrame:
+    """Every record of the published file `path` through the model (`published_record`);
+    `calibration`: what this machine's cells measured (None: no measured overlap)."""
+    try:
+        entries = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise UserError(f"--published {path}: cannot read it as TOML: {e}") from None
+    links = read_links()
+    return pd.DataFrame([published_record(name, entry, links, calibration)
+                         for name, entry in entries.items()])
+
+
+def published_record(name: str, entry: dict, links: dict, calibration: Calibration | None) -> dict:
+    """One record: the compute per step from its per-device rate, the collectives' seconds over
+    its links (named in links.toml or RATE,LATENCY), and its efficiency against its baseline
+    (one device, or `baseline_devices` on one node) with none, all and the measured share of
+    them hidden behind backward (taken as BACKWARD_SHARE of the step)."""
+    missing = [key for key in NEEDED if key not in entry] if isinstance(entry, dict) else NEEDED
+    if missing or entry["backend"] not in TRAITS:
+        raise UserError(f"published record [{name}]: "
+                        + (f"no {', '.join(missing)}" if missing
+                           else f"unknown backend {entry['backend']!r}"))
+    link = parse_link(str(entry["link"]), links, f"published record [{name}]: link")
+    node_link = parse_link(str(entry.get("node_link", entry["link"])), links,
+                           f"published record [{name}]: node_link")
+    traits = TRAITS[entry["backend"]]
+    compute = entry["per_device_batch"] / entry["per_device_rate"]
+    size = entry.get("gradient_bytes_per_parameter", 4) * entry["parameters"]
+    baseline = int(entry.get("baseline_devices", 1))
+
+    def step(devices: int, nodes: int, share: float) -> float:
+        moving = collective_seconds(traits.reduction_on("cuda"), size, devices, nodes, link,
+                                    node_link, traits.message_bytes)  # GPUs
+        return compute + exposed_seconds(moving, share, BACKWARD_SHARE * compute)
+
+    def efficiency(share: float) -> float:
+        return step(baseline, 1, share) / step(entry["devices"], entry["nodes"], share)
+    measured = (overlap_of(calibration.overlap, entry["backend"], "uncapped")
+                if calibration and calibration.overlap else None)
+    moving = step(entry["devices"], entry["nodes"], 0.0) - compute
+    return {"name": name, "title": entry["title"], "sources": entry["sources"],
+            "devices": entry["devices"] * entry["nodes"], "baseline": baseline,
+            "compute": compute, "moving": moving, "published": entry["efficiency"],
+            "no_overlap": efficiency(0.0), "full_overlap": efficiency(1.0), "overlap": measured,
+            "measured_overlap": efficiency(measured) if measured is not None else math.nan}
+
+
+def as_json(record: pd.DataFrame) -> dict:
+    """{record name: its efficiencies as fractions, None where there is none}."""
+    def number(value):
+        return None if value is None or (isinstance(value, float) and math.isnan(value)) \
+            else float(value)
+    return {row["name"]: {key: number(row[key]) for key in
+                          ("published", "no_overlap", "full_overlap", "measured_overlap",
+                           "overlap")} | {"title": row["title"], "devices": int(row["devices"])}
+            for _, row in record.iterrows()}
