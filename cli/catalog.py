@@ -1,10 +1,9 @@
 """`xbench models` and `xbench backends`: what this installation has."""
 import importlib
-import json
 
 import click
 
-from xbench.cli.console import framework_messages, say, verbose
+from xbench.cli.console import framework_messages, json_text, say, verbose
 from xbench.common.backends.registry import BACKENDS
 from xbench.common.backends.start import Start
 from xbench.common.workload import models
@@ -70,4 +69,4 @@ def show(found: list[dict], as_json: bool, messages: str, lines: list[str]) -> N
     """What the frameworks said while loading (with -v), then JSON or the table's lines."""
     if verbose() and messages:
         click.echo(messages, err=True)
-    click.echo(json.dumps(found, indent=1) if as_json else "\n".join(lines))
+    click.echo(json_text(found) if as_json else "\n".join(lines))

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from xbench.cli.console import EXIT_NOTHING_COMPARED, EXIT_SLOWER
+from xbench.cli.console import EXIT_NOTHING_COMPARED, EXIT_SLOWER, json_text
 from xbench.common.errors import UserError
 
 
@@ -38,7 +38,7 @@ def compare(base, new, fail_above, exclude_contended, as_json):
     from xbench.reports.tables import markdown
     cells, notes = compare_files([Path(base)], [Path(new)], not exclude_contended)
     if as_json:
-        click.echo(compare_json(cells, notes))
+        click.echo(json_text(compare_json(cells, notes)))
     else:
         for note in notes:
             click.secho(note, fg="yellow", err=True)

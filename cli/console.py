@@ -1,6 +1,9 @@
 """What every command shares: printing under -q/-v, list options, exit codes, the version."""
 import contextlib
 import importlib.metadata
+import json
+import math
+import numbers
 import os
 import sys
 import tempfile
@@ -40,6 +43,24 @@ def float_list(ctx, param, value):
 
 def str_list(ctx, param, value):
     return None if value is None else [v.strip() for v in value.split(",") if v.strip()]
+
+
+def json_text(value, indent: int | None = 1) -> str:
+    """`value` as strict JSON, what every --json prints: a number that is not one (NaN, an
+    infinity) is null, numpy's scalars plain numbers, anything else not JSON its text."""
+    def plain(v):
+        if v is None or isinstance(v, (bool, str)):
+            return v
+        if isinstance(v, dict):
+            return {str(k): plain(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [plain(x) for x in v]
+        if isinstance(v, numbers.Integral):
+            return int(v)
+        if isinstance(v, numbers.Real):
+            return float(v) if math.isfinite(v) else None
+        return str(v)
+    return json.dumps(plain(value), indent=indent, allow_nan=False)
 
 
 def own_version() -> str:

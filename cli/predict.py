@@ -1,11 +1,10 @@
 """`xbench predict`: how the results' models would scale, from their 1-device cells and a link,
 and how far the model was from every N-device cell that was measured."""
-import json
 from pathlib import Path
 
 import click
 
-from xbench.cli.console import DEFAULT_RESULTS_DIR, int_list
+from xbench.cli.console import DEFAULT_RESULTS_DIR, int_list, json_text
 from xbench.common.errors import UserError
 from xbench.common.grids.settings import SETTINGS
 
@@ -74,10 +73,10 @@ def predict(results_files, link, node_link, devices, nodes, where, published, as
         calibration = calibrate(references(cells, attributed)) if len(attributed) else None
         record = against_published(calibration, Path(published) if published else PUBLISHED_FILE)
     if as_json:
-        click.echo(json.dumps({"check": check.to_dict("records"), "summary": check_summary(check),
-                               "predicted": None if scaled is None else scaled.to_dict("records"),
-                               "published": None if record is None else published_json(record)},
-                              default=str))
+        click.echo(json_text({
+            "check": check.to_dict("records"), "summary": check_summary(check),
+            "predicted": None if scaled is None else scaled.to_dict("records"),
+            "published": None if record is None else published_json(record)}))
         return
     if record is not None:
         click.echo("Against the published record (a check, not a fit; no waiting for the slowest "

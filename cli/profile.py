@@ -1,11 +1,10 @@
 """`xbench profile`: each layer of a model timed forward and backward in both frameworks."""
-import json
 import sys
 from pathlib import Path
 
 import click
 
-from xbench.cli.console import EXIT_CELLS_FAILED, say, str_list
+from xbench.cli.console import EXIT_CELLS_FAILED, json_text, say, str_list
 from xbench.common.backends.start import Start
 from xbench.common.errors import UserError
 from xbench.common.grids.settings import DEVICE_KINDS
@@ -53,7 +52,7 @@ def profile(model, batch, backend, units, steps, warmup, device, seed, out, as_j
     record = run_profile(model, batch, backends, timed, steps, warmup, device, seed,
                          LocalLauncher(), echo)
     written = write(record, out)
-    click.echo(json.dumps(record, indent=1) if as_json else table_text(record))
+    click.echo(json_text(record) if as_json else table_text(record))
     say(f"profile: {', '.join(map(str, written))}", err=as_json)
     if not record["frameworks"]:
         sys.exit(EXIT_CELLS_FAILED)

@@ -6,8 +6,6 @@ Contended runs are compared too (a regression check wants every run), and marked
 beside other load may be the machine's, not the change's (`--exclude-contended` leaves them out).
 Cells with an injected fault are never compared: they are slow on purpose.
 """
-import json
-import math
 
 import pandas as pd
 
@@ -94,14 +92,12 @@ def text_table(cells) -> pd.DataFrame:
         + (" (contended)" if c["contended"] else "")} for _, c in cells.iterrows()])
 
 
-def as_json(cells, notes) -> str:
-    def number(value):
-        return None if value is None or (isinstance(value, float) and not math.isfinite(value)) \
-            else value
-    return json.dumps({"notes": notes, "cells": [{
+def as_json(cells, notes) -> dict:
+    """The comparison as `xbench compare --json` prints it (NaN where a number is missing)."""
+    return {"notes": notes, "cells": [{
         "cell_key": c["cell_key"], "backend": c["backend"], "model": c["model"],
-        "devices": int(c["devices"]), "base_rate": number(c["epoch2_rate_base"]),
-        "new_rate": number(c["epoch2_rate"]), "ratio": number(c["ratio"].value),
-        "ratio_low": number(c["ratio"].low), "ratio_high": number(c["ratio"].high),
+        "devices": int(c["devices"]), "base_rate": c["epoch2_rate_base"],
+        "new_rate": c["epoch2_rate"], "ratio": c["ratio"].value,
+        "ratio_low": c["ratio"].low, "ratio_high": c["ratio"].high,
         "n_base": int(c["n_base"]), "n_new": int(c["n"]), "verdict": c["verdict"],
-        "contended": bool(c["contended"])} for _, c in cells.iterrows()]}, indent=1)
+        "contended": bool(c["contended"])} for _, c in cells.iterrows()]}

@@ -75,11 +75,8 @@ def published_record(name: str, entry: dict, links: dict, calibration: Calibrati
 
 
 def as_json(record: pd.DataFrame) -> dict:
-    """{record name: its efficiencies as fractions, None where there is none}."""
-    def number(value):
-        return None if value is None or (isinstance(value, float) and math.isnan(value)) \
-            else float(value)
-    return {row["name"]: {key: number(row[key]) for key in
+    """{record name: its efficiencies as fractions (NaN where there is none), title, devices}."""
+    return {row["name"]: {key: row[key] for key in
                           ("published", "no_overlap", "full_overlap", "measured_overlap",
                            "overlap")} | {"title": row["title"], "devices": int(row["devices"])}
             for _, row in record.iterrows()}

@@ -152,7 +152,8 @@ def what_if_table(scaled):
         ("batch", batch_text), ("nodes × devices", lambda c: f"{c['nodes']} × {c['devices']}"),
         ("links: devices / nodes", lambda c: f"{c['link']} / {c['node_link']}"),
         ("predicted rate (samples/s)", predicted(
-            lambda c: f"{num(c['rate'])} {bounds(c['rate_low'], c['rate_high'])}")),
+            lambda c: num(c["rate"]) + ("" if math.isnan(c["rate_low"]) else
+                                        f" {bounds(c['rate_low'], c['rate_high'])}"))),
         ("predicted efficiency", predicted(lambda c: f"{c['efficiency']:.0%}" + (
             "" if math.isnan(c["efficiency_low"]) else
             f" [{c['efficiency_low']:.0%}, {c['efficiency_high']:.0%}]"))),

@@ -36,6 +36,13 @@ def mnist(mnist_dir):
     return load_mnist(mnist_dir)
 
 
+def strict_json(text: str):
+    """`text` read as JSON by a strict parser: Python writes NaN and Infinity, JSON has neither."""
+    def refuse(token):
+        raise ValueError(f"{token} is not JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
 def xbench(*args, cwd=REPO, timeout=600, env=None):
     """Run the real `xbench` command line; returns the CompletedProcess (text)."""
     return subprocess.run([*XBENCH, *map(str, args)], capture_output=True, text=True, cwd=cwd,

@@ -1,13 +1,12 @@
 """After a grid: `xbench compare` of a grid's run against the same rows slowed and marked
 contended, the conventions a command-line tool keeps (--version, --json, NO_COLOR), and export to a
 real MLflow store."""
-import json
 import os
 import subprocess
 
 import pandas as pd
 import pytest
-from conftest import REPO, SLOW, XBENCH, write_grid
+from conftest import REPO, SLOW, XBENCH, strict_json, write_grid
 from test_progress import run_in_terminal
 
 from xbench.common.results.store import append_row, new_run_id, read_rows
@@ -57,7 +56,7 @@ def test_compare_marks_the_slowed_cells_and_fails_above_a_threshold(quiet_and_bu
     quiet, busy = quiet_and_busy
     done = xbench("compare", quiet, busy, "--json")
     assert done.returncode == 0, done.stderr
-    cells = json.loads(done.stdout)["cells"]
+    cells = strict_json(done.stdout)["cells"]
     assert len(cells) == 2 and all(c["n_base"] == c["n_new"] == 3 for c in cells)
     assert all(c["verdict"] == "slower" and c["ratio_high"] < 1 for c in cells), cells
     assert all(c["contended"] for c in cells)
@@ -67,7 +66,7 @@ def test_compare_marks_the_slowed_cells_and_fails_above_a_threshold(quiet_and_bu
     assert failing.returncode == 4 and "significantly slower by more than 10.0%" in failing.stderr
     assert xbench("compare", quiet, quiet, "--fail-above", 10).returncode == 0
     assert all(c["verdict"] == "no change" for c in
-               json.loads(xbench("compare", quiet, quiet, "--json").stdout)["cells"])
+               strict_json(xbench("compare", quiet, quiet, "--json").stdout)["cells"])
 
 
 def test_the_report_has_a_comparison_section(quiet_and_busy, tmp_path):
@@ -81,9 +80,9 @@ def test_the_report_has_a_comparison_section(quiet_and_busy, tmp_path):
 def test_version_json_and_no_color():
     version = xbench("--version")
     assert version.returncode == 0 and version.stdout.startswith("xbench, version ")
-    backends = json.loads(xbench("backends", "--json").stdout)
+    backends = strict_json(xbench("backends", "--json").stdout)
     assert {"backend", "available", "reason", "spans_nodes"} <= set(backends[0])
-    models = json.loads(xbench("models", "--json").stdout)
+    models = strict_json(xbench("models", "--json").stdout)
     assert {(m["model"], m["params"]) for m in models if m["source"] == "spec (common)"} == {
         ("small", 402_442), ("large", 4_104_202), ("resnet18", 11_173_962), ("vgg19", 20_040_522)}
     assert "TensorFlow" not in xbench("models").stderr  # framework log lines kept off

@@ -16,7 +16,7 @@ ONE_BUCKET, SMALL_BUCKET, CAP = 32.0, 1.0, "link=400mbit"
 def bucketed(mnist_dir, tmp_path_factory):
     folder = tmp_path_factory.mktemp("buckets")
     grid = write_grid(folder, name="buckets", backends=["pt-ddp", "hvd-torch"], models=["large"],
-                      devices=[2], max_train_samples=512)
+                      devices=[2], max_train_samples=512, max_test_samples=1000)
     runs = {}
     for bucket, inject in ((ONE_BUCKET, "none"), (SMALL_BUCKET, CAP)):
         results = folder / f"{bucket:g}.jsonl"

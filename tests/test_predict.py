@@ -1,11 +1,10 @@
 """xbench predict: the model's arithmetic against hand-computed cases, the links it knows, and
 the model run on the smoke grid's rows: every N-device cell predicted from a calibration it is
 held out of, and the what-if table out to 512 devices, labelled predicted."""
-import json
 import math
 
 import pytest
-from conftest import xbench
+from conftest import strict_json, xbench
 
 from xbench.common.backends.traits import TRAITS
 from xbench.common.errors import UserError
@@ -133,7 +132,7 @@ def test_bad_input_is_one_clear_error(smoke):
 def test_every_n_device_cell_of_the_smoke_grid_is_predicted_held_out(smoke):
     run = xbench("predict", smoke.results, "--json")
     assert run.returncode == 0, run.stderr
-    check = json.loads(run.stdout)["check"]
+    check = strict_json(run.stdout)["check"]
     usable = {(r["backend"], r["devices"]) for r in smoke.all
               if r["status"] == "ok" and not r["contended"] and r["devices"] > 1}
     assert {(c["backend"], c["devices"]) for c in check} == usable
@@ -172,7 +171,7 @@ def test_the_what_if_table_to_512_devices_is_labelled_predicted(smoke):
     assert "Predicted, not measured: NVLink 4 (H100 SXM) between devices, InfiniBand NDR" in \
         run.stdout
     assert "| 64 × 8 |" in run.stdout and "predicted rate (samples/s)" in run.stdout
-    scaled = json.loads(xbench("predict", smoke.results, "--link", "ib-ndr", "--devices", "1,8",
+    scaled = strict_json(xbench("predict", smoke.results, "--link", "ib-ndr", "--devices", "1,8",
                                "--nodes", "1,8,64", "--json").stdout)["predicted"]
     ddp = [r for r in scaled if r["backend"] == "pt-ddp"]
     assert max(r["total"] for r in ddp) == 512
@@ -183,8 +182,12 @@ def test_the_what_if_table_to_512_devices_is_labelled_predicted(smoke):
         if row["note"] != "predicted":  # 128 samples cannot be split over 256 or 512 devices
             assert row["total"] > 128 and "does not split over" in row["note"]
             continue
-        assert (row["efficiency"] <= 1.0 + 1e-9
-                and row["rate_low"] <= row["rate"] <= row["rate_high"])
+        assert row["efficiency"] <= 1.0 + 1e-9
+        if row["total"] == 1 or "no interval: it needs 3 or more" in run.stdout:
+            # the measured device itself, or too few held-out cells: no band, and it says so
+            assert row["rate_low"] is None and row["rate_high"] is None
+        else:
+            assert row["rate_low"] <= row["rate"] <= row["rate_high"]
     assert {r["link"] for r in ddp if r["devices"] == 8} == {"InfiniBand NDR, one port per node"}
 
 

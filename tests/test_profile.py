@@ -5,7 +5,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import xbench
+from conftest import strict_json, xbench
 
 from xbench.common.running.profile import MIN_STEPS, STEP_PASSES
 from xbench.common.workload.models import flops_per_sample, named_layers, parameter_count
@@ -80,7 +80,7 @@ def test_some_layers_only(tmp_path):
                  "--layer", "conv1,fc1", "--steps", MIN_STEPS, "--warmup", 1, "--device", "cpu",
                  "--json", "--out", tmp_path)
     assert run.returncode == 0, run.stderr
-    (framework,) = json.loads(run.stdout)["frameworks"]
+    (framework,) = strict_json(run.stdout)["frameworks"]
     assert [u["unit"] for u in framework["units"]] == ["conv1", "fc1"]
     assert not framework["all_units"] and framework["step"]["total"]["n"] == MIN_STEPS
     assert (tmp_path / "profile.json").is_file()

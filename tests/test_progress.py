@@ -82,7 +82,8 @@ def earlier_ok_row(key_settings, seconds):
                "accuracy": 0.5, "seconds_per_rank": [0.5],
                "contention": {"contended": False, "other_cpu_share": 0.0, "steal_share": 0.0,
                               "load_1m": 0.1, "other_gpu_processes": None,
-                              "cpu_per_wall_per_rank": [1.0]}} for e in (1, 2)]
+                              "cpu_per_wall_per_rank": [1.0]}, "untimed_seconds": 0.0}
+              for e in (1, 2)]
     measurement = Measurement(
         framework_version="2.13.0", params=402_442, dataset_source="mnist", train_samples=512,
         device_type="cpu", device_name="cpu", epochs=epochs, startup_seconds=3.0,

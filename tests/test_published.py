@@ -1,10 +1,9 @@
 """The model checked against the world: published scaling results through the same arithmetic
 (`xbench predict --published [FILE]`), and what a measured overlap does to a prediction."""
-import json
 import tomllib
 
 import pytest
-from conftest import xbench
+from conftest import strict_json, xbench
 from report_fixtures import known_rows, write_rows
 
 from xbench.reports import analysis
@@ -70,7 +69,7 @@ sources = "measured by hand"
     run = xbench("predict", write_rows(tmp_path / "r.jsonl", known_rows()), "--published", path,
                  "--json")
     assert run.returncode == 0, run.stderr
-    mine = json.loads(run.stdout)["published"]["mine"]
+    mine = strict_json(run.stdout)["published"]["mine"]
     assert set(mine) >= {"published", "no_overlap", "full_overlap", "measured_overlap"}
     assert mine["published"] == 0.9 and mine["measured_overlap"] == pytest.approx(
         mine["no_overlap"])  # the known rows' overlap: none

@@ -119,7 +119,7 @@ EPOCH = {"epoch": WHOLE, "seconds": POSITIVE, "samples": WHOLE, "rate?": Maybe(N
          "loss": NUMBER, "accuracy": NUMBER, "seconds_per_rank": [NUMBER],
          "contention": CONTENTION, "input_seconds?": Maybe(NUMBER),  # schema 2 had no input
          "evaluation_seconds?": NUMBER,  # only with a target accuracy
-         "untimed_seconds?": NUMBER}  # what ran between steps and is no training (a tracer)
+         "untimed_seconds": NUMBER}  # what ran between steps and is no training (a tracer)
 RANK_ATTRIBUTION = {
     "parts": {part: {"seconds": NUMBER, "median": NUMBER, "p10": NUMBER, "p90": NUMBER}
               for part in PARTS},
