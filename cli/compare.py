@@ -29,7 +29,7 @@ def percent(ctx, param, value):
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def compare(base, new, fail_above, exclude_contended, as_json):
     """The cells of two results files side by side: NEW / BASE epoch-2 rate with its 95%
-    interval, faster / slower / no change at that confidence, and what differs in their
+    interval, faster / slower / inconclusive at that confidence, and what differs in their
     environments (versions, device, threads). Exit 0; with --fail-above, a gate that compared
     nothing (no cell with usable runs in both files) fails too."""
     from xbench.reports.compare import as_json as compare_json  # pandas and scipy: loaded here

@@ -20,6 +20,17 @@ EXIT_SLOWER = 4  # xbench compare --fail-above: a significant slowdown beyond th
 EXIT_NOTHING_COMPARED = 5  # xbench compare --fail-above: no cell had usable runs in both files
 
 
+class FiniteRange(click.FloatRange):
+    """A number within a range that is a number: click's FloatRange lets NaN through, since
+    every comparison with it is false."""
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        return number
+
+
 def int_list(ctx, param, value):
     """'1,2,4' -> [1, 2, 4] (a clear error for anything else)."""
     if value is None:

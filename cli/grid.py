@@ -6,7 +6,14 @@ import time
 
 import click
 
-from xbench.cli.console import DEFAULT_RESULTS_DIR, EXIT_CELLS_FAILED, quiet, say, verbose
+from xbench.cli.console import (
+    DEFAULT_RESULTS_DIR,
+    EXIT_CELLS_FAILED,
+    FiniteRange,
+    quiet,
+    say,
+    verbose,
+)
 from xbench.cli.options import setting_options
 from xbench.common.errors import UserError
 from xbench.common.grids import grid as grid_module
@@ -40,7 +47,7 @@ UNFINISHED = ("failed", "timeout")
               help="After the grid, keep adding repeats of the cells whose comparisons are still "
                    "inconclusive, most uncertain first, until each is settled or --budget is "
                    "spent; then say what is left.")
-@click.option("--budget", type=click.FloatRange(min=0, max=30 * 24 * 60), default=60.0,
+@click.option("--budget", type=FiniteRange(min=0, max=30 * 24 * 60), default=60.0,
               show_default=True, metavar="MINUTES",
               help="With --until-conclusive: the most time its added repeats may take.")
 def grid(grid_file, preset, batch_sweep, data_dir, results_path, resume, dry_run,

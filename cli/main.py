@@ -56,8 +56,10 @@ def run():
         click.echo("interrupted: what was running was stopped and nothing half-written was kept"
                    + ("; run the same command again to resume" if resumes else ""), err=True)
         sys.exit(130)
-    except click.ClickException as e:
-        e.show()
+    except click.ClickException as e:  # click's usage errors too: one line, not four
+        where = e.ctx.command_path if isinstance(e, click.UsageError) and e.ctx else "xbench"
+        click.secho(f"error: {e.format_message()} (see '{where} --help')", fg="red", err=True,
+                    color=color)
         sys.exit(2)
 
 

@@ -1,6 +1,6 @@
 """`xbench compare BASE NEW`: the same cells in two results files (before and after a change: a new
 torch, a new driver), each cell's epoch-2 rate NEW / BASE with Fieller's 95% interval, marked
-faster, slower or "no change" at that confidence, and what differs between their environments.
+faster, slower or "inconclusive" at that confidence, and what differs between their environments.
 
 Contended runs are compared too (a regression check wants every run), and marked: a slowdown
 beside other load may be the machine's, not the change's (`--exclude-contended` leaves them out).
@@ -45,7 +45,7 @@ def verdict(ratio):
         return "faster"
     if ratio.below(1):
         return "slower"
-    return "no change"
+    return "inconclusive"  # the interval holds 1: the data cannot tell a change from none
 
 
 def environment_differences(base_frame, new_frame):

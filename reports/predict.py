@@ -23,7 +23,7 @@ import pandas as pd
 
 from xbench.common.backends.traits import TRAITS
 from xbench.common.errors import UserError
-from xbench.common.grids.settings import Role, columns, draws
+from xbench.common.grids.settings import SETTINGS, Role, columns, draws
 from xbench.common.workload import faults
 from xbench.reports import analysis
 from xbench.reports.analysis import CONFIG, SETUP, WORKLOAD, wire_size
@@ -335,6 +335,10 @@ def scaled_out(one: dict, calibration: Calibration, devices: list[int], nodes: l
                  "devices": per_node, "total": total,
                  "link": link.name if per_node > 1 else "—",
                  "node_link": node_link.name if node_count > 1 else "—"}
+        if total > MOST_DEVICES:
+            rows.append({**where, "note": f"not predicted: {total:,} devices, beyond the "
+                                          f"{MOST_DEVICES:,} a grid itself can run"})
+            continue
         if one["batch_mode"] == "global" and one["batch"] % total:
             rows.append({**where, "note": f"not predicted: a global batch of {one['batch']} "
                                           f"does not split over {total} devices"})
@@ -363,6 +367,7 @@ def scaled_out(one: dict, calibration: Calibration, devices: list[int], nodes: l
     return [{**row, "stops_paying_at": stopped} for row in rows]
 
 
+MOST_DEVICES = SETTINGS["devices"].maximum  # a grid's own limit, and so the what-if's
 WHAT_IF_COLUMNS = [*SETUP_OF_WHAT_IF, "nodes", "devices", "total", "link", "node_link", "step",
                    "exposed", "waiting", "overlap", "rate", "rate_low", "rate_high", "speedup",
                    "efficiency", "efficiency_low", "efficiency_high", "note", "stops_paying_at"]

@@ -86,6 +86,8 @@ def _refuse(node, where):
 
 def _compare(op, left_node, right_node, frame, where):
     left, right = _operand(left_node, frame, where), _operand(right_node, frame, where)
+    _same_kind(left_node, left, right_node, right, where)
+    _same_kind(right_node, right, left_node, left, where)
     if isinstance(op, (ast.In, ast.NotIn)):
         if not isinstance(left, pd.Series) or not isinstance(right, list):
             raise UserError(f"--where {where!r}: 'in' takes a column on the left and a list of "
@@ -104,6 +106,29 @@ def _compare(op, left_node, right_node, frame, where):
     if not isinstance(result, pd.Series):
         raise UserError(f"--where {where!r} compares two values without a column. {HOW}")
     return result.fillna(False).astype(bool)
+
+
+# pandas' inferred kinds of a column's values, as the kinds of a literal (None fits any)
+KINDS = {"string": "text", "integer": "a number", "floating": "a number",
+         "mixed-integer-float": "a number", "boolean": "true/false"}
+
+
+def _kind(value) -> str:
+    return "true/false" if isinstance(value, bool) else "a number" \
+        if isinstance(value, (int, float)) else "text" if isinstance(value, str) else ""
+
+
+def _same_kind(column_node, column, values_node, values, where) -> None:
+    """A UserError where `column` (a Series) is compared with a value of another kind: 'devices
+    == "two"' would match nothing, silently, as an empty report."""
+    if not isinstance(column, pd.Series) or isinstance(values, pd.Series):
+        return
+    kind = KINDS.get(pd.api.types.infer_dtype(column, skipna=True))
+    for value in values if isinstance(values, list) else [values]:
+        if kind and value is not None and _kind(value) != kind:
+            raise UserError(f"--where {where!r} compares {ast.unparse(column_node)}, {kind}, "
+                            f"with {value!r}, {_kind(value) or type(value).__name__}: give a "
+                            f"value of the column's kind")
 
 
 def _described(node, value) -> str:

@@ -64,7 +64,8 @@ class Ratio:
 
 
 def ratio_of_means(a, b) -> Ratio:
-    """Fieller's 95% interval of mean(a) / mean(b) for independent samples a and b."""
+    """Fieller's 95% interval of mean(a) / mean(b) for independent samples a and b; where both
+    are positive (times), so is the ratio: its interval starts at 0 at least."""
     a, b = finite(a), finite(b)
     if len(a) == 0 or len(b) == 0 or b.mean() == 0:
         return Ratio(math.nan, math.nan, math.nan, (len(a), len(b)))
@@ -73,6 +74,8 @@ def ratio_of_means(a, b) -> Ratio:
     if len(a) < 2 or len(b) < 2:
         return Ratio(float(r), math.nan, math.nan, (len(a), len(b)))
     low, high = fieller(ma, mb, a.var(ddof=1), b.var(ddof=1), len(a), len(b))
+    if (a > 0).all() and (b > 0).all():
+        low = max(low, 0.0)
     return Ratio(float(r), low, high, (len(a), len(b)))
 
 

@@ -204,9 +204,11 @@ def why(cell, attributed, limits):
     return text
 
 
-def more_devices(cells, attributed, limits, judge):
+def more_devices(cells, attributed, limits, judge, suspect: set[str]):
     """The decision itself: the fastest N-device cell against the fastest 1-device cell,
-    whatever their backends (and why, where the N devices are slower)."""
+    whatever their backends (and why, where the N devices are slower); none where either
+    efficiency is above 100% (this one's, or the N-device cell's against its own 1-device run,
+    whose cell_key is in `suspect`): the report refuses that number, so no verdict rests on it."""
     ones = cells[cells["devices"] == 1]
     if ones.empty:
         return []
@@ -219,6 +221,10 @@ def more_devices(cells, attributed, limits, judge):
         ratio = ratio.scaled(best["epoch2_samples"] / one["epoch2_samples"])
         head = (f"{analysis.devices_text(devices)} at best ({best['series']}) vs 1 device at "
                 f"best ({one['series']}): {interval_text(ratio)}")
+        if ratio.value / devices > 1 or best["cell_key"] in suspect:
+            lines.append(f"{head}: not stated: an efficiency above 100% (SUSPECT) is not taken "
+                         f"as a result")
+            continue
         lines.append(decided(head, ratio, f"{devices} devices pay off here",
                              f"{devices} devices do not pay off here (slower than 1)",
                              one["epoch2_seconds_values"], best["epoch2_seconds_values"],
@@ -311,9 +317,11 @@ def family_lines(cells, attributed, limits, judge):
         keys = set(family["cell_key"])
         for devices in sorted(family["devices"].unique()):
             lines.append("  fastest on " + fastest(family, devices, judge))
-        lines += ["  " + line for line in more_devices(family, attributed, limits, judge)]
-        lines += ["  " + line for line in pays_off(scaled[scaled["cell_key"].isin(keys)],
-                                                   attributed, limits, judge)]
+        family_scaled = scaled[scaled["cell_key"].isin(keys)]
+        suspect = set(family_scaled[family_scaled["suspect"].astype(bool)]["cell_key"])
+        lines += ["  " + line for line in more_devices(family, attributed, limits, judge,
+                                                       suspect)]
+        lines += ["  " + line for line in pays_off(family_scaled, attributed, limits, judge)]
         lines += ["  " + line for line in wrapper_lines(wrapper[wrapper["cell_key"].isin(keys)],
                                                         judge)]
         lines += ["  " + line for line in accuracy_lines(changes[changes["cell_key"].isin(keys)])]

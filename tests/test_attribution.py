@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import strict_json, write_grid, xbench
 from xbench.common.errors import UserError
+from xbench.common.grids.settings import check_axis
 from xbench.common.measuring.attribution import (
     COUNTED,
     MARKED,
@@ -175,13 +176,33 @@ def test_faults_parse(text, expected):
     ("input-delay=0", "a delay is milliseconds above 0"),
     ("input-delay=nan", "a delay is milliseconds above 0"),
     ("slow-rank=x:30", "slow-rank=R:MS takes a rank R"),
+    ("slow-rank=1:0", "above 0 and at most 10,000, e.g. slow-rank=1:30"),
     ("link=fast", "link=RATE takes tc's rate"),
     ("packet-loss=1", "unknown fault 'packet-loss'"),
     ("input-delay=5+input-delay=6", "names input-delay twice"),
+    # rates tc cannot take for a token bucket a loopback packet fits in
+    ("link=0.0001kbit", "from 8kbit to 1000gbit"), ("link=7kbit", "from 8kbit to 1000gbit"),
+    ("link=100000gbit", "from 8kbit to 1000gbit"),
+    ("link=999999999999gbit", "from 8kbit to 1000gbit"),
 ])
 def test_bad_faults_are_one_clear_error(text, message):
     with pytest.raises(UserError, match=message):
         faults.parse(text)
+
+
+@pytest.mark.parametrize("spellings", [
+    ["input-delay=1000", "input-delay=1_000", "input-delay=1e3", "input-delay=1000.0",
+     "input-delay=01000"],
+    ["slow-rank=1:10", "slow-rank=01:10", "slow-rank=1:10.0"],
+    ["link=400mbit", "link=0.4gbit", "link=400000kbit", "link=50mbps"],
+    ["input-delay=20+slow-rank=1:30", "slow-rank=1:30+input-delay=20"],
+])
+def test_one_fault_spelled_differently_is_one_cell(spellings):
+    assert check_axis("inject", spellings) == [spellings[0]]
+    run = xbench("grid", "--preset", "smoke", "--backend", "pt-single", "--devices", "1",
+                 "--inject", ",".join(spellings), "--dry-run")
+    assert run.returncode == 0, run.stderr
+    assert "1 cells:" in run.stdout and f"|inject-{spellings[0]}]" in run.stdout, run.stdout
 
 
 def test_a_bad_fault_on_the_command_line_exits_2():

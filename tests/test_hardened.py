@@ -74,6 +74,11 @@ def rows_file(tmp_path):
     ("backend.str.startswith(open('/etc/passwd').read())", "Call is not allowed"),
     ("devices + 1", "BinOp is not allowed"),
     ("modell == 1", "no column 'modell'"),
+    # a value of another kind than its column's would match nothing: an empty report, exit 0
+    ("devices == 'two'", "compares devices, a number, with 'two', text"),
+    ("model == 2", "compares model, text, with 2, a number"),
+    ("devices in ('a', 'b')", "compares devices, a number, with 'a', text"),
+    ("'small' != devices", "compares devices, a number, with 'small', text"),
 ])
 def test_where_can_only_compare_columns_with_values(query, problem, rows_file, tmp_path):
     marker = tmp_path / "pwned"

@@ -125,6 +125,14 @@ def bad_rows():
         "zero seconds": {**good, "epochs": [good["epochs"][0], {**epoch, "seconds": 0.0}]},
         "attribution of another shape": {**good, "attribution": {"epochs": [1]}},
         "math a text": {**good, "backend_details": {**good["backend_details"], "math": "tf32"}},
+        # numbers out of their range: a rate of -569 or 5.6e14 samples/s, an accuracy of 500%
+        "negative samples": {**good, "epochs": [good["epochs"][0], {**epoch, "samples": -1024}]},
+        "more samples than the data": {**good, "epochs": [good["epochs"][0],
+                                                          {**epoch, "samples": 10 ** 15}]},
+        "test accuracy 5": {**good, "test_accuracy": 5.0},
+        "epoch accuracy below 0": {**good, "epochs": [good["epochs"][0],
+                                                      {**epoch, "accuracy": -0.1}]},
+        "negative step time": {**good, "step_time_p50": -0.01},
     }
 
 
@@ -158,13 +166,17 @@ def test_a_probe_record_of_the_wrong_shape_is_skipped_with_a_note(tmp_path):
 # --- 5. TensorFlow out of memory is a result ------------------------------------------------------
 
 def test_tensorflow_under_a_memory_limit_ends_oom_and_the_sweep_stops(tmp_path, mnist_dir):
+    temporary = tmp_path / "tmp"  # the run's temporary folder, where TensorFlow's autograph
+    temporary.mkdir()  # modules would be left behind but for each cell's folder of its own
     done = run("grid", "--preset", "smoke", "--backend", "tf-single", "--devices", "1",
                "--batch-sweep", "256x4", "--memory-limit-mb", "300", "--max-train-samples",
-               "4096", "--data-dir", mnist_dir, "--results", tmp_path / "r.jsonl")
+               "4096", "--data-dir", mnist_dir, "--results", tmp_path / "r.jsonl",
+               env={**os.environ, "TMPDIR": str(temporary)})
     assert done.returncode == 0, done.stdout + done.stderr
     statuses = [r["status"] for r in sorted(read_rows(tmp_path / "r.jsonl")[0],
                                             key=lambda r: r["global_batch"])]
     assert statuses[-1] == "oom" and "failed" not in statuses, statuses
+    assert not list(temporary.iterdir())  # each cell's folder went with it, and all it held
 
 
 # --- 6. one line, not a traceback -----------------------------------------------------------------

@@ -124,7 +124,10 @@ def test_what_a_backend_declares_of_its_gradients_is_what_its_rows_record(smoke)
 def test_bad_input_is_one_clear_error(smoke):
     for args, message in ((["--link", "warp-drive"], "neither a named link"),
                           (["--devices", "0,2"], "counts from 1"),
-                          (["--node-link", "ib-ndr"], "needs --link")):
+                          (["--node-link", "ib-ndr"], "needs --link"),
+                          (["--link", "0gbit"], "a link's rate must be above 0"),
+                          (["--link", "ib-ndr", "--node-link", "0mbit"], "--node-link '0mbit'"),
+                          (["--link", "ib-ndr", "--node-link", "bogus"], "--node-link 'bogus'")):
         run = xbench("predict", smoke.results, *args)
         assert run.returncode == 2 and message in run.stderr, run.stderr
 
@@ -189,6 +192,10 @@ def test_the_what_if_table_to_512_devices_is_labelled_predicted(smoke):
         else:
             assert row["rate_low"] <= row["rate"] <= row["rate_high"]
     assert {r["link"] for r in ddp if r["devices"] == 8} == {"InfiniBand NDR, one port per node"}
+    beyond = strict_json(xbench("predict", smoke.results, "--link", "ib-ndr", "--devices", "8",
+                                "--nodes", "1024", "--json").stdout)["predicted"]
+    assert beyond and all(r["note"] == "not predicted: 8,192 devices, beyond the 4,096 a grid "
+                          "itself can run" for r in beyond)
 
 
 def test_the_report_checks_every_cell_and_predicts_when_given_a_link(smoke, tmp_path):

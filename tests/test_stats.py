@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 
+from xbench.reports.compare import verdict as compare_verdict
 from xbench.reports.stats import (
     difference_of_means,
     false_discoveries_controlled,
@@ -41,6 +42,12 @@ def test_ratio_by_hand_and_its_edges():
     # a denominator whose mean is not surely away from zero: the ratio is unbounded
     unbounded = ratio_of_means([1.0, 1.1, 0.9], [0.1, -0.1, 0.05])
     assert math.isinf(unbounded.low) and math.isinf(unbounded.high)
+    # times are positive, and so is a ratio of them: never an interval below 0
+    wide = ratio_of_means([0.2, 1.0, 2.0], [1.0, 1.05, 0.95])
+    assert wide.low == 0.0 and 1.0 < wide.high < math.inf
+    times = ratio_of_means([1.0, 1.1, 0.9], [1.0, 0.1, 3.0])
+    assert times.low == 0.0 and times.high == math.inf
+    assert compare_verdict(wide) == compare_verdict(times) == "inconclusive"  # never "no change"
 
 
 def shaped(values, n):

@@ -37,7 +37,9 @@ class Setting:
     row: str | None = ""           # the result row's field ("": field); None: not in the row
     section: str = "configuration"  # the row's section it belongs to (SECTIONS)
     choices: tuple[str, ...] = ()  # the values a text setting may take
-    check: Callable[[Any], Any] | None = None  # a check of its own (names with suggestions)
+    # A check of its own (names with suggestions) that returns the value spelled one way: one
+    # setting written differently ('1e3', '1000') must be one cell, not several.
+    check: Callable[[Any], Any] | None = None
     minimum: float = 1             # the lowest value of a number
     maximum: float | Callable[[], float] | None = None
     why: str = ""                  # why the maximum (whole numbers), or what the number is
@@ -107,15 +109,14 @@ class Setting:
         elif self.choices and value not in self.choices:
             raise UserError(f"'{self.key}' must be one of {', '.join(self.choices)}, got "
                             f"'{value}'{did_you_mean(value, self.choices)}")
-        if self.check:
-            self.check(value)
-        return value
+        return self.check(value) if self.check else value
 
     def _check_whole(self, value: Any, where: str) -> None:
         if isinstance(value, bool) or not isinstance(value, int):
             raise UserError(f"'{self.key}' must be a whole number, got {value!r}; {where}")
         if value < min(self.minimum, 1):
-            raise UserError(f"'{self.key}' must be positive, got {value}; {where}")
+            raise UserError(f"'{self.key}' must be {'positive' if self.minimum else '0 or more'}"
+                            f", got {value}; {where}")
         if value < self.minimum:
             raise UserError(f"'{self.key}' must be at least {self.minimum:g}, got {value}: "
                             f"{self.why}; {where}")

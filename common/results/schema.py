@@ -110,16 +110,33 @@ class Each:
         self.shape = shape
 
 
+class Range:
+    """A number from `low` to `high` (NaN is none): a count, a share, an accuracy, seconds."""
+    def __init__(self, kinds: tuple, low: float, high: float = math.inf):
+        self.kinds, self.low, self.high = kinds, low, high
+
+    def problem(self, value: Any, where: str) -> str | None:
+        if _is(value, self.kinds) and self.low <= value <= self.high:
+            return None
+        kind = "a whole number" if self.kinds is WHOLE else "a number"
+        bound = f"from {self.low:g}" + ("" if math.isinf(self.high) else f" to {self.high:g}")
+        return f"'{where}' is {_shown(value)}, not {kind} {bound}"
+
+
+COUNT, SECONDS, SHARE = Range(WHOLE, 1), Range(NUMBER, 0), Range(NUMBER, 0, 1)
+RANGES = {"test_accuracy": SHARE, "train_samples": COUNT, "startup_seconds": SECONDS,
+          "step_time_p50": SECONDS, "step_time_p90": SECONDS, "cell_seconds": SECONDS,
+          "peak_memory_bytes": Range(WHOLE, 0)}  # what a row's numbers can be
 POSITIVE = "a positive number"  # a finite number above 0 (an epoch's seconds)
 # The nested values readers use, by shape: a tuple of types, POSITIVE, an object {key: shape}
 # (a key ending in '?' may be absent; other keys are allowed), [shape] a list of them, Maybe,
 # Each. What a reader takes from a row is checked here, so a wrong value is a skipped line.
 CONTENTION = {"contended": BOOL, "other_cpu_share": Maybe(NUMBER), "steal_share": Maybe(NUMBER)}
-EPOCH = {"epoch": WHOLE, "seconds": POSITIVE, "samples": WHOLE, "rate?": Maybe(NUMBER),
-         "loss": NUMBER, "accuracy": NUMBER, "seconds_per_rank": [NUMBER],
-         "contention": CONTENTION, "input_seconds?": Maybe(NUMBER),  # schema 2 had no input
-         "evaluation_seconds?": NUMBER,  # only with a target accuracy
-         "untimed_seconds": NUMBER}  # what ran between steps and is no training (a tracer)
+EPOCH = {"epoch": COUNT, "seconds": POSITIVE, "samples": COUNT, "rate?": Maybe(SECONDS),
+         "loss": NUMBER, "accuracy": SHARE, "seconds_per_rank": [SECONDS],
+         "contention": CONTENTION, "input_seconds?": Maybe(SECONDS),  # schema 2 had no input
+         "evaluation_seconds?": SECONDS,  # only with a target accuracy
+         "untimed_seconds": SECONDS}  # what ran between steps and is no training (a tracer)
 RANK_ATTRIBUTION = {
     "parts": {part: {"seconds": NUMBER, "median": NUMBER, "p10": NUMBER, "p90": NUMBER}
               for part in PARTS},
@@ -227,6 +244,15 @@ def row_problem(row: Any) -> str | None:
     small = [name for name in AT_LEAST_ONE if row[name] < 1]
     if small:
         return f"{', '.join(small)} below 1"
+    problem = next(filter(None, (RANGES[name].problem(row[name], name) for name in RANGES
+                                 if row[name] is not None)), None)
+    if problem:
+        return problem
+    beyond = [e for e in row["epochs"]
+              if row["train_samples"] is not None and e["samples"] > row["train_samples"]]
+    if beyond:
+        return (f"epoch {beyond[0]['epoch']} trained {beyond[0]['samples']:,} samples, more "
+                f"than the {row['train_samples']:,} of its training set")
     if row["repeat"] < 0:
         return "'repeat' is negative"
     if status == "ok" and len(row["epochs"]) < 2:
@@ -242,6 +268,8 @@ def shape_problem(value: Any, shape: Any, where: str) -> str | None:
     ('epochs[2].contention.contended'), or None."""
     if isinstance(shape, Maybe):
         return None if value is None else shape_problem(value, shape.shape, where)
+    if isinstance(shape, Range):
+        return shape.problem(value, where)
     if shape is POSITIVE:
         if not (_is(value, NUMBER) and value > 0):
             return f"'{where}' is {_shown(value)}, not a positive number"

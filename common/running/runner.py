@@ -180,8 +180,12 @@ def launch(backend, cell, log_path, launcher, watch=lambda folder: None, measure
     log_path.parent.mkdir(parents=True, exist_ok=True)
     threads = threads_per_device(cell, launcher.cores)
     token = uuid.uuid4().hex
-    # beside the log, so that what a killed runner could not clean up stays there, not in /tmp
-    with tempfile.TemporaryDirectory(prefix=f"{log_path.stem}-", dir=log_path.parent) as out_dir:
+    # The job's folder beside the log, so that what a killed runner could not clean up stays
+    # there, not in /tmp; and the processes' temporary folder, the cell's own and gone with it:
+    # what the frameworks put there (TensorFlow's autograph modules, its traces) is no leftover.
+    with tempfile.TemporaryDirectory(prefix=f"{log_path.stem}-", dir=log_path.parent) as out_dir, \
+            tempfile.TemporaryDirectory(prefix="xbench-cell-",
+                                        ignore_cleanup_errors=True) as scratch:
         job_path = Path(out_dir) / "job.json"
         # Each process may allocate at most its share of the memory available now: a cell that
         # outgrows it gets its framework's out-of-memory error, never the kernel's OOM killer.
@@ -192,7 +196,7 @@ def launch(backend, cell, log_path, launcher, watch=lambda folder: None, measure
                                         **({"measure": measure} if measure else {})}))
         process_threads = threads * backend.devices_per_process(cell)
         environment = {**os.environ, "OMP_NUM_THREADS": str(process_threads),
-                       "PYTHONUNBUFFERED": "1", "XBENCH_CELL": token,
+                       "PYTHONUNBUFFERED": "1", "XBENCH_CELL": token, "TMPDIR": scratch,
                        # CUDA's device numbers in NVML's order, so that both name one GPU alike
                        "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
         with open(log_path, "w") as log:

@@ -12,6 +12,7 @@ says so (`inject`), and the report keeps it out of every verdict and comparison.
 
 Several at once are joined with '+': `input-delay=20+slow-rank=1:30`.
 """
+import math
 import re
 from dataclasses import dataclass
 
@@ -22,6 +23,10 @@ RATE = re.compile(r"^(\d+(?:\.\d+)?)(kbit|mbit|gbit|kbps|mbps|gbps)$")
 RATE_BYTES = {"kbit": 1e3 / 8, "mbit": 1e6 / 8, "gbit": 1e9 / 8,
               "kbps": 1e3, "mbps": 1e6, "gbps": 1e9}  # tc's units, per second
 LONGEST_MS = 10_000  # a delay beyond 10 s per step measures nothing but the delay
+# The rates a capped link takes, in bits per second: below 8 kbit tc shrinks the token bucket
+# under a 64 KiB loopback packet (it would never pass); above 1,000 gbit the bucket of a few
+# milliseconds is beyond what tc can hold, and no loopback runs that fast anyway.
+SLOWEST_LINK, FASTEST_LINK = 8e3, 1e12
 MAX_RANK = 4095
 
 
@@ -65,10 +70,7 @@ def parse(text: str) -> Faults:
             found[kind] = {"slow_rank": int(rank),
                            "slow_seconds": _milliseconds(delay, part) / 1000}
         elif kind == "link":
-            if not RATE.match(value) or float(RATE.match(value)[1]) <= 0:
-                raise UserError(f"inject {part!r}: link=RATE takes tc's rate, a number and kbit, "
-                                f"mbit, gbit, kbps, mbps or gbps, e.g. link=400mbit")
-            found[kind] = {"link": value}
+            found[kind] = {"link": _rate(value, part)}
         else:
             raise UserError(f"inject {text!r}: unknown fault {kind!r}; give none, or "
                             f"input-delay=MS, slow-rank=R:MS, link=RATE (joined with '+')")
@@ -76,9 +78,36 @@ def parse(text: str) -> Faults:
 
 
 def check(text: str) -> str:
-    """`text` if it names faults xbench can inject (the setting's check)."""
-    parse(text)
-    return text
+    """The faults `text` names, spelled one way (the setting's check): 'input-delay=1e3' and
+    'input-delay=01000' are one cell, 'input-delay=1000'; a link's rate in the largest of gbit,
+    mbit and kbit that makes it whole; faults in the order input-delay, slow-rank, link."""
+    faults = parse(text)
+    parts = []
+    if faults.input_delay:
+        parts.append(f"input-delay={_ms(faults.input_delay)}")
+    if faults.slow_rank is not None:
+        parts.append(f"slow-rank={faults.slow_rank}:{_ms(faults.slow_seconds)}")
+    if faults.link:
+        parts.append(f"link={faults.link}")
+    return "+".join(parts) or NONE
+
+
+def _ms(seconds: float) -> str:
+    """Seconds as the milliseconds a fault is written in ('1000', '2.5')."""
+    return f"{round(seconds * 1000, 6):.12g}"
+
+
+def _rate(value: str, part: str) -> str:
+    """tc's rate `value`, checked against what a capped link can take, spelled one way."""
+    found = RATE.match(value)
+    bits = float(found[1]) * RATE_BYTES[found[2]] * 8 if found else math.nan
+    if not SLOWEST_LINK <= bits <= FASTEST_LINK:
+        raise UserError(f"inject {part!r}: link=RATE takes tc's rate, a number and kbit, mbit, "
+                        f"gbit, kbps, mbps or gbps, from 8kbit to 1000gbit, e.g. link=400mbit")
+    for unit, size in (("gbit", 1e9), ("mbit", 1e6)):
+        if bits % size == 0:
+            return f"{bits / size:g}{unit}"
+    return f"{round(bits / 1e3, 3):g}kbit"
 
 
 def _milliseconds(value: str, part: str) -> float:
@@ -87,6 +116,7 @@ def _milliseconds(value: str, part: str) -> float:
     except ValueError:
         number = -1.0
     if not 0 < number <= LONGEST_MS:
+        example = "slow-rank=1:30" if part.strip().startswith("slow-rank") else "input-delay=20"
         raise UserError(f"inject {part!r}: a delay is milliseconds above 0 and at most "
-                        f"{LONGEST_MS:,}, e.g. input-delay=20")
+                        f"{LONGEST_MS:,}, e.g. {example}")
     return number
