@@ -69,7 +69,7 @@ def grid(grid_file, preset, batch_sweep, data_dir, results_path, resume, dry_run
     results_path = results.check_results_path(
         results_path or DEFAULT_RESULTS_DIR / f"{spec['name']}.jsonl")
     if dry_run:
-        click.echo("\n".join(dry_run_plan(cells, results_path, resume)))
+        click.echo("\n".join(dry_run_plan(cells, results_path, resume, where)))
         return
     if cells[0].data != "synthetic":  # fail now, not in every cell, if it is missing or damaged
         folder = data_module.data_folder(cells[0].data, data_dir)
@@ -96,9 +96,9 @@ def grid(grid_file, preset, batch_sweep, data_dir, results_path, resume, dry_run
 def settle(cells, results_path, budget_minutes, launcher) -> list[dict]:
     """Repeats until conclusive (hyperfine's and pyperf's idea, for a grid's comparisons): while
     a cell of the grid ran ok but has no usable run (every run contended), or a comparison of
-    its cells is open and more repeats can settle it, run one more repeat of that cell, or of
-    both cells of the most uncertain comparison (largest p-value) first, unless those runs would
-    overrun the budget. Returns the rows it added."""
+    its cells is open and more repeats can settle it, run one more repeat of each such cell, or
+    of both cells of the most uncertain comparison (largest p-value) first, unless those runs
+    would overrun the budget. Returns the rows it added."""
     from xbench.reports import analysis  # pandas and scipy: loaded here
     from xbench.reports.load import load
     from xbench.reports.stats import MAX_REPEATS
@@ -116,9 +116,12 @@ def settle(cells, results_path, budget_minutes, launcher) -> list[dict]:
                    if set(o.keys) <= set(grid_cells)]
         tried = [o.keys for o in sorted(pending, key=lambda o: -1.0 if math.isnan(o.p_value)
                                         else -o.p_value) if o.settleable]
-        keys = next((k for k in [*[(key,) for key in unmeasured], *tried]
-                     if all(runs.get(key, -1) + 1 < MAX_REPEATS for key in k)), None)
-        if keys is None:
+        allowed = {key for key in grid_cells if runs.get(key, -1) + 1 < MAX_REPEATS}
+        # every cell without a usable run one more repeat at once (not the first one only, over
+        # and over), else both cells of the most uncertain comparison
+        keys = (tuple(key for key in unmeasured if key in allowed)
+                or next((k for k in tried if set(k) <= allowed), None))
+        if not keys:
             break
         took = frame[frame["cell_key"].isin(keys)]["cell_seconds"].mean()
         if time.monotonic() + len(keys) * (0.0 if math.isnan(took) else took) > deadline:

@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from xbench.common.errors import UserError
+from xbench.common.results.outputs import whole_file
 from xbench.common.results.store import csv_safe
 from xbench.reports import goodput, page, tables
 from xbench.reports.data import Options, ReportData
@@ -56,16 +57,19 @@ def build_report(paths, out, formats=FORMATS, where: str | None = None,
             f"Generated {generated} by xbench report."]
     if "html" in formats:
         written["html"] = out / "index.html"
-        written["html"].write_text(page.html_page("xbench report", meta, verdict_lines, notices,
-                                                  shown, pngs), encoding="utf-8")
+        with whole_file(written["html"]) as partial:
+            partial.write_text(page.html_page("xbench report", meta, verdict_lines, notices,
+                                              shown, pngs), encoding="utf-8")
     if "md" in formats:
         written["md"] = out / "summary.md"
-        written["md"].write_text(page.markdown_page(meta, notices, verdict_lines, shown,
-                                                    linked="png" in formats), encoding="utf-8")
+        with whole_file(written["md"]) as partial:
+            partial.write_text(page.markdown_page(meta, notices, verdict_lines, shown,
+                                                  linked="png" in formats), encoding="utf-8")
     if "csv" in formats:
         written["csv"] = out / "cells.csv"
-        csv_safe(tables.cells_csv(data.cells, data.limits, data.attributed)).to_csv(
-            written["csv"], index=False)
+        with whole_file(written["csv"]) as partial:
+            csv_safe(tables.cells_csv(data.cells, data.limits, data.attributed)).to_csv(
+                partial, index=False)
     return notices, summary_lines(data, verdict_lines), written
 
 
@@ -78,10 +82,12 @@ def write_figures(shown: list[ShownSection], out: Path, formats) -> tuple[dict, 
             pngs[figure.name] = render(figure.drawing, "png")
         if "png" in formats:
             written[f"{figure.name}.png"] = out / f"{figure.name}.png"
-            written[f"{figure.name}.png"].write_bytes(pngs[figure.name])
+            with whole_file(written[f"{figure.name}.png"]) as partial:
+                partial.write_bytes(pngs[figure.name])
         if "svg" in formats:
             written[f"{figure.name}.svg"] = out / f"{figure.name}.svg"
-            written[f"{figure.name}.svg"].write_bytes(render(figure.drawing, "svg"))
+            with whole_file(written[f"{figure.name}.svg"]) as partial:
+                partial.write_bytes(render(figure.drawing, "svg"))
     return written, pngs
 
 

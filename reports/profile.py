@@ -7,6 +7,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from xbench.common.measuring.contention import taken_share
+from xbench.common.results.outputs import whole_file
 from xbench.reports.figures import color, render
 from xbench.reports.tables import num
 
@@ -128,7 +129,9 @@ def write(record: dict, out: Path) -> list[Path]:
     """profile.json (every round's seconds), profile.txt and profile.png in `out`."""
     out.mkdir(parents=True, exist_ok=True)
     written = [out / "profile.json", out / "profile.txt", out / "profile.png"]
-    written[0].write_text(json.dumps(record, indent=1) + "\n")
-    written[1].write_text(table_text(record) + "\n")
-    written[2].write_bytes(render(figure(record), "png"))
+    contents = [(json.dumps(record, indent=1) + "\n").encode(),
+                (table_text(record) + "\n").encode(), render(figure(record), "png")]
+    for path, content in zip(written, contents, strict=True):
+        with whole_file(path) as partial:
+            partial.write_bytes(content)
     return written

@@ -211,6 +211,21 @@ def test_a_bad_fault_on_the_command_line_exits_2():
     assert "Traceback" not in run.stderr
 
 
+@pytest.mark.parametrize("options, reason", [
+    (["--backend", "pt-ddp", "--devices", "2", "--inject", "link=50mbit"],
+     "unsupported: inject link: a capped link needs unshare, ip, tc"),
+    (["--backend", "pt-single", "--devices", "1", "--precision", "tf32", "--device", "cpu"],
+     "unsupported: precision tf32: TF32 is a math mode of NVIDIA GPUs"),
+])
+def test_the_dry_run_asks_what_the_run_asks(options, reason, tmp_path):
+    """Without tc on PATH (an empty PATH here) a capped link cannot run; the dry run says so
+    instead of forecasting a time for a cell the run would refuse."""
+    run = xbench("grid", "--preset", "smoke", *options, "--dry-run",
+                 env={**os.environ, "PATH": str(tmp_path)})
+    assert run.returncode == 0, run.stderr
+    assert reason in run.stdout and "1 unsupported here, 0 to run" in run.stdout, run.stdout
+
+
 def test_a_capped_link_is_a_network_namespace_with_a_token_bucket():
     command = capped_link(["python", "-m", "x"], "400mbit", 50e6)
     assert command[:3] == ["unshare", "--net", "--"]

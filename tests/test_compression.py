@@ -50,13 +50,16 @@ def test_powersgd_bytes_follow_pytorchs_own_rule(model, rank):
 def test_compressing_backends_halve_their_bytes_and_the_others_say_why_not(mnist_dir,
                                                                             tmp_path):
     grid = write_grid(tmp_path, backends=["pt-ddp", "hvd-torch", "hvd-tf", "tf-mirrored"],
-                      devices=[2], compression=["fp16", "powersgd"], max_train_samples=1024)
+                      devices=[2], compression=["fp16", "bf16", "powersgd"],
+                      max_train_samples=1024)
     results = tmp_path / "r.jsonl"
     run = xbench("grid", grid, "--data-dir", mnist_dir, "--results", results)
     assert run.returncode == 0, run.stdout + run.stderr
     rows = {(r["backend"], r["compression"]): r for r in read_rows(results)[0]}
     full = gradient_bytes("small")
-    for backend, compression in [("pt-ddp", "fp16"), ("hvd-torch", "fp16"), ("hvd-tf", "fp16")]:
+    # DDP's bf16 hook runs on gloo too (torch 2.13's CPU build): ok on a CPU, not unsupported
+    for backend, compression in [("pt-ddp", "fp16"), ("pt-ddp", "bf16"), ("hvd-torch", "fp16"),
+                                 ("hvd-tf", "fp16")]:
         row = rows[backend, compression]
         assert row["status"] == "ok", row["error"]
         assert f"|compress-{compression}" in row["cell_key"]
@@ -71,7 +74,8 @@ def test_compressing_backends_halve_their_bytes_and_the_others_say_why_not(mnist
         assert row["test_accuracy"] > 0.5  # it still learns
     for backend, compression in [("pt-ddp", "powersgd"), ("hvd-torch", "powersgd"),
                                  ("hvd-tf", "powersgd"), ("tf-mirrored", "fp16"),
-                                 ("tf-mirrored", "powersgd")]:
+                                 ("tf-mirrored", "powersgd"), ("hvd-torch", "bf16"),
+                                 ("hvd-tf", "bf16"), ("tf-mirrored", "bf16")]:
         row = rows[backend, compression]
         assert row["status"] == "unsupported"
     assert "powersgd runs on GPUs (NCCL) only" in rows["pt-ddp", "powersgd"]["error"]

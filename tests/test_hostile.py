@@ -223,6 +223,26 @@ def test_a_report_into_a_folder_it_cannot_write_is_one_line(base_and_new, tmp_pa
     refused(run("report", base, "--out", "/proc/xbench-report"), "cannot write the report")
 
 
+@pytest.mark.parametrize("command, target", [
+    (["export", "{base}", "{out}/rows.csv"], "rows.csv"),
+    (["export", "{base}", "{out}/rows.parquet"], "rows.parquet"),
+    (["report", "{base}", "--out", "{out}", "--format", "md,csv,png"], "summary.md")])
+def test_a_file_size_limit_midway_is_one_line_and_no_half_written_file(base_and_new, tmp_path,
+                                                                        command, target):
+    """`ulimit -f 1`: a write beyond 1 KiB fails (EFBIG), as on a full disk."""
+    base, _, _, _ = base_and_new
+    out = tmp_path / "out"
+    out.mkdir()
+    arguments = [a.format(base=base, out=out) for a in command]
+    done = subprocess.run(["bash", "-c", 'ulimit -f 1; exec "$@"', "limited", *XBENCH,
+                           *arguments], cwd=REPO, capture_output=True, text=True, timeout=SLOW)
+    refused(done, "nothing half-written was left under its name")
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    left = [p.name for p in out.iterdir()]
+    assert target not in left and not [name for name in left if ".partial-" in name], left
+    assert all(p.stat().st_size < 1024 for p in out.iterdir())  # what is there is whole
+
+
 @pytest.mark.parametrize("query, message", [
     ("global_batch >= '128'", "compares global_batch, a number, with '128', text"),
     ("not " * 5000 + "devices > 1", "too deeply nested"),

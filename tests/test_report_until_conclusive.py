@@ -92,3 +92,28 @@ def test_until_conclusive_runs_nothing_where_repeats_cannot_settle_it(tmp_path, 
                                    60, {1: [], 2: []})
     assert added == [] and "0 run(s) added; " in said and " still open: " in said
     assert "within the noise: more repeats are unlikely to settle it" in said
+
+
+def test_every_cell_without_an_uncontended_run_gets_its_repeat(tmp_path, monkeypatch):
+    """Two cells whose runs were all contended; the 1-device cell's repeats stay contended, the
+    2-device cell's first added one is not: each gets one more repeat a round, so the second is
+    measured in the first round, not after the first has spent its 50."""
+    from xbench.cli import grid as grid_command
+    cells = [hand_cell(devices=devices) for devices in (1, 2)]
+    results = write_rows(tmp_path / "r.jsonl", [
+        make_row(devices=cell.devices, repeat=repeat, contended=True)
+        for cell in cells for repeat in (0, 1)])
+    added = []
+
+    def run_grid(more, path, **_):
+        rows = [make_row(devices=c.devices, repeat=c.repeat, contended=c.devices == 1)
+                for c in more]
+        with open(path, "a") as f:
+            f.writelines(json.dumps(row) + "\n" for row in rows)
+        added.extend(rows)
+        return rows
+    monkeypatch.setattr(grid_command, "run_grid", run_grid)
+    monkeypatch.setattr(grid_command, "say", lambda text, **_: None)
+    grid_command.settle(cells, results, 60, None)
+    assert [(r["devices"], r["repeat"]) for r in added[:2]] == [(1, 2), (2, 2)]
+    assert [r["repeat"] for r in added if r["devices"] == 1] == list(range(2, 50))  # its 50

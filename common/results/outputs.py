@@ -1,8 +1,10 @@
 """Where a command writes, checked before its work starts: a folder it can make and write in, a
 file it can create. A location that cannot take the output is one line (UserError), never a
 traceback after minutes of measuring."""
+import contextlib
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from xbench.common.errors import UserError
@@ -38,3 +40,20 @@ def writable_file(path, what: str) -> Path:
     except OSError as e:
         raise UserError(f"cannot write {what} to {path}: {e.strerror}") from None
     return path
+
+
+@contextlib.contextmanager
+def whole_file(path) -> Iterator[Path]:
+    """A temporary name beside `path` to write to, renamed to `path` once written whole: a full
+    disk or a file-size limit midway leaves no truncated file under its name, only the error
+    (a UserError naming the file), and the temporary name removed."""
+    path = Path(path)
+    partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
+    try:
+        yield partial
+        os.replace(partial, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            partial.unlink()
+        raise UserError(f"cannot write {path}: {e.strerror or e}; nothing half-written was "
+                        f"left under its name") from None

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from xbench.common.errors import UserError
-from xbench.common.results.outputs import writable_file
+from xbench.common.results.outputs import whole_file, writable_file
 from xbench.common.results.schema import row_problem
 from xbench.common.results.upgrades import upgrade
 
@@ -232,8 +232,9 @@ def export(rows, path):
     import pandas as pd
     frame = pd.DataFrame(flat_table(rows))
     path = check_export_target(path)
-    if path.suffix == ".csv":
-        csv_safe(frame).to_csv(path, index=False)
-    else:
-        frame.to_parquet(path, index=False)
+    with whole_file(path) as partial:
+        if path.suffix == ".csv":
+            csv_safe(frame).to_csv(partial, index=False)
+        else:
+            frame.to_parquet(partial, index=False)
     return path

@@ -22,6 +22,7 @@ from xbench.common.backends.start import Start
 from xbench.common.grids.cell import Cell, threads_per_device
 from xbench.common.machine import cpu_cores
 from xbench.common.results.store import read_rows, results_files
+from xbench.common.running.launch import Launcher, refused
 from xbench.common.running.progress import duration
 from xbench.common.workload.data import train_samples
 
@@ -42,9 +43,10 @@ def gpus_here() -> int:
     return len(list(folder.iterdir())) if folder.is_dir() else 0
 
 
-def unsupported_here(backend: Start, cell: Cell, gpus: int) -> str | None:
-    """Why `cell` would be an unsupported row here (as its backend would say), or None."""
-    reason = backend.missing() or backend.cannot_launch(cell)
+def unsupported_here(backend: Start, cell: Cell, gpus: int, launcher: Launcher) -> str | None:
+    """Why `cell` would be an unsupported row here (as its backend and launcher would say), or
+    None."""
+    reason = refused(backend, cell, launcher)
     if reason:
         return reason
     if cell.launcher == "slurm":
@@ -104,13 +106,14 @@ def probe(model: str) -> float | None:
     return json.loads(done.stdout.strip().splitlines()[-1])["samples_per_second"]
 
 
-def estimate(cells: list[Cell], results_path: Path, resume: bool) -> list[Estimate]:
+def estimate(cells: list[Cell], results_path: Path, resume: bool,
+             launcher: Launcher) -> list[Estimate]:
     rows = history(results_path)
     done = ({(r["cell_key"], r["repeat"]) for r in read_rows(results_path)[0]
              if r["status"] == "ok"} if resume and results_path.is_file() else set())
     gpus, probes, estimates = gpus_here(), {}, []
     for cell in cells:
-        reason = unsupported_here(Start.of(cell.backend), cell, gpus)
+        reason = unsupported_here(Start.of(cell.backend), cell, gpus, launcher)
         if (cell.key, cell.repeat) in done:
             estimates.append(Estimate("done", None, f"an ok row in {results_path.name}"))
         elif reason:
@@ -134,10 +137,11 @@ def estimate(cells: list[Cell], results_path: Path, resume: bool) -> list[Estima
     return estimates
 
 
-def dry_run_plan(cells: list[Cell], results_path: Path, resume: bool) -> list[str]:
-    """`xbench grid --dry-run`'s lines: every cell with what would happen to it here, then the
-    total time it should take."""
-    estimates = estimate(cells, results_path, resume)
+def dry_run_plan(cells: list[Cell], results_path: Path, resume: bool,
+                 launcher: Launcher) -> list[str]:
+    """`xbench grid --dry-run`'s lines: every cell with what would happen to it here (`launcher`
+    runs it), then the total time it should take."""
+    estimates = estimate(cells, results_path, resume, launcher)
     lines = []
     for number, (cell, found) in enumerate(zip(cells, estimates), 1):
         what = (f"about {duration(found.seconds)} ({found.source})" if found.status == "to run"

@@ -50,6 +50,12 @@ class Launcher(Protocol):
         """Start the cell's processes and wait for them (`watch()` is called while they run)."""
 
 
+def refused(backend: Start, cell: Cell, launcher: Launcher) -> str | None:
+    """Why `cell` is an unsupported row before any of its processes starts (its backend's word or
+    its launcher's), or None: the runner's question, and the dry run's."""
+    return backend.missing() or backend.cannot_launch(cell) or launcher.cannot_run(cell)
+
+
 def make_launcher(settings: dict) -> Launcher:
     """The launcher the grid's settings ask for (common.grids.settings: launcher, slurm_*; absent
     ones take their defaults)."""

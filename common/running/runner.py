@@ -25,7 +25,7 @@ from xbench.common.results import store as results
 from xbench.common.results.schema import Measurement, make_row, now
 from xbench.common.running import env
 from xbench.common.running.claims import Claims
-from xbench.common.running.launch import Launcher
+from xbench.common.running.launch import Launcher, refused
 from xbench.common.running.local import LocalLauncher
 from xbench.common.running.processes import signals_held
 from xbench.common.running.progress import GridProgress
@@ -142,7 +142,7 @@ def run_cell(cell, run_id, log_path, launcher, watch=lambda folder: None):
     try:
         backend = Start.of(cell.backend)
         framework, batchnorm = backend.framework, backend.batchnorm(cell)
-        reason = backend.missing() or backend.cannot_launch(cell) or launcher.cannot_run(cell)
+        reason = refused(backend, cell, launcher)
         needed, node = backend.memory_estimate(cell), launcher.node_memory_mb * 2**20
         if reason:
             outcome = {"status": "unsupported", "error": reason}
