@@ -291,7 +291,7 @@ def flop_use(cell, matmuls) -> dict:
              **dict.fromkeys([f"{name}{suffix}" for name in ("mfu", "sheet_mfu")
                               for suffix in ("", "_low", "_high")], math.nan)}
     for name, ceiling in (("mfu", peak), ("sheet_mfu", sheet)):
-        if ceiling and known:
+        if ceiling and ceiling["flops"] and known:
             flops = training_flops_per_sample(cell["model"])
             devices = int(cell["devices"]) if name == "sheet_mfu" else 1
             found.update({f"{name}{suffix}": flop_utilisation(

@@ -229,10 +229,48 @@ def test_mfu_on_an_h100_is_against_the_tf32_peak_and_the_data_sheet(tmp_path):
     shown = limits_table(limits.reset_index()).set_index("backend")
     assert shown.loc["pt-ddp", "MFU of the data sheet"].startswith("SUSPECT: 120.0%")
     assert not shown.loc["tf-single", "MFU, 95% CI of the rate"].startswith(("—", "SUSPECT"))
+
+
+# The names torch.cuda.get_device_name and TensorFlow report, each to its own data sheet:
+# (name, data sheet, fp32 TFLOP/s, bf16 or fp16 dense TFLOP/s)
+GPU_NAMES = [
+    ("Tesla V100-PCIE-16GB", "NVIDIA V100 PCIe", 14.0, ("fp16", 112.0)),
+    ("Tesla V100-SXM2-32GB", "NVIDIA V100 SXM2", 15.7, ("fp16", 125.0)),
+    ("NVIDIA A100-PCIE-40GB", "NVIDIA A100 PCIe", 19.5, ("bf16", 312.0)),
+    ("NVIDIA A100 80GB PCIe", "NVIDIA A100 PCIe", 19.5, ("bf16", 312.0)),
+    ("NVIDIA A100-SXM4-40GB", "NVIDIA A100 SXM", 19.5, ("bf16", 312.0)),
+    ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 SXM", 19.5, ("bf16", 312.0)),
+    ("NVIDIA H100 PCIe", "NVIDIA H100 PCIe", 51.0, ("bf16", 756.0)),
+    ("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM", 67.0, ("bf16", 989.4)),
+    ("NVIDIA H100 NVL", "NVIDIA H100 NVL", 60.0, ("bf16", 835.5)),
+    ("NVIDIA H200", "NVIDIA H200 SXM", 67.0, ("bf16", 989.4)),
+    ("NVIDIA H200 NVL", "NVIDIA H200 NVL", 60.0, ("bf16", 835.5)),
+    ("NVIDIA L4", "NVIDIA L4", 30.3, ("bf16", 121.0)),
+    ("NVIDIA L40S", "NVIDIA L40S", 91.6, ("bf16", 362.0)),
+    ("Tesla T4", "NVIDIA T4", 8.1, ("fp16", 65.0)),
+]
+
+
+@pytest.mark.parametrize("name, sheet, fp32, lower", GPU_NAMES)
+def test_every_gpu_model_gets_its_own_data_sheet(name, sheet, fp32, lower):
     from xbench.common.measuring.datasheets import datasheet_peak
-    assert datasheet_peak("NVIDIA L40S", "fp32") is None  # not the L4's ("L4" is a whole word)
-    assert (datasheet_peak("Tesla T4", "tf32") is None
-            and datasheet_peak("Intel Xeon", "fp32") is None)
+    found = datasheet_peak(name, "fp32")
+    assert found["flops"] == pytest.approx(fp32 * 1e12) and found["basis"].startswith(sheet + " ")
+    precision, tflops = lower
+    assert datasheet_peak(name, precision)["flops"] == pytest.approx(tflops * 1e12)
+
+
+@pytest.mark.parametrize("name, why", [
+    ("Tesla V100-SXM3-32GB", "no GPU model with a data sheet here"),  # no sheet of its own here
+    ("NVIDIA L40", "no GPU model with a data sheet here"),  # not the L40S, not the L4
+    ("Intel Xeon", "no GPU model with a data sheet here"),
+])
+def test_a_gpu_not_matched_exactly_gets_no_data_sheet_and_says_so(name, why):
+    from xbench.common.measuring.datasheets import datasheet_peak
+    found = datasheet_peak(name, "fp32")
+    assert found["flops"] is None and why in found["basis"]
+    assert datasheet_peak("Tesla T4", "tf32") == {
+        "flops": None, "basis": "none: the NVIDIA T4's data sheet has no tf32"}
 
 
 def test_float32_precision_sets_both_frameworks_alike(monkeypatch):
