@@ -12,7 +12,8 @@ from tests.conftest import write_grid, xbench
 from xbench.common.grids.cell import Cell
 from xbench.common.measuring.target import TargetRun
 from xbench.common.results.store import read_rows
-from xbench.reports.goodput import time_statistics
+from xbench.reports.goodput import goodput, smallest_p, target_table, time_statistics
+from xbench.reports.load import load
 
 
 def target_run(steps_per_epoch, evals=4, target=0.9):
@@ -161,11 +162,32 @@ def test_the_report_names_the_shortest_time_to_target_beside_the_highest_through
     line = next(line for line in goodput.splitlines() if line.startswith("| A | pt-ddp"))
     shortest, settled, fastest, same = line.split(" | ")[4:8]
     assert shortest.startswith("global batch") and " s \\[" in shortest
-    assert settled.startswith(("inconclusive: not surely", "yes: shorter", "the only")), settled
+    assert settled.startswith(("inconclusive: not surely", "yes: shorter", "the only",
+                               "no verdict possible")), settled
     assert fastest.startswith("global batch") and fastest.endswith("samples/s")
     assert same.rstrip(" |") in ("the same configuration", "different")
     assert "Time to target (median [interval]):" in printed
     assert "pt-ddp (adam 0.001), to 0.85: shortest at global batch" in printed
+
+
+def test_the_ranking_leaves_evaluations_out_and_three_seeds_cannot_be_sure(preset, tmp_path):
+    """Rank 0 evaluates the whole test set at every device count: the shortest is ranked by the
+    training time, evaluations out. With 3 seeds a configuration the smallest Mann-Whitney p
+    is 0.1: no 'surely' is possible, and the report says why."""
+    rows, _, summary = preset
+    assert "ranked by the training time to the target, evaluations left out" in summary
+    for seeds, possible in ((5, True), (3, False)):
+        path = tmp_path / f"seeds{seeds}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows if r["seed"] < seeds))
+        targets = target_table(load([path], include_contended=True)[0])
+        for _, g in goodput(targets).iterrows():
+            group = targets[targets["series"] == g["series"]]
+            medians = {c: t["median"] for c, t in zip(group["configuration"],
+                                                      group["training_seconds"], strict=True)}
+            assert g["shortest"]["configuration"] == min(medians, key=medians.get)
+            assert g["settled"].startswith("no verdict possible") != possible, g["settled"]
+            assert possible or "4 or more seeds" in g["settled"]
+    assert smallest_p(3, 3) == pytest.approx(0.1) and smallest_p(4, 4) < 0.05
 
 
 def test_a_target_no_run_reaches_is_ok_and_counted_as_not_converged(mnist_dir, tmp_path):
