@@ -78,6 +78,8 @@ def grid(grid_file, preset, batch_sweep, data_dir, results_path, resume, dry_run
         click.secho("SYNTHETIC DATA: random images shaped as each model's dataset; rates are "
                     "real, accuracy is meaningless; rows say dataset=synthetic", fg="yellow",
                     err=True)
+    if until_conclusive:  # the grid's own repeats are the sequential plan's first look
+        cells = [dataclasses.replace(cell, look=1) for cell in cells]
     rows = run_grid(cells, results_path, resume=resume, echo=say, launcher=where, quiet=quiet())
     if until_conclusive:
         rows += settle(cells, results_path, budget, where)
@@ -98,10 +100,13 @@ def settle(cells, results_path, budget_minutes, launcher) -> list[dict]:
     a cell of the grid ran ok but has no usable run (every run contended), or a comparison of
     its cells is open and more repeats can settle it, run one more repeat of each such cell, or
     of both cells of the most uncertain comparison (largest p-value) first, unless those runs
-    would overrun the budget. Returns the rows it added."""
+    would overrun the budget. Each round is a look: its runs say which, a cell is looked at
+    LOOKS times at most, and the report tests a comparison with looks at that look's level
+    (reports.stats.sequential_p), so repeating until a verdict appears keeps its error rate.
+    Returns the rows it added."""
     from xbench.reports import analysis  # pandas and scipy: loaded here
     from xbench.reports.load import load
-    from xbench.reports.stats import MAX_REPEATS
+    from xbench.reports.stats import LOOKS, MAX_REPEATS
     from xbench.reports.verdicts import judged
     grid_cells = {cell.key: cell for cell in cells}
     deadline, added = time.monotonic() + budget_minutes * 60, []
@@ -109,6 +114,7 @@ def settle(cells, results_path, budget_minutes, launcher) -> list[dict]:
         frame, _ = load([results_path])
         frame = frame[frame["cell_key"].isin(grid_cells)]
         runs = frame.groupby("cell_key")["repeat"].max()
+        looked = frame.groupby("cell_key")["look"].max()
         usable = frame[frame["usable"]].groupby("cell_key").size()
         unmeasured = [key for key in dict.fromkeys(frame[frame["status"] == "ok"]["cell_key"])
                       if not usable.get(key, 0)]
@@ -116,7 +122,8 @@ def settle(cells, results_path, budget_minutes, launcher) -> list[dict]:
                    if set(o.keys) <= set(grid_cells)]
         tried = [o.keys for o in sorted(pending, key=lambda o: -1.0 if math.isnan(o.p_value)
                                         else -o.p_value) if o.settleable]
-        allowed = {key for key in grid_cells if runs.get(key, -1) + 1 < MAX_REPEATS}
+        allowed = {key for key in grid_cells if runs.get(key, -1) + 1 < MAX_REPEATS
+                   and looked.get(key, 0) < LOOKS}
         # every cell without a usable run one more repeat at once (not the first one only, over
         # and over), else both cells of the most uncertain comparison
         keys = (tuple(key for key in unmeasured if key in allowed)
@@ -127,9 +134,11 @@ def settle(cells, results_path, budget_minutes, launcher) -> list[dict]:
         if time.monotonic() + len(keys) * (0.0 if math.isnan(took) else took) > deadline:
             say(f"until conclusive: the budget of {budget_minutes:g} min is spent", err=True)
             break
-        more = [dataclasses.replace(grid_cells[key], repeat=int(runs.get(key, -1)) + 1)
+        look = max(int(looked.get(key, 0)) for key in keys) + 1
+        more = [dataclasses.replace(grid_cells[key], repeat=int(runs.get(key, -1)) + 1, look=look)
                 for key in dict.fromkeys(keys)]
-        say(f"until conclusive: one more repeat of {' and '.join(c.label for c in more)}")
+        say(f"until conclusive: look {look} of at most {LOOKS}, one more repeat of "
+            f"{' and '.join(c.label for c in more)}")
         ran = run_grid(more, results_path, echo=say, launcher=launcher, quiet=quiet())
         if not ran:  # another grid holds them, or nothing could be written: no progress here
             say("until conclusive: the repeats did not run here; stopping", err=True)

@@ -88,7 +88,8 @@ def cell_table(frame):
         first = (ok if len(ok) else group).iloc[0]
         record = {column: first[column] for column in FIRST_RUN}
         record.update(cell_key=key, scaling=scaling_kind(first["batch_mode"]),
-                      n=len(ok), runs=len(group), statuses=statuses_text(group),
+                      n=len(ok), runs=len(group), looks=int(group["look"].max()),
+                      statuses=statuses_text(group),
                       contended_runs=int((group["status"].eq("ok") & group["contended"]).sum()),
                       steps_per_epoch=first["epoch2_samples"] / first["global_batch"],
                       **repeated_values(ok), **evidence_of(ran))
@@ -117,7 +118,7 @@ FIRST_RUN = list(dict.fromkeys([
 
 
 CELL_COLUMNS = [
-    *FIRST_RUN, "cell_key", "scaling", "n", "runs", "statuses", "contended_runs",
+    *FIRST_RUN, "cell_key", "scaling", "n", "runs", "looks", "statuses", "contended_runs",
     "steps_per_epoch", "epoch2_input_seconds", "memory_per_device", "model_state_per_device",
     "epoch_means", "batchnorm_difference", "test_accuracy_values", "attributions",
     "global_digests", "sampler_digests", "shard_overlap", "replicas_agree",

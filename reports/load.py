@@ -24,7 +24,7 @@ NUMBERS = ("epoch1_rate", "epoch2_rate", "epoch1_seconds", "epoch2_seconds", "ep
            "peak_memory_bytes")
 # Every row of the frame has each setting's column (a row of an older schema is upgraded on
 # reading with what it had implicitly), and these of the configuration and measurement.
-ALWAYS = ("error", "repeat", "device_type", "device_name", "framework",
+ALWAYS = ("error", "repeat", "look", "device_type", "device_name", "framework",
           "global_batch", "per_device_batch", "world_size", *NUMBERS)
 
 

@@ -12,11 +12,13 @@ import numpy as np
 from xbench.common.measuring.attribution import COMPUTE
 from xbench.reports import analysis
 from xbench.reports.stats import (
+    LOOKS,
     false_discoveries_controlled,
     finite,
     ratio_of_means,
     ratio_p_value,
     repeats_to_settle,
+    sequential_p,
 )
 
 MIN_REPEATS = 3
@@ -47,8 +49,13 @@ class Judge:
     collects every comparison's p-value in order, the second decides with what the control
     allows (`stated`, in the same order)."""
 
-    def __init__(self, stated: np.ndarray | None = None):
+    def __init__(self, stated: np.ndarray | None = None, looks: dict[str, int] | None = None):
         self.stated, self.p_values, self.open = stated, [], []
+        self.looks = looks or {}  # cell key -> the last look of --until-conclusive that ran it
+
+    def looks_of(self, keys: tuple[str, str]) -> int:
+        """The last look of --until-conclusive at a comparison of these cells (0: none)."""
+        return max(self.looks.get(key, 0) for key in keys)
 
     def decide(self, ratio, a_seconds, b_seconds, keys: tuple[str, str] = ("", "")) -> str | None:
         """'above' or 'below' the threshold, 'held' (the interval excludes it, the control
@@ -58,14 +65,14 @@ class Judge:
         a, b = finite(a_seconds), finite(b_seconds)
         threshold = threshold_of(ratio, a, b)
         index = len(self.p_values)
-        self.p_values.append(ratio_p_value(a, b, threshold))
+        self.p_values.append(sequential_p(ratio_p_value(a, b, threshold), self.looks_of(keys)))
         side = "above" if ratio.above(1) else "below" if ratio.below(1) else None
         if side and self.stated is not None and not self.stated[index]:
             side = "held"
         if side in (None, "held"):
             self.open.append(Open(keys, self.p_values[-1], side == "held",
                                   repeats_to_settle(a, b, threshold) if side is None else None,
-                                  min(len(a), len(b))))
+                                  min(len(a), len(b)), self.looks_of(keys)))
         return side
 
     def note(self) -> list[str]:
@@ -74,10 +81,15 @@ class Judge:
         if not counted:
             return []
         held = sum(o.held for o in self.open)
+        looked = any(self.looks.values())
         return [f"({counted} comparisons with an interval; a verdict is stated where its 95% "
                 f"interval excludes no change and the false-discovery rate over all of them is "
-                f"held at 5% (Benjamini-Hochberg)" + (f"; {held} held back" if held else "")
-                + ")"]
+                f"held at 5% (Benjamini-Hochberg)"
+                + (f"; one with runs added by --until-conclusive is tested at its look's level, "
+                   f"5% / {LOOKS} (a sequential plan of at most {LOOKS} looks, the level spent "
+                   f"evenly: repeating until a verdict appears cannot raise the false-positive "
+                   f"rate above 5%)" if looked else "")
+                + (f"; {held} held back" if held else "") + ")"]
 
 
 def threshold_of(ratio, a_seconds, b_seconds) -> float:
@@ -100,6 +112,7 @@ class Open:
     held: bool
     needed: int | None
     repeats: int
+    looks: int = 0  # the last look of --until-conclusive at it
 
     @property
     def settleable(self) -> bool:
@@ -239,11 +252,14 @@ def decided(head, ratio, above, below, reference_seconds, seconds, judge, keys):
     """'head: above' or 'head: below' where the judge states the ratio, else 'head;' and why
     not (held back by the false-discovery control, or how many repeats would settle it)."""
     decision = judge.decide(ratio, reference_seconds, seconds, keys)
+    looks = judge.looks_of(keys)
+    after = (f" (after {looks} look{'s' if looks > 1 else ''} of --until-conclusive, tested at "
+             f"5% / {LOOKS})" if looks else "")
     if decision == "above":
-        return f"{head}: {above}"
+        return f"{head}: {above}{after}"
     if decision == "below":
-        return f"{head}: {below}"
-    return f"{head}; " + (HELD if decision == "held" else undecided(
+        return f"{head}: {below}{after}"
+    return f"{head}; " + (HELD + after if decision == "held" else undecided(
         reference_seconds, seconds, threshold_of(ratio, reference_seconds, seconds)))
 
 
@@ -302,9 +318,10 @@ def judged(cells, attributed=None, limits=None):
     collects every comparison's p-value, the second states what the control allows."""
     attributed = analysis.attribution(cells) if attributed is None else attributed
     limits = analysis.against_limits(cells, attributed, {}) if limits is None else limits
-    collected = Judge()
+    looks = cells.groupby("cell_key")["looks"].max().to_dict() if len(cells) else {}
+    collected = Judge(looks=looks)
     family_lines(cells, attributed, limits, collected)
-    judge = Judge(false_discoveries_controlled(collected.p_values))
+    judge = Judge(false_discoveries_controlled(collected.p_values), looks)
     return family_lines(cells, attributed, limits, judge), judge
 
 

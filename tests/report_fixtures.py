@@ -50,20 +50,23 @@ def hand_attribution(epoch_seconds, steps, devices, comm):
 
 
 def hand_cell(backend="pt-ddp", devices=1, batch=128, mode="global", epochs=2, dataset="mnist",
-              model="small", threads=0, repeat=0):
+              model="small", threads=0, repeat=0, look=0):
     """The cell of a hand-made row."""
     return Cell(grid="hand", backend=backend, model=model, multiple=1, batch=batch,
                 devices=devices, epochs=epochs, batch_mode=mode, seed=0, max_train_samples=0,
-                data=dataset, device="cpu", timeout=600, threads=threads, repeat=repeat)
+                data=dataset, device="cpu", timeout=600, threads=threads, repeat=repeat,
+                look=look)
 
 
 def make_row(backend="pt-ddp", devices=1, batch=128, mode="global", rates=(80.0, 100.0), step=0.01,
              repeat=0, status="ok", error=None, host="node-a", dataset="mnist", model="small",
              contended=False, reduction="all-reduce", test_accuracy=0.9, framework="torch",
-             threads=0, comm=None):
+             threads=0, comm=None, look=0):
     """A result row as the runner writes it, with the given measurements (`comm`: the share of
-    each step exposed communication takes; default 20% on N > 1 devices)."""
-    cell = hand_cell(backend, devices, batch, mode, len(rates), dataset, model, threads, repeat)
+    each step exposed communication takes; default 20% on N > 1 devices; `look`: the look of
+    --until-conclusive that added it)."""
+    cell = hand_cell(backend, devices, batch, mode, len(rates), dataset, model, threads, repeat,
+                     look)
     env = {"host": host, "cpu_count": 2, "python": "3.11.7",
            "packages": {"torch": "2.13.0"}, "git_commit": None}
     contention = {"other_cpu_share": 0.5 if contended else 0.0, "steal_share": 0.0,

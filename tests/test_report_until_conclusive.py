@@ -41,15 +41,15 @@ def until_conclusive(tmp_path, monkeypatch, rates, budget_minutes, added_rates):
     of its cell's `added_rates`. (the rows it added, what it said)."""
     from xbench.cli import grid as grid_command
     cells = [hand_cell(devices=devices) for devices in (1, 2)]
-    results = write_rows(tmp_path / "r.jsonl", [
-        make_row(devices=cell.devices, rates=(80.0, rate), repeat=repeat)
+    results = write_rows(tmp_path / "r.jsonl", [  # the grid's own repeats: the first look
+        make_row(devices=cell.devices, rates=(80.0, rate), repeat=repeat, look=1)
         for cell in cells for repeat, rate in enumerate(rates[cell.devices])])
     pending = {devices: iter(added) for devices, added in added_rates.items()}
     said = []
 
     def run_grid(more, path, **_):
         rows = [make_row(devices=c.devices, rates=(80.0, next(pending[c.devices])),
-                         repeat=c.repeat) for c in more]
+                         repeat=c.repeat, look=c.look) for c in more]
         with open(path, "a") as f:
             f.writelines(json.dumps(row) + "\n" for row in rows)
         return rows
@@ -69,13 +69,15 @@ def test_until_conclusive_adds_repeats_of_the_open_comparison_until_it_settles(t
     assert added and len(added) == 2 * pairs
     assert [(r["devices"], r["repeat"]) for r in added] == [
         (devices, repeat) for repeat in range(2, 2 + pairs) for devices in (1, 2)]
-    assert said.count("until conclusive: one more repeat of") == pairs
+    assert [r["look"] for r in added] == [look for look in range(2, 2 + pairs) for _ in (1, 2)]
+    assert said.count(" of at most 10, one more repeat of") == pairs
     assert said.endswith(f"until conclusive: {len(added)} run(s) added; every comparison of the "
                          f"grid's cells is settled")
     frame, _ = load([tmp_path / "r.jsonl"])
     lines, _ = judged(analysis.cell_table(frame))
-    assert any("pt-ddp on 2 devices: speedup" in line and "pays off" in line
-               for line in lines), lines
+    assert any("pt-ddp on 2 devices: speedup" in line and line.endswith(
+        f"pays off (after {pairs + 1} looks of --until-conclusive, tested at 5% / 10)")
+        for line in lines), lines
 
 
 def test_until_conclusive_stops_at_its_budget_and_says_what_is_open(tmp_path, monkeypatch):
@@ -97,7 +99,7 @@ def test_until_conclusive_runs_nothing_where_repeats_cannot_settle_it(tmp_path, 
 def test_every_cell_without_an_uncontended_run_gets_its_repeat(tmp_path, monkeypatch):
     """Two cells whose runs were all contended; the 1-device cell's repeats stay contended, the
     2-device cell's first added one is not: each gets one more repeat a round, so the second is
-    measured in the first round, not after the first has spent its 50."""
+    measured in the first round, not after the first has spent its looks."""
     from xbench.cli import grid as grid_command
     cells = [hand_cell(devices=devices) for devices in (1, 2)]
     results = write_rows(tmp_path / "r.jsonl", [
@@ -106,8 +108,8 @@ def test_every_cell_without_an_uncontended_run_gets_its_repeat(tmp_path, monkeyp
     added = []
 
     def run_grid(more, path, **_):
-        rows = [make_row(devices=c.devices, repeat=c.repeat, contended=c.devices == 1)
-                for c in more]
+        rows = [make_row(devices=c.devices, repeat=c.repeat, contended=c.devices == 1,
+                         look=c.look) for c in more]
         with open(path, "a") as f:
             f.writelines(json.dumps(row) + "\n" for row in rows)
         added.extend(rows)
@@ -116,4 +118,5 @@ def test_every_cell_without_an_uncontended_run_gets_its_repeat(tmp_path, monkeyp
     monkeypatch.setattr(grid_command, "say", lambda text, **_: None)
     grid_command.settle(cells, results, 60, None)
     assert [(r["devices"], r["repeat"]) for r in added[:2]] == [(1, 2), (2, 2)]
-    assert [r["repeat"] for r in added if r["devices"] == 1] == list(range(2, 50))  # its 50
+    # its looks run out at 10 (the sequential plan), before its 50 repeats
+    assert [r["repeat"] for r in added if r["devices"] == 1] == list(range(2, 12))

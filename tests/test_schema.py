@@ -20,6 +20,7 @@ ADDED_IN = {
     10: ["reshard", "model_state_per_device"],
     11: ["epochs_given"],
     12: ["bucket_mb"],
+    13: ["look"],
 }
 
 
@@ -44,7 +45,7 @@ def as_of(row: dict, version: int) -> dict:
 
 def test_the_history_is_the_list_of_named_upgrades():
     assert [f.__name__ for f in UPGRADES] == [f"update_to_{v}" for v in VERSIONS]
-    assert VERSIONS == list(range(3, SCHEMA_VERSION + 1)) and SCHEMA_VERSION == 12
+    assert VERSIONS == list(range(3, SCHEMA_VERSION + 1)) and SCHEMA_VERSION == 13
     assert set(ADDED_IN) == set(VERSIONS)
 
 
@@ -94,11 +95,11 @@ def test_version_11_rows_count_no_untraced_time():
     upgraded = upgrade(old)
     parts = upgraded["attribution"]["epochs"][0]["ranks"][0]["parts"]
     assert parts["untraced"]["seconds"] == 0.0 and parts["host"]["seconds"] == 1.0
-    assert upgraded["bucket_mb"] == 0.0 and upgraded["schema_version"] == 12
+    assert upgraded["bucket_mb"] == 0.0 and upgraded["schema_version"] == SCHEMA_VERSION
 
 
 def test_rows_of_versions_it_does_not_read_are_left_for_the_validator():
     assert upgrade({"schema_version": 1}) == {"schema_version": 1}
     assert row_problem(upgrade([1])) == "not a JSON object"
     future = todays_row(schema_version=SCHEMA_VERSION + 1)
-    assert upgrade(future) is future and "is not 12" in row_problem(future)
+    assert upgrade(future) is future and f"is not {SCHEMA_VERSION}" in row_problem(future)

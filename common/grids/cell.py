@@ -88,11 +88,12 @@ Cell = dataclasses.make_dataclass("Cell", [
     ("data_dir", str | None, None),
     ("sweep", str, ""),  # the batch sweep this cell is on ("32x4"), if any
     ("repeat", int, 0),
+    ("look", int, 0),  # which look of --until-conclusive added this run (0: the grid's own)
 ], bases=(CellMethods,), frozen=True, kw_only=True)
 Cell.__module__ = __name__
 Cell.__doc__ = ("One configuration of the grid; `repeat` says which repetition of it this run is. "
                 "Fields: the grid's name, the settings of common.grids.settings.IN_CELL, "
-                "and threads, data_dir, sweep, repeat.")
+                "and threads, data_dir, sweep, repeat, look.")
 
 
 def threads_per_device(cell: Cell, cores: int) -> int:

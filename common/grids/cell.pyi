@@ -45,6 +45,7 @@ class Cell:
     data_dir: str | None
     sweep: str
     repeat: int
+    look: int
 
     def __init__(
         self,
@@ -91,6 +92,7 @@ class Cell:
         data_dir: str | None = ...,
         sweep: str = ...,
         repeat: int = ...,
+        look: int = ...,
     ) -> None: ...
     @property
     def world(self) -> int: ...

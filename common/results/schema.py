@@ -65,7 +65,8 @@ class Measurement:
 # name -> (JSON types a value may have, or None for null; when it must not be null)
 IDENTITY = {
     "schema_version": (WHOLE, "always"), "run_id": (TEXT, "always"), "grid": (TEXT, "always"),
-    "cell_key": (TEXT, "always"), "repeat": (WHOLE, "always"), "status": (TEXT, "always"),
+    "cell_key": (TEXT, "always"), "repeat": (WHOLE, "always"), "look": (WHOLE, "always"),
+    "status": (TEXT, "always"),
     "error": (TEXT, "not ok"), "started_at": (TEXT, "always"), "finished_at": (TEXT, "always"),
 }
 KINDS = {int: WHOLE, float: NUMBER, str: TEXT, bool: BOOL}
@@ -189,7 +190,8 @@ def make_row(cell, run_id: str, started_at: str, status: str, error: str | None,
     memory = measured.get("peak_memory_per_device")
     row = {
         "schema_version": SCHEMA_VERSION, "run_id": run_id, "grid": cell.grid,
-        "cell_key": cell.key, "repeat": cell.repeat, "status": status, "error": error,
+        "cell_key": cell.key, "repeat": cell.repeat, "look": cell.look, "status": status,
+        "error": error,
         "started_at": started_at, "finished_at": now(),
         **{s.row_name: s.row_value(getattr(cell, s.field_name)) for s in IN_ROW},
         "framework": framework, "params": measured.get("params", parameter_count(cell.model)),
@@ -253,8 +255,8 @@ def row_problem(row: Any) -> str | None:
     if beyond:
         return (f"epoch {beyond[0]['epoch']} trained {beyond[0]['samples']:,} samples, more "
                 f"than the {row['train_samples']:,} of its training set")
-    if row["repeat"] < 0:
-        return "'repeat' is negative"
+    if row["repeat"] < 0 or row["look"] < 0:
+        return f"'{'repeat' if row['repeat'] < 0 else 'look'}' is negative"
     if status == "ok" and len(row["epochs"]) < 2:
         return (f"an ok row with {len(row['epochs'])} epoch(s); every ok row has at least 2 "
                 f"(the first is warm-up)")

@@ -102,9 +102,15 @@ def update_to_12(row: Row) -> Row:
     return {**settings_added(12), **row, "epochs": epochs, "attribution": attribution}
 
 
+def update_to_13(row: Row) -> Row:
+    """Which look of --until-conclusive added a run: rows before were tested as if none had
+    (0), as the xbench that wrote them tested them."""
+    return {**settings_added(13), "look": 0, **row}
+
+
 UPGRADES: list[Callable[[Row], Row]] = [
     update_to_3, update_to_4, update_to_5, update_to_6, update_to_7, update_to_8, update_to_9,
-    update_to_10, update_to_11, update_to_12]
+    update_to_10, update_to_11, update_to_12, update_to_13]
 OLDEST_READ = 2  # the oldest version whose rows are read (schema 1's are not: OLDER_VERSIONS)
 VERSIONS = list(range(OLDEST_READ + 1, OLDEST_READ + 1 + len(UPGRADES)))
 assert [int(f.__name__.removeprefix("update_to_")) for f in UPGRADES] == VERSIONS, \
