@@ -100,10 +100,11 @@ def settle(cells, results_path, budget_minutes, launcher) -> list[dict]:
     a cell of the grid ran ok but has no usable run (every run contended), or a comparison of
     its cells is open and more repeats can settle it, run one more repeat of each such cell, or
     of both cells of the most uncertain comparison (largest p-value) first, unless those runs
-    would overrun the budget. Each round is a look: its runs say which, a cell is looked at
-    LOOKS times at most, and the report tests a comparison with looks at that look's level
-    (reports.stats.sequential_p), so repeating until a verdict appears keeps its error rate.
-    Returns the rows it added."""
+    would overrun the budget. Each round is a look of the grid's (its own repeats the first):
+    its runs say which, there are LOOKS at most, so no comparison of its cells is tested more
+    often whatever cells a round repeats, and the report tests a comparison with looks at a
+    look's level (reports.stats.sequential_p): repeating until a verdict appears keeps its error
+    rate. Returns the rows it added."""
     from xbench.reports import analysis  # pandas and scipy: loaded here
     from xbench.reports.load import load
     from xbench.reports.stats import LOOKS, MAX_REPEATS
@@ -114,7 +115,7 @@ def settle(cells, results_path, budget_minutes, launcher) -> list[dict]:
         frame, _ = load([results_path])
         frame = frame[frame["cell_key"].isin(grid_cells)]
         runs = frame.groupby("cell_key")["repeat"].max()
-        looked = frame.groupby("cell_key")["look"].max()
+        look = int(frame["look"].max()) + 1 if len(frame) else 1  # the grid's next round
         usable = frame[frame["usable"]].groupby("cell_key").size()
         unmeasured = [key for key in dict.fromkeys(frame[frame["status"] == "ok"]["cell_key"])
                       if not usable.get(key, 0)]
@@ -122,19 +123,20 @@ def settle(cells, results_path, budget_minutes, launcher) -> list[dict]:
                    if set(o.keys) <= set(grid_cells)]
         tried = [o.keys for o in sorted(pending, key=lambda o: -1.0 if math.isnan(o.p_value)
                                         else -o.p_value) if o.settleable]
-        allowed = {key for key in grid_cells if runs.get(key, -1) + 1 < MAX_REPEATS
-                   and looked.get(key, 0) < LOOKS}
+        allowed = {key for key in grid_cells if runs.get(key, -1) + 1 < MAX_REPEATS}
         # every cell without a usable run one more repeat at once (not the first one only, over
         # and over), else both cells of the most uncertain comparison
         keys = (tuple(key for key in unmeasured if key in allowed)
                 or next((k for k in tried if set(k) <= allowed), None))
         if not keys:
             break
+        if look > LOOKS:
+            say(f"until conclusive: the sequential plan's {LOOKS} looks are spent", err=True)
+            break
         took = frame[frame["cell_key"].isin(keys)]["cell_seconds"].mean()
         if time.monotonic() + len(keys) * (0.0 if math.isnan(took) else took) > deadline:
             say(f"until conclusive: the budget of {budget_minutes:g} min is spent", err=True)
             break
-        look = max(int(looked.get(key, 0)) for key in keys) + 1
         more = [dataclasses.replace(grid_cells[key], repeat=int(runs.get(key, -1)) + 1, look=look)
                 for key in dict.fromkeys(keys)]
         say(f"until conclusive: look {look} of at most {LOOKS}, one more repeat of "
@@ -154,7 +156,7 @@ def settle(cells, results_path, budget_minutes, launcher) -> list[dict]:
 
 def open_reason(comparison) -> str:
     if comparison.held:
-        return "held back by the false-discovery control"
+        return "held back by its look's level or the false-discovery control"
     if comparison.repeats < 2:
         return "one run on a side"
     if comparison.needed is None:

@@ -119,8 +119,9 @@ def _coverage(n: int, j: int) -> float:
 
 def goodput(targets: pd.DataFrame) -> pd.DataFrame:
     """Per backend (and environment, training, target): the configuration with the shortest
-    median training time to the target (RANKED_BY) beside the one with the highest
-    throughput, and whether the shortest is surely shorter than every other (`settled`)."""
+    median training time to the target (evaluations left out: TIME_TEXT says why) beside the
+    one with the highest throughput, and whether the shortest is surely shorter than every
+    other (`settled`)."""
     records = []
     if targets.empty:
         return pd.DataFrame(records)
@@ -147,11 +148,12 @@ def settled(best, group) -> str:
     if others.empty:
         return "the only configuration"
     mine = best["training_seconds_values"]
-    fewest = min(len(o["training_seconds_values"]) for _, o in others.iterrows())
+    fewest = min((len(o["training_seconds_values"]) for _, o in others.iterrows()
+                  if len(o["training_seconds_values"])), default=0)
     if fewest and mine and smallest_p(len(mine), fewest) > 1 - LEVEL:
         return (f"no verdict possible: with {len(mine)} and {fewest} runs the smallest two-sided "
-                f"Mann-Whitney p is {smallest_p(len(mine), fewest):.2g}, above 5%; 4 or more "
-                f"seeds a configuration can settle it")
+                f"Mann-Whitney p is {smallest_p(len(mine), fewest):.2g}, above 5%; it takes 4 "
+                f"or more seeds a configuration")
     p_values = [stats.mannwhitneyu(mine, o["training_seconds_values"],
                                    alternative="two-sided").pvalue
                 if len(mine) and len(o["training_seconds_values"]) else math.nan

@@ -336,8 +336,8 @@ def scaled_out(one: dict, calibration: Calibration, devices: list[int], nodes: l
                  "link": link.name if per_node > 1 else "—",
                  "node_link": node_link.name if node_count > 1 else "—"}
         if total > MOST_DEVICES:
-            rows.append({**where, "note": f"not predicted: {total:,} devices, beyond the "
-                                          f"{MOST_DEVICES:,} a grid itself can run"})
+            rows.append({**where, "note": f"not predicted: {total:,} devices in all, beyond "
+                                          f"the {MOST_DEVICES:,} it predicts for"})
             continue
         if one["batch_mode"] == "global" and one["batch"] % total:
             rows.append({**where, "note": f"not predicted: a global batch of {one['batch']} "
@@ -367,7 +367,7 @@ def scaled_out(one: dict, calibration: Calibration, devices: list[int], nodes: l
     return [{**row, "stops_paying_at": stopped} for row in rows]
 
 
-MOST_DEVICES = SETTINGS["devices"].maximum  # a grid's own limit, and so the what-if's
+MOST_DEVICES = SETTINGS["devices"].maximum  # in all: a grid's limit on a count, the what-if's
 WHAT_IF_COLUMNS = [*SETUP_OF_WHAT_IF, "nodes", "devices", "total", "link", "node_link", "step",
                    "exposed", "waiting", "overlap", "rate", "rate_low", "rate_high", "speedup",
                    "efficiency", "efficiency_low", "efficiency_high", "note", "stops_paying_at"]

@@ -100,9 +100,11 @@ def welch_df(va: float, vb: float, na: int, nb: int) -> float:
     return (va + vb) ** 2 / denominator if denominator > 0 else float(na + nb - 2)
 
 
-def repeats_to_settle(a, b, threshold: float = 1.0, power: float = POWER) -> int | None:
+def repeats_to_settle(a, b, threshold: float = 1.0, power: float = POWER,
+                      level: float = LEVEL) -> int | None:
     """Repeats per side at which, if the true means and spreads are those observed, the
-    interval of mean(a)/mean(b) would exclude `threshold` with probability `power` (80%): the n
+    `level` (95%) interval of mean(a)/mean(b) would exclude `threshold` with probability
+    `power` (80%): the n
     where the distance to the threshold is (t + z_power) standard errors of the ratio (delta
     method, Welch's degrees of freedom). Where the interval would just stop containing the
     threshold, a repeat of the grid settles it only half the time. None if even MAX_REPEATS
@@ -119,7 +121,8 @@ def repeats_to_settle(a, b, threshold: float = 1.0, power: float = POWER) -> int
         return int(n[0]) if r != threshold else None
     va, vb = sa2 / n, r * r * sb2 / n
     error = np.sqrt(va + vb) / abs(mb)
-    t = stats.t.ppf(0.5 + LEVEL / 2, (va + vb) ** 2 / ((va * va + vb * vb) / (n - 1)))  # Welch
+    df = (va + vb) ** 2 / ((va * va + vb * vb) / (n - 1))  # welch_df's, for every n at once
+    t = stats.t.ppf(0.5 + level / 2, df)
     settles = np.flatnonzero(abs(r - threshold) >= (t + stats.norm.ppf(power)) * error)
     return int(n[settles[0]]) if len(settles) else None
 
@@ -151,9 +154,10 @@ LOOKS = 10
 
 
 def sequential_p(p_value: float, looks: int) -> float:
-    """The p-value of a comparison with runs added while looking (`looks` > 0, the last look
-    of its cells) on the scale of a grid's own: multiplied by LOOKS (its look's level is
-    (1 - LEVEL) / LOOKS); a grid's own repeats' (looks 0) as it is."""
+    """The p-value of a comparison of a sequential plan's runs (`looks` > 0: the last look of
+    its cells; a grid run with --until-conclusive is its first look) on the scale of a plain
+    grid's: multiplied by LOOKS (each look's level is (1 - LEVEL) / LOOKS); a plain grid's
+    (looks 0) as it is."""
     return p_value if not looks or math.isnan(p_value) else min(1.0, p_value * LOOKS)
 
 

@@ -12,6 +12,7 @@ import numpy as np
 from xbench.common.measuring.attribution import COMPUTE
 from xbench.reports import analysis
 from xbench.reports.stats import (
+    LEVEL,
     LOOKS,
     false_discoveries_controlled,
     finite,
@@ -64,16 +65,30 @@ class Judge:
         kept in `open` with the cells (`keys`) whose repeats would settle it."""
         a, b = finite(a_seconds), finite(b_seconds)
         threshold = threshold_of(ratio, a, b)
-        index = len(self.p_values)
-        self.p_values.append(sequential_p(ratio_p_value(a, b, threshold), self.looks_of(keys)))
+        index, looks = len(self.p_values), self.looks_of(keys)
+        p_value = ratio_p_value(a, b, threshold)
+        self.p_values.append(sequential_p(p_value, looks))
         side = "above" if ratio.above(1) else "below" if ratio.below(1) else None
         if side and self.stated is not None and not self.stated[index]:
             side = "held"
         if side in (None, "held"):
-            self.open.append(Open(keys, self.p_values[-1], side == "held",
-                                  repeats_to_settle(a, b, threshold) if side is None else None,
-                                  min(len(a), len(b)), self.looks_of(keys)))
+            self.open.append(Open(keys, p_value, side == "held",
+                                  repeats_to_settle(a, b, threshold, level=level_of(looks))
+                                  if side is None else None, min(len(a), len(b))))
         return side
+
+    def after(self, keys: tuple[str, str]) -> str:
+        """' (after 3 looks of --until-conclusive, tested at 5% / 10)' where there were any."""
+        looks = self.looks_of(keys)
+        return (f" (after {looks} look{'s' if looks > 1 else ''} of --until-conclusive, "
+                f"tested at 5% / {LOOKS})" if looks else "")
+
+    def not_stated(self, decision: str | None, a_seconds, b_seconds, keys, threshold=1.0) -> str:
+        """Why a comparison was not stated: held back (by its look's level or the control), or
+        inconclusive and what would settle it at its level."""
+        if decision == "held":
+            return HELD + self.after(keys)
+        return undecided(a_seconds, b_seconds, threshold, level_of(self.looks_of(keys)))
 
     def note(self) -> list[str]:
         """A line on the control, where there was anything to control."""
@@ -104,15 +119,15 @@ def threshold_of(ratio, a_seconds, b_seconds) -> float:
 @dataclass
 class Open:
     """A comparison the verdicts could not state: its two cells, its p-value (NaN without two
-    runs a side), whether only the false-discovery control held it back, the repeats a side
-    that would settle it with 80% power (None: not known, or more than MAX_REPEATS) and the
-    repeats it has."""
+    runs a side; before a sequential plan's scaling, so that it still orders them), whether only
+    the false-discovery control (or its look's level) held it back, the repeats a side that
+    would settle it with 80% power (None: not known, or more than MAX_REPEATS) and the repeats
+    it has."""
     keys: tuple[str, str]
     p_value: float
     held: bool
     needed: int | None
     repeats: int
-    looks: int = 0  # the last look of --until-conclusive at it
 
     @property
     def settleable(self) -> bool:
@@ -121,14 +136,19 @@ class Open:
 
 
 HELD = ("not stated: its interval excludes no change, but not with the false-discovery rate over "
-        "all the report's comparisons held at 5%")
+        "all the report's comparisons held at 5% (at its look's level, with looks)")
 
 
-def undecided(a_seconds, b_seconds, threshold=1.0):
-    """Why a comparison cannot be stated yet, and what would settle it."""
+def level_of(looks: int) -> float:
+    """The confidence a comparison is tested at: LEVEL, or a look's of the sequential plan."""
+    return 1 - (1 - LEVEL) / LOOKS if looks else LEVEL
+
+
+def undecided(a_seconds, b_seconds, threshold=1.0, level=LEVEL):
+    """Why a comparison cannot be stated yet, and what would settle it (at `level`)."""
     if min(len(a_seconds), len(b_seconds)) < 2:
         return "inconclusive: one run on a side has no interval (run --repeat 3)"
-    needed = repeats_to_settle(a_seconds, b_seconds, threshold)
+    needed = repeats_to_settle(a_seconds, b_seconds, threshold, level=level)
     return ("inconclusive: " + (f"about {needed} repeats each would settle it" if needed else
                                 "within the noise of these runs; more repeats are unlikely to "
                                 "settle it"))
@@ -149,10 +169,11 @@ def fastest(cells, devices, judge):
               f"{second['epoch2_rate']:,.0f}: {interval_text(ratio)}")
     decision = judge.decide(ratio, second["epoch2_seconds_values"], best["epoch2_seconds_values"],
                             (second["cell_key"], best["cell_key"]))
+    keys = (second["cell_key"], best["cell_key"])
     if decision == "above":
-        return head + f"{best['series']} is fastest ({versus})"
-    return head + f"{versus}; " + (HELD if decision == "held" else undecided(
-        second["epoch2_seconds_values"], best["epoch2_seconds_values"]))
+        return head + f"{best['series']} is fastest ({versus}){judge.after(keys)}"
+    return head + f"{versus}; " + judge.not_stated(
+        decision, second["epoch2_seconds_values"], best["epoch2_seconds_values"], keys)
 
 
 def pays_off(scaled, attributed, limits, judge):
@@ -252,15 +273,10 @@ def decided(head, ratio, above, below, reference_seconds, seconds, judge, keys):
     """'head: above' or 'head: below' where the judge states the ratio, else 'head;' and why
     not (held back by the false-discovery control, or how many repeats would settle it)."""
     decision = judge.decide(ratio, reference_seconds, seconds, keys)
-    looks = judge.looks_of(keys)
-    after = (f" (after {looks} look{'s' if looks > 1 else ''} of --until-conclusive, tested at "
-             f"5% / {LOOKS})" if looks else "")
-    if decision == "above":
-        return f"{head}: {above}{after}"
-    if decision == "below":
-        return f"{head}: {below}{after}"
-    return f"{head}; " + (HELD + after if decision == "held" else undecided(
-        reference_seconds, seconds, threshold_of(ratio, reference_seconds, seconds)))
+    if decision in ("above", "below"):
+        return f"{head}: {above if decision == 'above' else below}{judge.after(keys)}"
+    return f"{head}; " + judge.not_stated(decision, reference_seconds, seconds, keys,
+                                          threshold_of(ratio, reference_seconds, seconds))
 
 
 def wrapper_lines(wrapper, judge):

@@ -190,6 +190,15 @@ def test_bad_faults_are_one_clear_error(text, message):
         faults.parse(text)
 
 
+@pytest.mark.parametrize("text", ["link=1000001kbit", "link=1234567.5kbit", "link=12.3456kbit",
+                                  "input-delay=0.00000001", "input-delay=0.0123"])
+def test_a_fault_spelled_one_way_reads_back_the_same(text):
+    """The spelling is a rate or delay faults.parse reads again, never an exponent's '+'."""
+    once = faults.check(text)
+    assert faults.check(once) == once and "+" not in once and "e+" not in once
+    assert faults.parse(once) == faults.parse(text) or "kbit" in once  # kbit: to 3 decimals
+
+
 @pytest.mark.parametrize("spellings", [
     ["input-delay=1000", "input-delay=1_000", "input-delay=1e3", "input-delay=1000.0",
      "input-delay=01000"],

@@ -194,8 +194,8 @@ def test_the_what_if_table_to_512_devices_is_labelled_predicted(smoke):
     assert {r["link"] for r in ddp if r["devices"] == 8} == {"InfiniBand NDR, one port per node"}
     beyond = strict_json(xbench("predict", smoke.results, "--link", "ib-ndr", "--devices", "8",
                                 "--nodes", "1024", "--json").stdout)["predicted"]
-    assert beyond and all(r["note"] == "not predicted: 8,192 devices, beyond the 4,096 a grid "
-                          "itself can run" for r in beyond)
+    assert beyond and all(r["note"] == "not predicted: 8,192 devices in all, beyond the 4,096 "
+                          "it predicts for" for r in beyond)
 
 
 def test_the_report_checks_every_cell_and_predicts_when_given_a_link(smoke, tmp_path):

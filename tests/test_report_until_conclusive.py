@@ -60,10 +60,10 @@ def until_conclusive(tmp_path, monkeypatch, rates, budget_minutes, added_rates):
 
 def test_until_conclusive_adds_repeats_of_the_open_comparison_until_it_settles(tmp_path,
                                                                                monkeypatch):
-    """Two repeats a side overlap (1 device 90 and 130, 2 devices 110 and 160 samples/s); every
-    added repeat runs at 100 and 150: a few pairs settle it, each pair the next repeat of both
-    cells, and the report's verdict is then stated."""
-    added, said = until_conclusive(tmp_path, monkeypatch, {1: (90.0, 130.0), 2: (110.0, 160.0)},
+    """Two repeats a side leave it open at the plan's first look (1 device 90 and 110, 2 devices
+    130 and 170 samples/s); every added repeat runs at 100 and 150: a few pairs settle it, each
+    pair the next repeat of both cells, and the report's verdict is then stated."""
+    added, said = until_conclusive(tmp_path, monkeypatch, {1: (90.0, 110.0), 2: (130.0, 170.0)},
                                    60, {1: itertools.repeat(100.0), 2: itertools.repeat(150.0)})
     pairs = len(added) // 2
     assert added and len(added) == 2 * pairs
@@ -81,7 +81,7 @@ def test_until_conclusive_adds_repeats_of_the_open_comparison_until_it_settles(t
 
 
 def test_until_conclusive_stops_at_its_budget_and_says_what_is_open(tmp_path, monkeypatch):
-    added, said = until_conclusive(tmp_path, monkeypatch, {1: (90.0, 130.0), 2: (110.0, 160.0)},
+    added, said = until_conclusive(tmp_path, monkeypatch, {1: (90.0, 110.0), 2: (130.0, 170.0)},
                                    0, {1: [], 2: []})
     assert added == [] and "the budget of 0 min is spent" in said
     assert "0 run(s) added; " in said and " still open: " in said

@@ -98,6 +98,15 @@ def test_version_11_rows_count_no_untraced_time():
     assert upgraded["bucket_mb"] == 0.0 and upgraded["schema_version"] == SCHEMA_VERSION
 
 
+def test_version_12_epochs_without_untimed_seconds_read_as_none_untimed():
+    """The xbench that first wrote schema 12 recorded an epoch's untimed seconds only where not
+    0: such an epoch reads as 0, and an epoch that has them keeps them."""
+    row = todays_row()
+    epochs = [{"epoch": 1, "seconds": 1.0}, {"epoch": 2, "seconds": 1.0, "untimed_seconds": 0.2}]
+    upgraded = upgrade({**as_of(row, 12), "epochs": epochs})
+    assert [e["untimed_seconds"] for e in upgraded["epochs"]] == [0.0, 0.2]
+
+
 def test_rows_of_versions_it_does_not_read_are_left_for_the_validator():
     assert upgrade({"schema_version": 1}) == {"schema_version": 1}
     assert row_problem(upgrade([1])) == "not a JSON object"

@@ -88,7 +88,7 @@ Cell = dataclasses.make_dataclass("Cell", [
     ("data_dir", str | None, None),
     ("sweep", str, ""),  # the batch sweep this cell is on ("32x4"), if any
     ("repeat", int, 0),
-    ("look", int, 0),  # which look of --until-conclusive added this run (0: the grid's own)
+    ("look", int, 0),  # its look of --until-conclusive's plan (0: a grid run without it)
 ], bases=(CellMethods,), frozen=True, kw_only=True)
 Cell.__module__ = __name__
 Cell.__doc__ = ("One configuration of the grid; `repeat` says which repetition of it this run is. "

@@ -52,8 +52,10 @@ def whole_file(path) -> Iterator[Path]:
     try:
         yield partial
         os.replace(partial, path)
-    except OSError as e:
+    except BaseException as e:  # Ctrl-C or a failure midway too: no partial file stays behind
         with contextlib.suppress(OSError):
             partial.unlink()
-        raise UserError(f"cannot write {path}: {e.strerror or e}; nothing half-written was "
-                        f"left under its name") from None
+        if isinstance(e, OSError):
+            raise UserError(f"cannot write {path}: {e.strerror or e}; nothing half-written "
+                            f"was left under its name") from None
+        raise

@@ -125,6 +125,7 @@ class Range:
 
 
 COUNT, SECONDS, SHARE = Range(WHOLE, 1), Range(NUMBER, 0), Range(NUMBER, 0, 1)
+RATE = SECONDS  # samples/s: from 0 too
 RANGES = {"test_accuracy": SHARE, "train_samples": COUNT, "startup_seconds": SECONDS,
           "step_time_p50": SECONDS, "step_time_p90": SECONDS, "cell_seconds": SECONDS,
           "peak_memory_bytes": Range(WHOLE, 0)}  # what a row's numbers can be
@@ -133,7 +134,7 @@ POSITIVE = "a positive number"  # a finite number above 0 (an epoch's seconds)
 # (a key ending in '?' may be absent; other keys are allowed), [shape] a list of them, Maybe,
 # Each. What a reader takes from a row is checked here, so a wrong value is a skipped line.
 CONTENTION = {"contended": BOOL, "other_cpu_share": Maybe(NUMBER), "steal_share": Maybe(NUMBER)}
-EPOCH = {"epoch": COUNT, "seconds": POSITIVE, "samples": COUNT, "rate?": Maybe(SECONDS),
+EPOCH = {"epoch": COUNT, "seconds": POSITIVE, "samples": COUNT, "rate?": Maybe(RATE),
          "loss": NUMBER, "accuracy": SHARE, "seconds_per_rank": [SECONDS],
          "contention": CONTENTION, "input_seconds?": Maybe(SECONDS),  # schema 2 had no input
          "evaluation_seconds?": SECONDS,  # only with a target accuracy

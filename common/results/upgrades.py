@@ -85,12 +85,7 @@ def update_to_11(row: Row) -> Row:
 def update_to_12(row: Row) -> Row:
     """The bucket size (each library's own) and the untraced part of a step, which rows before
     counted as host overhead: untraced 0 there, their host holds it. Their collectives were
-    timed from the first gradient's hook to the end of the wait: no overlap was measured.
-    Nothing ran untimed between their steps."""
-    epochs = row.get("epochs")
-    if isinstance(epochs, list):
-        epochs = [{**epoch, "untimed_seconds": 0.0} if isinstance(epoch, dict) else epoch
-                  for epoch in epochs]
+    timed from the first gradient's hook to the end of the wait: no overlap was measured."""
     attribution = row.get("attribution")
     if isinstance(attribution, dict) and isinstance(attribution.get("epochs"), list):
         zero = {"seconds": 0.0, "median": 0.0, "p10": 0.0, "p90": 0.0}
@@ -99,13 +94,18 @@ def update_to_12(row: Row) -> Row:
                                 if isinstance(rank, dict) and isinstance(rank.get("parts"), dict)
                                 else rank for rank in epoch.get("ranks", [])]}
             if isinstance(epoch, dict) else epoch for epoch in attribution["epochs"]]}
-    return {**settings_added(12), **row, "epochs": epochs, "attribution": attribution}
+    return {**settings_added(12), **row, "attribution": attribution}
 
 
 def update_to_13(row: Row) -> Row:
     """Which look of --until-conclusive added a run: rows before were tested as if none had
-    (0), as the xbench that wrote them tested them."""
-    return {**settings_added(13), "look": 0, **row}
+    (0), as the xbench that wrote them tested them. And what ran untimed between an epoch's
+    steps (a tracer), in every epoch: rows before wrote it only where it was not 0."""
+    epochs = row.get("epochs")
+    if isinstance(epochs, list):
+        epochs = [{"untimed_seconds": 0.0, **epoch} if isinstance(epoch, dict) else epoch
+                  for epoch in epochs]
+    return {**settings_added(13), "look": 0, **row, "epochs": epochs}
 
 
 UPGRADES: list[Callable[[Row], Row]] = [

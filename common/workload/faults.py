@@ -94,7 +94,7 @@ def check(text: str) -> str:
 
 def _ms(seconds: float) -> str:
     """Seconds as the milliseconds a fault is written in ('1000', '2.5')."""
-    return f"{round(seconds * 1000, 6):.12g}"
+    return f"{seconds * 1000:.12g}"
 
 
 def _rate(value: str, part: str) -> str:
@@ -106,8 +106,8 @@ def _rate(value: str, part: str) -> str:
                         f"gbit, kbps, mbps or gbps, from 8kbit to 1000gbit, e.g. link=400mbit")
     for unit, size in (("gbit", 1e9), ("mbit", 1e6)):
         if bits % size == 0:
-            return f"{bits / size:g}{unit}"
-    return f"{round(bits / 1e3, 3):g}kbit"
+            return f"{bits / size:.0f}{unit}"
+    return f"{bits / 1e3:.3f}".rstrip("0").rstrip(".") + "kbit"  # never an exponent: RATE's
 
 
 def _milliseconds(value: str, part: str) -> float:
