@@ -58,7 +58,8 @@ def str_list(ctx, param, value):
 
 def json_text(value, indent: int | None = 1) -> str:
     """`value` as strict JSON, what every --json prints: a number that is not one (NaN, an
-    infinity) is null, numpy's scalars plain numbers, anything else not JSON its text."""
+    infinity) is null, numpy's scalars and arrays plain numbers and lists, anything else not
+    JSON its text."""
     def plain(v):
         if v is None or isinstance(v, (bool, str)):
             return v
@@ -66,6 +67,8 @@ def json_text(value, indent: int | None = 1) -> str:
             return {str(k): plain(x) for k, x in v.items()}
         if isinstance(v, (list, tuple)):
             return [plain(x) for x in v]
+        if hasattr(v, "tolist"):  # numpy's scalars and arrays: Python's numbers and lists
+            return plain(v.tolist())
         if isinstance(v, numbers.Integral):
             return int(v)
         if isinstance(v, numbers.Real):
