@@ -17,7 +17,7 @@ def test_until_conclusive_adds_repeats_until_settled_or_says_why_not(tmp_path):
     results = tmp_path / "r.jsonl"
     done = xbench("grid", "--preset", "smoke", "--backend", "pt-ddp", "--devices", "1,2",
                   "--repeat", "2", "--max-train-samples", "512", "--data-dir", MNIST,
-                  "--results", results, "--until-conclusive", "--budget", "2")
+                  "--results", results, "--until-conclusive", "--budget", "1")
     assert done.returncode == 0, done.stdout + done.stderr
     rows = read_rows(results)[0]
     added = len(rows) - 4
