@@ -12,6 +12,7 @@ import pandas as pd
 
 from xbench.common.errors import UserError
 from xbench.common.grids.settings import IN_ROW, Role, training_label
+from xbench.common.measuring.contention import taken_share
 from xbench.common.results.probes import probe_path, read_probes
 from xbench.common.results.store import flat_table, read_rows, results_files
 from xbench.reports.query import select
@@ -74,12 +75,23 @@ def rows_frame(rows, include_contended=False):
                        zip(frame["backend"], frame["dataset"], frame["env"], frame["nodes"],
                            strict=True)]
     frame["contended"] = [bool(row.get("contended")) for row in rows]
+    frame["taken_share"] = [most_taken(row) for row in rows]
     frame["usable"] = (frame["status"] == "ok") & (include_contended
                                                    | ~frame["contended"].astype(bool))
     frame["training"] = [training_label(row) for row in rows]
     frame["training_without_fault"] = [training_label(row, (Role.TRAINING,)) for row in rows]
     add_details(frame, rows)
     return frame
+
+
+def most_taken(row) -> float:
+    """The largest share of a rank's cores that other processes, interrupts, busy siblings,
+    steal and throttling took in any of the row's timed epochs (0 where none was watched): with
+    `--where "taken_share <= 0.05"` a reader holds a stricter limit than the grid's."""
+    watched = [epoch.get("contention") or {} for epoch in row.get("epochs") or []
+               if isinstance(epoch, dict)]
+    return max((taken_share(rank) for epoch in watched  # before schema 7: the epoch's alone
+                for rank in epoch.get("per_rank") or [epoch]), default=0.0)
 
 
 def add_epochs(frame, rows):

@@ -98,14 +98,17 @@ while time.process_time() < 0.3:
 
 
 def test_cores_are_read_by_their_number_not_their_line(tmp_path):
-    """/proc/stat lists online CPUs only: with cpu1 offline, cpu2 is the second line."""
+    """/proc/stat lists online CPUs only: with cpu1 offline, cpu2 is the second line; interrupts
+    are irq and softirq (the 6th and 7th values)."""
     stat = tmp_path / "stat"
     stat.write_text("cpu  9 0 9 9 0 0 0 0 0 0\n"
                     "cpu0 100 0 100 900 0 50 50 0 0 0\n"
-                    "cpu2 300 10 100 500 0 0 0 40 0 0\n")
-    busy, steal = contention._cores_time(frozenset({2}), str(stat))
-    assert (busy, steal) == (410 / contention.TICK, 40 / contention.TICK)
-    assert contention._cores_time(frozenset({0}), str(stat))[0] == 200 / contention.TICK
+                    "cpu2 300 10 100 500 0 20 30 40 0 0\n"
+                    "intr 12345\n")
+    assert contention._cores_time(frozenset({2}), str(stat)) == {
+        "busy": 410 / contention.TICK, "interrupts": 50 / contention.TICK,
+        "steal": 40 / contention.TICK}
+    assert contention._cores_time(frozenset({0}), str(stat))["busy"] == 200 / contention.TICK
 
 
 def test_pinned_ranks_and_pinned_host_memory_are_different_cells():
@@ -208,3 +211,29 @@ def test_the_mark_says_which_rank_where_and_what_took_its_cores():
                     "of its cores, its cgroup throttled 30% of its quota's time "
                     "(limit 25%), 1 other GPU process(es)")
     assert cores_text([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
+
+
+def test_hyperthread_siblings_outside_a_ranks_cores_are_watched(tmp_path):
+    """4 logical cores, 2 physical (threads i and i + 2); core 5 lists a range."""
+    for core, listed in {0: "0,2", 1: "1,3", 2: "0,2", 3: "1,3", 5: "4-5"}.items():
+        folder = tmp_path / f"cpu{core}" / "topology"
+        folder.mkdir(parents=True)
+        (folder / "thread_siblings_list").write_text(listed + "\n")
+    assert contention.outside_siblings(frozenset({0}), tmp_path) == {2}
+    assert contention.outside_siblings(frozenset({0, 2}), tmp_path) == set()
+    assert contention.outside_siblings(frozenset({0, 1, 5}), tmp_path) == {2, 3, 4}
+    assert contention.outside_siblings(frozenset({7}), tmp_path) == set()  # topology unknown
+
+
+def test_interrupts_and_busy_siblings_count_against_the_limit():
+    """A rank whose own others share is small is contended once its cores' interrupts and
+    siblings' other work pass the limit, and the epoch keeps each part and their sum."""
+    busy = {**rank("a", [0], 0.04), "interrupt_share": 0.03, "sibling_share": 0.05}
+    epoch = epoch_contention([busy, rank("a", [1], 0.02)], 0.10)
+    assert epoch["contended_ranks"] == [0]
+    assert (epoch["interrupt_share"], epoch["sibling_share"]) == (0.03, 0.05)
+    assert epoch["taken_share"] == pytest.approx(0.12)
+    mark = contention_mark({"epochs": [{"contention": epoch}], "contention_limit": 0.10})
+    assert mark == ("CONTENDED: rank 0 (a, cores 0): other processes used 4%, interrupts 3%, "
+                    "busy hyperthread siblings 5% and steal 0% of its cores (limit 10%)")
+    assert not epoch_contention([busy], 0.25)["contended"]

@@ -106,3 +106,19 @@ def test_default_is_the_newest_results_file(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "from new.jsonl" in done.stdout
     assert (tmp_path / "reports" / "out" / "new" / "cells.csv").is_file()
+
+
+def test_a_reader_holds_a_stricter_contention_limit_with_where(tmp_path):
+    """Each row carries the largest share of a rank's cores that others took in any epoch, its
+    ranks' interrupts and siblings included (taken_share): --where keeps those under a limit."""
+    rows = [make_row(repeat=r) for r in range(3)]
+    shares = (0.01, 0.06, 0.0)
+    for row, other in zip(rows, shares, strict=True):
+        for epoch in row["epochs"]:
+            epoch["contention"]["per_rank"] = [{"other_cpu_share": other, "interrupt_share": 0.01,
+                                                "sibling_share": 0.0, "steal_share": 0.0}]
+    rows.append(make_row(repeat=3))  # a row without per-rank records: its epoch's shares
+    path = write_rows(tmp_path / "r.jsonl", rows)
+    frame, _ = load([path])
+    assert list(frame["taken_share"]) == pytest.approx([0.02, 0.07, 0.01, 0.0])
+    assert len(load([path], where="taken_share <= 0.05")[0]) == 3

@@ -189,9 +189,10 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
             "(emulates a smaller device: a batch that does not fit is an 'oom' row).", minimum=0,
             maximum=machine_memory_mb, why="that is this machine's memory", zero_is_null=True,
             role=Role.BOOKKEEPING),
-    Setting("contention_limit", float, 0.25,
-            "Share of a rank's cores (0-1) that other processes, steal and cgroup throttling "
-            "may take during a timed epoch before its row is marked contended (default 0.25).",
+    Setting("contention_limit", float, 0.10,
+            "Share of a rank's cores (0-1) that other processes, interrupts, busy hyperthread "
+            "siblings, steal and cgroup throttling may take during a timed epoch before its row "
+            "is marked contended (default 0.10).",
             minimum=0, maximum=1, why="a share of the cores", role=Role.BOOKKEEPING),
     Setting("pin_ranks", bool, False,
             "Pin each rank to its own cores (the node's cores it may use, split evenly among "

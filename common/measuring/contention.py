@@ -6,9 +6,16 @@ cores, one stolen core of 64 is 1.6% and goes unseen; so every rank watches its 
 
 - the cores it may use (its affinity; with `pin_ranks`, its own share of the node's cores);
 - the CPU time other processes took on them: /proc/stat per core (by its cpuN number; user, nice
-  and system time, not interrupts, which the kernel charges to no process, the cell's own
-  network traffic among them), less the CPU time of the cell's processes, each process's time
-  counted on the cores its affinity allows, in proportion;
+  and system time), less the CPU time of the cell's processes, each process's time counted on
+  the cores its affinity allows, in proportion;
+- the time its cores spent in interrupts (irq and softirq), which the kernel charges to no
+  process: another job's network and disk traffic, and the cell's own (a rank's all-reduce over
+  loopback or a NIC), which cannot be told apart, so it counts against the cell too; the row
+  keeps it apart (`interrupt_share`) for a reader to judge;
+- its cores' hyperthread siblings outside them: what other processes ran there (user, nice,
+  system, irq and softirq, less the cell's own time there) shares the physical cores the rank
+  computes on, and counts as taken from it (`sibling_share`, per second and per core of the
+  rank);
 - the hypervisor's steal on them, and its cgroup's throttling (the time its run queues were
   throttled by the CPU quota, cpu.stat, per second and per core of the quota; the cell's own
   threads outgrowing the quota throttle it too, and that also makes its times not the
@@ -22,14 +29,15 @@ are listed afresh before each epoch's clock starts and after it stops (outside t
 their CPU time includes their reaped children's, so a process forked within an epoch (a
 DataLoader worker) counts as the cell's, not as another load. (A process of the cell that ended
 but was not yet reaped, or was reparented outside the cell, takes its time with it: that time
-counts as another load's.) An epoch is contended when on any rank others, steal and throttling
-took more than the cell's `contention_limit` of its cores, or another process used one of its
-GPUs.
+counts as another load's.) An epoch is contended when on any rank others, interrupts, busy
+siblings, steal and throttling took more than the cell's `contention_limit` of its cores (10% by
+default: verdicts resolve effects of a few per cent), or another process used one of its GPUs.
 """
 from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import psutil
 
@@ -80,18 +88,36 @@ def _seconds_on(snapshot: Snapshot, cores: frozenset[int]) -> float:
                for seconds, allowed in snapshot.values() if allowed)
 
 
-def _cores_time(cores: frozenset[int], stat: str = "/proc/stat") -> tuple[float, float]:
-    """(busy, steal) CPU seconds so far of `cores`, from /proc/stat's cpuN lines by their
-    number (only online CPUs are listed, so a line's position is not its number): busy is user,
-    nice and system time (guest time is inside user)."""
-    busy = steal = 0
+def _cores_time(cores: frozenset[int], stat: str = "/proc/stat") -> dict[str, float]:
+    """CPU seconds so far of `cores`, from /proc/stat's cpuN lines by their number (only online
+    CPUs are listed, so a line's position is not its number): busy (user, nice and system;
+    guest time is inside user), interrupts (irq and softirq) and steal."""
+    ticks = {"busy": 0, "interrupts": 0, "steal": 0}
     with open(stat) as lines:
         for line in lines:
-            name, *ticks = line.split()
+            name, *values = line.split()
             if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cores:
-                busy += int(ticks[0]) + int(ticks[1]) + int(ticks[2])
-                steal += int(ticks[7]) if len(ticks) > 7 else 0
-    return busy / TICK, steal / TICK
+                numbers = [int(v) for v in values] + [0] * (8 - len(values))
+                ticks["busy"] += numbers[0] + numbers[1] + numbers[2]
+                ticks["interrupts"] += numbers[5] + numbers[6]
+                ticks["steal"] += numbers[7]
+    return {name: count / TICK for name, count in ticks.items()}
+
+
+def outside_siblings(cores: frozenset[int],
+                     sysfs: Path = Path("/sys/devices/system/cpu")) -> frozenset[int]:
+    """The hyperthread siblings of `cores` that are not among them (none where the topology
+    is unknown or a core has no sibling)."""
+    siblings: set[int] = set()
+    for core in cores:
+        try:
+            listed = (sysfs / f"cpu{core}" / "topology" / "thread_siblings_list").read_text()
+        except OSError:
+            continue
+        for part in listed.strip().split(","):
+            first, _, last = part.partition("-")
+            siblings.update(range(int(first), int(last or first) + 1))
+    return frozenset(siblings - cores)
 
 
 class ContentionProbe:
@@ -114,34 +140,47 @@ class ContentionProbe:
 
     def start(self) -> None:
         self.cores = frozenset(os.sched_getaffinity(0))
+        self.siblings = outside_siblings(self.cores)
         self.wall = time.perf_counter()
         self.own = self._own_seconds()
         self.cell_start = _snapshot(self.cell)
         self.cores_start = _cores_time(self.cores)
+        self.siblings_start = _cores_time(self.siblings)
         self.throttled = self.cgroup.throttled_seconds()
 
     def stop(self) -> dict:
-        """This rank's record of the epoch: its node and cores, the share of its cores' time
-        that other processes and steal took, the share of its cgroup's quota periods that were
-        throttled, its own CPU time / wall, the node's 1-minute load, and the other processes on
-        its GPUs (None where not watched)."""
+        """This rank's record of the epoch: its node and cores, the shares of its cores' time
+        that other processes, interrupts, busy siblings outside its cores and steal took, the
+        share of its cgroup's quota periods that were throttled, its own CPU time / wall, the
+        node's 1-minute load, and the other processes on its GPUs (None where not watched)."""
         self.cell = cell_processes()  # the scan first: what follows reads one moment, as start did
         cell = _snapshot(self.cell)
-        busy, steal = _cores_time(self.cores)
+        cores, siblings = _cores_time(self.cores), _cores_time(self.siblings)
         wall = time.perf_counter() - self.wall
-        others = ((busy - self.cores_start[0])
-                  - (_seconds_on(cell, self.cores) - _seconds_on(self.cell_start, self.cores)))
         capacity = wall * len(self.cores)
+
+        def others_on(on: frozenset[int], now: dict, then: dict, counted: tuple) -> float:
+            """CPU seconds on `on` in `counted` (of _cores_time) that the cell did not use."""
+            used = sum(now[name] - then[name] for name in counted)
+            return max(0.0, used - (_seconds_on(cell, on) - _seconds_on(self.cell_start, on)))
+
+        def share(seconds: float) -> float | None:
+            return seconds / capacity if capacity else None
+
         own = self._own_seconds() - self.own
         return {"node": self.node, "cores": sorted(self.cores),
-                "other_cpu_share": max(0.0, others) / capacity if capacity else None,
-                "steal_share": (steal - self.cores_start[1]) / capacity if capacity else None,
+                "other_cpu_share": share(others_on(self.cores, cores, self.cores_start,
+                                                   ("busy",))),
+                "interrupt_share": share(cores["interrupts"]
+                                         - self.cores_start["interrupts"]),
+                "sibling_share": share(others_on(self.siblings, siblings, self.siblings_start,
+                                                 ("busy", "interrupts"))),
+                "steal_share": share(cores["steal"] - self.cores_start["steal"]),
                 "throttled_share": self._throttled_share(wall),
                 "cpu_quota_cores": self.cgroup.quota_cores(),
                 "cpu_per_wall": own / wall if wall > 0 else None,
                 "load_1m": os.getloadavg()[0],
                 "other_gpu_processes": self.gpus.others(self.cell) if self.gpus else None}
-
 
     def _throttled_share(self, wall: float) -> float | None:
         """Throttled time per second of the epoch and per core of the quota (None: no quota)."""
@@ -200,25 +239,27 @@ class _GpuWatch:
         return len(others)
 
 
+TAKEN = ("other_cpu_share", "interrupt_share", "sibling_share", "steal_share", "throttled_share")
+
+
 def taken_share(record: dict) -> float:
-    """The share of a rank's cores others, steal and throttling took (a rank's or an epoch's
-    record)."""
-    return sum(record.get(name) or 0.0
-               for name in ("other_cpu_share", "steal_share", "throttled_share"))
+    """The share of a rank's cores that others, interrupts, busy siblings, steal and throttling
+    took (a rank's or an epoch's record; a part an older row lacks counts 0)."""
+    return sum(record.get(name) or 0.0 for name in TAKEN)
 
 
 def epoch_contention(stopped: list[dict], limit: float) -> dict:
     """One epoch's contention record from every rank's `ContentionProbe.stop()`, rank by rank:
-    the most contended rank's shares (a contended one first), every rank's record, whether any
-    rank's others, steal and throttling passed `limit` of its cores or its GPUs had others, and
-    the most other GPU processes any rank saw."""
+    the most contended rank's shares (a contended one first) and their sum (`taken_share`, for a
+    reader who holds a stricter limit), every rank's record, whether any rank's others,
+    interrupts, busy siblings, steal and throttling passed `limit` of its cores or its GPUs had
+    others, and the most other GPU processes any rank saw."""
     contended_ranks = [r for r, rank in enumerate(stopped)
                        if taken_share(rank) > limit or rank.get("other_gpu_processes")]
     worst = max(range(len(stopped)), key=lambda r: (r in contended_ranks, taken_share(stopped[r])))
     gpus = [r["other_gpu_processes"] for r in stopped if r.get("other_gpu_processes") is not None]
-    return {"other_cpu_share": stopped[worst].get("other_cpu_share"),
-            "steal_share": stopped[worst].get("steal_share"),
-            "throttled_share": stopped[worst].get("throttled_share"),
+    return {**{name: stopped[worst].get(name) for name in TAKEN},
+            "taken_share": taken_share(stopped[worst]),
             "load_1m": max((r.get("load_1m") or 0.0) for r in stopped),
             "other_gpu_processes": max(gpus) if gpus else None,
             "cpu_per_wall_per_rank": [r.get("cpu_per_wall") for r in stopped],

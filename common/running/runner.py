@@ -292,8 +292,11 @@ def contention_mark(row):
         where = f" rank {rank} ({watched['node']}, cores {cores_text(watched['cores'])}):"
     throttled = worst.get("throttled_share")
     gpus = worst.get("other_gpu_processes")
-    return (f"CONTENDED:{where} other processes used {worst['other_cpu_share'] or 0:.0%} and "
-            f"steal {worst['steal_share'] or 0:.0%} of {'its' if where else 'the'} cores"
+    extra = "".join(f", {what} {worst[name]:.0%}" for name, what in (
+        ("interrupt_share", "interrupts"), ("sibling_share", "busy hyperthread siblings"))
+        if worst.get(name))
+    return (f"CONTENDED:{where} other processes used {worst['other_cpu_share'] or 0:.0%}{extra} "
+            f"and steal {worst['steal_share'] or 0:.0%} of {'its' if where else 'the'} cores"
             + (f", its cgroup throttled {throttled:.0%} of its quota's time" if throttled else "")
             + f" (limit {row['contention_limit']:.0%})"
             + (f", {gpus} other GPU process(es)" if gpus else ""))
