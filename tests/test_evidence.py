@@ -120,7 +120,7 @@ def test_a_busy_loop_on_one_pinned_ranks_cores_marks_that_rank_alone(mnist_dir, 
     allowed = sorted(os.sched_getaffinity(0))
     mine = [rank_cores(allowed, 2, rank) for rank in (0, 1)]
     settings = {"backends": ["pt-ddp"], "devices": [2], "max_train_samples": 2048,
-                "pin_ranks": True, "contention_limit": 0.2}
+                "pin_ranks": True}  # judged at the default limit
     [quiet], quiet_out, _ = grid(mnist_dir, tmp_path / "quiet", **settings)
     loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"],
                               preexec_fn=lambda core=core: os.sched_setaffinity(0, [core]))
@@ -132,6 +132,7 @@ def test_a_busy_loop_on_one_pinned_ranks_cores_marks_that_rank_alone(mnist_dir, 
             loop.kill()
             loop.wait()
     assert quiet["status"] == busy["status"] == "ok" and busy["pin_ranks"] is True
+    assert busy["contention_limit"] == 0.10
     assert "|pin-ranks" in busy["cell_key"]
     skip_unless_quiet(quiet, quiet_out)
     for epoch in quiet["epochs"] + busy["epochs"]:
