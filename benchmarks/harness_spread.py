@@ -25,7 +25,8 @@ HAND_LOOP = '''
 import sys, time, numpy as np, torch
 from torch import nn
 from xbench.common.workload.data import load_mnist
-threads, data_dir, samples, batch = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+threads, data_dir = int(sys.argv[1]), sys.argv[2]
+samples, batch = int(sys.argv[3]), int(sys.argv[4])
 torch.set_num_threads(threads)
 torch.manual_seed(0)
 data = load_mnist(data_dir)
@@ -99,9 +100,10 @@ def main():
         print(f"{who:>9}: mean {statistics.fmean(values):,.0f} samples/s, CV "
               f"{spread(values):.1%} ({min(values):,.0f} to {max(values):,.0f}; "
               f"{len(values)} runs, {threads} threads)")
-    print(f"xbench's CV / the hand loop's: {spread(rates['xbench']) / spread(rates['hand loop']):.2f}"
-          f" (target at most 1.50); ratio of mean rates xbench / hand loop: "
-          f"{statistics.fmean(rates['xbench']) / statistics.fmean(rates['hand loop']):.2f}")
+    xbench, hand = rates["xbench"], rates["hand loop"]
+    print(f"xbench's CV / the hand loop's: {spread(xbench) / spread(hand):.2f} (target at most "
+          f"1.50); ratio of mean rates xbench / hand loop: "
+          f"{statistics.fmean(xbench) / statistics.fmean(hand):.2f}")
 
 
 if __name__ == "__main__":
