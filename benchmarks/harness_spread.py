@@ -30,8 +30,8 @@ samples, batch = int(sys.argv[3]), int(sys.argv[4])
 torch.set_num_threads(threads)
 torch.manual_seed(0)
 data = load_mnist(data_dir)
-x = torch.from_numpy(data.train_images[:samples]).permute(0, 3, 1, 2).float().div(255)
-x = ((x - 0.1307) / 0.3081).contiguous()
+x = torch.from_numpy(data.train_images[:samples]).permute(0, 3, 1, 2)
+x = ((x.to(torch.float32, memory_format=torch.contiguous_format) / 255 - 0.1307) / 0.3081)
 y = torch.from_numpy(data.train_labels[:samples].astype(np.int64))
 model = nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
                       nn.Linear(14 * 14 * 32, 64), nn.ReLU(), nn.Linear(64, 10))
@@ -59,6 +59,8 @@ def xbench_rate(folder: Path, round_: int, data_dir: str) -> tuple[float, int]:
     done = subprocess.run([sys.executable, "-m", "xbench.cli.main", "-q", "grid", str(grid),
                            "--data-dir", data_dir, "--results", str(results)],
                           capture_output=True, text=True)
+    if done.returncode != 0 or not results.exists():
+        raise SystemExit(f"xbench grid exited {done.returncode}:\n{done.stderr}")
     [row] = read_rows(results)[0]
     if row["status"] != "ok":
         raise SystemExit(f"xbench: {row['status']}: {row['error']}\n{done.stderr}")

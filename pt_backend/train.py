@@ -82,8 +82,9 @@ def normalise(images, mean, std):
     channel (`mean`, `std`: the dataset's) on the device the batch is on.
 
     The layout is asked for: with one channel, the permuted view passes as both contiguous and
-    channels_last, and PyTorch then ran the whole model channels_last, 30-40% slower on this
-    CPU than the same loop on a standard tensor (benchmarks/harness_spread.py)."""
+    channels_last, and PyTorch then ran the whole model channels_last: the small model's step
+    took 1.14x as long on a 2-core CPU (22 alternated blocks of 32 steps in one process, every
+    block 1.08x-1.26x); on an H100 it made no difference."""
     shape = (1, -1, 1, 1)
     return (images.permute(0, 3, 1, 2).to(torch.float32, memory_format=torch.contiguous_format)
             .div_(255).sub_(torch.tensor(mean, device=images.device).view(shape))

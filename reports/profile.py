@@ -85,8 +85,8 @@ def rest_text(rest: dict) -> str:
 def contention_text(contention: dict) -> str:
     """What else used the machine while it was timed; CONTENDED past the cell's limit."""
     share = taken_share(contention)
-    text = (f"other processes, steal and throttling took {share:.0%} of its cores while it was "
-            f"timed (1-minute load {contention['load_1m']:.1f})")
+    text = (f"other processes, interrupts, busy siblings, steal and throttling took {share:.0%} "
+            f"of its cores while it was timed (1-minute load {contention['load_1m']:.1f})")
     return ("CONTENDED: " + text + ": these times are not this machine's") \
         if contention["contended"] else text
 

@@ -365,8 +365,9 @@ def warnings(cells, frame, include_contended):
     lines = []
     contended = frame[frame["status"].eq("ok") & frame["contended"]]
     if len(contended):
-        lines.append(f"WARNING: {len(contended)} run(s) were contended (other processes, steal "
-                     f"or throttling took more than their cell's limit of a rank's cores, or "
+        lines.append(f"WARNING: {len(contended)} run(s) were contended (other processes, "
+                     f"interrupts, busy siblings, steal or throttling took more than their "
+                     f"cell's limit of a rank's cores, or "
                      f"another process used its GPU, while it was timed): "
                      + ("included at your request (--include-contended)" if include_contended
                         else "left out of every number and verdict above"))

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from conftest import REPO, SLOW, XBENCH, write_grid
 
+from xbench.common.measuring.contention import taken_share
 from xbench.common.measuring.evidence import sample_evidence
 from xbench.common.results.store import read_rows
 from xbench.common.running.placement import rank_cores
@@ -76,10 +77,11 @@ def test_a_right_sample_order_matches_the_order_every_backend_is_dealt(mnist_dir
 def skip_unless_quiet(quiet, printed):
     """Where the machine was busy beside the test (another suite, a build), the quiet run could
     not be quiet, and the mark said so: the test skips, saying what it measured."""
-    shares = [e["contention"]["other_cpu_share"] for e in quiet["epochs"]]
+    shares = [taken_share(rank) for e in quiet["epochs"] for rank in e["contention"]["per_rank"]]
     assert ("CONTENDED" in printed) == quiet["contended"]
     if quiet["contended"]:
-        pytest.skip(f"no quiet core here: other processes took {max(shares):.0%} of the cores "
+        pytest.skip(f"no quiet core here: other processes, interrupts and the like took "
+                    f"{max(shares):.0%} of a rank's cores "
                     f"during the quiet run (limit {quiet['contention_limit']:.0%})")
 
 

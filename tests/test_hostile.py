@@ -117,6 +117,11 @@ def bad_rows():
         "schema_version {}": {**good, "schema_version": {}},
         "schema_version huge": {**good, "schema_version": "HUGE"},  # written as 5,000 digits
         "contention {}": {**good, "epochs": [good["epochs"][0], {**epoch, "contention": {}}]},
+        "per-rank contention not a list": {**good, "epochs": [good["epochs"][0], {
+            **epoch, "contention": {**epoch["contention"], "per_rank": {"0": 0.5}}}]},
+        "a rank's share a text": {**good, "epochs": [good["epochs"][0], {
+            **epoch, "contention": {**epoch["contention"],
+                                    "per_rank": [{"interrupt_share": "0.5"}]}}]},
         "packages a list": {**good, "env": {**good["env"], "packages": ["torch"]}},
         "digests not text": {**good, "evidence": {**good["evidence"],
                                                   "replica_weight_digests": [[1]]}},

@@ -133,7 +133,11 @@ POSITIVE = "a positive number"  # a finite number above 0 (an epoch's seconds)
 # The nested values readers use, by shape: a tuple of types, POSITIVE, an object {key: shape}
 # (a key ending in '?' may be absent; other keys are allowed), [shape] a list of them, Maybe,
 # Each. What a reader takes from a row is checked here, so a wrong value is a skipped line.
-CONTENTION = {"contended": BOOL, "other_cpu_share": Maybe(NUMBER), "steal_share": Maybe(NUMBER)}
+NEWER_SHARES = {f"{name}?": Maybe(NUMBER) for name in (  # absent from older rows
+    "interrupt_share", "sibling_share", "throttled_share", "taken_share")}
+RANK_CONTENTION = {"other_cpu_share?": Maybe(NUMBER), "steal_share?": Maybe(NUMBER), **NEWER_SHARES}
+CONTENTION = {"contended": BOOL, "other_cpu_share": Maybe(NUMBER), "steal_share": Maybe(NUMBER),
+              **NEWER_SHARES, "per_rank?": Maybe([RANK_CONTENTION])}
 EPOCH = {"epoch": COUNT, "seconds": POSITIVE, "samples": COUNT, "rate?": Maybe(RATE),
          "loss": NUMBER, "accuracy": SHARE, "seconds_per_rank": [SECONDS],
          "contention": CONTENTION, "input_seconds?": Maybe(SECONDS),  # schema 2 had no input
