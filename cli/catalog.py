@@ -34,16 +34,18 @@ def list_models(as_json):
                               "params": described["params"],
                               "flops_per_sample": described["flops_per_sample"]})
     width = max(map(len, models.MODELS))
-    lines = [f"{'model':<{width}} {'images':<7} {'source':<20} {'parameters':>12} "
-             f"{'FLOPs/sample':>14}"]
+    data = max(len(spec.dataset) for spec in models.MODELS.values())
+    lines = [f"{'model':<{width}} {'data':<{data}} {'source':<20} {'parameters':>12} "
+             f"{'FLOPs/sample':>16}"]
     for f in found:
-        numbers = (f"{f['params']:>12,} {f['flops_per_sample']:>14,}" if f["params"] is not None
+        numbers = (f"{f['params']:>12,} {f['flops_per_sample']:>16,}" if f["params"] is not None
                    else f["error"])
-        lines.append(f"{f['model']:<{width}} {models.MODELS[f['model']].dataset:<7} "
+        lines.append(f"{f['model']:<{width}} {models.MODELS[f['model']].dataset:<{data}} "
                      f"{f['source']:<20} {numbers}")
     show(found, as_json, messages(), lines)
     if not as_json:
-        say("FLOPs = 2 x multiply-accumulates of the forward pass (conv and dense layers).")
+        say("FLOPs = 2 x multiply-accumulates of the forward pass of one sample (an image, or a "
+            "window of the context's tokens): conv and dense layers, a transformer's products.")
 
 
 @click.command("backends")

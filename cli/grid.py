@@ -36,7 +36,9 @@ UNFINISHED = ("failed", "timeout")
               help="Instead of --batch: grow the batch from START by FACTOR (32x4: 32, 128, "
                    "512, ...) until the first that does not fit in memory, per line of the grid.")
 @click.option("--data-dir", type=click.Path(file_okay=False),
-              help="Folder with the MNIST files, or CIFAR-10 (cifar-10-batches-py or its archive).")
+              help="Folder with the MNIST files, CIFAR-10 (cifar-10-batches-py or its archive), or "
+                   "Tiny Shakespeare's input.txt (also found in a tinyshakespeare folder in it "
+                   "or beside it).")
 @click.option("--results", "results_path", type=click.Path(dir_okay=False),
               help="Results file (JSON Lines); default results/<grid>.jsonl.")
 @click.option("--resume/--force", default=True,
@@ -75,9 +77,9 @@ def grid(grid_file, preset, batch_sweep, data_dir, results_path, resume, dry_run
         folder = data_module.data_folder(cells[0].data, data_dir)
         cells = [dataclasses.replace(cell, data_dir=folder) for cell in cells]
     else:
-        click.secho("SYNTHETIC DATA: random images shaped as each model's dataset; rates are "
-                    "real, accuracy is meaningless; rows say dataset=synthetic", fg="yellow",
-                    err=True)
+        click.secho("SYNTHETIC DATA: random images (or tokens) shaped as each model's dataset; "
+                    "rates are real, accuracy and loss are meaningless; rows say "
+                    "dataset=synthetic", fg="yellow", err=True)
     if until_conclusive:  # the grid's own repeats are the sequential plan's first look
         cells = [dataclasses.replace(cell, look=1) for cell in cells]
     rows = run_grid(cells, results_path, resume=resume, echo=say, launcher=where, quiet=quiet())

@@ -2,7 +2,12 @@
 import math
 
 from xbench.common.backends.backend import wire
-from xbench.common.workload.models import MODELS, gradient_bytes, input_shape
+from xbench.common.workload.models import (
+    gradient_bytes,
+    input_shape,
+    is_language_model,
+    output_values,
+)
 from xbench.common.workload.precision import lower_dtype
 from xbench.pt_backend.base import TorchBackend
 
@@ -31,14 +36,16 @@ class DataParallelBackend(TorchBackend):
             return []
         others, share = devices - 1, (devices - 1) / devices
         samples = cell.global_batch
+        input_bytes = 8 if is_language_model(cell.model) else 4  # int64 token ids; float32 pixels
         return [wire("parameters and buffers replicated from GPU 0", others * self.module_bytes,
                      "computed", "replicate(): the module copied to the other GPUs each step"),
                 wire("inputs scattered from GPU 0",
-                     share * samples * 4 * math.prod(input_shape(cell.model)), "computed",
-                     "scatter(): the other GPUs' shares of the batch (float32 images)"),
+                     share * samples * input_bytes * math.prod(input_shape(cell.model)),
+                     "computed", "scatter(): the other GPUs' shares of the batch (float32 "
+                     "images, or int64 token ids)"),
                 wire("outputs gathered on GPU 0",
                      share * samples * (2 if lower_dtype(cell.precision) else 4)
-                     * MODELS[cell.model].layers[-1].out_features, "computed",
+                     * output_values(cell.model), "computed",
                      "gather(): the other GPUs' logits (2 bytes each in mixed precision)"),
                 wire("gradients reduced onto GPU 0", others * gradient_bytes(cell.model),
                      "computed", "the replicas' gradients summed into GPU 0's parameters")]

@@ -17,11 +17,16 @@ class FullyShardedBackend(TorchrunBackend):
 
     def wrap_model(self, model, device):
         """Each top-level unit that has parameters (conv1, dense1, block1, ...) shards them on
-        its own, so one unit at a time is whole; then the root, which holds none itself."""
+        its own, so one unit at a time is whole; then the root, which holds the rest. A
+        language model's token embedding is also its output layer (tied): it stays with the
+        root, whose parameters are whole from the first unit's forward to the last's, since two
+        units of their own would each gather and reduce the one table."""
         from torch.distributed.fsdp import fully_shard
+
+        from xbench.pt_backend.models import TokenEmbedding
         after_forward = self.cell.reshard == "after-forward"
         for unit in model.children():
-            if any(True for _ in unit.parameters()):
+            if any(True for _ in unit.parameters()) and not isinstance(unit, TokenEmbedding):
                 fully_shard(unit, reshard_after_forward=after_forward)
         return fully_shard(model, reshard_after_forward=after_forward)
 

@@ -3,13 +3,17 @@ from collections import OrderedDict
 
 import torch
 from torch import nn
+from torch.nn import functional
 
 from xbench.common.workload import models as spec
 from xbench.common.workload.models import (
     ADAM,
     BATCHNORM,
+    EMBEDDING_UNIT,
+    LAYERNORM_EPSILON,
     initial_weights,
     input_shape,
+    is_language_model,
     named_layers,
 )
 
@@ -25,8 +29,80 @@ class ResidualBlock(nn.Module):
         return torch.relu(self.body(x) + self.shortcut(x))
 
 
-def torch_layer(layer) -> nn.Module:
-    """One spec layer as a module (a ReLU after it where the spec says so)."""
+class TokenEmbedding(nn.Module):
+    """A token's embedding plus its position's (spec.Embedding); `token` is also the output
+    layer's weight."""
+
+    def __init__(self, layer: spec.Embedding):
+        super().__init__()
+        self.token = nn.Embedding(layer.vocab, layer.width)
+        self.position = nn.Embedding(layer.context, layer.width)
+
+    def forward(self, tokens):
+        return self.token(tokens) + self.position(torch.arange(tokens.shape[1],
+                                                               device=tokens.device))
+
+
+class TransformerBlock(nn.Module):
+    """spec.Block: pre-LayerNorm causal self-attention and a 4x GELU MLP, each added to the
+    residual stream. Attention is torch's scaled_dot_product_attention (its fused kernels on a
+    GPU; FlopCounterMode counts its two products under the math kernel)."""
+
+    def __init__(self, layer: spec.Block):
+        super().__init__()
+        width, self.heads = layer.width, layer.heads
+        self.ln1 = nn.LayerNorm(width, eps=LAYERNORM_EPSILON)
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+        self.ln2 = nn.LayerNorm(width, eps=LAYERNORM_EPSILON)
+        self.fc = nn.Linear(width, 4 * width)
+        self.out = nn.Linear(4 * width, width)
+
+    def forward(self, x):
+        batch, tokens, width = x.shape
+        q, k, v = (part.view(batch, tokens, self.heads, width // self.heads).transpose(1, 2)
+                   for part in self.qkv(self.ln1(x)).split(width, dim=2))
+        attended = functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(attended.transpose(1, 2).reshape(batch, tokens, width))
+        return x + self.out(functional.gelu(self.fc(self.ln2(x))))
+
+
+class TiedLogits(nn.Module):
+    """The next token's logits through the token embedding's table (spec.TiedLogits). It holds
+    no parameter: the embedding is referenced, not registered, so the weight is one parameter
+    (counted, all-reduced and stepped once) and is read where it lives at each call (a
+    DataParallel replica passes its own: `TiedSequential`)."""
+
+    def __init__(self, embedding: TokenEmbedding):
+        super().__init__()
+        object.__setattr__(self, "embedding", embedding)
+
+    def forward(self, x, table=None):
+        return functional.linear(x, self.embedding.token.weight if table is None else table)
+
+
+class TiedSequential(nn.Sequential):
+    """A language model's units in order, the output layer given the embedding table of this
+    module (a DataParallel replica's own; under FSDP the gathered one)."""
+
+    def forward(self, x):
+        for unit in self:
+            x = (unit(x, self.get_submodule(EMBEDDING_UNIT).token.weight)
+                 if isinstance(unit, TiedLogits) else unit(x))
+        return x
+
+
+def torch_layer(layer, units=None) -> nn.Module:
+    """One spec layer as a module (a ReLU after it where the spec says so); `units`: the modules
+    built before it (the tied output layer's embedding)."""
+    if isinstance(layer, spec.Embedding):
+        return TokenEmbedding(layer)
+    if isinstance(layer, spec.Block):
+        return TransformerBlock(layer)
+    if isinstance(layer, spec.LayerNorm):
+        return nn.LayerNorm(layer.width, eps=LAYERNORM_EPSILON)
+    if isinstance(layer, spec.TiedLogits):
+        return TiedLogits(units[EMBEDDING_UNIT])
     if isinstance(layer, spec.Residual):
         return ResidualBlock(nn.Sequential(*map(torch_layer, layer.body)),
                              nn.Sequential(*map(torch_layer, layer.shortcut)))
@@ -50,8 +126,10 @@ def torch_layer(layer) -> nn.Module:
 def build_model(name, seed=0) -> nn.Sequential:
     """The model `name`, one named module per top-level spec layer (conv1, bn1, block1 ...), with
     the initial weights every backend starts from (common.workload.models)."""
-    model = nn.Sequential(OrderedDict((unit, torch_layer(layer))
-                                      for unit, layer, _ in named_layers(name)))
+    units = OrderedDict()
+    for unit, layer, _ in named_layers(name):
+        units[unit] = torch_layer(layer, units)
+    model = (TiedSequential if is_language_model(name) else nn.Sequential)(units)
     with torch.no_grad():
         for parameter, value in zip(model.parameters(), initial_weights(name, seed), strict=True):
             assert parameter.shape == value.shape, (name, parameter.shape, value.shape)
@@ -75,14 +153,21 @@ def build_optimizer(parameters, name="adam", lr=ADAM["learning_rate"], momentum=
                             eps=ADAM["epsilon"], weight_decay=weight_decay)
 
 
+def example_input(name: str, batch: int = 1) -> torch.Tensor:
+    """Zeros shaped as `batch` samples of the model's input (images, or token ids)."""
+    return torch.zeros(batch, *input_shape(name),
+                       dtype=torch.int64 if is_language_model(name) else torch.float32)
+
+
 def describe(name):
     """Parameters counted on the built module and forward FLOPs counted by torch's
-    FlopCounterMode."""
+    FlopCounterMode (attention through its math kernel, whose products it counts)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
     model = build_model(name).eval()
     counter = FlopCounterMode(display=False)
-    with counter, torch.no_grad():
-        model(torch.zeros(1, *input_shape(name)))
+    with counter, torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
+        model(example_input(name))
     return {"framework": "PyTorch " + torch.__version__,
             "params": sum(p.numel() for p in model.parameters() if p.requires_grad),
             "flops_per_sample": counter.get_total_flops()}

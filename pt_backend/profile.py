@@ -7,15 +7,15 @@ from torch import nn
 from xbench.common.running.profile import STEP_PASSES, time_passes
 from xbench.common.workload.data import load
 from xbench.pt_backend.limits import device_name
-from xbench.pt_backend.models import build_model, build_optimizer
-from xbench.pt_backend.train import normalise
+from xbench.pt_backend.models import TiedLogits, build_model, build_optimizer
+from xbench.pt_backend.train import mean_loss, model_inputs
 
 
 def profile(cell, device, request):
     """The seconds of every pass of `request`'s units and of the step (common.running.profile)."""
     data = load(cell)
     model = build_model(cell.model, cell.seed).to(device).train()
-    x = normalise(torch.from_numpy(data.train_images).to(device), data.mean, data.std)
+    x = model_inputs(torch.from_numpy(data.train_images).to(device), data)
     labels = torch.from_numpy(data.train_labels.astype("int64")).to(device)
     generator = torch.Generator(device).manual_seed(cell.seed)
     passes, unit_input = [], x
@@ -38,7 +38,9 @@ def unit_passes(name, unit: nn.Module, unit_input, gradient, input_gradient: boo
     """The unit's forward pass, and its backward pass: the gradients of its weights (and of its
     input where training needs them) from `gradient`, returned, not accumulated."""
     unit_input = unit_input.detach().requires_grad_(input_gradient)
-    wanted = [*([unit_input] if input_gradient else []), *unit.parameters()]
+    # the tied output layer's weight is the embedding's table: its gradient is computed there too
+    weights = [unit.embedding.token.weight] if isinstance(unit, TiedLogits) else unit.parameters()
+    wanted = [*([unit_input] if input_gradient else []), *weights]
     kept = {}
 
     def forward():
@@ -55,7 +57,7 @@ def step_passes(model: nn.Module, optimizer, x, labels):
     loss_fn, kept = nn.CrossEntropyLoss(), {}
 
     def forward():
-        kept["loss"] = loss_fn(model(x), labels)
+        kept["loss"] = mean_loss(model(x), labels, loss_fn)
 
     def backward():
         kept.pop("loss").backward()

@@ -1,5 +1,6 @@
 """`python -m pt_backend.throughput MODEL BATCH STEPS`: a short measured training throughput of a
-model on this machine's CPU (the plain module, Adam, random MNIST-shaped data), printed as JSON.
+model on this machine's CPU (the plain module, Adam, a batch shaped as the model's samples),
+printed as JSON.
 `xbench grid --dry-run` uses it to estimate cells for which no earlier rows exist."""
 import json
 import sys
@@ -7,18 +8,22 @@ import time
 
 import torch
 
-from xbench.pt_backend.models import build_model, build_optimizer
+from xbench.pt_backend.models import build_model, build_optimizer, example_input
+from xbench.pt_backend.train import mean_loss
 
 
 def samples_per_second(model_name: str, batch: int, steps: int) -> float:
     model = build_model(model_name)
     optimizer = build_optimizer(model.parameters())
-    images, labels = torch.randn(batch, 1, 28, 28), torch.randint(0, 10, (batch,))
+    samples = example_input(model_name, batch)
+    with torch.no_grad():  # class ids (a window's next tokens) shaped as the model predicts
+        targets = torch.zeros(model(samples).shape[:-1], dtype=torch.int64)
+    loss_fn = torch.nn.CrossEntropyLoss()
     for step in range(steps + 2):  # two warm-up steps
         if step == 2:
             started = time.perf_counter()
         optimizer.zero_grad()
-        torch.nn.functional.cross_entropy(model(images), labels).backward()
+        mean_loss(model(samples), targets, loss_fn).backward()
         optimizer.step()
     return steps * batch / (time.perf_counter() - started)
 

@@ -13,8 +13,9 @@ from torch.utils.data import DataLoader, DistributedSampler, Sampler
 
 from xbench.common.measuring.attribution import INSTRUMENTED, CollectiveClock
 from xbench.common.measuring.evidence import indices_digest
+from xbench.common.measuring.target import Evaluation
 from xbench.common.running.env import cpu_name, peak_rss_bytes
-from xbench.common.running.training import EVAL_BATCH, TrainingLoop
+from xbench.common.running.training import TrainingLoop, eval_batch
 from xbench.common.workload.data import rank_indices
 from xbench.common.workload.precision import LOSS_SCALE_GROWTH_STEPS, LOSS_SCALE_START, lower_dtype
 from xbench.pt_backend.models import batchnorm_statistics, build_model, build_optimizer
@@ -89,6 +90,24 @@ def normalise(images, mean, std):
     return (images.permute(0, 3, 1, 2).to(torch.float32, memory_format=torch.contiguous_format)
             .div_(255).sub_(torch.tensor(mean, device=images.device).view(shape))
             .div_(torch.tensor(std, device=images.device).view(shape)))
+
+
+def model_inputs(samples: torch.Tensor, data) -> torch.Tensor:
+    """What the model takes of a batch of `data`'s samples (on their device): normalised images,
+    or a language model's token ids."""
+    return samples.long() if data.is_text else normalise(samples, data.mean, data.std)
+
+
+def mean_loss(logits: torch.Tensor, targets: torch.Tensor, loss_fn) -> torch.Tensor:
+    """`loss_fn` (cross-entropy) over the batch's samples, or a language model's tokens (each
+    window has as many, so their mean is the mean of the windows' means)."""
+    return loss_fn(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def correct_samples(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The accuracy's numerator: per sample the share of its predictions that are right (an
+    image's 0 or 1, a window's share of its next tokens), summed over the batch."""
+    return (logits.argmax(-1) == targets).reshape(len(targets), -1).double().mean(1).sum()
 
 
 def cuda_moment() -> torch.cuda.Event:
@@ -172,7 +191,7 @@ class TorchLoop(TrainingLoop):
                                            self.collectives)
         self.taken = []
         self.loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
-        self.correct = torch.zeros((), dtype=torch.int64, device=self.device)
+        self.correct = torch.zeros((), dtype=torch.float64, device=self.device)
 
     def sync(self):
         if self.cuda:
@@ -206,13 +225,13 @@ class TorchLoop(TrainingLoop):
         images, labels, indices = batch
         self.taken.append(indices)
         data = self.job.data
-        x = normalise(images.to(self.device, non_blocking=self.non_blocking), data.mean, data.std)
+        x = model_inputs(images.to(self.device, non_blocking=self.non_blocking), data)
         y = labels.to(self.device, non_blocking=self.non_blocking)
         self.optimizer.zero_grad()  # set_to_none, the default since torch 2.0
         self.marks.mark("host")
         with self.autocast():
             logits = self.wrapped(x)
-            loss = self.loss_fn(logits, y)
+            loss = mean_loss(logits, y, self.loss_fn)
         self.marks.mark("forward")
         time.sleep(self.faults.slow_for(self.comm.rank))  # the slow-rank fault, if injected
         self.scaler.scale(loss).backward()
@@ -226,7 +245,7 @@ class TorchLoop(TrainingLoop):
         if collective:
             self.marks.collective(*collective)
         self.loss_sum += loss.detach() * len(y)
-        self.correct += (logits.argmax(1) == y).sum()
+        self.correct += correct_samples(logits, y)
 
     def reset_totals(self):
         self.loss_sum.zero_()
@@ -237,7 +256,7 @@ class TorchLoop(TrainingLoop):
         scale is noted too: its history per epoch)."""
         if self.scaler.is_enabled():
             self.loss_scales.append(self.scaler.get_scale())
-        return torch.stack([self.loss_sum, self.correct.double()])  # nccl sums on the device
+        return torch.stack([self.loss_sum, self.correct])  # nccl sums on the device
 
     def autocast(self):
         """The forward pass in the cell's lower precision (a no-op at float32)."""
@@ -289,19 +308,27 @@ class TorchLoop(TrainingLoop):
 
     @torch.no_grad()
     def evaluate(self):
-        """Accuracy on the whole test set (the unwrapped model, or its whole copy)."""
+        """Accuracy and mean loss on the whole test set (the unwrapped model, or its whole
+        copy)."""
         data = self.job.data
         model = self.evaluated
         model.eval()
-        correct = 0
-        for start in range(0, len(data.test_images), EVAL_BATCH):
-            images = torch.from_numpy(data.test_images[start:start + EVAL_BATCH]).to(self.device)
-            labels = torch.from_numpy(data.test_labels[start:start + EVAL_BATCH].astype(np.int64))
+        loss_fn = nn.CrossEntropyLoss(reduction="sum")
+        loss_sum = correct = 0.0
+        size = eval_batch(self.cell.model)
+        for start in range(0, len(data.test_images), size):
+            samples = torch.from_numpy(data.test_images[start:start + size]).to(self.device)
+            targets = torch.from_numpy(data.test_labels[start:start + size].astype(np.int64)
+                                       ).to(self.device)
             with self.autocast():
-                logits = model(normalise(images, data.mean, data.std))
-            correct += (logits.argmax(1).cpu() == labels).sum().item()
+                logits = model(model_inputs(samples, data))
+            logits = logits.float()
+            # summed over every token, / a window's tokens: the sum of the windows' means
+            loss_sum += mean_loss(logits, targets, loss_fn).item() / targets[0].numel()
+            correct += correct_samples(logits, targets).item()
         model.train()
-        return correct / len(data.test_images)
+        return Evaluation(accuracy=correct / len(data.test_images),
+                          loss=loss_sum / len(data.test_images))
 
     def thread_pools(self):
         return {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads(),

@@ -47,7 +47,7 @@ CELL_ORDER = [DATASET, *(c for c in AXES if c != BATCH), BATCH_MODE, BATCH, "dev
 # What trains on the same samples in the same global batches, whatever runs it.
 SAME_WORK = ["env", *[c for c in WORKLOAD if c not in ("batch_mode", BATCH)], "global_batch"]
 METRICS = ["step_time_p50", "step_time_p90", "startup_seconds", "first_epoch_overhead",
-           "test_accuracy", "last_loss", "last_accuracy", "peak_memory_bytes"]
+           "test_accuracy", "test_loss", "last_loss", "last_accuracy", "peak_memory_bytes"]
 
 
 def configuration(frame: pd.DataFrame, training: str = "training") -> pd.Series:

@@ -24,7 +24,8 @@ IDENTITY = ["env", "configuration"]
 TIME_TEXT = (
     "A cell with a target accuracy trains until its test accuracy, evaluated after every "
     "1/evals_per_epoch of an epoch's steps (the same steps in every backend), reaches the "
-    "target, or until its epochs are done (then it did not converge). Time to target: the "
+    "target (a target loss: until its test loss falls to it), or until its epochs are done "
+    "(then it did not converge). Time to target: the "
     "epochs' wall clock from the first step to the end of the evaluation that reached it, "
     "evaluations included, as MLPerf Training counts it (xbench's own bookkeeping between "
     "epochs left out); training only: the evaluations taken out too. Each "
@@ -45,10 +46,12 @@ TIME_TEXT = (
 
 
 def target_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """One record per configuration with a target accuracy and environment: its runs (usable
-    ones: ok and not contended unless asked), how many converged, the time, training time,
-    samples and epochs to the target over them, and its throughput."""
-    rows = frame[pd.to_numeric(frame["target_accuracy"], errors="coerce").fillna(0) > 0]
+    """One record per configuration with a target (an accuracy, or a loss) and environment: its
+    runs (usable ones: ok and not contended unless asked), how many converged, the time,
+    training time, samples and epochs to the target over them, and its throughput."""
+    accuracy, loss = (pd.to_numeric(frame[f"target_{metric}"], errors="coerce").fillna(0)
+                      for metric in ("accuracy", "loss"))
+    rows = frame[(accuracy > 0) | (loss > 0)]
     if rows.empty:
         return pd.DataFrame(columns=TARGET_COLUMNS)
     rows = rows.assign(configuration=analysis.configuration(rows))
@@ -63,7 +66,8 @@ def target_table(frame: pd.DataFrame) -> pd.DataFrame:
         record = {column: first.get(column) for column in (*analysis.CONFIG, "device_type")}
         record.update(
             configuration=first["configuration"], training=first["training"],
-            target=float(first["target_accuracy"]),
+            metric="loss" if loss[first.name] > 0 else "accuracy",
+            target=float(loss[first.name] or accuracy[first.name]),
             seeds=sorted({int(s) for s in ran["seed"]}), runs=len(ran),
             not_ok=len(group) - len(ran), timed_runs=len(usable),
             converged=sum(bool(t.get("converged")) for t in reached),
@@ -83,14 +87,22 @@ def target_table(frame: pd.DataFrame) -> pd.DataFrame:
         records.append(record)
     table = pd.DataFrame(records, columns=TARGET_COLUMNS)
     table["_order"] = table["backend"].map(analysis.backend_order)
-    return (table.sort_values(["env", "_order", "training", "target", *analysis.AXES, "devices"])
+    return (table.sort_values(["env", "_order", "training", "metric", "target", *analysis.AXES,
+                               "devices"])
             .drop(columns="_order").reset_index(drop=True))
 
 
-TARGET_COLUMNS = [*analysis.CONFIG, "device_type", "configuration", "training", "target",
+TARGET_COLUMNS = [*analysis.CONFIG, "device_type", "configuration", "training", "metric", "target",
                   "seeds", "runs", "not_ok", "timed_runs", "converged", "curves", "seconds",
                   "training_seconds", "training_seconds_values", "samples", "epochs", "rate",
                   "rate_low", "rate_high"]
+
+
+def target_text(record) -> str:
+    """'accuracy 0.98', or 'loss 1.8 nats' (a target loss: at or below it)."""
+    if record["metric"] == "loss":
+        return f"loss {record['target']:g} nats"
+    return f"accuracy {record['target']:g}"
 
 
 def time_statistics(values) -> dict:
@@ -126,7 +138,7 @@ def goodput(targets: pd.DataFrame) -> pd.DataFrame:
     if targets.empty:
         return pd.DataFrame(records)
     # per backend, its configurations: each batch and device count
-    keys = ["series", "target", *[c for c in analysis.SETUP
+    keys = ["series", "metric", "target", *[c for c in analysis.SETUP
                                   if c not in ("backend", analysis.BATCH, *draws())]]
     for _, group in targets.groupby(keys, sort=False, dropna=False):
         timed = group[[math.isfinite(s["median"]) for s in group["training_seconds"]]]
@@ -223,7 +235,7 @@ def converged_text(c) -> str:
 TARGET_TABLE = [
     ("env", lambda c: c["env"]), ("backend", lambda c: c["series"]),
     ("model", lambda c: c["model"]), ("training", lambda c: c["training"]),
-    ("target", lambda c: f"{c['target']:g}"),
+    ("target", lambda c: target_text(c)),
     ("batch", lambda c: f"{analysis.batch_kind(c['batch_mode'])} {c['batch']}"),
     ("devices", lambda c: c["devices"]),
     ("throughput (samples/s), 95% CI", rate_text),
@@ -248,7 +260,7 @@ def goodput_table(targets: pd.DataFrame) -> pd.DataFrame:
         best, fastest = g["shortest"], g["fastest"]
         lines.append({
             "env": g["env"], "backend": g["series"], "training": g["training"],
-            "target": f"{g['target']:g}",
+            "target": target_text(g),
             "shortest training time to target": (
                 f"{setup_text(best)}: {time_text(best['training_seconds'])}"
                 if best is not None else "no configuration reached it"),
@@ -267,7 +279,7 @@ def goodput_lines(targets: pd.DataFrame) -> list[str]:
     lines = []
     for _, g in goodput(targets).iterrows():
         best, fastest = g["shortest"], g["fastest"]
-        where = f"{g['series']} ({g['training']}), to {g['target']:g}"
+        where = f"{g['series']} ({g['training']}), to {target_text(g)}"
         if best is None:
             lines.append(f"{where}: no configuration reached the target")
             continue

@@ -22,7 +22,7 @@ ENVIRONMENT_FIELDS = ("host", "cpu_count", "python", "packages")
 NUMBERS = ("epoch1_rate", "epoch2_rate", "epoch1_seconds", "epoch2_seconds", "epoch1_samples",
            "epoch2_samples", "threads_per_device",
            "step_time_p50", "step_time_p90", "startup_seconds", "test_accuracy",
-           "peak_memory_bytes")
+           "test_loss", "peak_memory_bytes")
 # Every row of the frame has each setting's column (a row of an older schema is upgraded on
 # reading with what it had implicitly), and these of the configuration and measurement.
 ALWAYS = ("error", "repeat", "look", "device_type", "device_name", "framework",

@@ -26,7 +26,7 @@ from xbench.common.results.store import row_identity
 # A run's parameters: its identity, every setting its row records, and what its cell derives.
 PARAMS = ("grid", "cell_key", "repeat", *(s.row_name for s in IN_ROW), "framework",
           "global_batch", "per_device_batch", "world_size", "threads_per_device")
-TOTALS = ("test_accuracy", "startup_seconds", "step_time_p50", "step_time_p90",
+TOTALS = ("test_accuracy", "test_loss", "startup_seconds", "step_time_p50", "step_time_p90",
           "peak_memory_bytes", "cell_seconds")
 EPOCH_METRICS = ("rate", "seconds", "loss", "accuracy")
 EXPERIMENT = "xbench"

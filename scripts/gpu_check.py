@@ -7,9 +7,12 @@ per GPU at fp32/tf32/bf16, nccl all-reduce at every GPU count), then pt-single, 
 (and hvd-torch where Horovod is built) on 1, 2, 4 ... and all the GPUs, 3 repeats each, on real
 MNIST where it finds it (XBENCH_DATA_DIR, shared/data/mnist, ../shared/data/mnist; else synthetic
 data, and the rows say so), makes the report, and prints rates, MFU and memory per GPU; then
-profiles ResNet-18's layers on one GPU (`xbench profile`, batch 128).
+profiles ResNet-18's layers on one GPU (`xbench profile`, batch 128); then the gpt-gpu preset
+(gpt-small and gpt-medium at bf16 on real Tiny Shakespeare, beside MNIST's folder, else synthetic
+tokens) on the same GPU counts, and its report.
 
-    usage: python3 scripts/gpu_check.py [--out DIR]      (default results/gpu-check)
+    usage: python3 scripts/gpu_check.py [--out DIR] [--only PART]   (default results/gpu-check;
+           PART: mnist or gpt, default both)
 Exit 2 where torch sees no GPU or a dependency is missing, else the grid's exit code.
 """
 import argparse
@@ -70,7 +73,9 @@ def xbench(*args: str) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="results/gpu-check")
-    out = Path(parser.parse_args().out).resolve()
+    parser.add_argument("--only", choices=("mnist", "gpt"))
+    arguments = parser.parse_args()
+    out = Path(arguments.out).resolve()
     why = refusal()
     if why:
         print(f"gpu-check: nothing run: {why}", file=sys.stderr)
@@ -83,7 +88,40 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="xbench-uninstalled-") as folder:
         os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [
             str(link_packages(Path(folder))), os.environ.get("PYTHONPATH")]))
-        return check(out, gpus)
+        parts = {"mnist": check, "gpt": check_gpt}
+        codes = [part(out, gpus) for name, part in parts.items()
+                 if arguments.only in (None, name)]
+        return next((code for code in codes if code), 0)
+
+
+def data_folder() -> Path | None:
+    """Where MNIST is (Tiny Shakespeare is looked for beside it), or None."""
+    found = next((d for d in (os.environ.get("XBENCH_DATA_DIR"), *DATA)
+                  if d and (REPO / d).is_dir()), None)
+    return REPO / found if found else None
+
+
+def report(results: Path, folder: Path) -> None:
+    """The report of `results` in `folder`, and its rates, MFU and memory printed."""
+    xbench("report", str(results), "--out", str(folder), "--format", "md,csv")
+    summary = (folder / "summary.md").read_text().split("\n\n")
+    for index, block in enumerate(summary):
+        if block.startswith(PRINTED):
+            print(f"\n{block}\n\n{summary[index + 1]}")
+
+
+def check_gpt(out: Path, gpus: int) -> int:
+    """The gpt-gpu preset on 1 ... all the GPUs, and its report."""
+    data = data_folder()
+    text = data and any((folder / "input.txt").is_file()
+                        for folder in (data, data / "tinyshakespeare",
+                                       data.parent / "tinyshakespeare"))
+    results = out / "gpt-gpu.jsonl"
+    code = xbench("grid", "--preset", "gpt-gpu",
+                  "--devices", ",".join(map(str, device_counts(gpus))), "--results", str(results),
+                  *(["--data-dir", str(data)] if text else ["--data", "synthetic"]))
+    report(results, out / "gpt-report")
+    return code
 
 
 def check(out: Path, gpus: int) -> int:
@@ -96,18 +134,13 @@ def check(out: Path, gpus: int) -> int:
     probes = ["pt-single"] + (["pt-ddp", "hvd-torch"] if many else [])
     xbench("probe", "--backend", ",".join(b for b in probes if b in backends), "--device", "cuda",
            "--devices", ",".join(map(str, many or [2])), "--results-dir", str(out))
-    data = next((d for d in (os.environ.get("XBENCH_DATA_DIR"), *DATA)
-                 if d and (REPO / d).is_dir()), None)
+    data = data_folder()
     results = out / "gpu-check.jsonl"
     code = xbench("grid", "--preset", "smoke", "--backend", ",".join(backends), "--device", "cuda",
                   "--devices", ",".join(map(str, counts)), "--batch", "128,512",
                   "--max-train-samples", "0", "--repeat", "3", "--results", str(results),
-                  *(["--data-dir", str(REPO / data)] if data else ["--data", "synthetic"]))
-    xbench("report", str(results), "--out", str(out / "report"), "--format", "md,csv")
-    summary = (out / "report" / "summary.md").read_text().split("\n\n")
-    for index, block in enumerate(summary):
-        if block.startswith(PRINTED):
-            print(f"\n{block}\n\n{summary[index + 1]}")
+                  *(["--data-dir", str(data)] if data else ["--data", "synthetic"]))
+    report(results, out / "report")
     profiled = xbench("profile", "--model", "resnet18", "--batch", "128", "--backend", "pt-single",
                       "--device", "cuda", "--steps", "30", "--warmup", "5",
                       "--out", str(out / "profile-resnet18"))

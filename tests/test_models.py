@@ -1,6 +1,7 @@
 """The model specs: small 402,442 and large 4,104,202 parameters (the PyTorch code of the blog post
 the grid comes from), the CIFAR ResNet-18 11,173,962 and VGG-19/BN 20,040,522
-(kuangliu/pytorch-cifar's counts), and FLOPs counted by torch equal to the spec's."""
+(kuangliu/pytorch-cifar's counts), the GPT-style decoders (nanoGPT's counts), and FLOPs counted
+by torch equal to the spec's."""
 import numpy as np
 import pytest
 
@@ -9,15 +10,19 @@ from xbench.common.workload.models import (
     flops_per_sample,
     gradient_bytes,
     initial_weights,
-    input_shape,
+    is_language_model,
     parameter_count,
     training_flops_per_sample,
 )
-from xbench.pt_backend.models import build_model, describe
+from xbench.pt_backend.models import build_model, describe, example_input
 
 
+# gpt-small: nanoGPT's shakespeare_char model, which prints 10.65M (it leaves out the 98,304
+# position embeddings); gpt-medium: GPT-2 small's 124.4M less its 50,257-token embedding.
 @pytest.mark.parametrize("name, params", [("small", 402_442), ("large", 4_104_202),
-                                          ("resnet18", 11_173_962), ("vgg19", 20_040_522)])
+                                          ("resnet18", 11_173_962), ("vgg19", 20_040_522),
+                                          ("gpt-tiny", 809_856), ("gpt-small", 10_770_816),
+                                          ("gpt-medium", 85_892_352)])
 def test_parameter_counts(name, params):
     assert parameter_count(name) == params
     assert sum(p.numel() for p in build_model(name).parameters()) == params
@@ -31,18 +36,32 @@ def test_torch_flop_counter_agrees_with_the_spec(name):
     assert described["params"] == parameter_count(name)
 
 
-@pytest.mark.parametrize("name", list(MODELS))
+# gpt-medium is gpt-small's arithmetic, 35x the FLOPs: seconds of CPU for nothing new.
+@pytest.mark.parametrize("name", [name for name in MODELS if name != "gpt-medium"])
 def test_a_training_steps_flops_are_what_torch_counts_in_one(name):
-    """Forward and backward of a batch of 2 under torch's FlopCounterMode: the spec's training
-    FLOPs, which leave out the first layer's input gradient (3 x forward would not)."""
-    import torch
+    """Forward and backward of a batch of 2 under torch's FlopCounterMode (attention through
+    the math kernel, whose products it counts): the spec's training FLOPs, which leave out an
+    image model's first layer's input gradient (3 x forward would not); a language model's
+    first layer is a lookup, so there they are 3 x forward."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
     model = build_model(name).train()
     counter = FlopCounterMode(display=False)
-    with counter:
-        model(torch.zeros(2, *input_shape(name))).sum().backward()
+    with counter, sdpa_kernel(SDPBackend.MATH):
+        model(example_input(name, 2)).float().sum().backward()
     assert counter.get_total_flops() == 2 * training_flops_per_sample(name)
-    assert training_flops_per_sample(name) < 3 * flops_per_sample(name)
+    if is_language_model(name):
+        assert training_flops_per_sample(name) == 3 * flops_per_sample(name)
+    else:
+        assert training_flops_per_sample(name) < 3 * flops_per_sample(name)
+
+
+def test_gpt_flops_by_hand():
+    # gpt-tiny, per window of 64 tokens, width 128, 4 blocks: per block the four linear layers
+    # (3 + 1 + 4 + 4) x 128^2 multiply-accumulates a token, attention 2 x 64 x 128 a token;
+    # the tied head 128 x 65 a token
+    block = 2 * 64 * 12 * 128 ** 2 + 2 * 2 * 64 * 64 * 128
+    assert flops_per_sample("gpt-tiny") == 4 * block + 2 * 64 * 128 * 65
 
 
 def test_small_model_flops_by_hand():
@@ -64,3 +83,18 @@ def test_initial_weights_follow_torch_default_bounds_and_the_seed():
     again, other = initial_weights("small", seed=0), initial_weights("small", seed=1)
     assert all(np.array_equal(a, b) for a, b in zip(again, initial_weights("small", 0)))
     assert not np.array_equal(again[0], other[0])
+
+
+def test_gpt_initial_weights_are_gpt2s():
+    """N(0, 0.02) for the embeddings and the linear layers, N(0, 0.02 / sqrt(2 x blocks)) for the
+    projections back into the residual stream, biases 0, LayerNorms at 1 and 0; the token table
+    tied to the output layer counted once."""
+    tensors = initial_weights("gpt-small", seed=0)
+    token, position, ln1_weight, ln1_bias, qkv, qkv_bias, proj, *_ = tensors
+    assert token.shape == (65, 384) and position.shape == (256, 384)
+    assert qkv.shape == (3 * 384, 384) and qkv.std() == pytest.approx(0.02, rel=0.02)
+    assert proj.std() == pytest.approx(0.02 / np.sqrt(2 * 6), rel=0.02)
+    assert not qkv_bias.any() and not ln1_bias.any() and (ln1_weight == 1).all()
+    model = build_model("gpt-tiny")
+    assert model.head1.embedding is model.embed1  # referenced, not a module of its own
+    assert len(list(model.parameters())) == len(initial_weights("gpt-tiny", 0))

@@ -21,6 +21,7 @@ ADDED_IN = {
     11: ["epochs_given"],
     12: ["bucket_mb"],
     13: ["look"],
+    14: ["target_loss", "test_loss"],
 }
 
 
@@ -45,7 +46,7 @@ def as_of(row: dict, version: int) -> dict:
 
 def test_the_history_is_the_list_of_named_upgrades():
     assert [f.__name__ for f in UPGRADES] == [f"update_to_{v}" for v in VERSIONS]
-    assert VERSIONS == list(range(3, SCHEMA_VERSION + 1)) and SCHEMA_VERSION == 13
+    assert VERSIONS == list(range(3, SCHEMA_VERSION + 1)) and SCHEMA_VERSION == 14
     assert set(ADDED_IN) == set(VERSIONS)
 
 

@@ -10,7 +10,7 @@ from scipy import stats
 
 from tests.conftest import write_grid, xbench
 from xbench.common.grids.cell import Cell
-from xbench.common.measuring.target import TargetRun
+from xbench.common.measuring.target import Evaluation, TargetRun
 from xbench.common.results.store import read_rows
 from xbench.reports.goodput import goodput, smallest_p, target_table, time_statistics
 from xbench.reports.load import load
@@ -28,9 +28,9 @@ def test_the_test_set_is_evaluated_after_every_fraction_of_an_epoch(steps, evals
 
 def test_a_target_reached_in_epoch_1_still_trains_epoch_2_and_evaluates_no_more():
     run = target_run(4, evals=2)
-    run.record(1, 2, 0.5, training=1.0, wall=1.5)
+    run.record(1, 2, Evaluation(0.5, 1.2), training=1.0, wall=1.5)
     assert run.due(4) and not run.finished(1)
-    run.record(1, 4, 0.95, training=2.0, wall=3.0)
+    run.record(1, 4, Evaluation(0.95, 0.2), training=2.0, wall=3.0)
     run.end_epoch(training=2.0, evaluating=1.0)
     assert not run.due(2) and not run.due(4) and not run.finished(1) and run.finished(2)
     summary = run.summary()
@@ -38,18 +38,26 @@ def test_a_target_reached_in_epoch_1_still_trains_epoch_2_and_evaluates_no_more(
     assert (summary["seconds"], summary["training_seconds"]) == (3.0, 2.0)
     # a point of epoch 2 counts epoch 1's time, its evaluations in the wall clock only
     run.reached = None
-    run.record(2, 2, 0.97, training=0.5, wall=0.75)
+    run.record(2, 2, Evaluation(0.97, 0.1), training=0.5, wall=0.75)
     assert run.curve[-1] | {"accuracy": 0} == {"epoch": 2, "step": 6, "samples": 6 * 64,
-                                               "epochs": 1.5, "accuracy": 0, "seconds": 3.75,
-                                               "training_seconds": 2.5}
+                                               "epochs": 1.5, "accuracy": 0, "loss": 0.1,
+                                               "seconds": 3.75, "training_seconds": 2.5}
 
 
 def test_a_run_that_never_reaches_its_target_has_no_time_to_it():
     run = target_run(4)
-    run.record(1, 4, 0.5, training=1.0, wall=2.0)
+    run.record(1, 4, Evaluation(0.5, 1.2), training=1.0, wall=2.0)
     assert run.summary() | {"curve": None} == {
-        "target": 0.9, "evals_per_epoch": 4, "converged": False, "seconds": None,
-        "training_seconds": None, "samples": None, "epochs": None, "curve": None}
+        "target": 0.9, "metric": "accuracy", "evals_per_epoch": 4, "converged": False,
+        "seconds": None, "training_seconds": None, "samples": None, "epochs": None, "curve": None}
+
+
+def test_a_target_loss_is_reached_at_or_below_it():
+    run = TargetRun(2.0, 2, 4, global_batch=64, metric="loss")
+    run.record(1, 2, Evaluation(0.9, 2.5), training=1.0, wall=1.5)
+    assert run.reached is None  # a high accuracy does not meet a target loss
+    run.record(1, 4, Evaluation(0.1, 2.0), training=2.0, wall=3.0)
+    assert run.reached["loss"] == 2.0 and run.summary()["metric"] == "loss"
 
 
 def test_the_median_interval_and_mlperfs_trimmed_mean_by_hand():
@@ -167,7 +175,7 @@ def test_the_report_names_the_shortest_time_to_target_beside_the_highest_through
     assert fastest.startswith("global batch") and fastest.endswith("samples/s")
     assert same.rstrip(" |") in ("the same configuration", "different")
     assert "Time to target (median [interval]):" in printed
-    assert "pt-ddp (adam 0.001), to 0.85: shortest at global batch" in printed
+    assert "pt-ddp (adam 0.001), to accuracy 0.85: shortest at global batch" in printed
 
 
 def test_the_ranking_leaves_evaluations_out_and_three_seeds_cannot_be_sure(preset, tmp_path):

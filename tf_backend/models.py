@@ -2,6 +2,7 @@
 "same" padding), starting from the same initial weights as the PyTorch networks.
 """
 import math
+from itertools import islice
 
 import keras
 import numpy as np
@@ -12,10 +13,15 @@ from xbench.common.workload import models as spec
 from xbench.common.workload.models import (
     ADAM,
     BATCHNORM,
+    BLOCK_TENSORS,
+    EMBEDDING_UNIT,
+    LAYERNORM_EPSILON,
     initial_weights,
     input_shape,
+    is_language_model,
     layer_shapes,
     named_layers,
+    tensor_shapes_of,
 )
 
 
@@ -44,6 +50,112 @@ class TorchBatchNorm(keras.layers.BatchNormalization):
                                     + variance * values / (values - 1) * (1 - self.momentum))
         return ops.batch_normalization(inputs, mean, variance, axis=self.axis, offset=self.beta,
                                        scale=self.gamma, epsilon=self.epsilon)
+
+
+class TokenEmbedding(keras.layers.Layer):
+    """spec.Embedding: a token's learned embedding plus its position's. `token_table` is also the
+    output layer's weight (TiedLogits)."""
+
+    def __init__(self, layer: spec.Embedding, **settings):
+        super().__init__(**settings)
+        self.vocab, self.context, self.width = layer.vocab, layer.context, layer.width
+
+    def build(self, input_shape):
+        # PyTorch's order (token, then position); the values are loaded after building
+        self.token_table = self.add_weight(shape=(self.vocab, self.width),
+                                           initializer="zeros", name="token")
+        self.position_table = self.add_weight(shape=(self.context, self.width),
+                                              initializer="zeros", name="position")
+
+    def call(self, tokens):
+        # under a mixed policy Keras reads both tables in the compute dtype (autocast)
+        positions = self.position_table[:ops.shape(tokens)[1]]
+        return ops.take(self.token_table, tokens, axis=0) + positions
+
+
+class TransformerBlock(keras.layers.Layer):
+    """spec.Block as pt_backend.models.TransformerBlock computes it: x + proj(causal
+    self-attention(ln1(x))), then x + out(gelu(fc(ln2(x)))), exact-erf GELU. Its sublayers are
+    assigned in PyTorch's parameter order, which is the order of its weights."""
+
+    def __init__(self, layer: spec.Block, **settings):
+        super().__init__(**settings)
+        self.width, self.heads = layer.width, layer.heads
+        self.tokens = None  # the window it is built for: its attention's FLOPs depend on it
+        norm = {"epsilon": LAYERNORM_EPSILON, "dtype": RESIDUAL_DTYPE}
+        linear = {"kernel_initializer": "zeros"}  # the global policy: mixed, or float32
+        self.ln1 = keras.layers.LayerNormalization(name="ln1", **norm)
+        self.qkv = keras.layers.Dense(3 * layer.width, name="qkv", **linear)
+        self.proj = keras.layers.Dense(layer.width, name="proj", **linear)
+        self.ln2 = keras.layers.LayerNormalization(name="ln2", **norm)
+        self.fc = keras.layers.Dense(4 * layer.width, name="fc", **linear)
+        self.out = keras.layers.Dense(layer.width, name="out", **linear)
+
+    def build(self, input_shape):
+        self.tokens = input_shape[1]
+        for sublayer in (self.ln1, self.qkv, self.proj, self.ln2, self.fc):
+            sublayer.build(input_shape)
+        self.out.build((*input_shape[:-1], 4 * self.width))
+
+    def call(self, x):
+        tokens, head_width = ops.shape(x)[1], self.width // self.heads
+        query, key, value = (ops.reshape(part, (-1, tokens, self.heads, head_width))
+                             for part in ops.split(self.qkv(self.ln1(x)), 3, axis=-1))
+        attended = ops.dot_product_attention(query, key, value, is_causal=True)
+        # the sublayers' outputs (in the lower type under a mixed policy) added in float32
+        x = x + ops.cast(self.proj(ops.reshape(attended, (-1, tokens, self.width))), x.dtype)
+        return x + ops.cast(self.out(ops.gelu(self.fc(self.ln2(x)), approximate=False)), x.dtype)
+
+    def forward_flops(self) -> int:
+        """One window's: 2 x multiply-accumulates of the four linear layers per token, and of
+        attention's two products over every pair of positions (spec.layer_flops' count)."""
+        linear = sum(math.prod(dense.kernel.shape) for dense in (self.qkv, self.proj, self.fc,
+                                                                 self.out))
+        return 2 * self.tokens * linear + 2 * 2 * self.tokens ** 2 * self.width
+
+
+class TiedLogits(keras.layers.Layer):
+    """spec.TiedLogits: the next token's logits through the token embedding's table, read where
+    it lives at each call. The embedding is referenced past Keras' attribute tracking, so the
+    table is one variable of the model (counted, all-reduced and stepped once) whose gradient
+    sums both of its uses."""
+
+    def __init__(self, embedding: TokenEmbedding, **settings):
+        super().__init__(**settings)
+        object.__setattr__(self, "embedding", embedding)
+        self.tokens = None
+
+    def build(self, input_shape):
+        self.tokens = input_shape[1]
+
+    def call(self, x):
+        # the table is autocast to this layer's compute dtype, as a weight of its own would be
+        return ops.matmul(x, ops.transpose(self.embedding.token_table))
+
+    def forward_flops(self) -> int:
+        """One window's: 2 x (tokens x width x vocab)."""
+        return 2 * self.tokens * math.prod(self.embedding.token_table.shape)
+
+
+# The residual stream, the embeddings and the LayerNorms stay float32 under a mixed policy, as
+# torch.autocast keeps them (an embedding lookup, an add and layer_norm are not autocast to the
+# lower type there); the linear layers, attention and the output layer compute in it.
+RESIDUAL_DTYPE = "float32"
+
+
+def language_unit(name: str, layer, built: dict[str, keras.layers.Layer]
+                  ) -> keras.layers.Layer:
+    """One top-level layer of a language model as a Keras layer named as in the spec (embed1,
+    block1 ... ln1, head1): the unit `xbench profile` times. `built`: the units made before it
+    by name (the output layer reads the embedding's table)."""
+    if isinstance(layer, spec.Embedding):
+        return TokenEmbedding(layer, name=name, dtype=RESIDUAL_DTYPE)
+    if isinstance(layer, spec.Block):
+        return TransformerBlock(layer, name=name, dtype=RESIDUAL_DTYPE)
+    if isinstance(layer, spec.LayerNorm):
+        return keras.layers.LayerNormalization(epsilon=LAYERNORM_EPSILON, name=name,
+                                               dtype=RESIDUAL_DTYPE)
+    return TiedLogits(built[EMBEDDING_UNIT], name=name)
 
 
 def keras_layers(layer, leaves):
@@ -97,10 +209,20 @@ def keras_unit(name, layer, shape, leaves):
 def build_model(name, seed=0):
     """The model `name`, one unit per top-level spec layer, with the initial weights every
     backend starts from (common.workload.models), converted from PyTorch's layout to Keras'."""
-    leaves = []
-    units = [keras_unit(unit, layer, shape, leaves) for unit, layer, shape in named_layers(name)]
-    channels, height, width = input_shape(name)
-    model = keras.Sequential([keras.Input((height, width, channels)), *units], name=name)
+    if is_language_model(name):
+        built = {}
+        for unit, layer, _ in named_layers(name):
+            built[unit] = language_unit(unit, layer, built)
+        units = list(built.values())
+        inputs = keras.Input(input_shape(name), dtype="int32")
+        leaves = [unit for unit in units if not isinstance(unit, TiedLogits)]
+    else:
+        leaves = []
+        units = [keras_unit(unit, layer, shape, leaves)
+                 for unit, layer, shape in named_layers(name)]
+        channels, height, width = input_shape(name)
+        inputs = keras.Input((height, width, channels))
+    model = keras.Sequential([inputs, *units], name=name)
     model.spec_leaves = leaves
     for keras_layer, values in zip(leaves, keras_layout(name, initial_weights(name, seed)),
                                    strict=True):
@@ -115,7 +237,8 @@ def keras_layout(name, tensors):
     per layer that holds weights, in the spec's order: conv kernels OIHW -> HWIO, dense kernels
     (out, in) -> (in, out), and for the dense layer after the flatten the rows reordered from
     PyTorch's (C, H, W) flatten order to Keras' (H, W, C); BatchNorm's scale and shift as they
-    are."""
+    are. A transformer's embedding tables and LayerNorms stay as they are, a block's linear
+    weights are transposed (a block: one list of its 12 tensors in BLOCK_TENSORS' order)."""
     converted, values = [], iter(tensors)
     flattened = None
     for layer, shape in layer_shapes(name):
@@ -136,6 +259,13 @@ def keras_layout(name, tensors):
             else:
                 kernel = weight.T
             converted.append([np.ascontiguousarray(kernel), bias])
+        elif isinstance(layer, (spec.Embedding, spec.LayerNorm)):
+            converted.append([next(values) for _ in tensor_shapes_of(layer)])
+        elif isinstance(layer, spec.Block):
+            # .T turns the linear weights (out, in) into kernels (in, out) and leaves the 1-D
+            # tensors (biases, LayerNorm scales and shifts) as they are
+            converted.append([np.ascontiguousarray(value.T)
+                              for value in islice(values, len(BLOCK_TENSORS))])
     return converted
 
 
@@ -212,17 +342,21 @@ def parameter_count(model):
     return sum(math.prod(v.shape) for v in model.trainable_variables)
 
 
-def forward_flops(model):
-    """2 x multiply-accumulates of the conv and dense layers, from the built layers' kernels and
-    output shapes (the convention of common.workload.models.flops_per_sample)."""
-    total = 0
-    for layer in model._flatten_layers(include_self=False, recursive=True):
-        if isinstance(layer, keras.layers.Conv2D):
-            _, height, width, _ = layer.output.shape
-            total += 2 * math.prod(layer.kernel.shape) * height * width
-        elif isinstance(layer, keras.layers.Dense):
-            total += 2 * math.prod(layer.kernel.shape)
-    return total
+def forward_flops(layer: keras.layers.Layer) -> int:
+    """One sample's forward FLOPs through a model or layer: 2 x multiply-accumulates of the conv
+    and dense layers and of a transformer's matrix products, from the built layers' kernels and
+    shapes (the convention of common.workload.models.flops_per_sample); a layer without a count
+    of its own sums its sublayers' (a transformer block has one: its linear layers run once per
+    token)."""
+    if isinstance(layer, keras.layers.Conv2D):
+        _, height, width, _ = layer.output.shape
+        return 2 * math.prod(layer.kernel.shape) * height * width
+    if isinstance(layer, keras.layers.Dense):
+        return 2 * math.prod(layer.kernel.shape)
+    if isinstance(layer, (TransformerBlock, TiedLogits)):
+        return layer.forward_flops()
+    return sum(forward_flops(inner)
+               for inner in layer._flatten_layers(include_self=False, recursive=False))
 
 
 def describe(name):

@@ -6,15 +6,15 @@ import tensorflow as tf
 from xbench.common.running.profile import STEP_PASSES, time_passes
 from xbench.common.workload.data import load
 from xbench.tf_backend.device import device_name
-from xbench.tf_backend.models import build_model, build_optimizer
-from xbench.tf_backend.train import cross_entropy, normalise
+from xbench.tf_backend.models import TiedLogits, build_model, build_optimizer
+from xbench.tf_backend.train import cross_entropy, model_inputs
 
 
 def profile(cell, kind, request):
     """The seconds of every pass of `request`'s units and of the step (common.running.profile)."""
     data = load(cell)
     model = build_model(cell.model, cell.seed)
-    x = normalise(tf.constant(data.train_images), data.mean, data.std)
+    x = model_inputs(tf.constant(data.train_images), data)
     labels = tf.constant(data.train_labels.astype("int64"))
     generator = tf.random.Generator.from_seed(cell.seed)
     passes, unit_input = [], x
@@ -44,7 +44,9 @@ def unit_passes(unit, unit_input, gradient, input_gradient: bool):
     """The unit's forward pass, and its backward pass: the gradients of its weights (and of its
     input where training needs them) from `gradient`."""
     run = tf.function(lambda inputs: unit(inputs, training=True))
-    weights = unit.trainable_variables
+    # the tied output layer's weight is the embedding's table: its gradient is computed there too
+    weights = ([unit.embedding.token_table] if isinstance(unit, TiedLogits)
+               else unit.trainable_variables)
     kept = {}
 
     def forward():

@@ -15,8 +15,9 @@ import numpy as np
 import tensorflow as tf
 
 from xbench.common.measuring.attribution import CALL
+from xbench.common.measuring.target import Evaluation
 from xbench.common.running.env import peak_rss_bytes
-from xbench.common.running.training import EVAL_BATCH, INPUT_PIPELINE_PER_DEVICE, TrainingLoop
+from xbench.common.running.training import INPUT_PIPELINE_PER_DEVICE, TrainingLoop, eval_batch
 from xbench.common.workload.data import rank_indices
 from xbench.common.workload.precision import LOSS_SCALE_GROWTH_STEPS, LOSS_SCALE_START, lower_dtype
 from xbench.tf_backend.device import device_name, math_allowed, use_float32_math
@@ -68,7 +69,7 @@ class TrainPipeline:
     def __init__(self, data, multiple, global_batch, seed, comm, threads, replicas):
         self.images = tf.constant(data.train_images)
         self.labels = tf.constant(data.train_labels.astype(np.int32))
-        self.mean, self.std = data.mean, data.std
+        self.data = data
         self.base = len(data.train_images)
         self.samples = self.base * multiple
         self.global_batch, self.seed, self.comm, self.threads = global_batch, seed, comm, threads
@@ -91,8 +92,8 @@ class TrainPipeline:
         inside the epoch times (TF 2.21, logical CPU devices)."""
         def load(index):
             base = index % self.base
-            images = normalise(tf.gather(self.images, base), self.mean, self.std)
-            return images, tf.gather(self.labels, base), index
+            samples = model_inputs(tf.gather(self.images, base), self.data)
+            return samples, tf.gather(self.labels, base), index
 
         options = tf.data.Options()
         options.threading.private_threadpool_size = self.threads
@@ -110,14 +111,27 @@ def normalise(images, mean, std):
     return (tf.cast(images, tf.float32) / 255 - mean) / std
 
 
+def model_inputs(samples, data):
+    """What the model takes of a batch of `data`'s samples: normalised images, or a language
+    model's token ids."""
+    return tf.cast(samples, tf.int32) if data.is_text else normalise(samples, data.mean, data.std)
+
+
+def per_sample(values):
+    """A value per sample: a language model's is the mean over its window's tokens."""
+    return tf.reduce_mean(values, axis=1) if values.shape.rank > 1 else values
+
+
 def cross_entropy(labels, logits):
-    """Per-sample cross-entropy on logits."""
-    return tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
+    """Per-sample cross-entropy on logits (a window's: the mean over its tokens)."""
+    return per_sample(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
 
 
 def correct_count(labels, logits):
-    return tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, 1, output_type=labels.dtype), labels),
-                                 tf.float32))
+    """Per sample the share of its predictions that are right (an image's 0 or 1, a window's
+    share of next tokens), summed over the batch (pt_backend.train.loss_and_correct)."""
+    right = tf.equal(tf.argmax(logits, -1, output_type=labels.dtype), labels)
+    return tf.reduce_sum(per_sample(tf.cast(right, tf.float32)))
 
 
 class AgreedLossScaleOptimizer(keras.mixed_precision.LossScaleOptimizer):
@@ -189,7 +203,7 @@ class TensorFlowLoop(TrainingLoop):
         super().__init__(job, comm, backend)
         self.strategy = strategy
         self.kind = "cuda" if tf.config.get_visible_devices("GPU") else "cpu"
-        self.predict = None  # the evaluation's traced prediction (`evaluate`)
+        self.evaluation_sums = None  # the evaluation's traced loss and correct sums (`evaluate`)
 
     def set_up(self):
         cell = self.cell
@@ -343,19 +357,28 @@ class TensorFlowLoop(TrainingLoop):
         return [peak_rss_bytes()]
 
     def evaluate(self):
-        """Accuracy on the whole test set (mirrored weights are read from the first replica).
-        The prediction is traced once, at the first evaluation (a run to a target evaluates
+        """Accuracy and mean loss on the whole test set (mirrored weights are read from the
+        first replica). The evaluation is traced once, at the first (a run to a target evaluates
         many times)."""
         data = self.job.data
-        if self.predict is None:
+        if self.evaluation_sums is None:
             model = self.model
-            self.predict = tf.function(lambda images: tf.argmax(
-                model(normalise(images, data.mean, data.std), training=False), 1))
-        correct = 0
-        for start in range(0, len(data.test_images), EVAL_BATCH):
-            predicted = self.predict(data.test_images[start:start + EVAL_BATCH]).numpy()
-            correct += int(np.sum(predicted == data.test_labels[start:start + EVAL_BATCH]))
-        return correct / len(data.test_images)
+
+            def sums(samples, targets):
+                logits = tf.cast(model(model_inputs(samples, data), training=False), tf.float32)
+                return (tf.reduce_sum(cross_entropy(targets, logits)),
+                        correct_count(targets, logits))
+
+            self.evaluation_sums = tf.function(sums)
+        loss_sum = correct = 0.0
+        size = eval_batch(self.cell.model)
+        for start in range(0, len(data.test_images), size):
+            loss, right = self.evaluation_sums(data.test_images[start:start + size],
+                                       data.test_labels[start:start + size].astype(np.int32))
+            loss_sum += float(loss)
+            correct += float(right)
+        return Evaluation(accuracy=correct / len(data.test_images),
+                          loss=loss_sum / len(data.test_images))
 
     def describe(self):
         return {

@@ -102,16 +102,17 @@ class Start:
         return [sys.executable, *worker]
 
     def memory_estimate(self, cell: Cell) -> int:
-        """Bytes of a node's memory the cell's processes there need, before it runs (on a GPU
-        the model and activations live on the device; counted here as if on the CPU, the
-        conservative case): per process, the framework and data, the sample order and the
-        recorded indices, and per device the model with its gradients and Adam's two moments
-        and the activations of its batch kept for the backward pass, their gradients and a
-        workspace as large."""
+        """Bytes of a node's memory the cell's processes there need, before it runs: per
+        process, the framework and data, the sample order and the recorded indices, and per
+        device the model with its gradients and Adam's two moments and the activations of its
+        batch kept for the backward pass, their gradients and a workspace as large. A cell
+        asked to run on GPUs keeps those on the devices; a cell whose device is `auto` is
+        counted as if on the CPU, the conservative case."""
         samples = min(train_samples(cell.data, cell.model),
                       cell.max_train_samples or math.inf) * cell.multiple
-        per_device = (parameter_count(cell.model) * 4 * 4
-                      + cell.per_device_batch * activations_per_sample(cell.model) * 4 * 3)
+        per_device = 0 if cell.device == "cuda" else (
+            parameter_count(cell.model) * 4 * 4
+            + cell.per_device_batch * activations_per_sample(cell.model) * 4 * 3)
         per_process = (self.traits.framework.memory_mb * 2**20 + samples * 8 * (cell.epochs + 2)
                        + per_device * self.devices_per_process(cell))
         return int(per_process * self.processes(cell))  # on each node

@@ -14,6 +14,7 @@ class Cell:
     epochs: int
     seed: int
     target_accuracy: float
+    target_loss: float
     evals_per_epoch: int
     data: str
     max_train_samples: int
@@ -61,6 +62,7 @@ class Cell:
         epochs: int = ...,
         seed: int = ...,
         target_accuracy: float = ...,
+        target_loss: float = ...,
         evals_per_epoch: int = ...,
         data: str = ...,
         max_train_samples: int = ...,

@@ -12,7 +12,7 @@ from xbench.common.backends.traits import TRAITS, spanning_nodes
 from xbench.common.errors import UserError, did_you_mean
 from xbench.common.grids.cell import Cell
 from xbench.common.grids.settings import AXES, IN_CELL, OPTIMIZERS, SETTINGS, check_axis, defaults
-from xbench.common.workload.data import check_fits, train_samples
+from xbench.common.workload.data import check_fits, test_samples, train_samples
 
 EXPERIMENTS = Path(experiments.__file__).resolve().parent
 SWEEP = re.compile(r"^(\d+)\s*x\s*(\d+)$")
@@ -59,7 +59,12 @@ def preset_path(name):
 def resolve(spec: dict, overrides: dict | None = None) -> tuple[dict, dict]:
     """(axes, settings) of the spec with command-line overrides applied, each value checked."""
     given = {**spec, **{k: v for k, v in (overrides or {}).items() if v is not None}}
-    if given.get("target_accuracy") and "seeds" not in given:
+    loss = given.get("target_loss")
+    if isinstance(loss, (int, float)) and not isinstance(loss, bool) and loss <= 0:
+        raise UserError(f"target_loss {loss:g} can never be reached: a cross-entropy is above 0 "
+                        f"nats; give a loss above 0 (a uniform guess over Tiny Shakespeare's 65 "
+                        f"characters is 4.17), or no --target-loss")
+    if (given.get("target_accuracy") or loss) and "seeds" not in given:
         given["seeds"] = TARGET_SEEDS
     spec = {**defaults(), **given}
     for axis in AXES:
@@ -154,9 +159,15 @@ def _check_sizes(values, settings):
     smallest = min(train_samples(settings["data"], m) for m in values["models"])
     if settings["max_train_samples"] > smallest:
         raise UserError(f"max_train_samples {settings['max_train_samples']:,} is more than the "
-                        f"training set ({smallest:,} {settings['data']} images for these models; "
+                        f"training set ({smallest:,} {settings['data']} samples for these models; "
                         f"cell keys would name a cap that is not there): lower it in the grid "
                         f"file or with {option}")
+    tested = min(test_samples(settings["data"], m) for m in values["models"])
+    if settings["max_test_samples"] > tested:
+        raise UserError(f"max_test_samples {settings['max_test_samples']:,} is more than the test "
+                        f"set ({tested:,} {settings['data']} samples for these models; cell keys "
+                        f"would name a cap that is not there): lower it in the grid file or with "
+                        f"{SETTINGS['max_test_samples'].flag_name}")
     base = min(smallest, settings["max_train_samples"] or math.inf)
     for batch, nodes, devices, multiple in itertools.product(
             values["batches"], values["nodes"], values["devices"], values["multiples"]):
@@ -166,7 +177,7 @@ def _check_sizes(values, settings):
             raise UserError(
                 f"a global batch of {global_batch:,} (batch {batch:,} on {devices} devices, "
                 f"batch_mode {settings['batch_mode']}) is larger than the training set of "
-                f"{base * multiple:,} samples ({base:,} images x {multiple}): no epoch would have "
+                f"{base * multiple:,} samples ({base:,} samples x {multiple}): no epoch would have "
                 f"one step; lower --batch or raise --multiple / --max-train-samples")
 
 
@@ -174,6 +185,9 @@ def _check_choices(values, settings):
     """What no single setting can check: settings that contradict each other."""
     for name in values["models"]:
         check_fits(settings["data"], name)
+    if settings["target_accuracy"] and settings["target_loss"]:
+        raise UserError("give a target accuracy or a target loss, not both: a run stops at one "
+                        "target")
     if max(values["warmup_epochs"]) >= settings["epochs"]:
         raise UserError(f"warm-up of {max(values['warmup_epochs'])} epoch(s) is not shorter than "
                         f"the run of {settings['epochs']}: lower --warmup-epochs or raise --epochs")

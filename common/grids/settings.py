@@ -138,22 +138,33 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
             zero_is_null=True,
             key_part=lambda c: (f"|target{c.target_accuracy:g}-evals{c.evals_per_epoch}"
                                 if c.target_accuracy else ""), since=9, role=Role.SETUP),
+    Setting("target_loss", float, 0.0,
+            "Train until the test (a language model's validation) loss falls to this, in nats "
+            "per token, evaluated --evals-per-epoch times an epoch, or until --epochs (then the "
+            "row says converged: false); recorded as a target accuracy is (default 0: no "
+            "target).", minimum=0, maximum=100, why="nats per token; a uniform guess over 65 "
+            "characters is 4.17", zero_is_null=True,
+            key_part=lambda c: (f"|loss{c.target_loss:g}-evals{c.evals_per_epoch}"
+                                if c.target_loss else ""), since=14, role=Role.SETUP),
     Setting("evals_per_epoch", int, 4,
-            "With a target accuracy: evaluations an epoch, after every 1/N of its steps, the "
+            "With a target accuracy or loss: evaluations an epoch, after every 1/N of its steps, "
+            "the "
             "same steps in every backend (default 4).", maximum=100,
             why="more evaluations than that cost more time than the training they time",
             key_part="target_accuracy", since=9, role=Role.SETUP),
     # --- the data ---------------------------------------------------------------------------
     Setting("data", str, "mnist",
-            "Real MNIST, real CIFAR-10 (resnet18, vgg19), or synthetic images shaped as the "
-            "model's dataset.", row="dataset", choices=DATA_KINDS,
+            "Real MNIST, real CIFAR-10 (resnet18, vgg19), real Tiny Shakespeare (the gpt "
+            "models), or synthetic images (tokens) shaped as the model's dataset.",
+            row="dataset", choices=DATA_KINDS,
             key_part=lambda c: f"|{c.data}", role=Role.SETUP),
     Setting("max_train_samples", int, 0, "Cap the base training set (before multiples).",
             minimum=0, maximum=max(TRAIN_SAMPLES.values()), why="no training set here is larger",
             key_part=lambda c: f"|cap{c.max_train_samples}" if c.max_train_samples else "",
             role=Role.SETUP),
     Setting("max_test_samples", int, 0,
-            "Cap the test set accuracy is measured on (default: all 10,000).", section="input",
+            "Cap the test set accuracy and loss are measured on (default: all of it: 10,000 "
+            "images, or a language model's validation windows).", section="input",
             minimum=0, maximum=TEST_SAMPLES, why="no test set here is larger",
             key_part=lambda c: f"|test{c.max_test_samples}" if c.max_test_samples else "",
             since=4, role=Role.SETUP),

@@ -3,7 +3,8 @@ from xbench.common.grids.settings import SETTINGS
 
 COLUMNS = (("backend", 14), ("model", 5), ("mult", 4), ("batch", 5), ("nodes", 5), ("dev", 3),
            ("rep", 3),
-           ("status", 11), ("ep1 s", 7), ("ep2 s", 7), ("ep2 samples/s", 13), ("test acc", 8))
+           ("status", 11), ("ep1 s", 7), ("ep2 s", 7), ("ep2 samples/s", 13), ("test acc", 8),
+           ("test loss", 9))
 SHOWN = {"backend", "model", "dataset_multiple", "global_batch", "nodes", "devices"}
 VARYING = "settings that differ"  # the last column, where the rows' other settings differ
 
@@ -21,7 +22,8 @@ def format_rows(rows):
         values = (row["backend"], row["model"], row["dataset_multiple"], row["global_batch"],
                   row["nodes"], row["devices"], row["repeat"], row["status"],
                   _num(first.get("seconds"), 2), _num(second.get("seconds"), 2),
-                  _num(second.get("rate"), 0), _num(row.get("test_accuracy"), 4))
+                  _num(second.get("rate"), 0), _num(row.get("test_accuracy"), 4),
+                  _num(row.get("test_loss"), 4))
         line = "  ".join(f"{str(v):>{w}}" for v, (_, w) in zip(values, COLUMNS))
         differing = " ".join(f"{field}={row.get(field)}" for field in varying)
         lines.append(line + (f"  {differing}" if varying else ""))

@@ -52,7 +52,8 @@ class Measurement:
     backend_details: dict             # what the backend says of itself
     attribution: dict                 # each step split into its parts
                                       # (common.measuring.attribution)
-    time_to_target: dict | None = None  # with a target accuracy (common.measuring.target)
+    time_to_target: dict | None = None  # with a target (common.measuring.target)
+    test_loss: float | None = None    # mean cross-entropy on the test set (nats; per token)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -85,7 +86,8 @@ MEASUREMENTS = {
     "train_samples": (WHOLE, "ok"), "device_type": (TEXT, "ok"), "device_name": (TEXT, "ok"),
     "epochs": ((list,), "always"), "startup_seconds": (NUMBER, "ok"),
     "step_time_p50": (NUMBER, "ok"), "step_time_p90": (NUMBER, "ok"),
-    "test_accuracy": (NUMBER, "ok"), "peak_memory_bytes": (WHOLE, "ok"),
+    "test_accuracy": (NUMBER, "ok"), "test_loss": (NUMBER, "never"),
+    "peak_memory_bytes": (WHOLE, "ok"),
     "peak_memory_per_device": ((list,), "ok"), "model_state_per_device": ((list,), "never"),
     "hosts": ((list,), "ok"),
     "threads": ((dict,), "ok"),
@@ -125,10 +127,11 @@ class Range:
 
 
 COUNT, SECONDS, SHARE = Range(WHOLE, 1), Range(NUMBER, 0), Range(NUMBER, 0, 1)
-RATE = SECONDS  # samples/s: from 0 too
-RANGES = {"test_accuracy": SHARE, "train_samples": COUNT, "startup_seconds": SECONDS,
-          "step_time_p50": SECONDS, "step_time_p90": SECONDS, "cell_seconds": SECONDS,
-          "peak_memory_bytes": Range(WHOLE, 0)}  # what a row's numbers can be
+RATE = NATS = SECONDS  # samples/s, a cross-entropy: from 0 too
+# what a row's numbers can be
+RANGES = {"test_accuracy": SHARE, "test_loss": NATS, "train_samples": COUNT,
+          "startup_seconds": SECONDS, "step_time_p50": SECONDS, "step_time_p90": SECONDS,
+          "cell_seconds": SECONDS, "peak_memory_bytes": Range(WHOLE, 0)}
 POSITIVE = "a positive number"  # a finite number above 0 (an epoch's seconds)
 # The nested values readers use, by shape: a tuple of types, POSITIVE, an object {key: shape}
 # (a key ending in '?' may be absent; other keys are allowed), [shape] a list of them, Maybe,

@@ -108,9 +108,15 @@ def update_to_13(row: Row) -> Row:
     return {**settings_added(13), "look": 0, **row, "epochs": epochs}
 
 
+def update_to_14(row: Row) -> Row:
+    """A target loss (none) and the test loss (not measured then: rows before recorded the
+    test accuracy alone)."""
+    return {**settings_added(14), "test_loss": None, **row}
+
+
 UPGRADES: list[Callable[[Row], Row]] = [
     update_to_3, update_to_4, update_to_5, update_to_6, update_to_7, update_to_8, update_to_9,
-    update_to_10, update_to_11, update_to_12, update_to_13]
+    update_to_10, update_to_11, update_to_12, update_to_13, update_to_14]
 OLDEST_READ = 2  # the oldest version whose rows are read (schema 1's are not: OLDER_VERSIONS)
 VERSIONS = list(range(OLDEST_READ + 1, OLDEST_READ + 1 + len(UPGRADES)))
 assert [int(f.__name__.removeprefix("update_to_")) for f in UPGRADES] == VERSIONS, \

@@ -42,11 +42,15 @@ from xbench.common.running.placement import node_name
 from xbench.common.running.runner import measure, stop_on_signals
 from xbench.common.workload.models import (
     BatchNorm,
+    Block,
     Conv,
     Dense,
+    Embedding,
     GlobalAvgPool,
+    LayerNorm,
     MaxPool,
     Residual,
+    TiedLogits,
     check_model_name,
     layer_flops,
     layer_parameters,
@@ -149,12 +153,22 @@ def layer_text(layer) -> str:
         return f"max pool {layer.size}x{layer.size}"
     if isinstance(layer, GlobalAvgPool):
         return "global average pool"
+    if isinstance(layer, Embedding):
+        return f"token + position embedding {layer.vocab}+{layer.context}->{layer.width}"
+    if isinstance(layer, Block):
+        return f"transformer block {layer.width}, {layer.heads} heads"
+    if isinstance(layer, LayerNorm):
+        return f"layernorm {layer.width}"
+    if isinstance(layer, TiedLogits):
+        return f"logits {layer.width}->{layer.vocab} (embedding's table)"
     return "flatten"
 
 
 def backward_flops(layer, shape: tuple, first: bool) -> int:
     """FLOPs of a unit's backward pass: the gradients of its weights and of its input, each as
-    many as the forward pass; the first unit computes no input gradient."""
+    many as the forward pass; the first unit computes no input gradient (a language model's
+    first, its embedding, has no products at all). The tied output layer's weight gradient is
+    its embedding table's, computed in its pass too."""
     flops = layer_flops(layer, shape)
     return flops if first and isinstance(layer, (Conv, Dense)) else 2 * flops
 

@@ -276,6 +276,7 @@ def progress_line(row):
     attributed = row["attribution"]["epochs"][-1] if row["attribution"] else None
     return (f"ok  epoch {last['epoch']}: {last['rate']:,.0f} samples/s, {last['seconds']:.2f} s; "
             f"start-up {row['startup_seconds']:.1f} s; test accuracy {row['test_accuracy']:.4f}"
+            + (f", test loss {row['test_loss']:.4f}" if row.get("test_loss") is not None else "")
             + (f"  {contention_mark(row)}" if row["contended"] else "")
             + (f"\n    a step: {split_text(attributed['ranks'])}" if attributed else ""))
 

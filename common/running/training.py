@@ -13,7 +13,7 @@ import abc
 import itertools
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 
 import numpy as np
 
@@ -23,14 +23,16 @@ from xbench.common.measuring import attribution
 from xbench.common.measuring.attribution import Step, StepMarks
 from xbench.common.measuring.contention import ContentionProbe, epoch_contention
 from xbench.common.measuring.evidence import batchnorm_evidence, sample_evidence, weights_digest
-from xbench.common.measuring.target import TargetRun
+from xbench.common.measuring.target import Evaluation, TargetRun
 from xbench.common.measuring.timing import EpochClock, epoch_record, step_percentiles
 from xbench.common.results.schema import Measurement
 from xbench.common.running.job import Job
 from xbench.common.running.placement import node_name, pin_rank
 from xbench.common.workload import faults
+from xbench.common.workload.models import input_shape, is_language_model
 
-EVAL_BATCH = 1000  # test images per forward pass when measuring test accuracy
+EVAL_BATCH = 1000  # test images per forward pass of an evaluation
+EVAL_TOKENS = 64 * 1024  # a language model's: test windows of this many tokens in all
 # The thread budget of every device in every backend, besides its compute threads (the cores
 # shared out over the devices): one inter-op thread and one input-pipeline thread. A process
 # driving k devices gets k times each.
@@ -141,8 +143,8 @@ class TrainingLoop(abc.ABC):
         counted on the tensors at the end of the run."""
 
     @abc.abstractmethod
-    def evaluate(self) -> float:
-        """Accuracy on the whole test set (called on rank 0 only)."""
+    def evaluate(self) -> Evaluation:
+        """Accuracy and mean loss on the whole test set (called on rank 0 only)."""
 
     def gather_for_evaluation(self) -> None:
         """On every rank, before rank 0 evaluates: assemble the whole model where the ranks
@@ -241,14 +243,14 @@ class TrainingLoop(abc.ABC):
         record["input_seconds"] = max(w for _, _, w in ranks)
         record["contention"] = epoch_contention([w for _, w, _ in ranks],
                                                 self.cell.contention_limit)
-        if self.cell.target_accuracy:
+        if self.cell.target_accuracy or self.cell.target_loss:
             record["evaluation_seconds"] = evaluating
         record["untimed_seconds"] = untimed  # in every framework, so rows of one cell compare
         return record
 
     def gather(self, ran: Ran) -> None:
         """What every rank recorded, gathered to rank 0 (every rank calls the same collectives
-        in the same order), and the test accuracy, evaluated on rank 0."""
+        in the same order), and the test accuracy and loss, evaluated on rank 0."""
         gather = self.comm.gather
         ran.step_seconds = _flat(gather([s.end - s.start for s in ran.timed[-1][1]]))
         ran.memory = _flat(gather(self.peak_memory()))
@@ -259,7 +261,7 @@ class TrainingLoop(abc.ABC):
         ran.replicas = _flat(gather(by_replica))
         ran.hosts = gather(node_name())
         self.gather_for_evaluation()
-        ran.accuracy = self.evaluate() if self.comm.rank == 0 else None
+        ran.evaluation = self.evaluate() if self.comm.rank == 0 else None
         self.comm.barrier()
         ran.attribution = (self.attribute(ran.timed, self.traced_steps())
                            if attribution.INSTRUMENTED else None)
@@ -274,9 +276,9 @@ class TrainingLoop(abc.ABC):
         self.comm.barrier()
         began = time.perf_counter()
         self.gather_for_evaluation()
-        accuracy = self.comm.gather(self.evaluate() if self.comm.rank == 0 else None)[0]
+        found = self.comm.gather(astuple(self.evaluate()) if self.comm.rank == 0 else None)[0]
         ended = time.perf_counter()
-        target.record(epoch, step, accuracy, training=began - clock.started - evaluated,
+        target.record(epoch, step, Evaluation(*found), training=began - clock.started - evaluated,
                       wall=ended - clock.started)
         return ended - began
 
@@ -337,7 +339,8 @@ class TrainingLoop(abc.ABC):
             train_samples=described.pop("train_samples"),
             device_type=described.pop("device_type"), device_name=described.pop("device_name"),
             epochs=ran.epochs, startup_seconds=ran.startup,
-            **step_percentiles(ran.step_seconds), test_accuracy=ran.accuracy,
+            **step_percentiles(ran.step_seconds), test_accuracy=ran.evaluation.accuracy,
+            test_loss=ran.evaluation.loss,
             peak_memory_per_device=ran.memory, model_state_per_device=ran.model_state,
             hosts=ran.hosts,
             threads={"per_device": {"compute": per_device, "inter_op": INTER_OP_PER_DEVICE,
@@ -378,8 +381,14 @@ class Ran:
     statistics: list = field(default_factory=list)
     replicas: list = field(default_factory=list)
     hosts: list[str] = field(default_factory=list)
-    accuracy: float | None = None
+    evaluation: Evaluation | None = None
     attribution: dict | None = None
+
+
+def eval_batch(model: str) -> int:
+    """Test samples per forward pass of an evaluation: EVAL_BATCH images, or windows of
+    EVAL_TOKENS tokens in all."""
+    return max(1, EVAL_TOKENS // input_shape(model)[0]) if is_language_model(model) else EVAL_BATCH
 
 
 def part_seconds(step, part: str) -> float:

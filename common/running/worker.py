@@ -67,7 +67,7 @@ def main(job_path, out_dir):
                   threads_per_device=spec["threads_per_device"], launched_at=spec["launched_at"],
                   progress=ProgressReport(out_dir))
         limit_memory(limit, backend.traits.framework.module)
-        print(f"xbench worker {os.getpid()}: {len(job.data.train_images)} training images loaded; "
+        print(f"xbench worker {os.getpid()}: {len(job.data.train_images)} training samples loaded; "
               f"training {cell.label}", file=sys.stderr, flush=True)
         measurement = backend.train(job)
     except Unsupported as e:

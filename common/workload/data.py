@@ -1,8 +1,9 @@
-"""MNIST and CIFAR-10: find them, verify them, read them into uint8 arrays, and say which samples
-each rank trains on.
+"""MNIST, CIFAR-10 and Tiny Shakespeare: find them, verify them, read them into uint8 arrays, and
+say which samples each rank trains on.
 
 Images stay uint8 (N, H, W, C) in memory (an 8x multiple of MNIST is 480,000 images); the framework
-normalises a batch, per channel, when it forms it. A dataset multiple k is the training set
+normalises a batch, per channel, when it forms it. Text is characters as uint8 token ids, a sample
+a window of a language model's context (`text_windows`). A dataset multiple k is the training set
 concatenated k times (the blog's method), done by index arithmetic instead of copies.
 """
 import gzip
@@ -17,14 +18,27 @@ from pathlib import Path
 import numpy as np
 
 from xbench.common.errors import UserError
-from xbench.common.workload.models import INPUT_SHAPES, MODELS
+from xbench.common.workload.models import INPUT_SHAPES, MODELS, VOCAB, input_shape
 
 # Per-channel mean and standard deviation of each dataset's training pixels after /255.
 NORMALISATION = {"mnist": ((0.1307,), (0.3081,)),
                  "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))}
 TRAIN_SAMPLES = {"mnist": 60000, "cifar10": 50000}  # the base training set of each dataset
 TEST_SAMPLES = 10000
-DATA_KINDS = ("mnist", "cifar10", "synthetic")  # synthetic: random images shaped as the model's
+# synthetic: random images (or tokens) shaped as the model's
+DATA_KINDS = ("mnist", "cifar10", "shakespeare", "synthetic")
+
+# Tiny Shakespeare (karpathy/char-rnn's input.txt): its SHA-256, its length, and nanoGPT's split
+# (the first 90% of the characters trains, the last 10% validates).
+SHAKESPEARE_FILE = "input.txt"
+SHAKESPEARE_FOLDER = "tinyshakespeare"
+SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
+SHAKESPEARE_CHARACTERS = 1115394
+TRAIN_SHARE = 0.9
+SHAKESPEARE_HOW_TO_GET = (f"put Tiny Shakespeare's {SHAKESPEARE_FILE} (karpathy/char-rnn, "
+                          f"data/tinyshakespeare; SHA-256 {SHAKESPEARE_SHA256[:12]}...) in a "
+                          f"folder and pass --data-dir FOLDER (or set XBENCH_DATA_DIR); or run "
+                          f"with --data synthetic to time on random tokens")
 
 # MD5 of each file as torchvision checks it: the .gz release and its gunzipped IDX file.
 IDX_FILES = {
@@ -45,14 +59,20 @@ HOW_TO_GET = ("get it with `xbench data download --to DIR` and pass --data-dir D
 
 @dataclass
 class Images:
-    """A dataset in memory: uint8 images (n, H, W, C) and their labels."""
+    """A dataset in memory: uint8 images (n, H, W, C) and their labels, or a text's windows:
+    uint8 token ids (n, T) and the next token of each (n, T)."""
     train_images: np.ndarray
-    train_labels: np.ndarray  # uint8 (n,)
+    train_labels: np.ndarray  # uint8 (n,), or (n, T) next tokens
     test_images: np.ndarray
     test_labels: np.ndarray
     dataset: str              # "mnist", "cifar10" or "synthetic"
     source: str               # where it was read from
-    layout: str               # whose images these are, shape and normalisation: mnist or cifar10
+    layout: str               # whose samples these are: mnist, cifar10 or shakespeare
+
+    @property
+    def is_text(self) -> bool:
+        """Token windows for a language model (else images for a classifier)."""
+        return self.layout == "shakespeare"
 
     @property
     def mean(self) -> tuple[float, ...]:
@@ -73,18 +93,38 @@ def data_layout(data: str, model: str) -> str:
 
 def train_samples(data: str, model: str) -> int:
     """The base training set of a cell of `data` for `model` (synthetic: as large as the
-    dataset it imitates)."""
-    return TRAIN_SAMPLES[data_layout(data, model)]
+    dataset it imitates); for text, the windows of the model's context in the training split."""
+    layout = data_layout(data, model)
+    if layout == "shakespeare":
+        return window_count(int(SHAKESPEARE_CHARACTERS * TRAIN_SHARE), input_shape(model)[0])
+    return TRAIN_SAMPLES[layout]
+
+
+def test_samples(data: str, model: str) -> int:
+    """The test set of a cell of `data` for `model`: 10,000 images, or the windows of the
+    model's context in the validation split."""
+    if data_layout(data, model) == "shakespeare":
+        return window_count(SHAKESPEARE_CHARACTERS - int(SHAKESPEARE_CHARACTERS * TRAIN_SHARE),
+                            input_shape(model)[0])
+    return TEST_SAMPLES
+
+
+def window_count(characters: int, context: int) -> int:
+    """Windows of context + 1 characters a text of `characters` holds, one every `context`
+    characters (each window's last character is the next one's first input)."""
+    return (characters - 1) // context
 
 
 def check_fits(data: str, model: str) -> None:
-    """A clear error where the model cannot take the dataset's images."""
+    """A clear error where the model cannot take the dataset's samples."""
     wanted = MODELS[model].dataset
     if data not in ("synthetic", wanted):
-        have, need = INPUT_SHAPES[data], INPUT_SHAPES[wanted]
-        raise UserError(f"model '{model}' takes {wanted} images ({'x'.join(map(str, need))}); "
-                        f"--data {data} holds {'x'.join(map(str, have))} images: use --data "
-                        f"{wanted} (or synthetic), or a model for {data}: "
+        def what(dataset):
+            return ("text" if dataset == "shakespeare"
+                    else f"{'x'.join(map(str, INPUT_SHAPES[dataset]))} images")
+        raise UserError(f"model '{model}' takes {wanted} ({what(wanted)}); --data {data} holds "
+                        f"{what(data)}: use --data {wanted} (or synthetic), or a model for "
+                        f"{data}: "
                         f"{', '.join(m for m, spec in MODELS.items() if spec.dataset == data)}")
 
 
@@ -116,6 +156,70 @@ def load_mnist(data_dir=None):
                     f"in:\n  {looked}\n{HOW_TO_GET}")
 
 
+def synthetic_tokens(model: str, seed: int = 0, train: int | None = None,
+                     test: int | None = None) -> Images:
+    """Random token windows shaped as the model's (as many as Tiny Shakespeare has unless
+    `train` and `test` say): timings only, loss and accuracy mean nothing."""
+    rng = np.random.default_rng(seed)
+    context = input_shape(model)[0]
+    train = train or train_samples("shakespeare", model)
+    test = test or test_samples("shakespeare", model)
+    windows = [rng.integers(0, VOCAB, (count, context + 1), dtype=np.uint8)
+               for count in (train, test)]
+    return Images(*_split_windows(windows[0]), *_split_windows(windows[1]), dataset="synthetic",
+                  source="synthetic", layout="shakespeare")
+
+
+def _split_windows(windows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Windows of context + 1 tokens as (inputs, next tokens), each (n, context)."""
+    return np.ascontiguousarray(windows[:, :-1]), np.ascontiguousarray(windows[:, 1:])
+
+
+def text_windows(tokens: np.ndarray, context: int) -> tuple[np.ndarray, np.ndarray]:
+    """The text's windows of context + 1 tokens, one every `context` tokens from its start,
+    as (inputs, next tokens)."""
+    count = window_count(len(tokens), context)
+    starts = np.arange(count)[:, None] * context + np.arange(context + 1)
+    return _split_windows(tokens[starts])
+
+
+def shakespeare_dirs(data_dir=None) -> list[Path]:
+    """Where Tiny Shakespeare is looked for, in order: the folder given, its tinyshakespeare
+    folder, and a tinyshakespeare folder beside it (so a --data-dir that holds MNIST in a
+    shared data folder finds the text beside it); then $XBENCH_DATA_DIR the same way, then
+    ./data."""
+    roots = [Path(data_dir)] if data_dir else []
+    if os.environ.get("XBENCH_DATA_DIR"):
+        roots.append(Path(os.environ["XBENCH_DATA_DIR"]))
+    if not data_dir:
+        roots.append(Path("data"))
+    return [folder for root in roots
+            for folder in (root, root / SHAKESPEARE_FOLDER, root.parent / SHAKESPEARE_FOLDER)]
+
+
+def load_shakespeare(data_dir=None, context: int = 64) -> Images:
+    """Tiny Shakespeare's characters as token ids (its 65 characters in sorted order), split as
+    nanoGPT splits it, cut into windows of `context` + 1; its SHA-256 verified."""
+    for folder in shakespeare_dirs(data_dir):
+        path = folder / SHAKESPEARE_FILE
+        if path.is_file():
+            raw = path.read_bytes()
+            if hashlib.sha256(raw).hexdigest() != SHAKESPEARE_SHA256:
+                raise UserError(f"{path} is not Tiny Shakespeare's {SHAKESPEARE_FILE}: its SHA-256 "
+                                f"does not match ({len(raw):,} bytes, expected "
+                                f"{SHAKESPEARE_CHARACTERS:,}). {SHAKESPEARE_HOW_TO_GET}")
+            alphabet = np.unique(np.frombuffer(raw, np.uint8))
+            assert len(alphabet) == VOCAB, len(alphabet)
+            tokens = np.searchsorted(alphabet, np.frombuffer(raw, np.uint8)).astype(np.uint8)
+            split = int(len(tokens) * TRAIN_SHARE)
+            return Images(*text_windows(tokens[:split], context),
+                          *text_windows(tokens[split:], context), dataset="shakespeare",
+                          source=str(path.resolve()), layout="shakespeare")
+    looked = "\n  ".join(str(d) for d in shakespeare_dirs(data_dir))
+    raise UserError(f"Tiny Shakespeare not found. Looked for {SHAKESPEARE_FILE} in:\n  {looked}\n"
+                    f"{SHAKESPEARE_HOW_TO_GET}")
+
+
 def synthetic_images(layout="mnist", seed=0, train=None, test=TEST_SAMPLES):
     """Random images shaped as `layout`'s (as many as it has unless `train` says): timings only,
     accuracy means nothing. Rows say dataset=synthetic."""
@@ -132,10 +236,15 @@ def synthetic_images(layout="mnist", seed=0, train=None, test=TEST_SAMPLES):
 def load(cell) -> Images:
     """The cell's data: real or synthetic, its base training set capped by max_train_samples
     and its test set by max_test_samples."""
-    if cell.data == "synthetic":
-        data = synthetic_images(data_layout(cell.data, cell.model), cell.seed,
-                                cell.max_train_samples or None,
+    layout = data_layout(cell.data, cell.model)
+    if cell.data == "synthetic" and layout == "shakespeare":
+        data = synthetic_tokens(cell.model, cell.seed, cell.max_train_samples or None,
+                                cell.max_test_samples or None)
+    elif cell.data == "synthetic":
+        data = synthetic_images(layout, cell.seed, cell.max_train_samples or None,
                                 cell.max_test_samples or TEST_SAMPLES)
+    elif cell.data == "shakespeare":
+        data = load_shakespeare(cell.data_dir, input_shape(cell.model)[0])
     else:
         data = (load_cifar10 if cell.data == "cifar10" else load_mnist)(cell.data_dir)
     if cell.max_train_samples:
@@ -151,8 +260,8 @@ def data_folder(data: str, data_dir=None) -> str:
     """The absolute folder (or archive) `data` is read from, checksums verified: resolved once,
     where the user gave it, so that every cell reads exactly that whatever its working
     directory."""
-    source = Path(load_cifar10(data_dir).source if data == "cifar10"
-                  else load_mnist(data_dir).source)
+    loader = {"cifar10": load_cifar10, "shakespeare": load_shakespeare}.get(data, load_mnist)
+    source = Path(loader(data_dir).source)
     return str(source if source.is_dir() else source.parent)
 
 

@@ -8,6 +8,11 @@
 - `vgg19`: VGG-19 with BatchNorm for 32x32 inputs (Simonyan & Zisserman 2015, configuration E,
   as kuangliu/pytorch-cifar writes it), the case study's model (data parallelisation with PyTorch):
   one linear layer.
+- `gpt-tiny`, `gpt-small`, `gpt-medium`: a GPT-style decoder on Tiny Shakespeare's characters
+  (Radford et al. 2019's GPT-2 as nanoGPT writes it): learned token and position embeddings,
+  pre-LayerNorm blocks of causal self-attention and a 4x GELU MLP, a last LayerNorm, the output
+  layer tied to the token embedding, no dropout. gpt-small is nanoGPT's shakespeare_char shape,
+  gpt-medium GPT-2 small's.
 
 Both backends build their networks from these specs, so PyTorch and Keras cannot drift apart;
 parameter counts and FLOPs are computed here from the spec, never hard-coded.
@@ -23,6 +28,9 @@ from xbench.common.errors import known_name
 # The images each dataset holds: channels, height, width.
 INPUT_SHAPES = {"mnist": (1, 28, 28), "cifar10": (3, 32, 32)}
 NUM_CLASSES = 10
+VOCAB = 65  # Tiny Shakespeare's distinct characters (common.workload.data's text)
+LAYERNORM_EPSILON = 1e-5  # PyTorch's default; Keras' is 1e-3
+GPT_INIT_STD = 0.02  # GPT-2's initial weights: N(0, 0.02), residual projections scaled down
 BATCHNORM = {"epsilon": 1e-5, "torch_momentum": 0.1}  # PyTorch's defaults; Keras' momentum is 0.9
 
 
@@ -78,8 +86,42 @@ class Residual:
 
 
 @dataclass(frozen=True)
+class Embedding:
+    """A token's learned embedding plus its position's: (T,) tokens -> (T, width). The token
+    table is also the output layer's weight (`TiedLogits`)."""
+    vocab: int
+    context: int
+    width: int
+
+
+@dataclass(frozen=True)
+class Block:
+    """A pre-LayerNorm transformer block: x + proj(attention(ln1(x))), then
+    x + out(gelu(fc(ln2(x)))); causal self-attention of `heads` heads over the packed
+    query-key-value projection, an MLP 4x as wide, every linear layer with a bias. PyTorch's
+    parameter order: ln1, qkv, proj, ln2, fc, out (each weight, then bias)."""
+    width: int
+    heads: int
+    context: int
+
+
+@dataclass(frozen=True)
+class LayerNorm:
+    """Layer normalisation over the width (learned scale and shift), epsilon 1e-5."""
+    width: int
+
+
+@dataclass(frozen=True)
+class TiedLogits:
+    """(T, width) -> (T, vocab) through the token embedding's table transposed: no parameters
+    of its own."""
+    width: int
+    vocab: int
+
+
+@dataclass(frozen=True)
 class Model:
-    dataset: str   # the dataset whose images it takes (INPUT_SHAPES)
+    dataset: str   # the dataset it takes (INPUT_SHAPES for images; "shakespeare": text)
     layers: tuple
 
 
@@ -120,6 +162,14 @@ def vgg19() -> Model:
     return Model("cifar10", (*layers, Flatten(), Dense(512, NUM_CLASSES, relu=False)))
 
 
+def gpt(layers: int, heads: int, width: int, context: int) -> Model:
+    """A GPT-style decoder over Tiny Shakespeare's characters."""
+    assert width % heads == 0, (width, heads)
+    return Model("shakespeare", (Embedding(VOCAB, context, width),
+                                 *[Block(width, heads, context)] * layers, LayerNorm(width),
+                                 TiedLogits(width, VOCAB)))
+
+
 MODELS = {
     "small": Model("mnist", (
         Conv(1, 32), MaxPool(), Flatten(),
@@ -131,9 +181,14 @@ MODELS = {
     )),
     "resnet18": resnet18(),
     "vgg19": vgg19(),
+    "gpt-tiny": gpt(layers=4, heads=4, width=128, context=64),
+    "gpt-small": gpt(layers=6, heads=6, width=384, context=256),
+    "gpt-medium": gpt(layers=12, heads=12, width=768, context=1024),
 }
+EMBEDDING_UNIT = "embed1"  # a language model's embedding, whose table its output layer reads
 LAYER_NAMES = {Conv: "conv", BatchNorm: "bn", MaxPool: "pool", GlobalAvgPool: "avgpool",
-               Flatten: "flatten", Dense: "fc", Residual: "block"}
+               Flatten: "flatten", Dense: "fc", Residual: "block", Embedding: "embed",
+               Block: "block", LayerNorm: "ln", TiedLogits: "head"}
 
 
 def check_model_name(name: str) -> str:
@@ -141,9 +196,16 @@ def check_model_name(name: str) -> str:
     return known_name(name, MODELS, "model")
 
 
-def input_shape(name: str) -> tuple[int, int, int]:
-    """(C, H, W) of the model's images."""
-    return INPUT_SHAPES[MODELS[name].dataset]
+def input_shape(name: str) -> tuple[int, ...]:
+    """One sample's input: (C, H, W) of the model's images, or (context,) of its token
+    windows."""
+    first = MODELS[name].layers[0]
+    return (first.context,) if isinstance(first, Embedding) else INPUT_SHAPES[MODELS[name].dataset]
+
+
+def is_language_model(name: str) -> bool:
+    """Whether it predicts the next token of a window of text (else it classifies images)."""
+    return isinstance(MODELS[name].layers[0], Embedding)
 
 
 def output_shape(layer, shape: tuple) -> tuple:
@@ -165,6 +227,15 @@ def output_shape(layer, shape: tuple) -> tuple:
     if isinstance(layer, Dense):
         assert shape == (layer.in_features,), (layer, shape)
         return (layer.out_features,)
+    if isinstance(layer, Embedding):
+        assert shape == (layer.context,), (layer, shape)
+        return (layer.context, layer.width)
+    if isinstance(layer, (Block, LayerNorm)):
+        assert shape[1:] == (layer.width,), (layer, shape)
+        return shape
+    if isinstance(layer, TiedLogits):
+        assert shape[1:] == (layer.width,), (layer, shape)
+        return (shape[0], layer.vocab)
     body, shortcut = shape, shape
     for inner in layer.body:
         body = output_shape(inner, body)
@@ -213,7 +284,9 @@ def layer_parameters(layer) -> int:
         return layer.in_features * layer.out_features + layer.out_features
     if isinstance(layer, Residual):
         return sum(layer_parameters(inner) for inner in layer.body + layer.shortcut)
-    return 0
+    if isinstance(layer, (Embedding, Block, LayerNorm)):
+        return sum(math.prod(shape) for shape in tensor_shapes_of(layer))
+    return 0  # TiedLogits: the token embedding's table
 
 
 def layer_flops(layer, shape: tuple) -> int:
@@ -227,24 +300,41 @@ def layer_flops(layer, shape: tuple) -> int:
     if isinstance(layer, Residual):
         return sum(layer_flops(inner, inner_shape)
                    for inner, inner_shape in leaves((layer,), shape))
+    if isinstance(layer, Block):
+        tokens, width = shape
+        # qkv, proj, fc and out per token; then attention's two products (Q K^T and the
+        # weights times V) over every pair of positions, as torch counts them (the causal mask
+        # halves what they need, not what they compute)
+        return 2 * tokens * 12 * width ** 2 + 2 * 2 * tokens ** 2 * width
+    if isinstance(layer, TiedLogits):
+        return 2 * shape[0] * layer.width * layer.vocab
     return 0
 
 
 def parameter_count(name: str) -> int:
     """Trainable parameters: weights and biases of convolutions and dense layers, BatchNorm's
-    scales and shifts."""
+    scales and shifts; a transformer's embeddings, linear layers and LayerNorms (the tied
+    output layer's table once)."""
     return sum(layer_parameters(layer) for layer in MODELS[name].layers)
 
 
 def flops_per_sample(name: str) -> int:
-    """Forward-pass FLOPs of one sample, counted as 2 x multiply-accumulates of convs and dense
-    layers.
+    """Forward-pass FLOPs of one sample (an image, or a window of `context` tokens), counted as
+    2 x multiply-accumulates of convs, dense layers and a transformer's matrix products.
 
     This is the convention of torch.utils.flop_counter and of most papers; bias adds, BatchNorm,
     ReLU, residual adds and pooling are left out. A training step's are
     `training_flops_per_sample`.
     """
     return sum(layer_flops(layer, shape) for _, layer, shape in named_layers(name))
+
+
+def output_values(name: str) -> int:
+    """Values of one sample's output: its class logits, or a window's next-token logits."""
+    shape = input_shape(name)
+    for layer in MODELS[name].layers:
+        shape = output_shape(layer, shape)
+    return math.prod(shape)
 
 
 def dominant_math(name: str) -> str:
@@ -260,11 +350,12 @@ def training_flops_per_sample(name: str) -> int:
     """FLOPs of one sample's training step: the forward's, and per layer the backward's two
     products (the weights' gradient and the input's), each as many as the layer's forward, except
     the first layer's input gradient, which no framework computes (its input is the data). The
-    common "3 x forward" counts that one too: 13.6% too many for the small model."""
-    first = next(layer_flops(layer, shape) for layer, shape in leaves(MODELS[name].layers,
-                                                                       input_shape(name))
-                 if isinstance(layer, (Conv, Dense)))
-    return 3 * flops_per_sample(name) - first
+    common "3 x forward" counts that one too: 13.6% too many for the small model. A language
+    model's first layer is its embedding, a lookup: its products all need both gradients, so
+    there it is 3 x forward exactly."""
+    first, shape = next(leaves(MODELS[name].layers, input_shape(name)))
+    return 3 * flops_per_sample(name) - (layer_flops(first, shape)
+                                         if isinstance(first, (Conv, Dense)) else 0)
 
 
 WEIGHTS_STREAM = 0  # the random stream of the initial weights; common.workload.data's epoch
@@ -277,17 +368,52 @@ def initial_weights(name: str, seed: int) -> list[np.ndarray]:
     scale, then shift), drawn once with numpy from the seed, from PyTorch's default distribution
     U(-1/sqrt(fan_in), 1/sqrt(fan_in)); BatchNorm starts at scale 1, shift 0 as in PyTorch.
 
+    A language model's are GPT-2's instead: embeddings and linear weights from N(0, 0.02), the
+    two projections back into the residual stream (proj, out) from N(0, 0.02 / sqrt(2 x
+    blocks)), biases 0, LayerNorms at scale 1, shift 0.
+
     Every backend of every framework loads these, so all backends of a cell start from the same
     weights and, given the same samples in the same global batches, follow one trajectory."""
     rng = np.random.default_rng([seed, WEIGHTS_STREAM])
+    blocks = sum(isinstance(layer, Block) for layer in MODELS[name].layers)
     tensors = []
     for layer, shapes in parameter_shapes(name):
-        if isinstance(layer, BatchNorm):
-            tensors += [np.ones(layer.channels, np.float32), np.zeros(layer.channels, np.float32)]
-            continue
-        bound = 1 / math.sqrt(math.prod(shapes[0][1:]))
-        tensors += [rng.uniform(-bound, bound, shape).astype(np.float32) for shape in shapes]
+        if isinstance(layer, (BatchNorm, LayerNorm)):
+            tensors += [np.ones(shapes[0], np.float32), np.zeros(shapes[1], np.float32)]
+        elif isinstance(layer, Embedding):
+            tensors += [rng.normal(0, GPT_INIT_STD, shape).astype(np.float32) for shape in shapes]
+        elif isinstance(layer, Block):
+            residual = GPT_INIT_STD / math.sqrt(2 * blocks)
+            for part, shape in zip(BLOCK_TENSORS, shapes, strict=True):
+                if part.startswith("ln"):
+                    tensors.append((np.ones if part.endswith("weight") else np.zeros)(
+                        shape, np.float32))
+                elif part.endswith("bias"):
+                    tensors.append(np.zeros(shape, np.float32))
+                else:
+                    std = residual if part in ("proj.weight", "out.weight") else GPT_INIT_STD
+                    tensors.append(rng.normal(0, std, shape).astype(np.float32))
+        else:
+            bound = 1 / math.sqrt(math.prod(shapes[0][1:]))
+            tensors += [rng.uniform(-bound, bound, shape).astype(np.float32) for shape in shapes]
     return tensors
+
+
+# A transformer block's tensors in PyTorch's order (pt_backend.models' module names).
+BLOCK_TENSORS = ("ln1.weight", "ln1.bias", "qkv.weight", "qkv.bias", "proj.weight", "proj.bias",
+                 "ln2.weight", "ln2.bias", "fc.weight", "fc.bias", "out.weight", "out.bias")
+
+
+def tensor_shapes_of(layer) -> list[tuple[int, ...]]:
+    """The shapes of a transformer layer's tensors, in PyTorch's order and layout (linear
+    weights (out, in))."""
+    if isinstance(layer, Embedding):
+        return [(layer.vocab, layer.width), (layer.context, layer.width)]
+    if isinstance(layer, LayerNorm):
+        return [(layer.width,), (layer.width,)]
+    width = layer.width
+    return [(width,), (width,), (3 * width, width), (3 * width,), (width, width), (width,),
+            (width,), (width,), (4 * width, width), (4 * width,), (width, 4 * width), (width,)]
 
 
 def parameter_shapes(name: str) -> Iterator[tuple[object, list[tuple[int, ...]]]]:
@@ -301,11 +427,22 @@ def parameter_shapes(name: str) -> Iterator[tuple[object, list[tuple[int, ...]]]
             yield layer, [weight, (layer.out_channels,)] if layer.bias else [weight]
         elif isinstance(layer, Dense):
             yield layer, [(layer.out_features, layer.in_features), (layer.out_features,)]
+        elif isinstance(layer, (Embedding, Block, LayerNorm)):
+            yield layer, tensor_shapes_of(layer)
 
 
 def activations_per_sample(name: str) -> int:
     """Values one sample's forward pass produces and keeps for the backward pass: the input and
-    every layer's output (a ReLU is a tensor of its own; a block adds its sum and its ReLU)."""
+    every layer's output (a ReLU is a tensor of its own; a block adds its sum and its ReLU).
+    A transformer block keeps, per token, the inputs of its two LayerNorms and their outputs,
+    the queries, keys and values, the attention output and its projection, the MLP's hidden
+    layer before and after GELU and its output (18 x width), and each head's attention weights
+    over the window."""
+    if is_language_model(name):
+        tokens = input_shape(name)[0]  # and as many token ids
+        return tokens + sum(tokens * (18 * layer.width + layer.heads * tokens)
+                            if isinstance(layer, Block) else math.prod(output_shape(layer, shape))
+                            for layer, shape in layer_shapes(name))
     total = math.prod(input_shape(name))
     for layer, shape in layer_shapes(name):
         if not isinstance(layer, Flatten):  # a view of its input

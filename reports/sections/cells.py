@@ -18,7 +18,9 @@ def cells_table(data: ReportData):
         ("epoch-2 rate (samples/s)", column("epoch2_rate", num)),
         ("epoch-2 rate 95% CI", lambda c: bounds(c["epoch2_rate_low"], c["epoch2_rate_high"])),
         ("epoch-2 time (s)", column("epoch2_seconds", num)),
-        ("test accuracy, 95% CI", accuracy_text), ("runs", column("statuses"))])
+        ("test accuracy, 95% CI", accuracy_text),
+        ("test loss (nats per sample or token)", column("test_loss", lambda v: num(v, 4))),
+        ("runs", column("statuses"))])
 
 
 def failures_table(data: ReportData):

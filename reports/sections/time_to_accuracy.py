@@ -5,31 +5,35 @@ from xbench.reports.data import ReportData
 from xbench.reports.figures import TAB10, panels, plain
 from xbench.reports.sections.section import Figure, Made, Section, Table
 
-NO_TARGET = ("no usable run has a target accuracy: run a grid with --target-accuracy, e.g. "
-             "`xbench grid --preset time-to-accuracy`")
+NO_TARGET = ("no usable run has a target: run a grid with --target-accuracy (or a language "
+             "model's --target-loss), e.g. `xbench grid --preset time-to-accuracy`")
 
 
 def accuracy_curves(data: ReportData) -> Made:
-    """Per backend and target, every run's test accuracy at its evaluations against wall-clock
-    time (evaluations included), one colour per batch and device count, the target dashed."""
+    """Per backend and target, every run's test accuracy (or loss, for a target loss) at its
+    evaluations against wall-clock time (evaluations included), one colour per batch and device
+    count, the target dashed."""
     targets = data.targets
     if targets.empty or not any(curve for curves in targets["curves"] for curve in curves):
         return NO_TARGET
-    panels_of = list(targets.groupby(["series", "training", "target"], sort=False))
+    panels_of = list(targets.groupby(["series", "training", "metric", "target"], sort=False))
     figure, axes = panels(len(panels_of), columns=2)
-    for ax, ((series, training, target), rows) in zip(axes, panels_of, strict=True):
+    for ax, ((series, training, metric, target), rows) in zip(axes, panels_of, strict=True):
         for n, (_, c) in enumerate(rows.iterrows()):
             label = (f"{analysis.batch_kind(c['batch_mode'])} {c['batch']}, "
                      f"{analysis.devices_text(c['devices'])}")
             for k, curve in enumerate(c["curves"]):
-                ax.plot([p["seconds"] for p in curve], [p["accuracy"] for p in curve],
+                ax.plot([p["seconds"] for p in curve], [p[metric] for p in curve],
                         color=TAB10[n % len(TAB10)], alpha=0.7, linewidth=1,
                         label=plain(label) if k == 0 else "_nolegend_")
         ax.axhline(target, color="black", linestyle="--", linewidth=1)
         ax.set_title(plain(f"{series}, {training}"), fontsize="small")
         ax.set_xlabel("seconds of the epochs from the first step (evaluations included)")
-        ax.set_ylabel("test accuracy (fraction)")
-        ax.set_ylim(max(0.0, min(target - 0.1, ax.get_ylim()[0])), 1.0)
+        if metric == "loss":
+            ax.set_ylabel("test loss (nats; a language model's per token)")
+        else:
+            ax.set_ylabel("test accuracy (fraction)")
+            ax.set_ylim(max(0.0, min(target - 0.1, ax.get_ylim()[0])), 1.0)
         ax.legend(fontsize="x-small")
         ax.grid(alpha=0.3)
     return ("One line per run (seed); dashed: the target. A run that reached it ends at the end "
