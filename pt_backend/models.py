@@ -1,11 +1,13 @@
 """The PyTorch networks, built from common.workload.models' specs."""
 from collections import OrderedDict
+from pathlib import Path
 
 import torch
 from torch import nn
 from torch.nn import functional
 
 from xbench.common.workload import models as spec
+from xbench.common.workload import user_models
 from xbench.common.workload.models import (
     ADAM,
     BATCHNORM,
@@ -15,6 +17,7 @@ from xbench.common.workload.models import (
     input_shape,
     is_language_model,
     named_layers,
+    user_model,
 )
 
 
@@ -123,9 +126,14 @@ def torch_layer(layer, units=None) -> nn.Module:
     return nn.Sequential(module, nn.ReLU()) if layer.relu else module
 
 
-def build_model(name, seed=0) -> nn.Sequential:
+def build_model(name, seed=0) -> nn.Module:
     """The model `name`, one named module per top-level spec layer (conv1, bn1, block1 ...), with
-    the initial weights every backend starts from (common.workload.models)."""
+    the initial weights every backend starts from (common.workload.models); a model file's
+    pytorch() model, its weights drawn after seeding torch with `seed` (every rank the same)."""
+    if user := user_model(name):
+        torch.manual_seed(seed)
+        return user_models.call(user_models.import_file(name), "pytorch",
+                                Path(user.path))["model"]
     units = OrderedDict()
     for unit, layer, _ in named_layers(name):
         units[unit] = torch_layer(layer, units)
@@ -139,7 +147,8 @@ def build_model(name, seed=0) -> nn.Sequential:
 
 def batchnorm_statistics(model: nn.Module) -> list[torch.Tensor]:
     """Every BatchNorm's running mean and variance, in order."""
-    return [tensor for module in model.modules() if isinstance(module, nn.BatchNorm2d)
+    return [tensor for module in model.modules()
+            if isinstance(module, nn.modules.batchnorm._BatchNorm) and module.track_running_stats
             for tensor in (module.running_mean, module.running_var)]
 
 

@@ -26,7 +26,12 @@ from xbench.common.backends.traits import (
 )
 from xbench.common.workload import faults
 from xbench.common.workload.data import train_samples
-from xbench.common.workload.models import activations_per_sample, has_batchnorm, parameter_count
+from xbench.common.workload.models import (
+    activations_per_sample,
+    has_batchnorm,
+    parameter_count,
+    user_model,
+)
 
 if TYPE_CHECKING:
     from xbench.common.grids.cell import Cell
@@ -146,6 +151,10 @@ class Start:
         if cell.compression not in traits.compressions:
             return (f"compression {cell.compression}: {self.name} does "
                     f"{', '.join(traits.compressions)}; {traits.no_compression}")
+        user = user_model(cell.model)
+        if user and traits.framework.name not in user.frameworks:
+            return (f"{user.not_served.get(traits.framework.name, 'not built')}: "
+                    f"{traits.framework.name}'s backends have no model to train")
         return self._input_refused(cell)
 
     def _input_refused(self, cell: Cell) -> str | None:

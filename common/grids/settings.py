@@ -89,7 +89,9 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
             flag="--backend",
             field="backend", check=check_backend_name, key_part=lambda c: c.backend,
             role=Role.PLACEMENT),
-    Setting("models", str, None, "Models: " + ", ".join(MODELS) + ".", axis=True, flag="--model",
+    Setting("models", str, None, "Models: " + ", ".join(MODELS) + "; or your own: a .py file "
+            "(or a module) defining pytorch() and/or keras() (docs/your-model.md).", axis=True,
+            flag="--model",
             field="model", check=check_model_name, key_part=lambda c: f"|{c.model}",
             role=Role.SETUP),
     Setting("multiples", int, None, "Dataset multiples, e.g. 1,4,8.", axis=True,
@@ -155,7 +157,8 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
     # --- the data ---------------------------------------------------------------------------
     Setting("data", str, "mnist",
             "Real MNIST, real CIFAR-10 (resnet18, vgg19), real Tiny Shakespeare (the gpt "
-            "models), or synthetic images (tokens) shaped as the model's dataset.",
+            "models), synthetic images (tokens) shaped as the model's dataset, or a model "
+            "file's own data() (model).",
             row="dataset", choices=DATA_KINDS,
             key_part=lambda c: f"|{c.data}", role=Role.SETUP),
     Setting("max_train_samples", int, 0, "Cap the base training set (before multiples).",

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from xbench.common.errors import known_name
+from xbench.common.workload import user_models
+from xbench.common.workload.user_models import UserModel
 
 # The images each dataset holds: channels, height, width.
 INPUT_SHAPES = {"mnist": (1, 28, 28), "cifar10": (3, 32, 32)}
@@ -192,19 +194,31 @@ LAYER_NAMES = {Conv: "conv", BatchNorm: "bn", MaxPool: "pool", GlobalAvgPool: "a
 
 
 def check_model_name(name: str) -> str:
-    """`name` if it is a model here, else a clear error with a near miss."""
+    """`name` if it is a model here, a model file's `path@digest` where it names a file or
+    module (common.workload.user_models), else a clear error with a near miss."""
+    if name not in MODELS and user_models.looks_like_file_or_module(name):
+        return user_models.reference(name)
     return known_name(name, MODELS, "model")
 
 
-def input_shape(name: str) -> tuple[int, ...]:
+def user_model(name: str) -> UserModel | None:
+    """What xbench knows of the model file `name` names; None for xbench's own models."""
+    return None if name in MODELS else user_models.facts(name)
+
+
+def input_shape(name: str, framework: str | None = None) -> tuple[int, ...]:
     """One sample's input: (C, H, W) of the model's images, or (context,) of its token
-    windows."""
+    windows; a model file's as `framework` takes it (Keras' images channels last)."""
+    if user := user_model(name):
+        return tuple(user.counted(framework)["input_shape"])
     first = MODELS[name].layers[0]
     return (first.context,) if isinstance(first, Embedding) else INPUT_SHAPES[MODELS[name].dataset]
 
 
 def is_language_model(name: str) -> bool:
-    """Whether it predicts the next token of a window of text (else it classifies images)."""
+    """Whether it predicts a sequence of tokens (else one class per sample)."""
+    if user := user_model(name):
+        return bool(user.target_shape)
     return isinstance(MODELS[name].layers[0], Embedding)
 
 
@@ -314,23 +328,30 @@ def layer_flops(layer, shape: tuple) -> int:
 def parameter_count(name: str) -> int:
     """Trainable parameters: weights and biases of convolutions and dense layers, BatchNorm's
     scales and shifts; a transformer's embeddings, linear layers and LayerNorms (the tied
-    output layer's table once)."""
+    output layer's table once); a model file's, counted on its built model."""
+    if user := user_model(name):
+        return user.counted()["params"]
     return sum(layer_parameters(layer) for layer in MODELS[name].layers)
 
 
-def flops_per_sample(name: str) -> int:
+def flops_per_sample(name: str, framework: str | None = None) -> int:
     """Forward-pass FLOPs of one sample (an image, or a window of `context` tokens), counted as
     2 x multiply-accumulates of convs, dense layers and a transformer's matrix products.
 
     This is the convention of torch.utils.flop_counter and of most papers; bias adds, BatchNorm,
     ReLU, residual adds and pooling are left out. A training step's are
-    `training_flops_per_sample`.
+    `training_flops_per_sample`. A model file's: what `framework` counted on its built model
+    (common.workload.user_models).
     """
+    if user := user_model(name):
+        return user.counted(framework)["flops_per_sample"]
     return sum(layer_flops(layer, shape) for _, layer, shape in named_layers(name))
 
 
 def output_values(name: str) -> int:
     """Values of one sample's output: its class logits, or a window's next-token logits."""
+    if user := user_model(name):
+        return math.prod(user.target_shape) * user.classes
     shape = input_shape(name)
     for layer in MODELS[name].layers:
         shape = output_shape(layer, shape)
@@ -340,19 +361,24 @@ def output_values(name: str) -> int:
 def dominant_math(name: str) -> str:
     """'convolution' or 'matmul': which kind of layer does most of the model's FLOPs (a GPU may
     run the two at different precisions: PyTorch allows TF32 in convolutions only)."""
+    if user := user_model(name):
+        return user.counted()["dominant_math"]
     convolution = sum(layer_flops(layer, shape) for layer, shape in leaves(MODELS[name].layers,
                                                                             input_shape(name))
                       if isinstance(layer, Conv))
     return "convolution" if 2 * convolution >= flops_per_sample(name) else "matmul"
 
 
-def training_flops_per_sample(name: str) -> int:
+def training_flops_per_sample(name: str, framework: str | None = None) -> int:
     """FLOPs of one sample's training step: the forward's, and per layer the backward's two
     products (the weights' gradient and the input's), each as many as the layer's forward, except
     the first layer's input gradient, which no framework computes (its input is the data). The
     common "3 x forward" counts that one too: 13.6% too many for the small model. A language
     model's first layer is its embedding, a lookup: its products all need both gradients, so
-    there it is 3 x forward exactly."""
+    there it is 3 x forward exactly. A model file's: what `framework` counted of a training
+    step (PyTorch's FlopCounterMode; TensorFlow: 3 x its forward count)."""
+    if user := user_model(name):
+        return user.counted(framework)["training_flops_per_sample"]
     first, shape = next(leaves(MODELS[name].layers, input_shape(name)))
     return 3 * flops_per_sample(name) - (layer_flops(first, shape)
                                          if isinstance(first, (Conv, Dense)) else 0)
@@ -437,7 +463,10 @@ def activations_per_sample(name: str) -> int:
     A transformer block keeps, per token, the inputs of its two LayerNorms and their outputs,
     the queries, keys and values, the attention output and its projection, the MLP's hidden
     layer before and after GELU and its output (18 x width), and each head's attention weights
-    over the window."""
+    over the window. A model file's: the values PyTorch's autograd saved for the backward pass
+    (0 where only Keras builds it: not counted)."""
+    if user := user_model(name):
+        return user.counted("torch").get("activations_per_sample") or 0
     if is_language_model(name):
         tokens = input_shape(name)[0]  # and as many token ids
         return tokens + sum(tokens * (18 * layer.width + layer.heads * tokens)
@@ -456,6 +485,8 @@ def activations_per_sample(name: str) -> int:
 
 def tensor_shapes(name: str) -> list[tuple[int, ...]]:
     """Every trainable tensor's shape, in PyTorch's order (one gradient each)."""
+    if user := user_model(name):
+        return [tuple(shape) for shape in user.counted()["tensor_shapes"]]
     return [shape for _, shapes in parameter_shapes(name) for shape in shapes]
 
 
@@ -467,6 +498,8 @@ def gradient_bytes(name: str, bytes_per_value: int = 4) -> int:
 def has_batchnorm(name: str) -> bool:
     """Whether model `name` keeps running statistics (rows then record what replicas do with
     them)."""
+    if user := user_model(name):
+        return any(counted["batchnorm"] for counted in user.frameworks.values())
     return any(isinstance(layer, BatchNorm) for layer, _ in layer_shapes(name))
 
 
