@@ -178,7 +178,7 @@ def test_a_folder_without_cifar_says_where_it_looked(tmp_path, monkeypatch):
     (["--model", "vgg19", "--data", "cifar10", "--data-dir", "{bad}"],
      "data_batch_1 is corrupt or not the original CIFAR-10 file"),
     (["--max-train-samples", "55000"],
-     "max_train_samples 55,000 is more than the training set (50,000 synthetic images"),
+     "max_train_samples 55,000 is more than the training set (50,000 synthetic samples"),
 ])
 def test_bad_input_is_one_clear_error_and_exit_2(tmp_path, arguments, message):
     write_pickles(tmp_path / "bad" / data.CIFAR_FOLDER, cifar_parts())

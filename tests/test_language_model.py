@@ -88,7 +88,7 @@ BAD = {
                                                 "max_test_samples 2,000 is more than the test set "
                                                 "(1,742 shakespeare samples"),
     "images for a language model": (["--data", "mnist"],
-                                    "model 'gpt-tiny' takes shakespeare (text); --data mnist"),
+                                    "model 'gpt-tiny' takes shakespeare text; --data mnist"),
 }
 
 

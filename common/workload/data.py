@@ -119,12 +119,12 @@ def check_fits(data: str, model: str) -> None:
     """A clear error where the model cannot take the dataset's samples."""
     wanted = MODELS[model].dataset
     if data not in ("synthetic", wanted):
-        def what(dataset):
-            return ("text" if dataset == "shakespeare"
-                    else f"{'x'.join(map(str, INPUT_SHAPES[dataset]))} images")
-        raise UserError(f"model '{model}' takes {wanted} ({what(wanted)}); --data {data} holds "
-                        f"{what(data)}: use --data {wanted} (or synthetic), or a model for "
-                        f"{data}: "
+        def shape(dataset):
+            return "x".join(map(str, INPUT_SHAPES[dataset]))
+        takes = "text" if wanted == "shakespeare" else f"images ({shape(wanted)})"
+        holds = "text" if data == "shakespeare" else f"{shape(data)} images"
+        raise UserError(f"model '{model}' takes {wanted} {takes}; --data {data} holds {holds}: "
+                        f"use --data {wanted} (or synthetic), or a model for {data}: "
                         f"{', '.join(m for m, spec in MODELS.items() if spec.dataset == data)}")
 
 
