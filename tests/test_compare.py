@@ -84,7 +84,8 @@ def test_version_json_and_no_color():
     assert {"backend", "available", "reason", "spans_nodes"} <= set(backends[0])
     models = strict_json(xbench("models", "--json").stdout)
     assert {(m["model"], m["params"]) for m in models if m["source"] == "spec (common)"} == {
-        ("small", 402_442), ("large", 4_104_202), ("resnet18", 11_173_962), ("vgg19", 20_040_522)}
+        ("small", 402_442), ("large", 4_104_202), ("resnet18", 11_173_962), ("vgg19", 20_040_522),
+        ("gpt-tiny", 809_856), ("gpt-small", 10_770_816), ("gpt-medium", 85_892_352)}
     assert "TensorFlow" not in xbench("models").stderr  # framework log lines kept off
     bad = [*XBENCH, "grid", "--preset", "smoke", "--backend", "nope"]
     _, coloured = run_in_terminal(bad)
