@@ -1,5 +1,8 @@
 """A small vision transformer for MNIST, written as an xbench user would write it: the same
-network in PyTorch and in Keras, for `xbench grid --model examples/vit_mnist.py --data mnist`.
+network in PyTorch and in Keras, for
+`xbench grid --preset smoke --model examples/vit_mnist.py --backend pt-ddp,pt-fsdp,tf-mirrored`
+(on MNIST, the smoke grid's data, channels first in PyTorch and last in Keras, as each framework's
+loop gives them; a data() of its own would go to both alike, so both would take one shape).
 
 The 28x28 image is cut into 16 patches of 7x7, each embedded (a strided convolution) with a
 learned position, through two pre-LayerNorm encoder layers (4 heads, width 64, an MLP twice as

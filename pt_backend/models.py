@@ -1,7 +1,9 @@
 """The PyTorch networks, built from common.workload.models' specs."""
+import random
 from collections import OrderedDict
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional
@@ -17,6 +19,7 @@ from xbench.common.workload.models import (
     input_shape,
     is_language_model,
     named_layers,
+    takes_ids,
     user_model,
 )
 
@@ -131,7 +134,9 @@ def build_model(name, seed=0) -> nn.Module:
     the initial weights every backend starts from (common.workload.models); a model file's
     pytorch() model, its weights drawn after seeding torch with `seed` (every rank the same)."""
     if user := user_model(name):
-        torch.manual_seed(seed)
+        torch.manual_seed(seed)  # every rank draws the same weights (pt-fsdp broadcasts none)
+        random.seed(seed)
+        np.random.seed(seed)
         return user_models.call(user_models.import_file(name), "pytorch",
                                 Path(user.path))["model"]
     units = OrderedDict()
@@ -164,8 +169,8 @@ def build_optimizer(parameters, name="adam", lr=ADAM["learning_rate"], momentum=
 
 def example_input(name: str, batch: int = 1) -> torch.Tensor:
     """Zeros shaped as `batch` samples of the model's input (images, or token ids)."""
-    return torch.zeros(batch, *input_shape(name),
-                       dtype=torch.int64 if is_language_model(name) else torch.float32)
+    return torch.zeros(batch, *input_shape(name, "torch"),
+                       dtype=torch.int64 if takes_ids(name) else torch.float32)
 
 
 def describe(name):

@@ -303,7 +303,8 @@ class TorchLoop(TrainingLoop):
         if self.comm.rank != 0:
             return
         if self.evaluated is self.model:
-            self.evaluated = build_model(self.cell.model).to(self.device)
+            with torch.random.fork_rng(devices=[]):  # training's random stream stays as it was
+                self.evaluated = build_model(self.cell.model, self.cell.seed).to(self.device)
         for kept, value in zip([*self.evaluated.parameters(), *self.evaluated.buffers()],
                                [*whole, *self.model.buffers()], strict=True):
             kept.copy_(value)

@@ -1,7 +1,8 @@
 """`python -m xbench.pt_backend.user_model FILE`: a user's model file as PyTorch builds it
 (common.workload.user_models): its pytorch() checked, the model built once and run on a batch of
-2, its parameters, tensor shapes and what torch's FlopCounterMode counts of a forward pass and of
-a training step, printed as JSON. Exit 2 with one line where the file is wrong."""
+2, its parameters, tensor shapes, what torch's FlopCounterMode counts of a forward pass and the
+activations autograd keeps for the backward pass, printed as JSON. Exit 2 with one line where
+the file is wrong."""
 from pathlib import Path
 from types import ModuleType
 
@@ -16,17 +17,17 @@ from xbench.common.workload.user_models import (
     call,
     data_check,
     run_describer,
-    sample_check,
+    what_it_takes,
 )
 
 BATCH = 2
 
 
-def example_batch(shape: dict, batch: int = BATCH) -> tuple[torch.Tensor, torch.Tensor]:
+def example_batch(takes: dict, batch: int = BATCH) -> tuple[torch.Tensor, torch.Tensor]:
     """Zeros shaped as `batch` samples' inputs and targets."""
-    dtype = torch.int64 if shape["input_dtype"] == "int64" else torch.float32
-    return (torch.zeros(batch, *shape["input_shape"], dtype=dtype),
-            torch.zeros(batch, *shape["target_shape"], dtype=torch.int64))
+    dtype = torch.int64 if takes["input_dtype"] == "int64" else torch.float32
+    return (torch.zeros(batch, *takes["input_shape"], dtype=dtype),
+            torch.zeros(batch, *takes["target_shape"], dtype=torch.int64))
 
 
 def describe(module: ModuleType, path: Path) -> dict:
@@ -34,13 +35,13 @@ def describe(module: ModuleType, path: Path) -> dict:
         raise NotServed(f"{path.name} defines no pytorch()")
     torch.manual_seed(0)
     spec = call(module, "pytorch", path)
-    shape = sample_check(spec, "pytorch")
+    takes = what_it_takes(spec, "pytorch")
     model = spec["model"]
     if not isinstance(model, nn.Module):
         raise UserError(f"{path.name}: pytorch()'s model is {type(model).__name__}, not a "
                         f"torch.nn.Module")
-    inputs, targets = example_batch(shape)
-    wanted = (BATCH, *shape["target_shape"], shape["classes"])
+    inputs, targets = example_batch(takes)
+    wanted = (BATCH, *takes["target_shape"], takes["classes"])
     try:
         with torch.no_grad():
             logits = model(inputs)
@@ -51,31 +52,31 @@ def describe(module: ModuleType, path: Path) -> dict:
         got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
         raise UserError(f"{path.name}: pytorch()'s model returned {got} for a batch of {BATCH}; "
                         f"its targets and classes need logits of {wanted}")
-    forward, step = FlopCounterMode(display=False), FlopCounterMode(display=False)
-    saved = []
-    with sdpa_kernel(SDPBackend.MATH), forward, torch.no_grad():
-        model(inputs)
-    with (sdpa_kernel(SDPBackend.MATH), step,
-          torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t,
-                                                   lambda t: t)):
-        nn.functional.cross_entropy(model(inputs).reshape(-1, shape["classes"]),
-                                    targets.reshape(-1)).backward()
-    counts = forward.get_flop_counts().get("Global", {})
-    convolution = sum(n for op, n in counts.items() if "convolution" in str(op))
-    sizes = data_check(call(module, "data", path), shape, path.name) \
-        if callable(getattr(module, "data", None)) else None
     parameters = [p for p in model.parameters() if p.requires_grad]
-    return {**shape, "data": sizes, "params": sum(p.numel() for p in parameters),
+    counter, kept = FlopCounterMode(display=False), {}
+    with sdpa_kernel(SDPBackend.MATH), counter, torch.no_grad():
+        model(inputs)
+    weights = {p.data_ptr() for p in model.parameters()}
+
+    def saved(tensor):  # the activations autograd keeps, each storage once, weights left out
+        if tensor.data_ptr() not in weights:
+            kept[tensor.data_ptr()] = tensor.untyped_storage().nbytes() // tensor.element_size()
+        return tensor
+
+    with sdpa_kernel(SDPBackend.MATH), torch.autograd.graph.saved_tensors_hooks(saved,
+                                                                                 lambda t: t):
+        loss = nn.functional.cross_entropy(model(inputs).reshape(-1, takes["classes"]),
+                                           targets.reshape(-1))
+    loss.backward()
+    sizes = data_check(call(module, "data", path), takes, path.name) \
+        if callable(getattr(module, "data", None)) else None
+    return {**takes, "data": sizes, "params": sum(p.numel() for p in parameters),
             "tensor_shapes": [list(p.shape) for p in parameters],
-            "flops_per_sample": forward.get_total_flops() // BATCH,
-            "training_flops_per_sample": step.get_total_flops() // BATCH,
-            "activations_per_sample": sum(saved) // BATCH,
+            "flops_per_sample": counter.get_total_flops() // BATCH,
+            "activations_per_sample": sum(kept.values()) // BATCH,
             "batchnorm": any(isinstance(m, nn.modules.batchnorm._BatchNorm)
                              for m in model.modules()),
-            "dominant_math": ("convolution" if 2 * convolution >= forward.get_total_flops()
-                              else "matmul"),
             "counted_by": f"PyTorch {torch.__version__}'s FlopCounterMode"}
-
 
 if __name__ == "__main__":
     run_describer(describe)

@@ -65,6 +65,17 @@ BAD_FILES = {
         "def pytorch():\n    from torch import nn\n    return {'model': nn.Linear(5, 3), "
         "'inputs': ((8,), 'float32'), 'classes': 3}\n",
         "pytorch()'s model on inputs of (2, 8) raised RuntimeError"),
+    "a sys.exit at import": ("import sys\nsys.exit(3)\n",
+                             "model.py: importing it raised SystemExit: 3"),
+    "data() that raises": (MLP.replace("    rng = np.random", "    raise OSError('no disk')\n"
+                                       "    rng = np.random"),
+                           "model.py: data() raised OSError: no disk"),
+    "data() targets outside its classes": (MLP.replace("(x[:, 1] > 0.5)", "(x[:, 1] > 0.5) * 5"),
+                                           "data()['train']'s targets must be whole numbers from "
+                                           "0 to 2"),
+    "data() inputs of the wrong type": (MLP.replace(".astype(np.float32)", " > 0"),
+                                        "data()['train']'s inputs are bool; the model takes "
+                                        "float32"),
     "data() that does not fit": (
         MLP.replace("x[:512], y[:512]", "x[:512, :4], y[:512]"),
         "data()['train'] holds inputs (512, 4) and targets (512,); the model takes samples of "
@@ -88,8 +99,8 @@ def test_a_wrong_model_file_is_one_line_and_exit_2(text, message, tmp_path, cach
     (["--model", "no_such_package.model"], "no module no_such_package.model to import"),
     (["--model", "EXAMPLE", "--data", "model"], "--data model: vit_mnist.py defines no data()"),
     (["--model", "EXAMPLE", "--data", "cifar10"],
-     "--data cifar10: vit_mnist.py's torch model takes (1, 28, 28) float32 into 10 classes; "
-     "cifar10 is (3, 32, 32) float32 images"),
+     "vit_mnist.py's torch model takes (1, 28, 28) float32 into 10 classes; cifar10 is "
+     "(3, 32, 32) float32 images of 10 classes: use --data synthetic"),
 ])
 def test_a_model_that_is_not_there_or_does_not_fit_the_data_is_one_line(arguments, message,
                                                                          tmp_path, cache):

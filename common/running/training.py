@@ -392,8 +392,8 @@ def model_file_record(model: str) -> dict:
     if user is None:
         return {}
     return {"model_file": {
-        "path": user.path, "digest": user.digest, "frameworks": sorted(user.frameworks),
-        "counted_by": {f: counted["counted_by"] for f, counted in user.frameworks.items()},
+        "path": user.path, "digest": user.digest, "frameworks": sorted(user.built),
+        "counted_by": {f: built["counted_by"] for f, built in user.built.items()},
         "one_trajectory": "not claimed: each framework builds the file's model with its own "
                           "initial weights, so its rows of different frameworks are not the "
                           "same training"}}

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 
-from xbench.common.backends.traits import TRAITS
 from xbench.common.errors import UserError
 from xbench.common.workload import user_models
 from xbench.common.workload.models import (
@@ -155,7 +154,8 @@ def check_fits(data: str, model: str) -> None:
                         f"{', '.join(m for m, spec in MODELS.items() if spec.dataset == data)}")
 
 
-# What each framework takes of a dataset's images: PyTorch channels first, Keras channels last.
+# What each framework's loop gives a model of a dataset's images (the rows' framework names):
+# PyTorch's channels first, TensorFlow's channels last.
 IMAGE_LAYOUT = {"torch": lambda c, h, w: (c, h, w), "tensorflow": lambda c, h, w: (h, w, c)}
 
 
@@ -164,19 +164,20 @@ def check_file_fits(data: str, model: user_models.UserModel) -> None:
     random samples of its shapes, or MNIST or CIFAR-10 where it takes their images (channels
     first in PyTorch, last in Keras) into 10 classes."""
     name = Path(model.path).name
+    instead = "--data model (its data()) or synthetic" if model.data else "--data synthetic"
     if data == "model" and model.data is None:
         raise UserError(f"--data model: {name} defines no data(); use --data synthetic, or a "
                         f"dataset its inputs fit")
     if data in INPUT_SHAPES:
-        for framework, counted in model.frameworks.items():
+        for framework, built in model.built.items():
             wanted = IMAGE_LAYOUT[framework](*INPUT_SHAPES[data])
-            if (tuple(counted["input_shape"]) != wanted or model.input_dtype != "float32"
+            if (tuple(built["input_shape"]) != wanted or model.input_dtype != "float32"
                     or model.classes != NUM_CLASSES or model.target_shape):
                 raise UserError(
-                    f"--data {data}: {name}'s {framework} model takes "
-                    f"{tuple(counted['input_shape'])} {model.input_dtype} into {model.classes} "
-                    f"classes; {data} is {wanted} float32 images of {NUM_CLASSES} classes: use "
-                    f"--data model (its data()) or synthetic")
+                    f"--data {data} (the grid's data; mnist unless given): {name}'s {framework} "
+                    f"model takes {tuple(built['input_shape'])} {model.input_dtype} into "
+                    f"{model.classes} classes; {data} is {wanted} float32 images of "
+                    f"{NUM_CLASSES} classes: use {instead}")
     elif data == "shakespeare":
         raise UserError(f"--data shakespeare is for xbench's gpt models; {name} takes its own "
                         f"data() (--data model), random samples (synthetic), mnist or cifar10")
@@ -201,12 +202,18 @@ def synthetic_samples(model: str, framework: str, seed: int, train: int | None,
 
 
 def model_file_data(model: str) -> Images:
-    """A model file's own data(), as its arrays are."""
+    """A model file's own data(), in the types the model takes, checked to be the arrays that
+    were checked before the grid ran (each rank calls data() itself)."""
     user = user_model(model)
+    takes = {**user.by(), "input_dtype": user.input_dtype, "target_shape": user.target_shape,
+             "classes": user.classes}
+    name = Path(user.path).name
     arrays = user_models.call(user_models.import_file(model), "data", Path(user.path))
-    (train_x, train_y), (test_x, test_y) = arrays["train"], arrays["test"]
-    return Images(train_x, train_y, test_x, test_y, dataset="model", source=user.path,
-                  layout="model")
+    if user_models.data_check(arrays, takes, name)["digest"] != user.data["digest"]:
+        raise UserError(f"{name}: data() returned other arrays than when the grid checked it; "
+                        f"every rank calls it, so it must return the same arrays each time")
+    parts = [user_models.as_trained(*arrays[part], user.input_dtype) for part in ("train", "test")]
+    return Images(*parts[0], *parts[1], dataset="model", source=user.path, layout="model")
 
 
 def candidate_dirs(data_dir=None):
@@ -314,15 +321,16 @@ def synthetic_images(layout="mnist", seed=0, train=None, test=TEST_SAMPLES):
                   source="synthetic", layout=layout)
 
 
-def load(cell) -> Images:
+def load(cell, framework: str) -> Images:
     """The cell's data: real or synthetic, its base training set capped by max_train_samples
-    and its test set by max_test_samples."""
+    and its test set by max_test_samples (a model file's synthetic samples shaped as
+    `framework`'s model takes them)."""
     layout = data_layout(cell.data, cell.model)
     if cell.data == "model":
         data = model_file_data(cell.model)
     elif cell.data == "synthetic" and layout == "model":
-        data = synthetic_samples(cell.model, TRAITS[cell.backend].framework.name, cell.seed,
-                                 cell.max_train_samples or None, cell.max_test_samples or None)
+        data = synthetic_samples(cell.model, framework, cell.seed, cell.max_train_samples or None,
+                                 cell.max_test_samples or None)
     elif cell.data == "synthetic" and layout == "shakespeare":
         data = synthetic_tokens(cell.model, cell.seed, cell.max_train_samples or None,
                                 cell.max_test_samples or None)

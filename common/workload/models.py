@@ -195,7 +195,8 @@ LAYER_NAMES = {Conv: "conv", BatchNorm: "bn", MaxPool: "pool", GlobalAvgPool: "a
 
 def check_model_name(name: str) -> str:
     """`name` if it is a model here, a model file's `path@digest` where it names a file or
-    module (common.workload.user_models), else a clear error with a near miss."""
+    module (common.workload.user_models; common.backends.model_files builds it), else a clear
+    error with a near miss."""
     if name not in MODELS and user_models.looks_like_file_or_module(name):
         return user_models.reference(name)
     return known_name(name, MODELS, "model")
@@ -210,9 +211,16 @@ def input_shape(name: str, framework: str | None = None) -> tuple[int, ...]:
     """One sample's input: (C, H, W) of the model's images, or (context,) of its token
     windows; a model file's as `framework` takes it (Keras' images channels last)."""
     if user := user_model(name):
-        return tuple(user.counted(framework)["input_shape"])
+        return tuple(user.by(framework)["input_shape"])
     first = MODELS[name].layers[0]
     return (first.context,) if isinstance(first, Embedding) else INPUT_SHAPES[MODELS[name].dataset]
+
+
+def takes_ids(name: str) -> bool:
+    """Whether the model's inputs are int64 ids (a language model's tokens), else float32."""
+    if user := user_model(name):
+        return user.input_dtype == "int64"
+    return is_language_model(name)
 
 
 def is_language_model(name: str) -> bool:
@@ -325,12 +333,12 @@ def layer_flops(layer, shape: tuple) -> int:
     return 0
 
 
-def parameter_count(name: str) -> int:
+def parameter_count(name: str, framework: str | None = None) -> int:
     """Trainable parameters: weights and biases of convolutions and dense layers, BatchNorm's
     scales and shifts; a transformer's embeddings, linear layers and LayerNorms (the tied
-    output layer's table once); a model file's, counted on its built model."""
+    output layer's table once); a model file's, counted on `framework`'s built model."""
     if user := user_model(name):
-        return user.counted()["params"]
+        return user.by(framework)["params"]
     return sum(layer_parameters(layer) for layer in MODELS[name].layers)
 
 
@@ -344,7 +352,7 @@ def flops_per_sample(name: str, framework: str | None = None) -> int:
     (common.workload.user_models).
     """
     if user := user_model(name):
-        return user.counted(framework)["flops_per_sample"]
+        return user.by(framework)["flops_per_sample"]
     return sum(layer_flops(layer, shape) for _, layer, shape in named_layers(name))
 
 
@@ -361,24 +369,19 @@ def output_values(name: str) -> int:
 def dominant_math(name: str) -> str:
     """'convolution' or 'matmul': which kind of layer does most of the model's FLOPs (a GPU may
     run the two at different precisions: PyTorch allows TF32 in convolutions only)."""
-    if user := user_model(name):
-        return user.counted()["dominant_math"]
     convolution = sum(layer_flops(layer, shape) for layer, shape in leaves(MODELS[name].layers,
                                                                             input_shape(name))
                       if isinstance(layer, Conv))
     return "convolution" if 2 * convolution >= flops_per_sample(name) else "matmul"
 
 
-def training_flops_per_sample(name: str, framework: str | None = None) -> int:
+def training_flops_per_sample(name: str) -> int:
     """FLOPs of one sample's training step: the forward's, and per layer the backward's two
     products (the weights' gradient and the input's), each as many as the layer's forward, except
     the first layer's input gradient, which no framework computes (its input is the data). The
     common "3 x forward" counts that one too: 13.6% too many for the small model. A language
     model's first layer is its embedding, a lookup: its products all need both gradients, so
-    there it is 3 x forward exactly. A model file's: what `framework` counted of a training
-    step (PyTorch's FlopCounterMode; TensorFlow: 3 x its forward count)."""
-    if user := user_model(name):
-        return user.counted(framework)["training_flops_per_sample"]
+    there it is 3 x forward exactly."""
     first, shape = next(leaves(MODELS[name].layers, input_shape(name)))
     return 3 * flops_per_sample(name) - (layer_flops(first, shape)
                                          if isinstance(first, (Conv, Dense)) else 0)
@@ -466,7 +469,7 @@ def activations_per_sample(name: str) -> int:
     over the window. A model file's: the values PyTorch's autograd saved for the backward pass
     (0 where only Keras builds it: not counted)."""
     if user := user_model(name):
-        return user.counted("torch").get("activations_per_sample") or 0
+        return user.by("torch").get("activations_per_sample") or 0
     if is_language_model(name):
         tokens = input_shape(name)[0]  # and as many token ids
         return tokens + sum(tokens * (18 * layer.width + layer.heads * tokens)
@@ -483,23 +486,24 @@ def activations_per_sample(name: str) -> int:
     return total
 
 
-def tensor_shapes(name: str) -> list[tuple[int, ...]]:
-    """Every trainable tensor's shape, in PyTorch's order (one gradient each)."""
+def tensor_shapes(name: str, framework: str | None = None) -> list[tuple[int, ...]]:
+    """Every trainable tensor's shape, in PyTorch's order (one gradient each); a model file's
+    as `framework` built it."""
     if user := user_model(name):
-        return [tuple(shape) for shape in user.counted()["tensor_shapes"]]
+        return [tuple(shape) for shape in user.by(framework)["tensor_shapes"]]
     return [shape for _, shapes in parameter_shapes(name) for shape in shapes]
 
 
-def gradient_bytes(name: str, bytes_per_value: int = 4) -> int:
+def gradient_bytes(name: str, bytes_per_value: int = 4, framework: str | None = None) -> int:
     """Bytes all-reduced per step: one float32 gradient per parameter."""
-    return parameter_count(name) * bytes_per_value
+    return parameter_count(name, framework) * bytes_per_value
 
 
-def has_batchnorm(name: str) -> bool:
+def has_batchnorm(name: str, framework: str | None = None) -> bool:
     """Whether model `name` keeps running statistics (rows then record what replicas do with
     them)."""
     if user := user_model(name):
-        return any(counted["batchnorm"] for counted in user.frameworks.values())
+        return user.by(framework)["batchnorm"]
     return any(isinstance(layer, BatchNorm) for layer, _ in layer_shapes(name))
 
 
