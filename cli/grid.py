@@ -73,10 +73,10 @@ def grid(grid_file, preset, batch_sweep, data_dir, results_path, resume, dry_run
     if dry_run:
         click.echo("\n".join(dry_run_plan(cells, results_path, resume, where)))
         return
-    if cells[0].data != "synthetic":  # fail now, not in every cell, if it is missing or damaged
+    if cells[0].data not in ("synthetic", "model"):  # fail now if it is missing or damaged
         folder = data_module.data_folder(cells[0].data, data_dir)
         cells = [dataclasses.replace(cell, data_dir=folder) for cell in cells]
-    else:
+    elif cells[0].data == "synthetic":
         click.secho("SYNTHETIC DATA: random images (or tokens) shaped as each model's dataset; "
                     "rates are real, accuracy and loss are meaningless; rows say "
                     "dataset=synthetic", fg="yellow", err=True)

@@ -5,8 +5,8 @@ from xbench.common.backends.backend import wire
 from xbench.common.workload.models import (
     gradient_bytes,
     input_shape,
-    is_language_model,
     output_values,
+    takes_ids,
 )
 from xbench.common.workload.precision import lower_dtype
 from xbench.pt_backend.base import TorchBackend
@@ -36,7 +36,7 @@ class DataParallelBackend(TorchBackend):
             return []
         others, share = devices - 1, (devices - 1) / devices
         samples = cell.global_batch
-        input_bytes = 8 if is_language_model(cell.model) else 4  # int64 token ids; float32 pixels
+        input_bytes = 8 if takes_ids(cell.model) else 4  # int64 ids, float32 pixels
         return [wire("parameters and buffers replicated from GPU 0", others * self.module_bytes,
                      "computed", "replicate(): the module copied to the other GPUs each step"),
                 wire("inputs scattered from GPU 0",
@@ -47,7 +47,8 @@ class DataParallelBackend(TorchBackend):
                      share * samples * (2 if lower_dtype(cell.precision) else 4)
                      * output_values(cell.model), "computed",
                      "gather(): the other GPUs' logits (2 bytes each in mixed precision)"),
-                wire("gradients reduced onto GPU 0", others * gradient_bytes(cell.model),
+                wire("gradients reduced onto GPU 0",
+                     others * gradient_bytes(cell.model, framework="torch"),
                      "computed", "the replicas' gradients summed into GPU 0's parameters")]
 
     def details(self):

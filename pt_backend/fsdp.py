@@ -41,8 +41,9 @@ class FullyShardedBackend(TorchrunBackend):
         devices = cell.world
         if devices == 1:
             return []
-        padded = sum(math.ceil(shape[0] / devices) * devices * math.prod(shape[1:])
-                     for shape in tensor_shapes(cell.model)) * FLOAT32_BYTES
+        padded = sum(math.ceil(shape[0] / devices) * devices * math.prod(shape[1:]) if shape
+                     else devices  # a scalar: one value per shard
+                     for shape in tensor_shapes(cell.model, "torch")) * FLOAT32_BYTES
         gathers = 2 if cell.reshard == "after-forward" else 1
         again = " and again before backward" if gathers == 2 else ""
         return [wire("parameters all-gathered", gathers * (devices - 1) * padded, "computed",

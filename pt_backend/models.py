@@ -1,11 +1,15 @@
 """The PyTorch networks, built from common.workload.models' specs."""
+import random
 from collections import OrderedDict
+from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional
 
 from xbench.common.workload import models as spec
+from xbench.common.workload import user_models
 from xbench.common.workload.models import (
     ADAM,
     BATCHNORM,
@@ -15,6 +19,8 @@ from xbench.common.workload.models import (
     input_shape,
     is_language_model,
     named_layers,
+    takes_ids,
+    user_model,
 )
 
 
@@ -123,9 +129,16 @@ def torch_layer(layer, units=None) -> nn.Module:
     return nn.Sequential(module, nn.ReLU()) if layer.relu else module
 
 
-def build_model(name, seed=0) -> nn.Sequential:
+def build_model(name, seed=0) -> nn.Module:
     """The model `name`, one named module per top-level spec layer (conv1, bn1, block1 ...), with
-    the initial weights every backend starts from (common.workload.models)."""
+    the initial weights every backend starts from (common.workload.models); a model file's
+    pytorch() model, its weights drawn after seeding torch with `seed` (every rank the same)."""
+    if user := user_model(name):
+        torch.manual_seed(seed)  # every rank draws the same weights (pt-fsdp broadcasts none)
+        random.seed(seed)
+        np.random.seed(seed)
+        return user_models.call(user_models.import_file(name), "pytorch",
+                                Path(user.path))["model"]
     units = OrderedDict()
     for unit, layer, _ in named_layers(name):
         units[unit] = torch_layer(layer, units)
@@ -139,7 +152,8 @@ def build_model(name, seed=0) -> nn.Sequential:
 
 def batchnorm_statistics(model: nn.Module) -> list[torch.Tensor]:
     """Every BatchNorm's running mean and variance, in order."""
-    return [tensor for module in model.modules() if isinstance(module, nn.BatchNorm2d)
+    return [tensor for module in model.modules()
+            if isinstance(module, nn.modules.batchnorm._BatchNorm) and module.track_running_stats
             for tensor in (module.running_mean, module.running_var)]
 
 
@@ -155,8 +169,8 @@ def build_optimizer(parameters, name="adam", lr=ADAM["learning_rate"], momentum=
 
 def example_input(name: str, batch: int = 1) -> torch.Tensor:
     """Zeros shaped as `batch` samples of the model's input (images, or token ids)."""
-    return torch.zeros(batch, *input_shape(name),
-                       dtype=torch.int64 if is_language_model(name) else torch.float32)
+    return torch.zeros(batch, *input_shape(name, "torch"),
+                       dtype=torch.int64 if takes_ids(name) else torch.float32)
 
 
 def describe(name):

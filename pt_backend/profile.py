@@ -13,7 +13,7 @@ from xbench.pt_backend.train import mean_loss, model_inputs
 
 def profile(cell, device, request):
     """The seconds of every pass of `request`'s units and of the step (common.running.profile)."""
-    data = load(cell)
+    data = load(cell, "torch")
     model = build_model(cell.model, cell.seed).to(device).train()
     x = model_inputs(torch.from_numpy(data.train_images).to(device), data)
     labels = torch.from_numpy(data.train_labels.astype("int64")).to(device)

@@ -94,8 +94,10 @@ def normalise(images, mean, std):
 
 def model_inputs(samples: torch.Tensor, data) -> torch.Tensor:
     """What the model takes of a batch of `data`'s samples (on their device): normalised images,
-    or a language model's token ids."""
-    return samples.long() if data.is_text else normalise(samples, data.mean, data.std)
+    a language model's token ids, or a model file's samples as they are (float32, or ids)."""
+    if data.is_text or (data.as_given and not samples.is_floating_point()):
+        return samples.long()
+    return samples.float() if data.as_given else normalise(samples, data.mean, data.std)
 
 
 def mean_loss(logits: torch.Tensor, targets: torch.Tensor, loss_fn) -> torch.Tensor:
@@ -301,7 +303,8 @@ class TorchLoop(TrainingLoop):
         if self.comm.rank != 0:
             return
         if self.evaluated is self.model:
-            self.evaluated = build_model(self.cell.model).to(self.device)
+            with torch.random.fork_rng(devices=[]):  # training's random stream stays as it was
+                self.evaluated = build_model(self.cell.model, self.cell.seed).to(self.device)
         for kept, value in zip([*self.evaluated.parameters(), *self.evaluated.buffers()],
                                [*whole, *self.model.buffers()], strict=True):
             kept.copy_(value)

@@ -114,7 +114,7 @@ FIRST_RUN = list(dict.fromkeys([
     *CONFIG, *SETUP, *columns(Role.TRAINING, Role.FAULT), "training_without_fault",
     "device_name", "framework", "threads_per_device", "reduction", "collective_library",
     "cores", "devices_per_node", "batch_sweep", "traffic", "math", "epoch2_samples",
-    "batchnorm"]))
+    "batchnorm", "params", "flops_per_sample"]))
 
 
 CELL_COLUMNS = [
@@ -219,8 +219,8 @@ ATTRIBUTION_COLUMNS = [
 UNTRACED_LIMIT = 0.10  # a step's share no mark or trace covers above which the report says so
 def wire_size(cell) -> float:
     """The bytes a step's gradients put into the all-reduce, under the cell's compression."""
-    if cell["model"] not in MODELS:
-        return math.nan
+    if cell["model"] not in MODELS:  # a model file's: one float32 gradient per parameter
+        return 4.0 * cell["params"] if cell["compression"] == "none" else math.nan
     return wire_bytes(tensor_shapes(cell["model"]), cell["compression"], cell["powersgd_rank"])
 
 
@@ -274,14 +274,23 @@ LIMIT_COLUMNS = [*CONFIG, "cell_key", "training", "epoch2_rate", "peak_flops", "
                  "probe_busbw_low", "probe_busbw_high"]
 
 
+def training_flops(cell) -> float:
+    """FLOPs of one sample's training step: the spec's for xbench's models; a model file's
+    3 x the forward FLOPs its row records (the report reads rows, not the file)."""
+    if cell["model"] in MODELS:
+        return training_flops_per_sample(cell["model"])
+    return 3 * cell["flops_per_sample"]
+
+
 def flop_use(cell, matmuls) -> dict:
     """A cell's peak FLOP/s by the probe's matmuls and, on a GPU, by its data sheet, at the
     precision of its dominant layers, and its MFU (with the interval of its rate) of each."""
-    known = cell["model"] in MODELS
     math_used = cell["math"] or {}
-    # mixed precision: its lower type; else what the framework allowed the dominant layers
+    # mixed precision: its lower type; else what the framework allowed the dominant layers (a
+    # model file's taken as matmuls: the report reads rows, not the file)
+    dominant = dominant_math(cell["model"]) if cell["model"] in MODELS else "matmul"
     precision = (cell["precision"] if math_used.get("lower")
-                 else math_used.get(dominant_math(cell["model"]), "fp32") if known else "fp32")
+                 else math_used.get(dominant, "fp32"))
     peak = peak_flops(matmuls, cell["framework"], cell["device_type"],
                       int(cell["nodes"]), int(cell["devices_per_node"]),
                       int(cell["threads_per_device"]), int(cell["cores"] or 1), precision)
@@ -292,8 +301,8 @@ def flop_use(cell, matmuls) -> dict:
              **dict.fromkeys([f"{name}{suffix}" for name in ("mfu", "sheet_mfu")
                               for suffix in ("", "_low", "_high")], math.nan)}
     for name, ceiling in (("mfu", peak), ("sheet_mfu", sheet)):
-        if ceiling and ceiling["flops"] and known:
-            flops = training_flops_per_sample(cell["model"])
+        if ceiling and ceiling["flops"]:
+            flops = training_flops(cell)
             devices = int(cell["devices"]) if name == "sheet_mfu" else 1
             found.update({f"{name}{suffix}": flop_utilisation(
                 flops, cell[f"epoch2_rate{suffix}"], ceiling["flops"] * devices)

@@ -307,7 +307,7 @@ def what_if(cells: pd.DataFrame, attributed: pd.DataFrame, probes: dict, devices
                 & ones["backend"].map(lambda b: b in TRAITS and TRAITS[b].spans_devices)]
     records = []
     for key, group in ones.groupby(SETUP_OF_WHAT_IF, sort=False, dropna=False):
-        one = {**dict(zip(SETUP_OF_WHAT_IF, key, strict=True)),
+        one = {**dict(zip(SETUP_OF_WHAT_IF, key, strict=True)), "params": group["params"].iloc[0],
                **group[[*parts, "step_time_p50", "step_time_p90"]].mean().to_dict()}
         records += scaled_out(one, calibration, devices, nodes, link, node_link, band)
     return pd.DataFrame(records, columns=WHAT_IF_COLUMNS)

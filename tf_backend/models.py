@@ -3,6 +3,7 @@
 """
 import math
 from itertools import islice
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -10,6 +11,7 @@ import tensorflow as tf
 from keras import ops
 
 from xbench.common.workload import models as spec
+from xbench.common.workload import user_models
 from xbench.common.workload.models import (
     ADAM,
     BATCHNORM,
@@ -22,6 +24,7 @@ from xbench.common.workload.models import (
     layer_shapes,
     named_layers,
     tensor_shapes_of,
+    user_model,
 )
 
 
@@ -208,7 +211,11 @@ def keras_unit(name, layer, shape, leaves):
 
 def build_model(name, seed=0):
     """The model `name`, one unit per top-level spec layer, with the initial weights every
-    backend starts from (common.workload.models), converted from PyTorch's layout to Keras'."""
+    backend starts from (common.workload.models), converted from PyTorch's layout to Keras'; a
+    model file's keras() model, its weights drawn after seeding Keras with `seed`."""
+    if user := user_model(name):
+        keras.utils.set_random_seed(seed)
+        return user_models.call(user_models.import_file(name), "keras", Path(user.path))["model"]
     if is_language_model(name):
         built = {}
         for unit, layer, _ in named_layers(name):
@@ -275,8 +282,12 @@ def trainable_leaf_weights(model):
 
 
 def batchnorm_statistics(model):
-    """Every BatchNorm's moving mean and variance variables, in order."""
-    return [v for leaf in model.spec_leaves if isinstance(leaf, TorchBatchNorm)
+    """Every BatchNorm's moving mean and variance variables, in order (a model file's: its
+    BatchNormalization layers')."""
+    layers = getattr(model, "spec_leaves", None)
+    if layers is None:
+        layers = model._flatten_layers(include_self=False, recursive=True)
+    return [v for leaf in layers if isinstance(leaf, keras.layers.BatchNormalization)
             for v in (leaf.moving_mean, leaf.moving_variance)]
 
 

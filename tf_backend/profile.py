@@ -12,7 +12,7 @@ from xbench.tf_backend.train import cross_entropy, model_inputs
 
 def profile(cell, kind, request):
     """The seconds of every pass of `request`'s units and of the step (common.running.profile)."""
-    data = load(cell)
+    data = load(cell, "tensorflow")
     model = build_model(cell.model, cell.seed)
     x = model_inputs(tf.constant(data.train_images), data)
     labels = tf.constant(data.train_labels.astype("int64"))

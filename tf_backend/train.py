@@ -112,9 +112,13 @@ def normalise(images, mean, std):
 
 
 def model_inputs(samples, data):
-    """What the model takes of a batch of `data`'s samples: normalised images, or a language
-    model's token ids."""
-    return tf.cast(samples, tf.int32) if data.is_text else normalise(samples, data.mean, data.std)
+    """What the model takes of a batch of `data`'s samples: normalised images, a language model's
+    token ids, or a model file's samples as they are (float32, or int64 ids)."""
+    if data.is_text:
+        return tf.cast(samples, tf.int32)
+    if data.as_given:
+        return tf.cast(samples, tf.float32 if samples.dtype.is_floating else tf.int64)
+    return normalise(samples, data.mean, data.std)
 
 
 def per_sample(values):

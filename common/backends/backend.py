@@ -67,7 +67,8 @@ class Backend(abc.ABC):
         """What crosses between the cell's devices in one optimizer step, all links together
         (`wire` items): by default the gradients as `reduction` (the row's) moves them."""
         devices = cell.world
-        size = wire_bytes(tensor_shapes(cell.model), cell.compression, cell.powersgd_rank)
+        size = wire_bytes(tensor_shapes(cell.model, self.traits.framework.name), cell.compression,
+                          cell.powersgd_rank)
         if reduction == "all-reduce":
             compressed = ("" if cell.compression == "none" else
                           f" ({compression_label(cell.compression, cell.powersgd_rank)})")

@@ -26,7 +26,12 @@ from xbench.common.backends.traits import (
 )
 from xbench.common.workload import faults
 from xbench.common.workload.data import train_samples
-from xbench.common.workload.models import activations_per_sample, has_batchnorm, parameter_count
+from xbench.common.workload.models import (
+    activations_per_sample,
+    has_batchnorm,
+    parameter_count,
+    user_model,
+)
 
 if TYPE_CHECKING:
     from xbench.common.grids.cell import Cell
@@ -111,7 +116,7 @@ class Start:
         samples = min(train_samples(cell.data, cell.model),
                       cell.max_train_samples or math.inf) * cell.multiple
         per_device = 0 if cell.device == "cuda" else (
-            parameter_count(cell.model) * 4 * 4
+            parameter_count(cell.model, self.traits.framework.name) * 4 * 4
             + cell.per_device_batch * activations_per_sample(cell.model) * 4 * 3)
         per_process = (self.traits.framework.memory_mb * 2**20 + samples * 8 * (cell.epochs + 2)
                        + per_device * self.devices_per_process(cell))
@@ -119,7 +124,8 @@ class Start:
 
     def batchnorm(self, cell: Cell) -> str | None:
         """What it does with BatchNorm's statistics where the cell's model has BatchNorm."""
-        return self.traits.batchnorm_statistics if has_batchnorm(cell.model) else None
+        framework = self.traits.framework.name
+        return self.traits.batchnorm_statistics if has_batchnorm(cell.model, framework) else None
 
     # --- what it cannot run --------------------------------------------------------------------
 
@@ -146,6 +152,10 @@ class Start:
         if cell.compression not in traits.compressions:
             return (f"compression {cell.compression}: {self.name} does "
                     f"{', '.join(traits.compressions)}; {traits.no_compression}")
+        user = user_model(cell.model)
+        if user and traits.framework.name not in user.built:
+            return (f"{user.not_served.get(traits.framework.name, 'not built')}: "
+                    f"{traits.framework.name}'s backends have no model to train")
         return self._input_refused(cell)
 
     def _input_refused(self, cell: Cell) -> str | None:

@@ -26,15 +26,19 @@ class Framework:
     install_hint: str
     memory_mb: int       # a process's framework, libraries and data before training
     input: str           # what forms its batches (host_memory, loader_workers are PyTorch's)
+    model_function: str  # what a user's model file defines for it (common.workload.user_models)
+    describer: str       # the module that builds such a file's model and says what it counted
 
 
 # Peak RSS of the small model's smoke cells on CPU: 420-460 MB with PyTorch, 690-750 MB with
 # TensorFlow.
 TORCH = Framework("torch", "torch", "install PyTorch with `make setup` (or `pip install torch` "
-                  "into the environment)", 450, "torch.utils.data.DataLoader")
+                  "into the environment)", 450, "torch.utils.data.DataLoader", "pytorch",
+                  "xbench.pt_backend.user_model")
 TENSORFLOW = Framework("tensorflow", "tensorflow", "install TensorFlow with `make setup`, or "
                        "`pip install -e '.[tf]'` into the environment (the CPU wheel, "
-                       "tensorflow-cpu)", 800, "tf.data")
+                       "tensorflow-cpu)", 800, "tf.data", "keras", "xbench.tf_backend.user_model")
+FRAMEWORKS = (TORCH, TENSORFLOW)
 
 # How the runner starts a cell's processes on a node (common.backends.start).
 ONE_PROCESS = "one process"

@@ -75,9 +75,12 @@ def resolve(spec: dict, overrides: dict | None = None) -> tuple[dict, dict]:
                 if not s.axis and s.key in spec}
     settings["batch_sweep"] = spec["batches"] if isinstance(spec["batches"], str) else ""
     if settings["batch_sweep"]:
-        spec["batches"] = sweep_batches(settings["batch_sweep"], settings,
+        models = check_axis("models", spec["models"])
+        for name in models:  # the sweep reads the training set's size, which must be there
+            check_fits(settings["data"], name)
+        spec["batches"] = sweep_batches(settings["batch_sweep"], settings, models,
                                         *(check_axis(key, spec[key]) for key in
-                                          ("models", "multiples", "nodes", "devices")))
+                                          ("multiples", "nodes", "devices")))
     values = {axis.key: check_axis(axis.key, spec[axis.key]) for axis in AXES}
     _check_choices(values, settings)
     _check_sizes(values, settings)

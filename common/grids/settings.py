@@ -24,6 +24,7 @@ from typing import Any
 
 import psutil
 
+from xbench.common.backends.model_files import described
 from xbench.common.backends.registry import BACKENDS, check_backend_name
 from xbench.common.errors import UserError
 from xbench.common.grids.setting import Role, Setting
@@ -77,6 +78,15 @@ def _optimizer_part(cell) -> str:
     return f"|{cell.optimizer}-lr{cell.lr:g}-m{cell.momentum:g}-wd{cell.weight_decay:g}"
 
 
+def check_model(name: str) -> str:
+    """One of xbench's models, or a user's model file named by `path@digest` and built once in
+    each framework here before any cell runs (common.backends.model_files)."""
+    name = check_model_name(name)
+    if name not in MODELS:
+        described(name)
+    return name
+
+
 SETTINGS: dict[str, Setting] = {s.key: s for s in [
     # --- the grid's identity --------------------------------------------------------------------
     Setting("name", str, None, "The grid's name (default: the grid file's, without .toml); the "
@@ -89,8 +99,10 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
             flag="--backend",
             field="backend", check=check_backend_name, key_part=lambda c: c.backend,
             role=Role.PLACEMENT),
-    Setting("models", str, None, "Models: " + ", ".join(MODELS) + ".", axis=True, flag="--model",
-            field="model", check=check_model_name, key_part=lambda c: f"|{c.model}",
+    Setting("models", str, None, "Models: " + ", ".join(MODELS) + "; or your own: a .py file "
+            "(or a module) defining pytorch() and/or keras() (docs/your-model.md).", axis=True,
+            flag="--model",
+            field="model", check=check_model, key_part=lambda c: f"|{c.model}",
             role=Role.SETUP),
     Setting("multiples", int, None, "Dataset multiples, e.g. 1,4,8.", axis=True,
             flag="--multiple", field="multiple", row="dataset_multiple", maximum=100,
@@ -155,7 +167,8 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
     # --- the data ---------------------------------------------------------------------------
     Setting("data", str, "mnist",
             "Real MNIST, real CIFAR-10 (resnet18, vgg19), real Tiny Shakespeare (the gpt "
-            "models), or synthetic images (tokens) shaped as the model's dataset.",
+            "models), synthetic images (tokens) shaped as the model's dataset, or a model "
+            "file's own data() (model).",
             row="dataset", choices=DATA_KINDS,
             key_part=lambda c: f"|{c.data}", role=Role.SETUP),
     Setting("max_train_samples", int, 0, "Cap the base training set (before multiples).",

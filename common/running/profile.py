@@ -41,6 +41,7 @@ from xbench.common.running import env
 from xbench.common.running.placement import node_name
 from xbench.common.running.runner import measure, stop_on_signals
 from xbench.common.workload.models import (
+    MODELS,
     BatchNorm,
     Block,
     Conv,
@@ -73,7 +74,10 @@ SEEDS = 2 ** 32  # seeds are 32-bit in every framework
 def check_request(model: str, batch: int, backends: list[str], units: list[str],
                   steps: int, warmup: int, seed: int) -> list[str]:
     """The units to time (every one where `units` is empty); a UserError on bad input."""
-    check_model_name(model)
+    if check_model_name(model) not in MODELS:
+        raise UserError("xbench profile times the units of xbench's own models, whose spec "
+                        "names them; a model file's units are not known to it: time its cells "
+                        "with `xbench grid`, whose rows split each step into its parts")
     if batch < 1:
         raise UserError(f"--batch must be at least 1, not {batch}")
     if not MIN_STEPS <= steps <= MAX_STEPS:

@@ -16,6 +16,7 @@ import traceback
 import uuid
 from pathlib import Path
 
+from xbench.common.backends.model_files import model_file_of
 from xbench.common.backends.start import Start
 from xbench.common.errors import UserError
 from xbench.common.grids.cell import Cell, threads_per_device
@@ -193,6 +194,7 @@ def launch(backend, cell, log_path, launcher, watch=lambda folder: None, measure
         job_path.write_text(json.dumps({"cell": cell.to_dict(), "threads_per_device": threads,
                                         "memory_budget_mb": budget_mb,
                                         "launched_at": time.time(),
+                                        "model_file": model_file_of(cell.model),
                                         **({"measure": measure} if measure else {})}))
         process_threads = threads * backend.devices_per_process(cell)
         environment = {**os.environ, "OMP_NUM_THREADS": str(process_threads),

@@ -23,7 +23,7 @@ def gradient_wire_bytes(shape: tuple[int, ...], compression: str, powersgd_rank:
     values = math.prod(shape)
     if compression in ("fp16", "bf16"):
         return 2 * values
-    if compression == "powersgd":
+    if compression == "powersgd" and shape:  # a scalar goes as it is
         rows = shape[0]
         columns = values // rows
         rank = min(rows, columns, powersgd_rank)

@@ -18,15 +18,23 @@ from pathlib import Path
 import numpy as np
 
 from xbench.common.errors import UserError
-from xbench.common.workload.models import INPUT_SHAPES, MODELS, VOCAB, input_shape
+from xbench.common.workload import user_models
+from xbench.common.workload.models import (
+    INPUT_SHAPES,
+    MODELS,
+    NUM_CLASSES,
+    VOCAB,
+    input_shape,
+    user_model,
+)
 
 # Per-channel mean and standard deviation of each dataset's training pixels after /255.
 NORMALISATION = {"mnist": ((0.1307,), (0.3081,)),
                  "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))}
 TRAIN_SAMPLES = {"mnist": 60000, "cifar10": 50000}  # the base training set of each dataset
 TEST_SAMPLES = 10000
-# synthetic: random images (or tokens) shaped as the model's
-DATA_KINDS = ("mnist", "cifar10", "shakespeare", "synthetic")
+# synthetic: random images (or tokens) shaped as the model's; model: a model file's own data()
+DATA_KINDS = ("mnist", "cifar10", "shakespeare", "synthetic", "model")
 
 # Tiny Shakespeare (karpathy/char-rnn's input.txt): its SHA-256, its length, and nanoGPT's split
 # (the first 90% of the characters trains, the last 10% validates).
@@ -67,12 +75,18 @@ class Images:
     test_labels: np.ndarray
     dataset: str              # "mnist", "cifar10" or "synthetic"
     source: str               # where it was read from
-    layout: str               # whose samples these are: mnist, cifar10 or shakespeare
+    layout: str               # whose samples these are: mnist, cifar10, shakespeare, or model
+                              # (a model file's: inputs as they are, float32 or int64)
 
     @property
     def is_text(self) -> bool:
         """Token windows for a language model (else images for a classifier)."""
         return self.layout == "shakespeare"
+
+    @property
+    def as_given(self) -> bool:
+        """A model file's samples: the model takes them as they are (no normalisation)."""
+        return self.layout == "model"
 
     @property
     def mean(self) -> tuple[float, ...]:
@@ -86,9 +100,11 @@ class Images:
 
 
 def data_layout(data: str, model: str) -> str:
-    """The dataset whose images a cell of `data` for `model` holds: synthetic data takes the
-    model's."""
-    return MODELS[model].dataset if data == "synthetic" else data
+    """The dataset whose samples a cell of `data` for `model` holds: synthetic data takes the
+    model's (a model file's: shaped as its inputs)."""
+    if data != "synthetic":
+        return data
+    return MODELS[model].dataset if model in MODELS else "model"
 
 
 def train_samples(data: str, model: str) -> int:
@@ -97,15 +113,20 @@ def train_samples(data: str, model: str) -> int:
     layout = data_layout(data, model)
     if layout == "shakespeare":
         return window_count(int(SHAKESPEARE_CHARACTERS * TRAIN_SHARE), input_shape(model)[0])
+    if layout == "model":
+        return user_model(model).data["train"] if data == "model" else user_models.SYNTHETIC_TRAIN
     return TRAIN_SAMPLES[layout]
 
 
 def test_samples(data: str, model: str) -> int:
     """The test set of a cell of `data` for `model`: 10,000 images, or the windows of the
     model's context in the validation split."""
-    if data_layout(data, model) == "shakespeare":
+    layout = data_layout(data, model)
+    if layout == "shakespeare":
         return window_count(SHAKESPEARE_CHARACTERS - int(SHAKESPEARE_CHARACTERS * TRAIN_SHARE),
                             input_shape(model)[0])
+    if layout == "model":
+        return user_model(model).data["test"] if data == "model" else user_models.SYNTHETIC_TEST
     return TEST_SAMPLES
 
 
@@ -117,6 +138,11 @@ def window_count(characters: int, context: int) -> int:
 
 def check_fits(data: str, model: str) -> None:
     """A clear error where the model cannot take the dataset's samples."""
+    if model not in MODELS:
+        return check_file_fits(data, user_model(model))
+    if data == "model":
+        raise UserError(f"--data model is a model file's own data(); '{model}' is xbench's: use "
+                        f"--data {MODELS[model].dataset} (or synthetic)")
     wanted = MODELS[model].dataset
     if data not in ("synthetic", wanted):
         def shape(dataset):
@@ -126,6 +152,68 @@ def check_fits(data: str, model: str) -> None:
         raise UserError(f"model '{model}' takes {wanted} {takes}; --data {data} holds {holds}: "
                         f"use --data {wanted} (or synthetic), or a model for {data}: "
                         f"{', '.join(m for m, spec in MODELS.items() if spec.dataset == data)}")
+
+
+# What each framework's loop gives a model of a dataset's images (the rows' framework names):
+# PyTorch's channels first, TensorFlow's channels last.
+IMAGE_LAYOUT = {"torch": lambda c, h, w: (c, h, w), "tensorflow": lambda c, h, w: (h, w, c)}
+
+
+def check_file_fits(data: str, model: user_models.UserModel) -> None:
+    """A clear error where a model file cannot take `data`: its own data() where it has one,
+    random samples of its shapes, or MNIST or CIFAR-10 where it takes their images (channels
+    first in PyTorch, last in Keras) into 10 classes."""
+    name = Path(model.path).name
+    instead = "--data model (its data()) or synthetic" if model.data else "--data synthetic"
+    if data == "model" and model.data is None:
+        raise UserError(f"--data model: {name} defines no data(); use --data synthetic, or a "
+                        f"dataset its inputs fit")
+    if data in INPUT_SHAPES:
+        for framework, built in model.built.items():
+            wanted = IMAGE_LAYOUT[framework](*INPUT_SHAPES[data])
+            if (tuple(built["input_shape"]) != wanted or model.input_dtype != "float32"
+                    or model.classes != NUM_CLASSES or model.target_shape):
+                raise UserError(
+                    f"--data {data} (the grid's data; mnist unless given): {name}'s {framework} "
+                    f"model takes {tuple(built['input_shape'])} {model.input_dtype} into "
+                    f"{model.classes} classes; {data} is {wanted} float32 images of "
+                    f"{NUM_CLASSES} classes: use {instead}")
+    elif data == "shakespeare":
+        raise UserError(f"--data shakespeare is for xbench's gpt models; {name} takes its own "
+                        f"data() (--data model), random samples (synthetic), mnist or cifar10")
+
+
+def synthetic_samples(model: str, framework: str, seed: int, train: int | None,
+                      test: int | None) -> Images:
+    """Random samples shaped as a model file's (as `framework` takes them): inputs from N(0, 1)
+    (token ids below its classes where it takes int64), targets below its classes."""
+    user = user_model(model)
+    rng = np.random.default_rng(seed)
+    shape = input_shape(model, framework)
+
+    def samples(count):
+        inputs = (rng.integers(0, user.classes, (count, *shape)) if user.input_dtype == "int64"
+                  else rng.standard_normal((count, *shape), np.float32))
+        return inputs, rng.integers(0, user.classes, (count, *user.target_shape))
+
+    return Images(*samples(train or user_models.SYNTHETIC_TRAIN),
+                  *samples(test or user_models.SYNTHETIC_TEST), dataset="synthetic",
+                  source="synthetic", layout="model")
+
+
+def model_file_data(model: str) -> Images:
+    """A model file's own data(), in the types the model takes, checked to be the arrays that
+    were checked before the grid ran (each rank calls data() itself)."""
+    user = user_model(model)
+    takes = {**user.by(), "input_dtype": user.input_dtype, "target_shape": user.target_shape,
+             "classes": user.classes}
+    name = Path(user.path).name
+    arrays = user_models.call(user_models.import_file(model), "data", Path(user.path))
+    if user_models.data_check(arrays, takes, name)["digest"] != user.data["digest"]:
+        raise UserError(f"{name}: data() returned other arrays than when the grid checked it; "
+                        f"every rank calls it, so it must return the same arrays each time")
+    parts = [user_models.as_trained(*arrays[part], user.input_dtype) for part in ("train", "test")]
+    return Images(*parts[0], *parts[1], dataset="model", source=user.path, layout="model")
 
 
 def candidate_dirs(data_dir=None):
@@ -233,11 +321,17 @@ def synthetic_images(layout="mnist", seed=0, train=None, test=TEST_SAMPLES):
                   source="synthetic", layout=layout)
 
 
-def load(cell) -> Images:
+def load(cell, framework: str) -> Images:
     """The cell's data: real or synthetic, its base training set capped by max_train_samples
-    and its test set by max_test_samples."""
+    and its test set by max_test_samples (a model file's synthetic samples shaped as
+    `framework`'s model takes them)."""
     layout = data_layout(cell.data, cell.model)
-    if cell.data == "synthetic" and layout == "shakespeare":
+    if cell.data == "model":
+        data = model_file_data(cell.model)
+    elif cell.data == "synthetic" and layout == "model":
+        data = synthetic_samples(cell.model, framework, cell.seed, cell.max_train_samples or None,
+                                 cell.max_test_samples or None)
+    elif cell.data == "synthetic" and layout == "shakespeare":
         data = synthetic_tokens(cell.model, cell.seed, cell.max_train_samples or None,
                                 cell.max_test_samples or None)
     elif cell.data == "synthetic":

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from xbench.common.errors import known_name
+from xbench.common.workload import user_models
+from xbench.common.workload.user_models import UserModel
 
 # The images each dataset holds: channels, height, width.
 INPUT_SHAPES = {"mnist": (1, 28, 28), "cifar10": (3, 32, 32)}
@@ -192,19 +194,39 @@ LAYER_NAMES = {Conv: "conv", BatchNorm: "bn", MaxPool: "pool", GlobalAvgPool: "a
 
 
 def check_model_name(name: str) -> str:
-    """`name` if it is a model here, else a clear error with a near miss."""
+    """`name` if it is a model here, a model file's `path@digest` where it names a file or
+    module (common.workload.user_models; common.backends.model_files builds it), else a clear
+    error with a near miss."""
+    if name not in MODELS and user_models.looks_like_file_or_module(name):
+        return user_models.reference(name)
     return known_name(name, MODELS, "model")
 
 
-def input_shape(name: str) -> tuple[int, ...]:
+def user_model(name: str) -> UserModel | None:
+    """What xbench knows of the model file `name` names; None for xbench's own models."""
+    return None if name in MODELS else user_models.facts(name)
+
+
+def input_shape(name: str, framework: str | None = None) -> tuple[int, ...]:
     """One sample's input: (C, H, W) of the model's images, or (context,) of its token
-    windows."""
+    windows; a model file's as `framework` takes it (Keras' images channels last)."""
+    if user := user_model(name):
+        return tuple(user.by(framework)["input_shape"])
     first = MODELS[name].layers[0]
     return (first.context,) if isinstance(first, Embedding) else INPUT_SHAPES[MODELS[name].dataset]
 
 
+def takes_ids(name: str) -> bool:
+    """Whether the model's inputs are int64 ids (a language model's tokens), else float32."""
+    if user := user_model(name):
+        return user.input_dtype == "int64"
+    return is_language_model(name)
+
+
 def is_language_model(name: str) -> bool:
-    """Whether it predicts the next token of a window of text (else it classifies images)."""
+    """Whether it predicts a sequence of tokens (else one class per sample)."""
+    if user := user_model(name):
+        return bool(user.target_shape)
     return isinstance(MODELS[name].layers[0], Embedding)
 
 
@@ -311,26 +333,33 @@ def layer_flops(layer, shape: tuple) -> int:
     return 0
 
 
-def parameter_count(name: str) -> int:
+def parameter_count(name: str, framework: str | None = None) -> int:
     """Trainable parameters: weights and biases of convolutions and dense layers, BatchNorm's
     scales and shifts; a transformer's embeddings, linear layers and LayerNorms (the tied
-    output layer's table once)."""
+    output layer's table once); a model file's, counted on `framework`'s built model."""
+    if user := user_model(name):
+        return user.by(framework)["params"]
     return sum(layer_parameters(layer) for layer in MODELS[name].layers)
 
 
-def flops_per_sample(name: str) -> int:
+def flops_per_sample(name: str, framework: str | None = None) -> int:
     """Forward-pass FLOPs of one sample (an image, or a window of `context` tokens), counted as
     2 x multiply-accumulates of convs, dense layers and a transformer's matrix products.
 
     This is the convention of torch.utils.flop_counter and of most papers; bias adds, BatchNorm,
     ReLU, residual adds and pooling are left out. A training step's are
-    `training_flops_per_sample`.
+    `training_flops_per_sample`. A model file's: what `framework` counted on its built model
+    (common.workload.user_models).
     """
+    if user := user_model(name):
+        return user.by(framework)["flops_per_sample"]
     return sum(layer_flops(layer, shape) for _, layer, shape in named_layers(name))
 
 
 def output_values(name: str) -> int:
     """Values of one sample's output: its class logits, or a window's next-token logits."""
+    if user := user_model(name):
+        return math.prod(user.target_shape) * user.classes
     shape = input_shape(name)
     for layer in MODELS[name].layers:
         shape = output_shape(layer, shape)
@@ -437,7 +466,10 @@ def activations_per_sample(name: str) -> int:
     A transformer block keeps, per token, the inputs of its two LayerNorms and their outputs,
     the queries, keys and values, the attention output and its projection, the MLP's hidden
     layer before and after GELU and its output (18 x width), and each head's attention weights
-    over the window."""
+    over the window. A model file's: the values PyTorch's autograd saved for the backward pass
+    (0 where only Keras builds it: not counted)."""
+    if user := user_model(name):
+        return user.by("torch").get("activations_per_sample") or 0
     if is_language_model(name):
         tokens = input_shape(name)[0]  # and as many token ids
         return tokens + sum(tokens * (18 * layer.width + layer.heads * tokens)
@@ -454,19 +486,24 @@ def activations_per_sample(name: str) -> int:
     return total
 
 
-def tensor_shapes(name: str) -> list[tuple[int, ...]]:
-    """Every trainable tensor's shape, in PyTorch's order (one gradient each)."""
+def tensor_shapes(name: str, framework: str | None = None) -> list[tuple[int, ...]]:
+    """Every trainable tensor's shape, in PyTorch's order (one gradient each); a model file's
+    as `framework` built it."""
+    if user := user_model(name):
+        return [tuple(shape) for shape in user.by(framework)["tensor_shapes"]]
     return [shape for _, shapes in parameter_shapes(name) for shape in shapes]
 
 
-def gradient_bytes(name: str, bytes_per_value: int = 4) -> int:
+def gradient_bytes(name: str, bytes_per_value: int = 4, framework: str | None = None) -> int:
     """Bytes all-reduced per step: one float32 gradient per parameter."""
-    return parameter_count(name) * bytes_per_value
+    return parameter_count(name, framework) * bytes_per_value
 
 
-def has_batchnorm(name: str) -> bool:
+def has_batchnorm(name: str, framework: str | None = None) -> bool:
     """Whether model `name` keeps running statistics (rows then record what replicas do with
     them)."""
+    if user := user_model(name):
+        return user.by(framework)["batchnorm"]
     return any(isinstance(layer, BatchNorm) for layer, _ in layer_shapes(name))
 
 

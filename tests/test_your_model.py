@@ -1,0 +1,193 @@
+"""A model a user brings (`--model FILE.py`): a wrong file is one line and exit 2 before any cell
+runs; the example vision transformer runs through PyTorch's and TensorFlow's backends on real
+MNIST, and the report and `xbench predict` work on its rows; a file's own data() trains; a
+framework the file does not serve is `unsupported`, with the reason; a changed file is a new
+cell."""
+import json
+import os
+import textwrap
+
+import pytest
+from conftest import REPO, xbench
+
+from xbench.common.results.store import read_rows
+
+EXAMPLE = REPO / "examples" / "vit_mnist.py"
+SLICE = 1024
+
+# A small classifier of 8 numbers into 3 classes, its data() drawn with numpy.
+MLP = '''
+import numpy as np
+
+
+def pytorch():
+    from torch import nn
+    return {"model": nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 3)),
+            "inputs": ((8,), "float32"), "classes": 3}
+
+
+def data():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((640, 8)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int64) + (x[:, 1] > 0.5)
+    return {"train": (x[:512], y[:512]), "test": (x[512:], y[512:])}
+'''
+
+
+@pytest.fixture
+def cache(tmp_path):
+    """The model facts' folder of this test alone (XBENCH_CACHE)."""
+    return {**os.environ, "XBENCH_CACHE": str(tmp_path / "cache")}
+
+
+def model_file(folder, text, name="model.py"):
+    path = folder / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+BAD_FILES = {
+    "a syntax error": ("def pytorch(:\n", "model.py has a syntax error at line 1"),
+    "a function that raises": ("def pytorch():\n    raise ValueError('no weights here')\n",
+                               "model.py: pytorch() raised ValueError: no weights here"),
+    "a wrong return type": ("def pytorch():\n    return [1, 2]\n",
+                            "pytorch() returned list, not a dict"),
+    "no model function": ("x = 1\n", "model.py defines neither pytorch() nor keras()"),
+    "bad inputs": ("def pytorch():\n    from torch import nn\n    return {'model': nn.Linear(8, "
+                   "3), 'inputs': (8, 'float32'), 'classes': 3}\n",
+                   "pytorch()'s inputs is (8, 'float32'), not (shape of one sample"),
+    "logits that do not fit its classes": (
+        "def pytorch():\n    from torch import nn\n    return {'model': nn.Linear(8, 4), "
+        "'inputs': ((8,), 'float32'), 'classes': 3}\n",
+        "pytorch()'s model returned (2, 4) for a batch of 2; its targets and classes need "
+        "logits of (2, 3)"),
+    "a model that fails on its inputs": (
+        "def pytorch():\n    from torch import nn\n    return {'model': nn.Linear(5, 3), "
+        "'inputs': ((8,), 'float32'), 'classes': 3}\n",
+        "pytorch()'s model on inputs of (2, 8) raised RuntimeError"),
+    "a sys.exit at import": ("import sys\nsys.exit(3)\n",
+                             "model.py: importing it raised SystemExit: 3"),
+    "data() that raises": (MLP.replace("    rng = np.random", "    raise OSError('no disk')\n"
+                                       "    rng = np.random"),
+                           "model.py: data() raised OSError: no disk"),
+    "data() targets outside its classes": (MLP.replace("(x[:, 1] > 0.5)", "(x[:, 1] > 0.5) * 5"),
+                                           "data()['train']'s targets must be whole numbers from "
+                                           "0 to 2"),
+    "data() inputs of the wrong type": (MLP.replace(".astype(np.float32)", " > 0"),
+                                        "data()['train']'s inputs are bool; the model takes "
+                                        "float32"),
+    "data() that does not fit": (
+        MLP.replace("x[:512], y[:512]", "x[:512, :4], y[:512]"),
+        "data()['train'] holds inputs (512, 4) and targets (512,); the model takes samples of "
+        "(8,)"),
+}
+
+
+@pytest.mark.parametrize("text, message", BAD_FILES.values(), ids=BAD_FILES.keys())
+def test_a_wrong_model_file_is_one_line_and_exit_2(text, message, tmp_path, cache):
+    path = model_file(tmp_path, text)
+    done = xbench("grid", "--preset", "smoke", "--model", path, "--data", "synthetic",
+                  "--backend", "pt-ddp", "--devices", "1", "--results", tmp_path / "r.jsonl",
+                  env=cache)
+    assert (done.returncode, "Traceback" in done.stderr) == (2, False), done.stderr
+    assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--model", "no/such/model.py"], "no model file no/such/model.py"),
+    (["--model", "no_such_package.model"], "no module no_such_package.model to import"),
+    (["--model", "EXAMPLE", "--data", "model"], "--data model: vit_mnist.py defines no data()"),
+    (["--model", "EXAMPLE", "--data", "cifar10"],
+     "vit_mnist.py's torch model takes (1, 28, 28) float32 into 10 classes; cifar10 is "
+     "(3, 32, 32) float32 images of 10 classes: use --data synthetic"),
+])
+def test_a_model_that_is_not_there_or_does_not_fit_the_data_is_one_line(arguments, message,
+                                                                         tmp_path, cache):
+    arguments = [str(EXAMPLE) if a == "EXAMPLE" else a for a in arguments]
+    done = xbench("grid", "--preset", "smoke", *arguments, "--backend", "pt-ddp",
+                  "--results", tmp_path / "r.jsonl", env=cache)
+    assert (done.returncode, "Traceback" in done.stderr) == (2, False), done.stderr
+    assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_profile_says_it_times_only_xbenchs_own_models(tmp_path, cache):
+    done = xbench("profile", "--model", EXAMPLE, "--batch", 8, "--out", tmp_path, env=cache)
+    assert done.returncode == 2 and "xbench profile times the units of xbench's own models" \
+        in done.stderr, done.stderr
+
+
+@pytest.fixture(scope="module")
+def example(mnist_dir, tmp_path_factory):
+    """The example vision transformer on 1,024 real MNIST images: pt-ddp on 1 and 2 devices,
+    pt-fsdp and tf-mirrored on 2, through the real command line."""
+    folder = tmp_path_factory.mktemp("vit")
+    results = folder / "vit.jsonl"
+    run = xbench("grid", "--preset", "smoke", "--model", EXAMPLE, "--backend",
+                 "pt-ddp,pt-fsdp,tf-mirrored", "--devices", "1,2", "--max-train-samples", SLICE,
+                 "--max-test-samples", 512, "--data-dir", mnist_dir, "--results", results,
+                 "--contention-limit", "1", timeout=1800,
+                 env={**os.environ, "XBENCH_CACHE": str(folder / "cache")})
+    assert run.returncode == 0, run.stderr
+    rows, problems = read_rows(results)
+    assert not problems
+    return folder, results, {(r["backend"], r["devices"]): r for r in rows}
+
+
+def test_the_example_runs_in_both_frameworks_and_says_what_it_counted(example):
+    _, _, rows = example
+    for key in [("pt-ddp", 1), ("pt-ddp", 2), ("pt-fsdp", 2), ("tf-mirrored", 2)]:
+        row = rows[key]
+        assert row["status"] == "ok", (key, row["error"])
+        assert row["model"].startswith(str(EXAMPLE)) and "@" in row["model"]
+        assert row["params"] == 71_946 and row["dataset"] == "mnist"
+        recorded = row["backend_details"]["model_file"]
+        assert recorded["frameworks"] == ["tensorflow", "torch"]
+        assert recorded["one_trajectory"].startswith("not claimed")
+        assert row["backend_details"]["traffic"] if key[1] == 2 else True
+    # PyTorch's FlopCounterMode beside TensorFlow's own count, each in its framework's rows
+    torch_flops, keras_flops = (rows[(b, 2)]["flops_per_sample"]
+                                for b in ("pt-ddp", "tf-mirrored"))
+    assert torch_flops == 2_329_856 and keras_flops != torch_flops
+    # PyTorch's backends seed torch alike: the same model, one trajectory among them
+    for mine, theirs in zip(rows[("pt-fsdp", 2)]["epochs"], rows[("pt-ddp", 2)]["epochs"],
+                            strict=True):
+        assert mine["loss"] == pytest.approx(theirs["loss"], rel=2e-5)
+    assert rows[("pt-ddp", 2)]["epochs"][-1]["accuracy"] > 0.3  # it learns (10 classes)
+
+
+def test_the_report_and_predict_work_on_its_rows(example):
+    folder, results, _ = example
+    report = xbench("report", results, "--out", folder / "report", "--format", "md")
+    assert report.returncode == 0, report.stderr
+    assert "mnist.py@" in (folder / "report" / "summary.md").read_text()  # vit\\_mnist (markdown)
+    predicted = xbench("predict", results, "--devices", "1,8", "--link", "ib-ndr")
+    assert predicted.returncode == 0, predicted.stderr
+    scaled = predicted.stdout.split("Predicted, not measured")[1]
+    assert [line for line in scaled.splitlines()
+            if line.startswith("| A | pt-ddp | ") and "mnist.py@" in line and "| 1 × 8 |" in line]
+
+
+def test_its_own_data_trains_and_an_unserved_framework_is_unsupported(tmp_path, cache):
+    path = model_file(tmp_path, MLP)
+    results = tmp_path / "r.jsonl"
+    done = xbench("grid", "--preset", "smoke", "--model", path, "--data", "model", "--backend",
+                  "pt-ddp,tf-mirrored", "--devices", "2", "--batch", 64,
+                  "--max-train-samples", 0, "--results", results, env=cache)
+    assert done.returncode == 0, done.stderr
+    rows = {r["backend"]: r for r in read_rows(results)[0]}
+    trained = rows["pt-ddp"]
+    assert trained["status"] == "ok" and trained["dataset"] == "model"
+    assert trained["train_samples"] == 512 and trained["dataset_source"] == str(path)
+    assert trained["epochs"][-1]["loss"] < trained["epochs"][0]["loss"]
+    assert rows["tf-mirrored"]["status"] == "unsupported"
+    assert rows["tf-mirrored"]["error"].startswith("model.py defines no keras()")
+    # a changed file is a new cell
+    path.write_text(path.read_text() + "\n# changed\n")
+    again = xbench("grid", "--preset", "smoke", "--model", path, "--data", "model", "--backend",
+                   "pt-ddp", "--devices", "2", "--batch", 64, "--max-train-samples", 0,
+                   "--results", results, "--dry-run", env=cache)
+    assert again.returncode == 0, again.stderr
+    assert trained["cell_key"].split("|")[1] not in again.stdout
+    assert json.loads(json.dumps(trained["backend_details"]["model_file"]))["digest"] \
+        in trained["model"]
