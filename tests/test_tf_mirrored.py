@@ -15,9 +15,10 @@ from xbench.tf_backend.collectives import OneTensorFlowProcess
 BACKEND_FIELDS = {"run_id", "cell_key", "started_at", "finished_at", "backend", "framework",
                   "framework_version", "log", "cell_seconds", "backend_details", "env", "threads",
                   "attribution"}
+# model_state_per_device: counted on each framework's own optimizer state
 MEASUREMENTS = {"epochs", "startup_seconds", "step_time_p50", "step_time_p90", "test_accuracy",
-                "peak_memory_bytes", "peak_memory_per_device", "contended", "evidence", "hosts",
-                "model_state_per_device"}  # counted on each framework's own optimizer state
+                "test_loss", "peak_memory_bytes", "peak_memory_per_device", "contended", "evidence",
+                "hosts", "model_state_per_device"}
 
 
 @pytest.fixture(scope="module")

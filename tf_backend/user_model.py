@@ -26,9 +26,9 @@ BATCH = 2
 def forward_flops(model, takes: dict) -> tuple[int, str]:
     """TensorFlow's count of one sample's forward pass: its profiler's float operations of the
     traced call (2 per multiply-accumulate, and an operation per bias add and activation), and
-    how it was counted. Its profiler has no count for some operations (Einsum, which Keras'
-    MultiHeadAttention and EinsumDense run on): where the model has them, the count leaves them
-    out, and says so."""
+    how it was counted. Its profiler has no count for some operations (an Einsum, which Keras
+    runs where an einsum is not one matrix product: MultiHeadAttention's attention, for one):
+    where the model has them, the count leaves them out, and says so."""
     dtype = tf.int64 if takes["input_dtype"] == "int64" else tf.float32
     traced = tf.function(lambda x: model(x, training=False)).get_concrete_function(
         tf.TensorSpec((1, *takes["input_shape"]), dtype))
