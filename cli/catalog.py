@@ -9,7 +9,8 @@ from xbench.common.backends.start import Start
 from xbench.common.workload import models
 
 FRAMEWORK_MODELS = {"PyTorch": "xbench.pt_backend.models:describe",
-                    "Keras": "xbench.tf_backend.models:describe"}
+                    "Keras": "xbench.keras_models.models:describe",
+                    "JAX": "xbench.jax_backend.models:describe"}
 
 
 @click.command("models")
@@ -35,17 +36,19 @@ def list_models(as_json):
                               "flops_per_sample": described["flops_per_sample"]})
     width = max(map(len, models.MODELS))
     data = max(len(spec.dataset) for spec in models.MODELS.values())
-    lines = [f"{'model':<{width}} {'data':<{data}} {'source':<20} {'parameters':>12} "
+    source = max(len(f["source"]) for f in found)
+    lines = [f"{'model':<{width}} {'data':<{data}} {'source':<{source}} {'parameters':>12} "
              f"{'FLOPs/sample':>16}"]
     for f in found:
         numbers = (f"{f['params']:>12,} {f['flops_per_sample']:>16,}" if f["params"] is not None
                    else f["error"])
         lines.append(f"{f['model']:<{width}} {models.MODELS[f['model']].dataset:<{data}} "
-                     f"{f['source']:<20} {numbers}")
+                     f"{f['source']:<{source}} {numbers}")
     show(found, as_json, messages(), lines)
     if not as_json:
         say("FLOPs = 2 x multiply-accumulates of the forward pass of one sample (an image, or a "
-            "window of the context's tokens): conv and dense layers, a transformer's products.")
+            "window of the context's tokens): conv and dense layers, a transformer's products; "
+            "JAX's are XLA's cost analysis of the compiled forward pass, which counts every op.")
 
 
 @click.command("backends")
@@ -61,8 +64,9 @@ def list_backends(as_json):
                           "available": not reason, "reason": reason,
                           "uses": None if reason else backend.describe(),
                           "spans_nodes": backend.traits.spans_nodes})
+    width = max(map(len, BACKENDS))
     show(found, as_json, messages(), [
-        f"{f['backend']:<15} {f['framework']:<11} "
+        f"{f['backend']:<{width}} {f['framework']:<11} "
         + (f"NOT AVAILABLE: {f['reason']}" if f["reason"] else "available " + f["uses"])
         for f in found])
 

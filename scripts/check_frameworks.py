@@ -22,6 +22,10 @@ def seen() -> dict[str, tuple[int, str]]:
         cuda = tf.sysconfig.get_build_info().get("cuda_version") or "none (CPU build)"
         found["tensorflow"] = (len(tf.config.list_physical_devices("GPU")),
                                f"tensorflow {tf.__version__}, CUDA {cuda}")
+    if importlib.util.find_spec("jax"):
+        import jax
+        gpus = [d for d in jax.devices() if d.platform == "gpu"] if _has_gpu_platform(jax) else []
+        found["jax"] = (len(gpus), f"jax {jax.__version__}, backend {jax.default_backend()}")
     if importlib.util.find_spec("horovod"):
         try:
             import horovod.torch as hvd
@@ -30,6 +34,14 @@ def seen() -> dict[str, tuple[int, str]]:
         except ImportError as e:
             found["horovod"] = (0, f"horovod.torch does not load: {e}")
     return found
+
+
+def _has_gpu_platform(jax) -> bool:
+    """Whether JAX has a GPU backend here (asking for absent ones raises)."""
+    try:
+        return bool(jax.devices("gpu"))
+    except RuntimeError:
+        return False
 
 
 def main() -> int:

@@ -17,8 +17,8 @@ from xbench.common.workload.models import (
     parameter_count,
     tensor_shapes,
 )
+from xbench.keras_models import models as keras_nets
 from xbench.pt_backend import models as pt_models
-from xbench.tf_backend import models as tf_models
 
 NAME = "gpt-tiny"
 BATCH = 4
@@ -45,14 +45,14 @@ def largest_difference(keras_tensors, torch_tensors) -> float:
     """The largest difference between Keras' tensors and PyTorch's (converted to Keras' layout),
     both per layer in the spec's order."""
     return max(float(np.abs(mine - theirs).max())
-               for layer_mine, layer_theirs in zip(keras_tensors, tf_models.keras_layout(
+               for layer_mine, layer_theirs in zip(keras_tensors, keras_nets.keras_layout(
                    NAME, torch_tensors), strict=True)
                for mine, theirs in zip(layer_mine, layer_theirs, strict=True))
 
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_same_weights_give_the_same_logits(seed):
-    torch_model, keras_model = pt_models.build_model(NAME, seed), tf_models.build_model(NAME, seed)
+    torch_model, keras_model = pt_models.build_model(NAME, seed), keras_nets.build_model(NAME, seed)
     inputs, _ = windows(seed)
     torch_logits = torch_model(torch.from_numpy(inputs)).detach().numpy()
     keras_logits = keras_model(inputs.astype(np.int32)).numpy()
@@ -63,9 +63,9 @@ def test_same_weights_give_the_same_logits(seed):
 
 def test_same_loss_and_weights_after_three_adam_steps():
     """Each backend's Adam (both step as torch.optim.Adam does) on three batches."""
-    torch_model, keras_model = pt_models.build_model(NAME, 0), tf_models.build_model(NAME, 0)
+    torch_model, keras_model = pt_models.build_model(NAME, 0), keras_nets.build_model(NAME, 0)
     torch_optimizer = pt_models.build_optimizer(torch_model.parameters())
-    keras_optimizer = tf_models.build_optimizer()
+    keras_optimizer = keras_nets.build_optimizer()
     for step in range(3):
         inputs, targets = windows(10 + step)
         torch_optimizer.zero_grad()
@@ -85,14 +85,14 @@ def test_same_loss_and_weights_after_three_adam_steps():
     # measured: 1.5e-5 here, at most 3.7e-5 over initial seeds 0-11, in linear weights whose
     # gradient is ~1e-7: Adam's g / (sqrt(v) + 1e-7) turns float32 rounding of such a g into a
     # few % of a step of 1e-3 (the losses, gradients and logits agree to ~1e-7)
-    assert largest_difference(tf_models.trainable_leaf_weights(keras_model), trained) < 1e-4
+    assert largest_difference(keras_nets.trainable_leaf_weights(keras_model), trained) < 1e-4
     moved = max(float(np.abs(after - before).max())
                 for after, before in zip(trained, initial_weights(NAME, 0), strict=True))
     assert moved > 2e-3  # three real steps of about the learning rate
 
 
 def test_the_tied_table_is_one_variable_whose_gradient_sums_both_uses():
-    keras_model = tf_models.build_model(NAME, 0)
+    keras_model = keras_nets.build_model(NAME, 0)
     table = keras_model.get_layer("embed1").token_table
     variables = keras_model.trainable_variables
     assert sum(variable is table for variable in variables) == 1
@@ -120,13 +120,13 @@ def test_the_tied_table_is_one_variable_whose_gradient_sums_both_uses():
 
 @pytest.mark.parametrize("name", ["gpt-tiny", "gpt-small"])
 def test_parameters_and_flops_of_the_built_model_are_the_specs(name):
-    keras_model = tf_models.build_model(name)
-    assert tf_models.parameter_count(keras_model) == parameter_count(name)
-    assert tf_models.forward_flops(keras_model) == flops_per_sample(name)
+    keras_model = keras_nets.build_model(name)
+    assert keras_nets.parameter_count(keras_model) == parameter_count(name)
+    assert keras_nets.forward_flops(keras_model) == flops_per_sample(name)
 
 
 def test_units_are_the_specs_named_layers_and_take_token_ids():
-    keras_model = tf_models.build_model(NAME)
+    keras_model = keras_nets.build_model(NAME)
     assert [unit.name for unit in keras_model.layers] == [unit for unit, _, _ in
                                                           named_layers(NAME)]
     assert keras_model.inputs[0].shape == (None, *input_shape(NAME))
@@ -138,10 +138,10 @@ def test_mixed_bfloat16_computes_as_torch_autocast_does():
     LayerNorms float32 as torch.autocast keeps them; the linear layers, attention and the
     output layer compute in bfloat16: the same logits as PyTorch's under autocast."""
     inputs, _ = windows(4)
-    reference = tf_models.build_model(NAME, 0)(inputs.astype(np.int32)).numpy()
+    reference = keras_nets.build_model(NAME, 0)(inputs.astype(np.int32)).numpy()
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
     try:
-        keras_model = tf_models.build_model(NAME, 0)
+        keras_model = keras_nets.build_model(NAME, 0)
     finally:
         keras.mixed_precision.set_global_policy("float32")
     assert {variable.dtype for variable in keras_model.trainable_variables} == {"float32"}

@@ -14,12 +14,16 @@ import pytest
 from tests.conftest import REPO
 
 PACKAGES = {"cli": "xbench.cli", "common": "xbench.common", "pt_backend": "xbench.pt_backend",
-            "tf_backend": "xbench.tf_backend", "reports": "xbench.reports"}
+            "tf_backend": "xbench.tf_backend", "jax_backend": "xbench.jax_backend",
+            "keras_models": "xbench.keras_models", "reports": "xbench.reports"}
 # What each package may import of the others besides itself (experiments: the grid files).
-ALLOWED = {"common": {"experiments"}, "pt_backend": {"common"}, "tf_backend": {"common"},
-           "reports": {"common"}, "cli": {"common", "reports"}}
+# Keras (keras_models) is the framework two backends' packages share: TensorFlow's and keras-jax.
+ALLOWED = {"common": {"experiments"}, "pt_backend": {"common"},
+           "tf_backend": {"common", "keras_models"}, "jax_backend": {"common", "keras_models"},
+           "keras_models": {"common"}, "reports": {"common"}, "cli": {"common", "reports"}}
 # A module named as text (the registry, `python -m ...`) under an old top-level name.
-OLD_NAME = re.compile(r"""["'](?:common|reports|pt_backend|tf_backend)\.[a-z_]+""")
+OLD_NAME = re.compile(
+    r"""["'](?:common|reports|pt_backend|tf_backend|jax_backend|keras_models)\.[a-z_]+""")
 
 
 def imports(path: Path, top_level_only: bool) -> list[str]:
@@ -134,11 +138,11 @@ def test_common_has_no_import_cycle():
 def test_outside_the_repository_only_the_namespace_imports(tmp_path):
     code = ("import importlib.util, xbench.common, xbench.reports, xbench.cli.main\n"
             "print([importlib.util.find_spec(m) is None for m in "
-            "('common', 'reports', 'pt_backend', 'tf_backend')])")
+            "('common', 'reports', 'pt_backend', 'tf_backend', 'jax_backend')])")
     run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
                          text=True)
     assert run.returncode == 0, run.stderr
-    assert run.stdout.strip() == "[True, True, True, True]"
+    assert run.stdout.strip() == "[True, True, True, True, True]"
     failed = subprocess.run([sys.executable, "-c", "import common"], cwd=tmp_path,
                             capture_output=True, text=True)
     assert (failed.returncode == 1
@@ -169,10 +173,10 @@ def test_a_plain_wheel_installs_and_runs_in_a_fresh_environment(tmp_path):
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     for args, expected in ((["--version"], "xbench, version 0.1.0"),
-                           (["backends"], "pt-ddp          torch       NOT AVAILABLE: torch not "
+                           (["backends"], "pt-ddp           torch       NOT AVAILABLE: torch not "
                                           "installed"),
                            (["grid", "--preset", "smoke", "--dry-run", "--results", "r.jsonl"],
-                            "16 cells: 0 done already, 16 unsupported here")):
+                            "23 cells: 0 done already, 23 unsupported here")):
         run = subprocess.run([str(xbench), *args], cwd=outside, capture_output=True, text=True,
                              timeout=300)
         assert run.returncode == 0, run.stderr

@@ -5,8 +5,8 @@ import tensorflow as tf
 
 from xbench.common.running.profile import STEP_PASSES, time_passes
 from xbench.common.workload.data import load
+from xbench.keras_models.models import TiedLogits, build_model, build_optimizer
 from xbench.tf_backend.device import device_name
-from xbench.tf_backend.models import TiedLogits, build_model, build_optimizer
 from xbench.tf_backend.train import cross_entropy, model_inputs
 
 

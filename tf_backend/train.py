@@ -20,13 +20,13 @@ from xbench.common.running.env import peak_rss_bytes
 from xbench.common.running.training import INPUT_PIPELINE_PER_DEVICE, TrainingLoop, eval_batch
 from xbench.common.workload.data import rank_indices
 from xbench.common.workload.precision import LOSS_SCALE_GROWTH_STEPS, LOSS_SCALE_START, lower_dtype
-from xbench.tf_backend.device import device_name, math_allowed, use_float32_math
-from xbench.tf_backend.models import (
+from xbench.keras_models.models import (
     batchnorm_statistics,
     build_model,
     build_optimizer,
     parameter_count,
 )
+from xbench.tf_backend.device import device_name, math_allowed, use_float32_math
 from xbench.tf_backend.trace import (
     BOOKKEEPING_SCOPE,
     INJECTED_SCOPE,

@@ -32,6 +32,7 @@ from xbench.common.workload.models import (
     parameter_count,
     user_model,
 )
+from xbench.common.workload.precision import LOWER
 
 if TYPE_CHECKING:
     from xbench.common.grids.cell import Cell
@@ -181,6 +182,9 @@ class Start:
         traits = self.traits
         if not traits.spans_devices and cell.world > 1:
             return f"{self.name} is a single-device reference: it runs on 1 device only"
+        framework = traits.framework
+        if cell.precision in LOWER and cell.precision not in framework.mixed_precisions:
+            return f"precision {cell.precision}: {framework.no_mixed_precision}"
         if device_kind == "cuda":
             return None
         if cell.precision == "tf32":

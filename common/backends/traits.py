@@ -26,8 +26,15 @@ class Framework:
     install_hint: str
     memory_mb: int       # a process's framework, libraries and data before training
     input: str           # what forms its batches (host_memory, loader_workers are PyTorch's)
-    model_function: str  # what a user's model file defines for it (common.workload.user_models)
-    describer: str       # the module that builds such a file's model and says what it counted
+    # What a user's model file defines for it (common.workload.user_models) and the module that
+    # builds such a file's model and says what it counted; None where its backends train only
+    # xbench's own models.
+    model_function: str | None
+    describer: str | None
+    # The mixed precisions its loop runs, and why it runs no other.
+    mixed_precisions: tuple[str, ...] = ("bf16", "fp16")
+    no_mixed_precision: str = ""
+    units_timed: bool = True  # whether `xbench profile` times its model's units
 
 
 # Peak RSS of the small model's smoke cells on CPU: 420-460 MB with PyTorch, 690-750 MB with
@@ -38,7 +45,16 @@ TORCH = Framework("torch", "torch", "install PyTorch with `make setup` (or `pip 
 TENSORFLOW = Framework("tensorflow", "tensorflow", "install TensorFlow with `make setup`, or "
                        "`pip install -e '.[tf]'` into the environment (the CPU wheel, "
                        "tensorflow-cpu)", 800, "tf.data", "keras", "xbench.tf_backend.user_model")
-FRAMEWORKS = (TORCH, TENSORFLOW)
+JAX = Framework("jax", "jax", "install JAX, Flax and Optax with `make setup`, or `pip install "
+                "-e '.[jax]'` into the environment", 600, "numpy batches placed on the devices "
+                "(jax.device_put, jax.make_array_from_process_local_data)", None, None,
+                mixed_precisions=("bf16",),
+                no_mixed_precision="fp16 trains only under a dynamic loss scale, and JAX has none "
+                                   "of its own (optax has no loss scaler; DeepMind's jmp is "
+                                   "archived): xbench's JAX step (keras-jax's too) runs fp32 "
+                                   "and bf16",
+                units_timed=False)
+FRAMEWORKS = (TORCH, TENSORFLOW, JAX)
 
 # How the runner starts a cell's processes on a node (common.backends.start).
 ONE_PROCESS = "one process"
@@ -69,6 +85,21 @@ HOROVOD_BATCHNORM = ("Horovod broadcasts rank 0's state once, at the start; then
 HOROVOD_COMPRESSIONS = ("none", "fp16")
 HOROVOD_NO_COMPRESSION = "Horovod's compressors are hvd.Compression.none and fp16"
 HOROVOD_FUSION_BYTES = 64 * 2**20  # its documented fusion buffer (HOROVOD_FUSION_THRESHOLD)
+# jax-dp and jax-multiprocess: one jax.jit-compiled step over a batch sharded on a mesh of the
+# devices, its parameters replicated; XLA's SPMD partitioner inserts the gradients' all-reduce.
+XLA_BUCKETS = ("no buckets: XLA's SPMD partitioner places the gradients' all-reduces in the "
+               "compiled step and combines them itself (its all-reduce combiner); jax.jit has no "
+               "bucket size to set")
+JAX_NO_COMPRESSION = ("the gradients are all-reduced in the type jax.jit's shardings give them "
+                      "(float32): JAX has no gradient compression of its own")
+XLA_COLLECTIVES = ("not counted apart: XLA puts the gradients' all-reduce inside the one compiled "
+                   "step, whose time the host sees as one call (xbench does not trace inside it): "
+                   "the collective's time, waiting for the slowest device included, is in that "
+                   "call")
+JIT_BATCHNORM = ("jax.jit computes the model on the whole global batch sharded over the devices: "
+                 "BatchNorm normalises over every device's samples together (as SyncBatchNorm "
+                 "does, XLA reducing the statistics across the devices), and one copy of the "
+                 "running statistics is kept, replicated")
 
 
 @dataclass(frozen=True)
@@ -224,6 +255,18 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
                                "launch (this rank's gradients ready) to the end of the last",
            batchnorm_statistics=HOROVOD_BATCHNORM, extension=HOROVOD_EXTENSIONS["TensorFlow"],
            install_hint=HOROVOD_BUILD_HINT),
+    Traits("jax-single", JAX, "xbench.jax_backend.single:SingleDeviceJaxBackend",
+           spans_devices=False),
+    Traits("jax-dp", JAX, "xbench.jax_backend.dp:ShardedBatchBackend",
+           reduction=crossing("all-reduce"), buckets=XLA_BUCKETS, no_compression=JAX_NO_COMPRESSION,
+           collectives_not_counted=XLA_COLLECTIVES, batchnorm_statistics=JIT_BATCHNORM),
+    Traits("jax-multiprocess", JAX, "xbench.jax_backend.multiprocess:MultiProcessJaxBackend",
+           start=WORKER_PER_DEVICE, reduction=crossing("all-reduce"), library="jax",
+           buckets=XLA_BUCKETS, no_compression=JAX_NO_COMPRESSION,
+           collectives_not_counted=XLA_COLLECTIVES, batchnorm_statistics=JIT_BATCHNORM),
+    Traits("keras-jax", JAX, "xbench.jax_backend.keras:KerasDataParallelBackend",
+           reduction=crossing("all-reduce"), buckets=XLA_BUCKETS, no_compression=JAX_NO_COMPRESSION,
+           collectives_not_counted=XLA_COLLECTIVES, batchnorm_statistics=JIT_BATCHNORM),
 ]}
 
 

@@ -41,15 +41,17 @@ MEANING = {
     "host": "host overhead: the step's own work outside the other parts (copies, dispatch, "
             "bookkeeping), as the loop marks it",
     "untraced": "time in the step that no mark and no traced op covers (inside TensorFlow's "
-                "step call: what its trace does not account for)",
+                "step call: what its trace does not account for; a JAX step's whole compiled "
+                "call, which xbench does not trace)",
 }
 COMPUTE = ("forward", "backward", "optimizer")
 # "off": the loop keeps only each step's window and its input wait (what a row's step times and
 # input seconds need), and no library is asked about its collectives: the plain loop that
 # benchmarks/attribution_cost.py times the instruments against. Never off in a grid's rows.
 INSTRUMENTED = os.environ.get("XBENCH_ATTRIBUTION", "on") != "off"
-# A step's opaque call (a tf.function): the marks see only its ends, so it is split as the calls
-# of the steps a tracer saw were (`call_shares`).
+# A step's opaque call (a tf.function, a JAX compiled step): the marks see only its ends, so it
+# is split as the calls of the steps a tracer saw were (`call_shares`; a JAX step's, untraced,
+# is not).
 CALL = "call"
 ADDS_UP = 0.05  # the residual (epoch time the step windows do not cover) allowed
 # Which label wins where intervals overlap: a compute op counted in a trace over the collective's

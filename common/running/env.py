@@ -9,7 +9,8 @@ from pathlib import Path
 
 from xbench.common.machine import cpu_cores
 
-PACKAGES = ("torch", "tensorflow", "tensorflow-cpu", "keras", "horovod", "numpy", "xbench")
+PACKAGES = ("torch", "tensorflow", "tensorflow-cpu", "keras", "jax", "jaxlib", "flax", "optax",
+            "horovod", "numpy", "xbench")
 REPO = Path(__file__).resolve().parents[2]
 
 

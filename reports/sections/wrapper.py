@@ -19,8 +19,8 @@ SECTION = Section(
     title="What the parallel machinery costs at one device",
     paragraphs=[
         "Each backend's 1-device rate over its framework's single-device reference with no "
-        "parallel wrapper (pt-single, tf-single), in the same setup: below 1× the wrapper costs "
-        "time even when there is nothing to parallelise."],
+        "parallel wrapper (pt-single, tf-single, jax-single), in the same setup: below 1× the "
+        "wrapper costs time even when there is nothing to parallelise."],
     tables=(Table("wrapper", "Rate at one device against no parallel wrapper", wrapper_table,
-                  "it needs pt-single or tf-single beside the other backends at one device "
-                  "(every preset has them)"),))
+                  "it needs pt-single, tf-single or jax-single beside the other backends at one "
+                  "device (every preset has them)"),))

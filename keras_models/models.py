@@ -1,29 +1,26 @@
 """The Keras networks and optimizer, built from common.workload.models' specs (channels last: NHWC,
-"same" padding), starting from the same initial weights as the PyTorch networks.
+"same" padding), starting from the same initial weights as the PyTorch networks. Keras' own ops
+only (keras.ops), so that the same code runs on TensorFlow (tf_backend) and on JAX (keras-jax).
 """
 import math
-from itertools import islice
 from pathlib import Path
 
 import keras
 import numpy as np
-import tensorflow as tf
 from keras import ops
 
 from xbench.common.workload import models as spec
 from xbench.common.workload import user_models
+from xbench.common.workload.layouts import channels_last as keras_layout
 from xbench.common.workload.models import (
     ADAM,
     BATCHNORM,
-    BLOCK_TENSORS,
     EMBEDDING_UNIT,
     LAYERNORM_EPSILON,
     initial_weights,
     input_shape,
     is_language_model,
-    layer_shapes,
     named_layers,
-    tensor_shapes_of,
     user_model,
 )
 
@@ -239,43 +236,6 @@ def build_model(name, seed=0):
     return model
 
 
-def keras_layout(name, tensors):
-    """PyTorch-layout weights (common.workload.models.initial_weights) in Keras' layout, one list
-    per layer that holds weights, in the spec's order: conv kernels OIHW -> HWIO, dense kernels
-    (out, in) -> (in, out), and for the dense layer after the flatten the rows reordered from
-    PyTorch's (C, H, W) flatten order to Keras' (H, W, C); BatchNorm's scale and shift as they
-    are. A transformer's embedding tables and LayerNorms stay as they are, a block's linear
-    weights are transposed (a block: one list of its 12 tensors in BLOCK_TENSORS' order)."""
-    converted, values = [], iter(tensors)
-    flattened = None
-    for layer, shape in layer_shapes(name):
-        if isinstance(layer, spec.Flatten):
-            flattened = shape
-        if isinstance(layer, spec.BatchNorm):
-            converted.append([next(values), next(values)])
-        elif isinstance(layer, spec.Conv):
-            kernel = next(values).transpose(2, 3, 1, 0)
-            converted.append([np.ascontiguousarray(kernel)]
-                             + ([next(values)] if layer.bias else []))
-        elif isinstance(layer, spec.Dense):
-            weight, bias = next(values), next(values)
-            if flattened is not None:
-                c, h, w = flattened
-                kernel = weight.reshape(-1, c, h, w).transpose(2, 3, 1, 0).reshape(h * w * c, -1)
-                flattened = None
-            else:
-                kernel = weight.T
-            converted.append([np.ascontiguousarray(kernel), bias])
-        elif isinstance(layer, (spec.Embedding, spec.LayerNorm)):
-            converted.append([next(values) for _ in tensor_shapes_of(layer)])
-        elif isinstance(layer, spec.Block):
-            # .T turns the linear weights (out, in) into kernels (in, out) and leaves the 1-D
-            # tensors (biases, LayerNorm scales and shifts) as they are
-            converted.append([np.ascontiguousarray(value.T)
-                              for value in islice(values, len(BLOCK_TENSORS))])
-    return converted
-
-
 def trainable_leaf_weights(model):
     """Every trainable tensor, layer by layer in the spec's order (keras_layout's order)."""
     return [[w.numpy() for w in leaf.trainable_weights] for leaf in model.spec_leaves]
@@ -373,7 +333,7 @@ def forward_flops(layer: keras.layers.Layer) -> int:
 def describe(name):
     """Parameters and forward FLOPs counted on the built Keras model."""
     model = build_model(name)
-    versions = f"Keras {_major_minor(keras.__version__)} / TF {_major_minor(tf.__version__)}"
+    versions = f"Keras {_major_minor(keras.__version__)} on {keras.config.backend()}"
     return {"framework": versions,
             "params": parameter_count(model), "flops_per_sample": forward_flops(model)}
 

@@ -1,0 +1,81 @@
+"""jax-multiprocess: one process per device (launched as tf-multiworker's workers are, on one
+machine or a cluster's nodes), joined by jax.distributed.initialize; the mesh spans every
+process's device, each process places its own share of every global batch
+(jax.make_array_from_process_local_data), and the one compiled step all-reduces the gradients
+across the processes: gloo on a CPU, NCCL on GPUs."""
+import pickle
+
+import numpy as np
+
+from xbench.common.backends.collectives import Collectives
+from xbench.common.running.placement import Placement, local_task_index, task_index
+from xbench.jax_backend.base import JaxBackend, platform
+
+
+class MultiProcessJaxBackend(JaxBackend):
+    name = "jax-multiprocess"
+
+    def start_processes(self, device_kind):
+        import jax
+        placement = Placement.from_env()
+        if device_kind == "cpu":
+            jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        self.library = "gloo" if device_kind == "cpu" else "nccl"
+        jax.distributed.initialize(
+            coordinator_address=f"{placement.hosts[0]}:{placement.port}",
+            num_processes=self.cell.world, process_id=task_index(),
+            local_device_ids=None if device_kind == "cpu" else [self.local_rank()])
+        return JaxProcesses()
+
+    def local_rank(self):
+        return local_task_index()
+
+    def mesh_devices(self, kind):
+        import jax
+        return jax.devices(platform(kind))
+
+    def details(self):
+        return {"parallelism": "jax.jit with shardings over every process's device "
+                               "(jax.distributed)",
+                "launcher": "one worker per device, jax.distributed.initialize",
+                "collective_library": self.library, "reduction": "all-reduce",
+                "reduction_detail": f"XLA's all-reduce across the processes ({self.library}), "
+                                    f"inserted by its SPMD partitioner"}
+
+
+class JaxProcesses(Collectives):
+    """The cell's processes through JAX itself: `sum` an all-reduce compiled over a mesh of every
+    process's device (the collective the training step's gradients cross in), `barrier` and
+    `gather` JAX's multi-host utilities. Every process must call them in the same order, as the
+    training loop does. A picklable value is gathered as bytes, padded to a power of two so that
+    few shapes are compiled."""
+
+    def __init__(self):
+        import jax
+        from jax.experimental import multihost_utils
+        from jax.sharding import Mesh, NamedSharding
+        from jax.sharding import PartitionSpec as P
+        self.jax, self.utils = jax, multihost_utils
+        self.rank, self.world = jax.process_index(), jax.process_count()
+        mesh = Mesh(np.asarray(jax.devices()), ("process",))
+        self.sharded = NamedSharding(mesh, P("process"))
+        self.total = jax.jit(lambda x: x.sum(axis=0), out_shardings=NamedSharding(mesh, P()))
+
+    def barrier(self):
+        self.utils.sync_global_devices("xbench")
+
+    def sum(self, values):
+        """`values` (a numpy array) summed over the processes: placed as this process's row of
+        a (processes, ...) array, all-reduced, read back."""
+        values = np.asarray(values)
+        rows = self.jax.make_array_from_process_local_data(self.sharded, values[None])
+        return np.asarray(self.total(rows).addressable_data(0)).astype(values.dtype)
+
+    def gather(self, value):
+        data = np.frombuffer(pickle.dumps(value), np.uint8)
+        sizes = np.asarray(self.utils.process_allgather(np.asarray([len(data)], np.int64)))
+        padded = np.zeros(1 << int(sizes.max() - 1).bit_length(), np.uint8)
+        padded[:len(data)] = data
+        every = np.asarray(self.utils.process_allgather(padded))
+        return [pickle.loads(every[rank, :int(size)].tobytes())
+                for rank, size in enumerate(sizes.reshape(-1))]

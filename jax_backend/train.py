@@ -1,0 +1,295 @@
+"""The JAX training loop of every JAX backend: the hooks of common.running.training's loop.
+
+One step is one jax.jit-compiled function over a one-axis mesh of the backend's devices: the
+global batch sharded over them, the parameters, BatchNorm's statistics and the optimizer's state
+replicated, the gradients' all-reduce inserted by XLA. It is compiled ahead of time in the set-up
+(its seconds recorded apart, not in epoch 1), and each step's call waits for its result
+(block_until_ready): JAX dispatches asynchronously, on a CPU too, and a step's window must hold
+its compute. Data order, loss and optimizer step follow the PyTorch loop, so a JAX row and a
+PyTorch row of one cell compare.
+"""
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from xbench.common.measuring.attribution import CALL
+from xbench.common.measuring.target import Evaluation
+from xbench.common.running.env import cpu_name, peak_rss_bytes
+from xbench.common.running.training import TrainingLoop, eval_batch
+from xbench.common.workload.data import rank_indices
+from xbench.common.workload.models import training_flops_per_sample
+from xbench.common.workload.precision import lower_dtype
+from xbench.jax_backend.networks import AXIS
+
+
+def model_inputs(samples, data):
+    """What the model takes of a batch of `data`'s samples, inside the compiled step: normalised
+    images (channels last, as stored), or a language model's token ids."""
+    if data.is_text:
+        return samples.astype(jnp.int32)
+    mean, std = (jnp.asarray(v, jnp.float32) for v in (data.mean, data.std))
+    return (samples.astype(jnp.float32) / 255 - mean) / std
+
+
+def per_sample(values):
+    """A value per sample: a language model's is the mean over its window's tokens."""
+    return values.mean(axis=tuple(range(1, values.ndim))) if values.ndim > 1 else values
+
+
+def losses_and_right(logits, labels):
+    """Per sample its cross-entropy (nats) and the share of its predictions that are right
+    (pt_backend.train.correct_samples)."""
+    logits = logits.astype(jnp.float32)  # the loss in float32
+    losses = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+    right = (jnp.argmax(logits, -1) == labels).astype(jnp.float32)
+    return per_sample(losses), per_sample(right)
+
+
+class JaxLoop(TrainingLoop):
+    """Train on `backend`'s mesh of devices of `kind` ("cpu" or "cuda")."""
+
+    def __init__(self, job, comm, backend, kind):
+        super().__init__(job, comm, backend)
+        self.kind = kind
+
+    # --- set-up -------------------------------------------------------------------------------
+
+    def set_up(self):
+        cell, data = self.cell, self.job.data
+        self.devices = self.backend.mesh_devices(self.kind)
+        self.network = self.backend.network(cell, self.devices)
+        self.mesh = self.network.mesh
+        self.replicated = NamedSharding(self.mesh, P())
+        self.sharded = NamedSharding(self.mesh, P(AXIS))
+        self.local = [d for d in self.devices if d.process_index == jax.process_index()]
+        self.state = jax.tree.map(self.place_replicated, self.network.initial_state())
+        self.base = len(data.train_images)
+        self.samples = self.base * cell.multiple
+        self.local_batch = cell.global_batch // self.comm.world
+        self.images = data.train_images
+        self.labels = data.train_labels.astype(np.int32)
+        began = time.perf_counter()
+        example = self.place_batch(np.arange(self.local_batch))[:2]
+        lowered = jax.jit(self.step_function(), donate_argnums=0).lower(self.state, *example)
+        self.step = lowered.compile()
+        self.compile_seconds = time.perf_counter() - began
+        self.xla_flops = xla_flops(self.step)
+        self.step_sums = []  # per step, this process's devices' loss and right sums (on device)
+        self.taken = []      # per step, this process's share of the global batch (indices)
+        self.evaluate_sums = None
+
+    def place_replicated(self, value):
+        """A host value replicated on every device of the mesh (each process gives its copy)."""
+        return jax.make_array_from_process_local_data(self.replicated, np.asarray(value))
+
+    def place_batch(self, indices):
+        """This process's share of a global batch (the samples `indices`), sharded over the
+        mesh: its devices' parts contiguous, as rank_indices orders them. Returns the images,
+        labels and the indices."""
+        base = indices % self.base
+        return (jax.make_array_from_process_local_data(self.sharded, self.images[base]),
+                jax.make_array_from_process_local_data(self.sharded, self.labels[base]), indices)
+
+    def step_function(self):
+        """The training step: the global batch's mean loss, its gradients (XLA all-reduces them
+        over the mesh), the optimizer's update; the loss and right sums of each device's part."""
+        network, data = self.network, self.job.data
+        parts = len(self.devices)
+
+        def step(state, images, labels):
+            trainable, others, optimizer = state
+
+            def loss(trainable):
+                logits, updated = network.forward(trainable, others, model_inputs(images, data),
+                                                  training=True)
+                losses, right = losses_and_right(logits, labels)
+                return losses.mean(), (losses, right, updated)
+
+            grads, (losses, right, others) = jax.grad(loss, has_aux=True)(trainable)
+            trainable, optimizer = network.update(grads, optimizer, trainable)
+            sums = jnp.stack([losses.reshape(parts, -1).sum(1), right.reshape(parts, -1).sum(1)])
+            return (trainable, others, optimizer), jax.lax.with_sharding_constraint(
+                sums, NamedSharding(self.mesh, P(None, AXIS)))
+
+        return step
+
+    # --- the loop's hooks ---------------------------------------------------------------------
+
+    def sync(self):
+        jax.block_until_ready(self.state)
+
+    def set_learning_rate(self, value):
+        trainable, others, optimizer = self.state
+        self.state = (trainable, others, self.network.set_learning_rate(
+            optimizer, self.place_replicated(np.float32(value))))
+
+    def batches(self, epoch):
+        """This epoch's batches, each gathered and placed when the loop asks for it (the input
+        part of its step)."""
+        order = rank_indices(self.samples, self.cell.global_batch, self.cell.seed, epoch,
+                             self.comm.rank, self.comm.world, len(self.local))
+        for start in range(0, len(order), self.local_batch):
+            yield self.place_batch(order[start:start + self.local_batch])
+
+    def train_step(self, batch):
+        images, labels, indices = batch
+        self.marks.mark("host")
+        time.sleep(self.faults.slow_for(self.comm.rank))  # the slow-rank fault, if injected
+        self.state, sums = self.step(self.state, images, labels)
+        jax.block_until_ready(self.state)
+        self.marks.mark(CALL)  # one compiled step: not split (attribution_sources)
+        self.step_sums.append(sums)
+        self.taken.append(indices)
+
+    def attribution_sources(self):
+        call = ("not split: the step is one XLA program (forward, backward, the gradients' "
+                "all-reduce and the optimizer's update compiled together), timed by the host "
+                "clock from its call to its result (block_until_ready); xbench does not trace "
+                "inside it, so the row holds its time as untraced")
+        traits = self.backend.traits
+        return {"input": "the host clock: gathering this process's share of the batch and "
+                         "placing it on the mesh (jax.make_array_from_process_local_data)",
+                **dict.fromkeys(("forward", "backward", "optimizer"), call),
+                "waiting": traits.collectives_not_counted,
+                "communication": traits.collectives_not_counted,
+                "host": "the host clock outside the call (the slow-rank fault, bookkeeping)",
+                "untraced": call}
+
+    def consumed(self):
+        taken, self.taken = self.taken, []
+        replicas = len(self.local)
+        return [np.concatenate([np.split(step, replicas)[replica] for step in taken]) if taken
+                else np.zeros(0, np.int64) for replica in range(replicas)]
+
+    def reset_totals(self):
+        self.step_sums = []
+
+    def totals(self):
+        """[loss sum, right sum] of this process's devices over the epoch, in float64 on the
+        host (each step's sums stay on the devices until the epoch ends)."""
+        total = np.zeros(2)
+        for sums in self.step_sums:
+            for shard in sums.addressable_shards:
+                total += np.asarray(shard.data, np.float64).sum(axis=1)
+        return total
+
+    @property
+    def steps_per_epoch(self):
+        return self.samples // self.cell.global_batch
+
+    # --- what the replicas hold ---------------------------------------------------------------
+
+    def host_state(self, device: int = 0) -> tuple:
+        """(trainable, others) as this process's `device`-th device holds them, on the host."""
+        trainable, others, _ = self.state
+        return jax.tree.map(lambda leaf: np.asarray(leaf.addressable_data(device)),
+                            (trainable, others))
+
+    def replica_weights(self):
+        return [self.network.weights(self.host_state(device)[0])
+                for device in range(len(self.local))]
+
+    def replica_batchnorm(self):
+        return [self.network.batchnorm(self.host_state(device)[1])
+                for device in range(len(self.local))]
+
+    def model_state_bytes(self):
+        """Every device holds a whole copy of the parameters and the optimizer's state
+        (replicated)."""
+        trainable, _, optimizer = self.state
+        held = sum(leaf.addressable_data(0).nbytes
+                   for leaf in jax.tree.leaves((trainable, optimizer)))
+        return [held] * len(self.local)
+
+    def peak_memory(self):
+        if self.kind == "cuda":
+            return [device.memory_stats()["peak_bytes_in_use"] for device in self.local]
+        return [peak_rss_bytes()]
+
+    def evaluate(self):
+        """Accuracy and mean loss on the whole test set, with the first local device's copy of
+        the weights, on that device alone (the evaluation is compiled once, at the first)."""
+        data, network = self.job.data, self.network
+        trainable, others = jax.device_put(self.host_state(), self.local[0])
+        if self.evaluate_sums is None:
+            def sums(trainable, others, samples, targets):
+                logits, _ = network.forward(trainable, others, model_inputs(samples, data),
+                                            training=False)
+                losses, right = losses_and_right(logits, targets)
+                return losses.sum(), right.sum()
+
+            self.evaluate_sums = jax.jit(sums)
+        loss_sum = correct = 0.0
+        size = eval_batch(self.cell.model)
+        for start in range(0, len(data.test_images), size):
+            samples, targets = jax.device_put(
+                (data.test_images[start:start + size],
+                 data.test_labels[start:start + size].astype(np.int32)), self.local[0])
+            loss, right = self.evaluate_sums(trainable, others, samples, targets)
+            loss_sum += float(loss)
+            correct += float(right)
+        return Evaluation(accuracy=correct / len(data.test_images),
+                          loss=loss_sum / len(data.test_images))
+
+    def describe(self):
+        per_device = self.cell.global_batch // len(self.devices)
+        counted = self.xla_flops / per_device if self.xla_flops else None
+        return {
+            "framework_version": jax.__version__,
+            "params": self.network.parameter_count(self.state[0]),
+            "train_samples": self.samples,
+            "device_type": self.kind,
+            "device_name": self.local[0].device_kind if self.kind == "cuda" else cpu_name(),
+            **self.network.details(),
+            "mesh": {"axis": AXIS, "devices": len(self.devices), "processes": self.comm.world,
+                     "local_devices": [str(d) for d in self.local]},
+            "compile_seconds": self.compile_seconds,
+            "xla_training_flops_per_sample": counted,
+            "xla_flops_check": flops_check(counted, training_flops_per_sample(self.cell.model)),
+            "math": {**dict.fromkeys(("matmul", "convolution"), self.float32_math()),
+                     "precision": self.cell.precision, "lower": lower_dtype(self.cell.precision),
+                     "jax_default_matmul_precision":
+                         jax.config.jax_default_matmul_precision or "default"}}
+
+    def float32_math(self) -> str:
+        """The precision float32 matmuls and convolutions run in here: TF32 on a GPU that has
+        it (compute capability 8.0 on) unless the cell asked for fp32 ("highest"), as JAX's
+        default precision allows there; else fp32."""
+        capability = getattr(self.local[0], "compute_capability", "0")
+        tf32 = (self.kind == "cuda" and float(capability) >= 8.0
+                and jax.config.jax_default_matmul_precision != "highest")
+        return "tf32" if tf32 else "fp32"
+
+    def thread_pools(self):
+        """XLA's CPU client sizes its pool by the cores the process may use (JaxBackend's
+        share), runs each local device's program on a thread of its own, and the loop's thread
+        gathers and places the batches."""
+        return {"intra_op": len(os.sched_getaffinity(0)), "inter_op": len(self.local),
+                "input_pipeline": 1}
+
+    def gpu_indices(self):
+        return [d.local_hardware_id for d in self.local] if self.kind == "cuda" else []
+
+
+def xla_flops(compiled) -> float | None:
+    """The FLOPs XLA's cost analysis counts in one call of a compiled program (one device's
+    program, where it is partitioned over a mesh); None where the platform gives none."""
+    analysis = compiled.cost_analysis()
+    if isinstance(analysis, list):
+        analysis = analysis[0] if analysis else {}
+    return (analysis or {}).get("flops")
+
+
+def flops_check(counted: float | None, from_spec: int) -> dict:
+    """XLA's count of a training step's FLOPs per sample beside xbench's from the model's spec
+    (the MFU's numerator). They differ where their conventions do: XLA counts the elementwise
+    ops too (the loss, activations, the optimizer's update), and leaves out a convolution's
+    products with its zero padding, which the spec counts."""
+    return {"xla": counted, "spec": from_spec,
+            "ratio": counted / from_spec if counted and from_spec else None}
