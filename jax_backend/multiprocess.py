@@ -38,7 +38,7 @@ class MultiProcessJaxBackend(JaxBackend):
         return {"parallelism": "jax.jit with shardings over every process's device "
                                "(jax.distributed)",
                 "launcher": "one worker per device, jax.distributed.initialize",
-                "collective_library": self.library, "reduction": "all-reduce",
+                "collective_library": f"jax {self.library}", "reduction": "all-reduce",
                 "reduction_detail": f"XLA's all-reduce across the processes ({self.library}), "
                                     f"inserted by its SPMD partitioner"}
 

@@ -73,11 +73,11 @@ def smoke(mnist_dir, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def probe(tmp_path_factory):
-    """One real `xbench probe`: torch's and TensorFlow's matmuls, gloo (pt-ddp) on 2 and 4
+    """One real `xbench probe`: torch's, TensorFlow's and JAX's matmuls, gloo (pt-ddp) on 2 and 4
     processes: (its folder, its record, what it printed)."""
     from xbench.common.results.probes import read_probes
     folder = tmp_path_factory.mktemp("probe")
-    run = xbench("probe", "--backend", "pt-single,tf-single,pt-ddp", "--devices", "2,4",
+    run = xbench("probe", "--backend", "pt-single,tf-single,jax-single,pt-ddp", "--devices", "2,4",
                  "--results-dir", folder)
     assert run.returncode == 0, run.stderr
     records, problems = read_probes(folder / "probe.jsonl")

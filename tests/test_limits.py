@@ -23,7 +23,7 @@ from xbench.common.workload.models import MODELS, gradient_bytes, training_flops
 def test_probe_measures_matmul_at_every_thread_count_and_gloo_at_both_gradient_sizes(probe):
     _, record, printed = probe
     cores = record["cores"]
-    for framework in ("torch", "tensorflow"):
+    for framework in ("torch", "tensorflow", "jax"):
         rates = {(m["threads"], m["precision"]): m for m in record["matmul"]
                  if m["framework"] == framework}
         # float32 and the mixed precision bf16 (fp16's matmul on a CPU: GPUs only)

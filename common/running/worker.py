@@ -55,13 +55,16 @@ def main(job_path, out_dir):
         user_models.remember(user_models.from_json(spec["model_file"]))
     backend = get_backend(cell.backend)
     budget = spec["memory_budget_mb"]
+    # the machine as this process found it, before a backend narrowed the cores it may use (a
+    # pinned rank's, a JAX process's share)
+    environment = env.capture()
     try:
         if "measure" in spec:  # xbench probe or profile: the cell's processes, no training
             method, request = spec["measure"]
             limit_memory(budget, backend.traits.framework.module)
             result = getattr(backend, method)(cell, spec["threads_per_device"], request)
             if result is not None:
-                write_json(out_dir / "result.json", {method: result, "env": env.capture()})
+                write_json(out_dir / "result.json", {method: result, "env": environment})
             return 0
         limit = min(cell.memory_limit_mb or budget, budget)
         if cell.memory_limit_mb and backend.bound_tensor_memory(limit):
@@ -92,7 +95,7 @@ def main(job_path, out_dir):
         return 1
     if measurement is not None:
         write_json(out_dir / "result.json", {"measurement": measurement.to_dict(),
-                                             "env": env.capture()})
+                                             "env": environment})
     return 0
 
 
