@@ -15,13 +15,14 @@ from xbench.common.backends.collectives import Collectives, OneProcess
 from xbench.common.grids.cell import Cell
 from xbench.common.results.schema import Measurement
 from xbench.common.running.job import Job
-from xbench.common.running.placement import rank_cores
+from xbench.common.running.placement import first_sibling, rank_cores
 
 if TYPE_CHECKING:
     import jax
 
     from xbench.jax_backend.networks import Network
 
+AXIS = "batch"  # the mesh's one axis, the batch's first dimension split over it
 # Float32 matmuls and convolutions as the cell's precision asks (JAX's default on GPUs lets them
 # run in TF32): jax_default_matmul_precision's values.
 MATMUL_PRECISION = {"fp32": "highest", "tf32": "tensorfloat32"}
@@ -33,14 +34,21 @@ class JaxBackend(Backend):
 
     # --- hooks ---------------------------------------------------------------------------------
 
-    def start_processes(self, device_kind: str) -> Collectives:
+    def start_processes(self, device: str) -> Collectives:
         """Join this cell's other processes (jax.distributed); one process by default. Called
-        before JAX's devices are first listed."""
+        before JAX's devices are first listed; `device`: the cell's ("cpu", "cuda", "auto")."""
         return OneProcess()
+
+    def stop_processes(self) -> None:
+        """Leave what `start_processes` joined."""
 
     def local_rank(self) -> int:
         """This process's index on its machine (which cores and GPUs it takes)."""
         return 0
+
+    def gpus_on_node(self, seen: int) -> int:
+        """The GPUs this node gives the cell, from the `seen` ones JAX shows this process."""
+        return seen
 
     def network(self, cell: Cell, devices: list[jax.Device]) -> Network:
         """What the loop trains over a mesh of `devices`: the spec's model in Flax by default."""
@@ -70,32 +78,40 @@ class JaxBackend(Backend):
         if cell.precision in MATMUL_PRECISION:
             jax.config.update("jax_default_matmul_precision", MATMUL_PRECISION[cell.precision])
         self.cores = self.take_cores(threads_per_device * devices)
-        comm = self.start_processes("cpu" if cell.device == "cpu" else "auto")
+        comm = self.start_processes(cell.device)
         gpus = [d for d in jax.local_devices() if d.platform == "gpu"]
-        kind = self.choose_device(cell, len(gpus), "JAX")
-        return comm, kind
+        self.kind = self.choose_device(cell, self.gpus_on_node(len(gpus)), "JAX")
+        return comm, self.kind
 
     def take_cores(self, wanted: int) -> list[int]:
         """Limit this process to its share of the cores it may use (the processes of a node
-        split them evenly, as pin_ranks does), at most `wanted` of them: the threads XLA's CPU
-        client starts."""
+        split them evenly, whole physical cores first, as pin_ranks does), at most `wanted` of
+        them: XLA's CPU thread pool has no size setting and takes the cores the process may use
+        (the row records them: cpu_affinity)."""
         allowed = sorted(os.sched_getaffinity(0))
         sharing = self.start.processes(self.cell)
-        cores = rank_cores(allowed, sharing, self.local_rank() % sharing)[:max(1, wanted)]
+        cores = rank_cores(allowed, sharing, self.local_rank() % sharing,
+                           first_sibling)[:max(1, wanted)]
         os.sched_setaffinity(0, cores)
         return cores
 
     def train(self, job: Job) -> Measurement | None:
         from xbench.jax_backend.train import JaxLoop
 
-        comm, kind = self.set_up(job.cell, job.threads_per_device)
-        return JaxLoop(job, comm, self, kind).run()
+        try:
+            comm, kind = self.set_up(job.cell, job.threads_per_device)
+            return JaxLoop(job, comm, self, kind).run()
+        finally:
+            self.stop_processes()
 
     def probe(self, cell: Cell, threads_per_device: int, request: dict) -> dict | None:
         from xbench.jax_backend.limits import probe
 
-        comm, kind = self.set_up(cell, threads_per_device)
-        return probe(self, comm, kind, request)
+        try:
+            comm, kind = self.set_up(cell, threads_per_device)
+            return probe(self, comm, kind, request)
+        finally:
+            self.stop_processes()
 
     def is_out_of_memory(self, error: BaseException) -> bool:
         return isinstance(error, MemoryError) or "RESOURCE_EXHAUSTED" in str(error)

@@ -1,7 +1,8 @@
 """JAX's part of `xbench probe` (common.measuring.limits): matmul rates with XLA's own kernels
 (jax.jit, as training runs them), and all-reduce times across jax-multiprocess's processes
-(its collectives' sum: an all-reduce compiled over a mesh of every process's device, each call
-placing the buffer and reading the sum back)."""
+(its collectives' sum: an all-reduce compiled over a mesh of every process's device; each timed
+call also places the buffer from the host and reads the sum back, which the other frameworks'
+probes, timing a tensor already on the device, do not)."""
 import os
 
 import jax
@@ -10,6 +11,7 @@ import numpy as np
 
 from xbench.common.measuring.limits import matmul_record, time_all_reduce, time_matmul
 from xbench.common.running.env import cpu_name
+from xbench.jax_backend.base import MATMUL_PRECISION
 
 SIZE = {"cpu": 2048, "cuda": 8192}  # n of the n x n matmul, as pt_backend.limits
 
@@ -40,8 +42,8 @@ def matmul_rates(kind, device):
     a, b = (jax.device_put(np.random.default_rng(k).standard_normal((size, size), np.float32),
                            device) for k in range(2))
     records = []
-    for precision, dtype, math in (("fp32", jnp.float32, "highest"),
-                                   ("tf32", jnp.float32, "tensorfloat32"),
+    for precision, dtype, math in (("fp32", jnp.float32, MATMUL_PRECISION["fp32"]),
+                                   ("tf32", jnp.float32, MATMUL_PRECISION["tf32"]),
                                    ("bf16", jnp.bfloat16, "default"),
                                    ("fp16", jnp.float16, "default")):
         if (precision == "tf32" and not modern) or (precision == "fp16" and kind == "cpu"):

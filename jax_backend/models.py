@@ -349,8 +349,6 @@ def describe(name: str) -> dict:
         module, variables = build_model(name)
         forward = jax.jit(partial(module.apply, train=False))
         analysis = forward.lower(variables, example_input(name)).compile().cost_analysis()
-    if isinstance(analysis, list):  # older JAX: one dict per program
-        analysis = analysis[0]
     return {"framework": f"JAX {_major_minor(jax.__version__)} / "
                          f"Flax {_major_minor(flax.__version__)}",
             "params": parameter_count(variables["params"]),

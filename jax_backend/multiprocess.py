@@ -15,32 +15,46 @@ from xbench.jax_backend.base import JaxBackend, platform
 class MultiProcessJaxBackend(JaxBackend):
     name = "jax-multiprocess"
 
-    def start_processes(self, device_kind):
+    def start_processes(self, device):
+        """Each process is given its own GPU of the node (the one of its local rank) where the
+        cell may run on GPUs; XLA's CPU collectives between the processes are gloo's."""
         import jax
         placement = Placement.from_env()
-        if device_kind == "cpu":
-            jax.config.update("jax_cpu_collectives_implementation", "gloo")
-        self.library = "gloo" if device_kind == "cpu" else "nccl"
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
         jax.distributed.initialize(
             coordinator_address=f"{placement.hosts[0]}:{placement.port}",
             num_processes=self.cell.world, process_id=task_index(),
-            local_device_ids=None if device_kind == "cpu" else [self.local_rank()])
+            local_device_ids=None if device == "cpu" else [self.local_rank()])
         return JaxProcesses()
+
+    def stop_processes(self):
+        """Every rank leaves together (the loop ends on a barrier), before the worker exits: a
+        coordinator gone first would fail the others."""
+        import jax
+        jax.distributed.shutdown()
 
     def local_rank(self):
         return local_task_index()
+
+    def gpus_on_node(self, seen):
+        """Each process sees only the GPU it was given: the node gives one per process."""
+        return seen * self.start.processes(self.cell)
 
     def mesh_devices(self, kind):
         import jax
         return jax.devices(platform(kind))
 
     def details(self):
+        library = "gloo" if self.kind == "cpu" else "nccl"
+        several = self.cell.world > 1
         return {"parallelism": "jax.jit with shardings over every process's device "
                                "(jax.distributed)",
                 "launcher": "one worker per device, jax.distributed.initialize",
-                "collective_library": f"jax {self.library}", "reduction": "all-reduce",
-                "reduction_detail": f"XLA's all-reduce across the processes ({self.library}), "
-                                    f"inserted by its SPMD partitioner"}
+                "collective_library": f"jax {library}",
+                "reduction": "all-reduce" if several else "none",
+                "reduction_detail": (f"XLA's all-reduce across the processes ({library}), "
+                                     f"inserted by its SPMD partitioner" if several else
+                                     "a mesh of one process's device: nothing to reduce")}
 
 
 class JaxProcesses(Collectives):
@@ -65,9 +79,13 @@ class JaxProcesses(Collectives):
         self.utils.sync_global_devices("xbench")
 
     def sum(self, values):
-        """`values` (a numpy array) summed over the processes: placed as this process's row of
-        a (processes, ...) array, all-reduced, read back."""
+        """`values` (a numpy array) summed over the processes by XLA's all-reduce: placed as
+        this process's row of a (processes, ...) array, summed, read back. JAX computes in 32
+        bits: 64-bit values (the epoch's loss and right sums) are gathered and added exactly on
+        the host instead."""
         values = np.asarray(values)
+        if values.dtype.itemsize > 4:
+            return np.sum(self.gather(values), axis=0)
         rows = self.jax.make_array_from_process_local_data(self.sharded, values[None])
         return np.asarray(self.total(rows).addressable_data(0)).astype(values.dtype)
 

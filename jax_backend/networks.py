@@ -1,28 +1,22 @@
 """What a JAX loop trains (jax_backend.train.JaxLoop): a network as pure functions over a state of
-arrays, and the mesh it runs on. Flax's (this module) is the JAX backends' own; Keras 3's on JAX
-is keras-jax's (jax_backend.keras)."""
+arrays, on a one-axis mesh of the cell's devices. Flax's (the spec's model in Flax, stepped by
+Optax) is the JAX backends' own; Keras 3's on JAX, under keras.distribution.DataParallel, is
+keras-jax's. Frameworks are imported in the workers that build one."""
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 
-import flax
 import jax
 import numpy as np
-import optax
-from jax.sharding import Mesh
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
+from xbench.common.errors import Unsupported
 from xbench.common.grids.cell import Cell
 from xbench.common.workload.precision import lower_dtype
-from xbench.jax_backend.models import (
-    batchnorm_arrays,
-    build_model,
-    build_optimizer,
-    leaf_arrays,
-    parameter_count,
-    set_learning_rate,
-)
-
-AXIS = "batch"  # the mesh's one axis, the batch's first dimension sharded over it
+from xbench.jax_backend.base import AXIS
+from xbench.jax_backend.models import parameter_count
 
 
 class Network(abc.ABC):
@@ -32,8 +26,9 @@ class Network(abc.ABC):
     mesh: Mesh  # the one-axis mesh (AXIS) of the cell's devices
 
     @abc.abstractmethod
-    def initial_state(self) -> tuple:
-        """(trainable, others, optimizer) at the start: the spec's initial weights."""
+    def initial_state(self, replicate: Callable[[np.ndarray], jax.Array]) -> tuple:
+        """(trainable, others, optimizer) at the start, the spec's initial weights replicated on
+        every device of the mesh (`replicate` places a host array so)."""
 
     @abc.abstractmethod
     def forward(self, trainable, others, inputs, training: bool) -> tuple:
@@ -59,23 +54,33 @@ class Network(abc.ABC):
     def details(self) -> dict:
         """What the row records of the libraries that build and step it."""
 
+    def batch_sharding(self, shape: tuple[int, ...]) -> NamedSharding:
+        """How a batch of `shape` lies on the mesh: its first dimension split over AXIS."""
+        return NamedSharding(self.mesh, P(AXIS))
+
     def parameter_count(self, trainable) -> int:
-        return sum(int(np.size(leaf)) for leaf in jax.tree.leaves(trainable))
+        return parameter_count(trainable)
 
 
 class FlaxNetwork(Network):
     """The spec's model in Flax (jax_backend.models), stepped by Optax as PyTorch steps."""
 
     def __init__(self, cell: Cell, devices: list):
+        from xbench.jax_backend.models import build_model, build_optimizer
         self.mesh = Mesh(np.asarray(devices), (AXIS,))
         self.module, self.variables = build_model(cell.model, cell.seed,
                                                   lower_dtype(cell.precision))
         self.optimizer = build_optimizer(cell.optimizer, cell.lr, cell.momentum,
                                          cell.weight_decay)
+        # the parameters' paths, which name the model's tensors (no values kept)
+        self.paths = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype),
+                                  self.variables["params"])
 
-    def initial_state(self):
-        params = self.variables["params"]
-        return params, self.variables.get("batch_stats", {}), self.optimizer.init(params)
+    def initial_state(self, replicate):
+        variables, self.variables = self.variables, None  # the state holds them from here on
+        params = variables["params"]
+        state = params, variables.get("batch_stats", {}), self.optimizer.init(params)
+        return jax.tree.map(lambda leaf: replicate(np.asarray(leaf)), state)
 
     def forward(self, trainable, others, inputs, training):
         variables = {"params": trainable, **({"batch_stats": others} if others else {})}
@@ -86,22 +91,91 @@ class FlaxNetwork(Network):
         return logits, updated.get("batch_stats", others)
 
     def update(self, grads, optimizer, trainable):
+        import optax
         updates, optimizer = self.optimizer.update(grads, optimizer, trainable)
         return optax.apply_updates(trainable, updates), optimizer
 
     def set_learning_rate(self, optimizer, value):
+        from xbench.jax_backend.models import set_learning_rate
         return set_learning_rate(optimizer, value)
 
     def weights(self, trainable):
+        from xbench.jax_backend.models import leaf_arrays
         return leaf_arrays({"params": trainable})
 
     def batchnorm(self, others):
-        return batchnorm_arrays({"params": self.variables["params"], "batch_stats": others}
-                                ) if others else []
-
-    def parameter_count(self, trainable):
-        return parameter_count(trainable)
+        from xbench.jax_backend.models import batchnorm_arrays
+        return batchnorm_arrays({"params": self.paths, "batch_stats": others}) if others else []
 
     def details(self):
+        import flax
+        import optax
         return {"model_library": f"Flax {flax.__version__} (linen)",
                 "optimizer_library": f"Optax {optax.__version__}"}
+
+
+class KerasNetwork(Network):
+    """The spec's model as Keras builds it (keras_models.models), stepped by xbench's Keras
+    optimizers (Adam and SGD as PyTorch steps them), under keras.distribution.DataParallel: its
+    DeviceMesh is the mesh, it lays out the variables (replicated) and each batch (split over
+    the mesh's axis). The state is the values of the model's trainable and non-trainable
+    variables and of the optimizer's, in Keras' order, as DataParallel placed them; the step is
+    the model's `stateless_call` and the optimizer's `stateless_apply`, as Keras' own JAX
+    trainer compiles them in `fit`."""
+
+    def __init__(self, cell: Cell, devices: list):
+        import keras
+
+        from xbench.keras_models.models import batchnorm_statistics, build_model, build_optimizer
+        if keras.config.backend() != "jax":
+            raise Unsupported(f"keras-jax needs Keras on its JAX backend, but Keras was loaded "
+                              f"on {keras.config.backend()} before KERAS_BACKEND was set")
+        mesh = keras.distribution.DeviceMesh((len(devices),), [AXIS], devices)
+        self.distribution = keras.distribution.DataParallel(device_mesh=mesh)
+        keras.distribution.set_distribution(self.distribution)
+        self.mesh = mesh.backend_mesh
+        lower = lower_dtype(cell.precision)
+        keras.mixed_precision.set_global_policy(f"mixed_{lower}" if lower else "float32")
+        self.model = build_model(cell.model, cell.seed)
+        self.optimizer = build_optimizer(cell.optimizer, cell.lr, cell.momentum,
+                                         cell.weight_decay)
+        self.optimizer.build(self.model.trainable_variables)
+        kept = [id(v) for v in self.model.non_trainable_variables]
+        self.statistics = [kept.index(id(v)) for v in batchnorm_statistics(self.model)]
+        self.rate = [v.path for v in self.optimizer.variables].index(
+            self.optimizer._learning_rate.path)
+        self.keras_version = keras.__version__
+
+    def initial_state(self, replicate):
+        """The variables' own arrays, as DataParallel laid them out (the first step takes them
+        over: Keras' variables are not read again)."""
+        return tuple([v.value for v in variables] for variables in (
+            self.model.trainable_variables, self.model.non_trainable_variables,
+            self.optimizer.variables))
+
+    def forward(self, trainable, others, inputs, training):
+        return self.model.stateless_call(trainable, others, inputs, training=training)
+
+    def update(self, grads, optimizer, trainable):
+        trainable, optimizer = self.optimizer.stateless_apply(optimizer, grads, trainable)
+        return trainable, optimizer
+
+    def set_learning_rate(self, optimizer, value):
+        return [value if index == self.rate else variable
+                for index, variable in enumerate(optimizer)]
+
+    def batch_sharding(self, shape):
+        return self.distribution.get_data_layout(shape).backend_layout
+
+    def weights(self, trainable):
+        return [np.asarray(value) for value in trainable]
+
+    def batchnorm(self, others):
+        return [np.asarray(others[index]) for index in self.statistics]
+
+    def details(self):
+        return {"model_library": f"Keras {self.keras_version} on JAX",
+                "optimizer_library": f"Keras {self.keras_version} (xbench's TorchAdam and "
+                                     f"TorchSGD, stepping as PyTorch's)",
+                "distribution": "keras.distribution.DataParallel: its DeviceMesh, variable and "
+                                "batch layouts"}

@@ -25,7 +25,7 @@ from xbench.common.running.training import TrainingLoop, eval_batch
 from xbench.common.workload.data import rank_indices
 from xbench.common.workload.models import training_flops_per_sample
 from xbench.common.workload.precision import lower_dtype
-from xbench.jax_backend.networks import AXIS
+from xbench.jax_backend.base import AXIS
 
 
 def model_inputs(samples, data):
@@ -66,12 +66,13 @@ class JaxLoop(TrainingLoop):
         self.network = self.backend.network(cell, self.devices)
         self.mesh = self.network.mesh
         self.replicated = NamedSharding(self.mesh, P())
-        self.sharded = NamedSharding(self.mesh, P(AXIS))
         self.local = [d for d in self.devices if d.process_index == jax.process_index()]
-        self.state = jax.tree.map(self.place_replicated, self.network.initial_state())
+        self.state = self.network.initial_state(self.place_replicated)
         self.base = len(data.train_images)
         self.samples = self.base * cell.multiple
         self.local_batch = cell.global_batch // self.comm.world
+        self.sharded = [self.network.batch_sharding((cell.global_batch, *array.shape[1:]))
+                        for array in (data.train_images, data.train_labels)]
         self.images = data.train_images
         self.labels = data.train_labels.astype(np.int32)
         began = time.perf_counter()
@@ -93,8 +94,9 @@ class JaxLoop(TrainingLoop):
         mesh: its devices' parts contiguous, as rank_indices orders them. Returns the images,
         labels and the indices."""
         base = indices % self.base
-        return (jax.make_array_from_process_local_data(self.sharded, self.images[base]),
-                jax.make_array_from_process_local_data(self.sharded, self.labels[base]), indices)
+        images, labels = (jax.make_array_from_process_local_data(sharding, values[base])
+                          for sharding, values in zip(self.sharded, (self.images, self.labels)))
+        return images, labels, indices
 
     def step_function(self):
         """The training step: the global batch's mean loss, its gradients (XLA all-reduces them
@@ -143,22 +145,24 @@ class JaxLoop(TrainingLoop):
         time.sleep(self.faults.slow_for(self.comm.rank))  # the slow-rank fault, if injected
         self.state, sums = self.step(self.state, images, labels)
         jax.block_until_ready(self.state)
-        self.marks.mark(CALL)  # one compiled step: not split (attribution_sources)
+        self.marks.mark(CALL)  # one compiled step, the slow-rank fault's sleep before it: not
+        # split (attribution_sources)
         self.step_sums.append(sums)
         self.taken.append(indices)
 
     def attribution_sources(self):
         call = ("not split: the step is one XLA program (forward, backward, the gradients' "
                 "all-reduce and the optimizer's update compiled together), timed by the host "
-                "clock from its call to its result (block_until_ready); xbench does not trace "
-                "inside it, so the row holds its time as untraced")
+                "clock from its call to its result (block_until_ready), an injected slow rank's "
+                "sleep just before it; xbench does not trace inside it, so the row holds its "
+                "time as untraced")
         traits = self.backend.traits
         return {"input": "the host clock: gathering this process's share of the batch and "
                          "placing it on the mesh (jax.make_array_from_process_local_data)",
                 **dict.fromkeys(("forward", "backward", "optimizer"), call),
                 "waiting": traits.collectives_not_counted,
                 "communication": traits.collectives_not_counted,
-                "host": "the host clock outside the call (the slow-rank fault, bookkeeping)",
+                "host": "the host clock outside the call (bookkeeping)",
                 "untraced": call}
 
     def consumed(self):
@@ -216,7 +220,7 @@ class JaxLoop(TrainingLoop):
         """Accuracy and mean loss on the whole test set, with the first local device's copy of
         the weights, on that device alone (the evaluation is compiled once, at the first)."""
         data, network = self.job.data, self.network
-        trainable, others = jax.device_put(self.host_state(), self.local[0])
+        trainable, others, _ = jax.tree.map(lambda leaf: leaf.addressable_data(0), self.state)
         if self.evaluate_sums is None:
             def sums(trainable, others, samples, targets):
                 logits, _ = network.forward(trainable, others, model_inputs(samples, data),
@@ -250,6 +254,7 @@ class JaxLoop(TrainingLoop):
             "mesh": {"axis": AXIS, "devices": len(self.devices), "processes": self.comm.world,
                      "local_devices": [str(d) for d in self.local]},
             "compile_seconds": self.compile_seconds,
+            "cpu_affinity": self.backend.cores if self.kind == "cpu" else None,
             "xla_training_flops_per_sample": counted,
             "xla_flops_check": flops_check(counted, training_flops_per_sample(self.cell.model)),
             "math": {**dict.fromkeys(("matmul", "convolution"), self.float32_math()),
@@ -267,9 +272,10 @@ class JaxLoop(TrainingLoop):
         return "tf32" if tf32 else "fp32"
 
     def thread_pools(self):
-        """XLA's CPU client sizes its pool by the cores the process may use (JaxBackend's
-        share), runs each local device's program on a thread of its own, and the loop's thread
-        gathers and places the batches."""
+        """XLA reports no pools: xbench's reading of them. Its CPU client sizes its compute pool
+        by the cores the process may use (JaxBackend.take_cores' share: 13 threads in all with
+        1 core, 17 with 2, here), runs each local device's program apart, and the loop's own
+        thread gathers and places the batches."""
         return {"intra_op": len(os.sched_getaffinity(0)), "inter_op": len(self.local),
                 "input_pipeline": 1}
 
@@ -280,16 +286,15 @@ class JaxLoop(TrainingLoop):
 def xla_flops(compiled) -> float | None:
     """The FLOPs XLA's cost analysis counts in one call of a compiled program (one device's
     program, where it is partitioned over a mesh); None where the platform gives none."""
-    analysis = compiled.cost_analysis()
-    if isinstance(analysis, list):
-        analysis = analysis[0] if analysis else {}
-    return (analysis or {}).get("flops")
+    return (compiled.cost_analysis() or {}).get("flops")
 
 
 def flops_check(counted: float | None, from_spec: int) -> dict:
     """XLA's count of a training step's FLOPs per sample beside xbench's from the model's spec
     (the MFU's numerator). They differ where their conventions do: XLA counts the elementwise
     ops too (the loss, activations, the optimizer's update), and leaves out a convolution's
-    products with its zero padding, which the spec counts."""
+    products with its zero padding, which the spec counts. XLA's is one device's program over
+    its share of the batch, the whole optimizer update included (every device steps every
+    parameter), so its count per sample grows with the devices."""
     return {"xla": counted, "spec": from_spec,
             "ratio": counted / from_spec if counted and from_spec else None}

@@ -9,10 +9,12 @@ MNIST where it finds it (XBENCH_DATA_DIR, shared/data/mnist, ../shared/data/mnis
 data, and the rows say so), makes the report, and prints rates, MFU and memory per GPU; then
 profiles ResNet-18's layers on one GPU (`xbench profile`, batch 128); then the gpt-gpu preset
 (gpt-small and gpt-medium at bf16 on real Tiny Shakespeare, beside MNIST's folder, else synthetic
-tokens) on the same GPU counts, and its report.
+tokens) on the same GPU counts, and its report; then, where JAX (with CUDA) is importable, JAX's
+matmul probe, jax-single and jax-dp (keras-jax where Keras is) on the smoke grid and gpt-small at
+bf16, on the same GPU counts, and their report.
 
     usage: python3 scripts/gpu_check.py [--out DIR] [--only PART]   (default results/gpu-check;
-           PART: mnist or gpt, default both)
+           PART: mnist, gpt or jax, default all three)
 Exit 2 where torch sees no GPU or a dependency is missing, else the grid's exit code.
 """
 import argparse
@@ -73,7 +75,7 @@ def xbench(*args: str) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="results/gpu-check")
-    parser.add_argument("--only", choices=("mnist", "gpt"))
+    parser.add_argument("--only", choices=("mnist", "gpt", "jax"))
     arguments = parser.parse_args()
     out = Path(arguments.out).resolve()
     why = refusal()
@@ -88,7 +90,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="xbench-uninstalled-") as folder:
         os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [
             str(link_packages(Path(folder))), os.environ.get("PYTHONPATH")]))
-        parts = {"mnist": check, "gpt": check_gpt}
+        parts = {"mnist": check, "gpt": check_gpt, "jax": check_jax}
         codes = [part(out, gpus) for name, part in parts.items()
                  if arguments.only in (None, name)]
         return next((code for code in codes if code), 0)
@@ -121,6 +123,32 @@ def check_gpt(out: Path, gpus: int) -> int:
                   "--devices", ",".join(map(str, device_counts(gpus))), "--results", str(results),
                   *(["--data-dir", str(data)] if text else ["--data", "synthetic"]))
     report(results, out / "gpt-report")
+    return code
+
+
+def check_jax(out: Path, gpus: int) -> int:
+    """JAX's matmul probe, then jax-single and jax-dp (keras-jax where Keras is installed) on the
+    smoke grid and on gpt-small at bf16, on 1 ... all the GPUs, and their report; nothing, said
+    so, where JAX is not installed."""
+    if importlib.util.find_spec("jax") is None:
+        print("gpu-check: jax is not importable here: the JAX part is not run", flush=True)
+        return 0
+    backends = ["jax-single", "jax-dp"] + (["keras-jax"] if importlib.util.find_spec("keras")
+                                            else [])
+    counts, data = ",".join(map(str, device_counts(gpus))), data_folder()
+    xbench("probe", "--backend", "jax-single", "--device", "cuda", "--results-dir", str(out))
+    results = out / "jax.jsonl"
+    code = xbench("grid", "--preset", "smoke", "--backend", ",".join(backends), "--device",
+                  "cuda", "--devices", counts, "--batch", "128,512", "--max-train-samples", "0",
+                  "--repeat", "3", "--results", str(results),
+                  *(["--data-dir", str(data)] if data else ["--data", "synthetic"]))
+    text = data and (data.parent / "tinyshakespeare" / "input.txt").is_file()
+    code = code or xbench(
+        "grid", "--preset", "gpt-gpu", "--backend", ",".join(backends), "--model", "gpt-small",
+        "--bucket-mb", "0", "--compression", "none", "--devices", counts, "--results",
+        str(results), *(["--data-dir", str(data.parent / "tinyshakespeare")] if text
+                        else ["--data", "synthetic"]))
+    report(results, out / "jax-report")
     return code
 
 

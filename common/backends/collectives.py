@@ -1,9 +1,9 @@
 """How the processes of one cell talk: one interface, and its one-process implementation.
 
 Each framework or library has its own class in its backend package, each with its own name:
-`pt_backend.torchrun.TorchDistributedCollectives`, `pt_backend.hvd.HorovodTorchCollectives`, and the
+`pt_backend.torchrun.TorchDistributedCollectives`, `pt_backend.hvd.HorovodTorchCollectives`, the
 TensorFlow ones under `tf_backend.collectives.TensorFlowCollectives` (which adds what only a
-TensorFlow loop needs).
+TensorFlow loop needs), and `jax_backend.multiprocess.JaxProcesses`.
 """
 import abc
 from typing import Any

@@ -398,9 +398,10 @@ def rank_indices(samples: int, global_batch: int, seed: int, epoch: int, rank: i
     The incomplete last global batch is dropped, then sample i goes to rank i % world; consecutive
     per-device batches of every rank together make exactly the global batches of a 1-device run.
     A process that splits its batch into `replicas` contiguous parts itself (DataParallel,
-    MirroredStrategy) gets each batch reordered so that part r holds every r-th sample, what
-    DistributedSampler gives rank r: BatchNorm then normalises over the same samples per replica
-    in every backend.
+    MirroredStrategy, jax.jit's sharded batch) gets each batch reordered so that part r holds
+    every r-th sample, what DistributedSampler gives rank r: BatchNorm then normalises over the
+    same samples per replica in every backend that normalises per replica (JAX's normalise over
+    the whole global batch).
     """
     order = epoch_order(samples, seed, epoch)[: samples // global_batch * global_batch][rank::world]
     per_replica = global_batch // world // replicas
