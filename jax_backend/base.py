@@ -113,6 +113,14 @@ class JaxBackend(Backend):
         finally:
             self.stop_processes()
 
+    def mesh_details(self, parallelism: str, mesh: str) -> dict:
+        """What the row records of a one-process mesh of the cell's devices (`mesh`: whose)."""
+        devices = self.cell.devices
+        return {"parallelism": parallelism, "reduction": "all-reduce" if devices > 1 else "none",
+                "reduction_detail": (f"XLA's all-reduce over the {devices} devices of {mesh}, "
+                                     f"inserted by its SPMD partitioner" if devices > 1 else
+                                     "a mesh of one device: nothing to reduce")}
+
     def is_out_of_memory(self, error: BaseException) -> bool:
         return isinstance(error, MemoryError) or "RESOURCE_EXHAUSTED" in str(error)
 

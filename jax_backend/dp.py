@@ -10,10 +10,5 @@ class ShardedBatchBackend(JaxBackend):
     name = "jax-dp"
 
     def details(self):
-        devices = self.cell.devices
-        return {"parallelism": "jax.jit with shardings (a one-axis mesh, the batch sharded)",
-                "reduction": "all-reduce" if devices > 1 else "none",
-                "reduction_detail": (f"XLA's all-reduce over the {devices} devices of one "
-                                     f"process, inserted by its SPMD partitioner"
-                                     if devices > 1 else "a mesh of one device: nothing to "
-                                     "reduce")}
+        return self.mesh_details("jax.jit with shardings (a one-axis mesh, the batch sharded)",
+                                 "one process")

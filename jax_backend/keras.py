@@ -21,10 +21,5 @@ class KerasDataParallelBackend(JaxBackend):
         return KerasNetwork(cell, devices)
 
     def details(self):
-        devices = self.cell.devices
-        return {"parallelism": "keras.distribution.DataParallel (Keras 3 on JAX)",
-                "reduction": "all-reduce" if devices > 1 else "none",
-                "reduction_detail": (f"XLA's all-reduce over the {devices} devices of "
-                                     f"DataParallel's mesh, inserted by its SPMD partitioner"
-                                     if devices > 1 else "a mesh of one device: nothing to "
-                                     "reduce")}
+        return self.mesh_details("keras.distribution.DataParallel (Keras 3 on JAX)",
+                                 "DataParallel's mesh")
