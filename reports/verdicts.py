@@ -219,6 +219,9 @@ def why(cell, attributed, limits):
     if mine.empty:
         return None
     mine = mine.iloc[0]
+    if mine["untraced_share"] > analysis.UNTRACED_LIMIT:  # one opaque call (a JAX step)
+        return (f"not known: {mine['untraced_share']:.0%} of the step is one call no mark or "
+                f"trace splits (its compute and communication together)")
     parts = [f"{mine[f'{part}_share']:.0%} {PART_WORDS[part]}" for part in PART_WORDS
              if mine[f"{part}_share"] >= 0.05]
     text = ("the step spends " + ", ".join(parts) if parts

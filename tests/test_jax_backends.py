@@ -81,3 +81,16 @@ def test_the_traits_say_what_the_compiled_step_does_not_let_xbench_see(backend):
     if traits.spans_devices:
         assert traits.collectives_not_counted.startswith("not counted apart: XLA puts")
         assert "SyncBatchNorm" in traits.batchnorm_statistics
+
+
+def test_predict_does_not_read_parts_a_jax_step_does_not_have(smoke):
+    """A JAX step's compute and communication are one call: the what-if says it cannot scale
+    them apart (and predicts the others' as before)."""
+    import json
+    run = xbench("predict", smoke.results, "--link", "ib-ndr", "--devices", "1,8", "--json")
+    assert run.returncode == 0, run.stderr
+    predicted = json.loads(run.stdout)["predicted"]
+    for backend in ("jax-dp", "jax-multiprocess", "keras-jax"):
+        (row,) = [r for r in predicted if r["backend"] == backend]
+        assert row["note"].startswith("not predicted: ") and "one call" in row["note"], row
+    assert any(r["backend"] == "pt-ddp" and r["total"] == 8 and r["rate"] > 0 for r in predicted)
