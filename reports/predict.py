@@ -110,7 +110,7 @@ def references(cells: pd.DataFrame, attributed: pd.DataFrame) -> pd.DataFrame:
         "overlap_share", "untraced_share"]],
         on=["env", "cell_key"])
     keyed = keyed[keyed["backend"].isin(list(TRAITS))
-                  & (keyed["untraced_share"] <= UNTRACED_LIMIT)]
+                  & ~(keyed["untraced_share"] > UNTRACED_LIMIT)]  # unknown (NaN) stays
     ones = keyed[(keyed["devices"] == 1) & (keyed["nodes"] == 1)
                  & (keyed["training"] == keyed["training_without_fault"])]
     many = keyed[keyed["devices"] > 1]  # the world: every node's devices
