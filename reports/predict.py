@@ -24,9 +24,10 @@ import pandas as pd
 from xbench.common.backends.traits import TRAITS
 from xbench.common.errors import UserError
 from xbench.common.grids.settings import SETTINGS, Role, columns, draws
+from xbench.common.measuring.attribution import COMPUTE
 from xbench.common.workload import faults
 from xbench.reports import analysis
-from xbench.reports.analysis import CONFIG, SETUP, UNTRACED_LIMIT, WORKLOAD, wire_size
+from xbench.reports.analysis import CONFIG, SETUP, WORKLOAD, wire_size
 from xbench.reports.step_model import (
     COMPUTE_PARTS,
     PER_SAMPLE,
@@ -107,10 +108,9 @@ def references(cells: pd.DataFrame, attributed: pd.DataFrame) -> pd.DataFrame:
     family = [*[c for c in SETUP if c != "training"], "training_without_fault"]
     keyed = cells.merge(attributed[["env", "cell_key", *[f"{p}_step" for p in (
         *COMPUTE_PARTS, "waiting", "communication")], "moving_seconds", "bytes",
-        "overlap_share", "untraced_share"]],
+        "overlap_share", *[f"{p}_share" for p in COMPUTE]]],
         on=["env", "cell_key"])
-    keyed = keyed[keyed["backend"].isin(list(TRAITS))
-                  & ~(keyed["untraced_share"] > UNTRACED_LIMIT)]  # unknown (NaN) stays
+    keyed = keyed[keyed["backend"].isin(list(TRAITS)) & analysis.split_apart(keyed)]
     ones = keyed[(keyed["devices"] == 1) & (keyed["nodes"] == 1)
                  & (keyed["training"] == keyed["training_without_fault"])]
     many = keyed[keyed["devices"] > 1]  # the world: every node's devices
@@ -303,7 +303,8 @@ def what_if(cells: pd.DataFrame, attributed: pd.DataFrame, probes: dict, devices
     band = error_band(checked(cells, attributed, probes))
     calibration = calibrate(references(cells, attributed))
     parts = [f"{p}_step" for p in COMPUTE_PARTS]
-    ones = cells.merge(attributed[["env", "cell_key", "untraced_share", *parts]],
+    ones = cells.merge(attributed[["env", "cell_key", "untraced_share",
+                                   *[f"{p}_share" for p in COMPUTE], *parts]],
                        on=["env", "cell_key"])
     ones = ones[(ones["devices"] == 1) & (ones["nodes"] == 1)
                 & (ones["training"] == ones["training_without_fault"])
@@ -312,13 +313,12 @@ def what_if(cells: pd.DataFrame, attributed: pd.DataFrame, probes: dict, devices
     for key, group in ones.groupby(SETUP_OF_WHAT_IF, sort=False, dropna=False):
         one = {**dict(zip(SETUP_OF_WHAT_IF, key, strict=True)), "params": group["params"].iloc[0],
                **group[[*parts, "step_time_p50", "step_time_p90"]].mean().to_dict()}
-        untraced = group["untraced_share"].mean()
-        if untraced > UNTRACED_LIMIT:  # one opaque call (a JAX step): nothing to scale apart
+        if not analysis.split_apart(group).all():  # one opaque call (a JAX step): nothing to scale
             records.append({**dict(zip(SETUP_OF_WHAT_IF, key, strict=True)), "nodes": 1,
                             "devices": 1, "total": 1, "link": "—", "node_link": "—",
-                            "note": f"not predicted: {untraced:.0%} of its step is one call no "
-                                    f"mark or trace splits, so its compute cannot be told from "
-                                    f"its communication"})
+                            "note": f"not predicted: {group['untraced_share'].mean():.0%} of "
+                                    f"its step is one call no mark or trace splits, so its "
+                                    f"compute cannot be told from its communication"})
             continue
         records += scaled_out(one, calibration, devices, nodes, link, node_link, band)
     return pd.DataFrame(records, columns=WHAT_IF_COLUMNS)
