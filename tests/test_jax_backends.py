@@ -94,3 +94,21 @@ def test_predict_does_not_read_parts_a_jax_step_does_not_have(smoke):
         (row,) = [r for r in predicted if r["backend"] == backend]
         assert row["note"].startswith("not predicted: ") and "one call" in row["note"], row
     assert any(r["backend"] == "pt-ddp" and r["total"] == 8 and r["rate"] > 0 for r in predicted)
+
+
+def test_a_verdicts_why_says_a_jax_step_is_one_call(smoke):
+    import pandas as pd
+
+    from xbench.reports import analysis, verdicts
+    from xbench.reports.load import load
+    frame, _ = load([smoke.results], None, True)
+    cells = analysis.cell_table(frame)
+    attributed = analysis.attribution(cells)
+    limits = pd.DataFrame(columns=["env", "cell_key", "bandwidth_share"])
+    for backend in ("jax-dp", "jax-multiprocess", "keras-jax", "pt-ddp"):
+        cell = cells[(cells["backend"] == backend) & (cells["devices"] == 2)].iloc[0]
+        said = verdicts.why(cell, attributed, limits)
+        if backend == "pt-ddp":  # split into its parts
+            assert said.startswith(("the step spends", "the step is nearly all compute")), said
+        else:
+            assert said.startswith("not known: ") and "one call" in said, said
