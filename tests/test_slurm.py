@@ -17,7 +17,7 @@ from xbench.common.results.store import read_rows
 
 CLUSTER = REPO / "scripts" / "slurm_cluster.sh"
 SLICE = 1024
-SPANNING = ["pt-ddp", "tf-multiworker", "hvd-torch", "hvd-tf"]
+SPANNING = ["pt-ddp", "tf-multiworker", "hvd-torch", "hvd-tf", "jax-multiprocess"]
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +71,7 @@ def test_every_backend_that_spans_nodes_trains_one_model_on_two_nodes(slurm, mni
     assert max(losses) - min(losses) < 1e-4 * max(losses)  # one trajectory on every backend
     assert rows["pt-ddp"]["backend_details"]["launcher"] == "torchrun (c10d rendezvous)"
     assert rows["hvd-torch"]["backend_details"]["launcher"] == "horovodrun --gloo, 2 host(s)"
+    assert rows["jax-multiprocess"]["backend_details"]["collective_library"] == "jax gloo"
     assert jobs(slurm) == ""
 
 
