@@ -13,7 +13,7 @@ import pandas as pd
 
 from xbench.common.backends.traits import TRAITS, references
 from xbench.common.grids.settings import SETTINGS, Role, columns, draws
-from xbench.common.measuring.attribution import COMPUTE, PARTS
+from xbench.common.measuring.attribution import PARTS
 from xbench.common.measuring.datasheets import datasheet_peak
 from xbench.common.measuring.limits import (
     bus_bandwidth,
@@ -218,11 +218,6 @@ ATTRIBUTION_COLUMNS = [
     "overlap_share"]
 UNTRACED_LIMIT = 0.10  # a step's share no mark or trace covers above which the report says so
 
-
-def split_apart(frame: pd.DataFrame) -> pd.Series:
-    """Which attributed cells' steps were split into parts: not those whose step is one call no
-    mark or trace splits (a JAX step: no forward, backward or optimizer seen at all)."""
-    return frame[[f"{part}_share" for part in COMPUTE]].sum(axis=1) > 0
 
 def wire_size(cell) -> float:
     """The bytes a step's gradients put into the all-reduce, under the cell's compression."""

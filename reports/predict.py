@@ -50,6 +50,7 @@ from xbench.reports.step_model import (
     reduction_of,
     relative_spread,
     ring_passes,
+    split_apart,
 )
 
 LINKS_FILE = Path(__file__).with_name("links.toml")
@@ -110,7 +111,7 @@ def references(cells: pd.DataFrame, attributed: pd.DataFrame) -> pd.DataFrame:
         *COMPUTE_PARTS, "waiting", "communication")], "moving_seconds", "bytes",
         "overlap_share", *[f"{p}_share" for p in COMPUTE]]],
         on=["env", "cell_key"])
-    keyed = keyed[keyed["backend"].isin(list(TRAITS)) & analysis.split_apart(keyed)]
+    keyed = keyed[keyed["backend"].isin(list(TRAITS)) & split_apart(keyed)]
     ones = keyed[(keyed["devices"] == 1) & (keyed["nodes"] == 1)
                  & (keyed["training"] == keyed["training_without_fault"])]
     many = keyed[keyed["devices"] > 1]  # the world: every node's devices
@@ -313,7 +314,7 @@ def what_if(cells: pd.DataFrame, attributed: pd.DataFrame, probes: dict, devices
     for key, group in ones.groupby(SETUP_OF_WHAT_IF, sort=False, dropna=False):
         one = {**dict(zip(SETUP_OF_WHAT_IF, key, strict=True)), "params": group["params"].iloc[0],
                **group[[*parts, "step_time_p50", "step_time_p90"]].mean().to_dict()}
-        if not analysis.split_apart(group).all():  # one opaque call (a JAX step): nothing to scale
+        if not split_apart(group).all():  # one opaque call (a JAX step): nothing to scale
             records.append({**dict(zip(SETUP_OF_WHAT_IF, key, strict=True)), "nodes": 1,
                             "devices": 1, "total": 1, "link": "—", "node_link": "—",
                             "note": f"not predicted: {group['untraced_share'].mean():.0%} of "

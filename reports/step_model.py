@@ -33,13 +33,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy import integrate, stats
 
 from xbench.common.backends.traits import TRAITS
+from xbench.common.measuring.attribution import COMPUTE
 from xbench.common.workload import faults
 from xbench.reports.analysis import wire_size
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 COMPUTE_PARTS = ("input", "forward", "backward", "optimizer", "host")
 PER_SAMPLE = ("input", "forward", "backward")  # in proportion to the per-device batch
@@ -234,3 +239,10 @@ def pooled(values: dict[str, float], key: str, default: float | None) -> float |
 def pair_one(pair) -> dict:
     """The 1-device cell's step-time percentiles of a pair."""
     return {"step_time_p50": pair["step_time_p50_1"], "step_time_p90": pair["step_time_p90_1"]}
+
+
+def split_apart(frame: pd.DataFrame) -> pd.Series:
+    """Which attributed cells' steps were split into parts: not those whose step is one call no
+    mark or trace splits (a JAX step: no forward, backward or optimizer seen at all), which the
+    model has no compute of to scale."""
+    return frame[[f"{part}_share" for part in COMPUTE]].sum(axis=1) > 0

@@ -4,13 +4,11 @@ PyTorch pads them, causal attention and the tied output layer); the same losses 
 Adam and SGD steps (momentum, L2 weight decay, a learning rate changed between steps); the same
 running statistics; bfloat16 compute on float32 parameters; and XLA's FLOPs beside the spec's.
 On the CPU, small batches of random images and token windows."""
-import numpy as np
-import pytest
-
-jax = pytest.importorskip("jax")
-
+import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
+import pytest
 import torch
 from torch.nn import functional
 
