@@ -72,6 +72,24 @@ class MultiWorkerCollectives(TensorFlowCollectives):
     def barrier(self):
         self.sum(np.zeros(1))
 
+    def leave(self):
+        """Through the coordination service, not a collective: a worker past the last collective
+        barrier could exit while another still fetched its part of it ("Collective ops is
+        aborted by: Socket closed", seen in tf-multiworker cells on a loaded machine). Every
+        worker says it has arrived and waits for the others; then every worker but worker 0
+        says it is past the wait, and worker 0, whose process holds the service, waits for
+        that, so it leaves last."""
+        from tensorflow.python.eager import context
+        store = context.context()
+        store.set_config_key_value(f"xbench/leave/arrived/{self.rank}", "1")
+        for rank in range(self.world):
+            store.get_config_key_value(f"xbench/leave/arrived/{rank}")
+        if self.rank:
+            store.set_config_key_value(f"xbench/leave/past/{self.rank}", "1")
+            return
+        for rank in range(1, self.world):
+            store.get_config_key_value(f"xbench/leave/past/{rank}")
+
     def sum(self, values):
         import tensorflow as tf
         return self.strategy.reduce(tf.distribute.ReduceOp.SUM, self._per_worker(values),

@@ -19,6 +19,12 @@ class Collectives(abc.ABC):
     def barrier(self) -> None:
         """Wait until every process has got here."""
 
+    def leave(self) -> None:
+        """Wait until every process has got here, at the end of the cell: no process may leave
+        while another still needs it (a barrier, unless a library's own can let one leave too
+        soon)."""
+        self.barrier()
+
     @abc.abstractmethod
     def gather(self, value: Any) -> list[Any]:
         """Every process's `value` (a picklable Python object), as a list in rank order."""

@@ -179,7 +179,7 @@ class TrainingLoop(abc.ABC):
         measurement = self.measure(ran) if self.comm.rank == 0 else None
         # Every rank leaves together: a gloo rank that tore its process group down while rank 0
         # still evaluated aborted now and then ("terminate called without an active exception").
-        self.comm.barrier()
+        self.comm.leave()
         return measurement
 
     def train_epochs(self, ran: Ran) -> None:
