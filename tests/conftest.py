@@ -1,26 +1,112 @@
 """Shared fixtures. Tests read real MNIST from ../shared/data/mnist (or $XBENCH_TEST_DATA); never
-download."""
+download. The session's real rows come from one shared grid (`smoke`, on SMOKE_SLICE), built
+once however many pytest-xdist workers ask for it (`make test` runs two, a test file each at a
+time); a test that needs the machine to itself is marked `alone` and runs while the other worker
+waits. Where the time goes is tests/durations.py's."""
+import contextlib
+import fcntl
 import json
 import os
 import signal
-import subprocess
-import sys
-import uuid
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-SLOW = 600  # generous limits: the machine is small and shared
-MNIST_DIR = Path(os.environ.get("XBENCH_TEST_DATA", REPO.parent / "shared" / "data" / "mnist"))
-XBENCH = [sys.executable, "-m", "xbench.cli.main"]
+from tests.durations import DurationRecorder
+from tests.helpers import MNIST_DIR, SMOKE_SLICE, xbench
+
+# OpenMP's threads spin while they wait for one another. With two cells at once (two xdist
+# workers, or busy loops beside the suite) each spins on the cores the other needs: a pt-single
+# cell took 77 s an epoch instead of 6.5 s beside `xbench profile` in one of two paired runs, and
+# 6.5 s in both with a passive wait. What a test asserts is the same either way; its time is sane.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # A suite started in the background of a non-interactive shell (`make test &`, nohup) inherits
 # SIGINT ignored, and so would every xbench it starts: the Ctrl-C tests would then see a grid that
 # never hears its Ctrl-C. A caught SIGINT is reset to the default in each child started.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "alone: the test needs the machine to itself (it "
+                                       "measures how busy the machine is): under xdist the other "
+                                       "worker waits while it runs")
+    # every process times; the controller (or the one process without xdist) writes it down
+    config.pluginmanager.register(DurationRecorder(writes=not hasattr(config, "workerinput")),
+                                  "xbench-durations")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    with machine_share(exclusive=item.get_closest_marker("alone") is not None):
+        return (yield)
+
+
+@contextlib.contextmanager
+def machine_share(exclusive: bool):
+    """Under xdist, a share of the machine among the workers of this run: exclusive for an
+    `alone` test, shared otherwise. An exclusive request first takes the gate, which every
+    shared request passes through, so that the other worker's next test waits for it rather
+    than starving it."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if not run:
+        yield
+        return
+    paths = [Path(f"/tmp/xbench-tests-{run}.{part}.lock") for part in ("gate", "machine")]
+    gate, machine = (os.open(p, os.O_RDWR | os.O_CREAT, 0o600) for p in paths)
+    try:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        fcntl.flock(machine, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        fcntl.flock(gate, fcntl.LOCK_UN)
+        yield
+    finally:
+        os.close(machine)
+        os.close(gate)
+
+
+def shared_folder(tmp_path_factory, name: str) -> Path:
+    """A folder every xdist worker of this run sees (the one basetemp without xdist)."""
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    (root / name).mkdir(exist_ok=True)
+    return root / name
+
+
+def built_once(tmp_path_factory, name: str, parts: dict) -> tuple[Path, dict]:
+    """(folder, {part: record}): each `parts[part](folder)` run by one worker only, which
+    returns a record (JSON) of what it did; the other workers read the same folder and record.
+    A worker first builds the parts no other worker is building, then waits for the rest: two
+    workers that need the same thing at once build half of it each."""
+    folder = shared_folder(tmp_path_factory, name)
+    records = {}
+    for wait in (False, True):
+        for part, build in parts.items():
+            if part in records:
+                continue
+            with locked(folder / f"{part}.lock", wait) as held:
+                if held:
+                    record = folder / f"{part}.json"
+                    if not record.exists():
+                        record.write_text(json.dumps(build(folder)))
+                    records[part] = json.loads(record.read_text())
+    return folder, records
+
+
+@contextlib.contextmanager
+def locked(path: Path, wait: bool):
+    """Whether this process holds `path`'s exclusive lock (waiting for it, or not)."""
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(descriptor)
 
 
 @pytest.fixture(scope="session")
@@ -36,38 +122,45 @@ def mnist(mnist_dir):
     return load_mnist(mnist_dir)
 
 
-def strict_json(text: str):
-    """`text` read as JSON by a strict parser: Python writes NaN and Infinity, JSON has neither."""
-    def refuse(token):
-        raise ValueError(f"{token} is not JSON")
-    return json.loads(text, parse_constant=refuse)
-
-
-def xbench(*args, cwd=REPO, timeout=600, env=None):
-    """Run the real `xbench` command line; returns the CompletedProcess (text)."""
-    return subprocess.run([*XBENCH, *map(str, args)], capture_output=True, text=True, cwd=cwd,
-                          timeout=timeout, env=env)
-
-
-SMOKE_SLICE = 2048
+# The smoke preset's backends in two parts of about equal time (each about 80 s here), one for
+# each worker when both need the shared grid at once.
+SMOKE_PARTS = {
+    "torch-and-jax": ["pt-single", "pt-dp", "pt-ddp", "pt-fsdp", "jax-single", "jax-dp",
+                      "jax-multiprocess", "keras-jax"],
+    "tensorflow-and-horovod": ["tf-single", "tf-mirrored", "tf-multiworker", "hvd-torch",
+                               "hvd-tf"],
+}
 
 
 @pytest.fixture(scope="session")
 def smoke(mnist_dir, tmp_path_factory):
-    """The smoke preset, run once through the real command line on 2,048 real MNIST images: every
-    backend on 1 and (where it spans devices) 2 devices. The tests of each backend read their rows
-    from it: `rows[(backend, devices)]`."""
+    """The session's shared grid: the smoke preset through the real command line on SMOKE_SLICE
+    real MNIST images, every backend on 1 and (where it spans devices) 2 devices, in the
+    SMOKE_PARTS (a grid each, into one results file). Every test that needs plain rows of the
+    small model reads them here: `rows[(backend, devices)]`; `runs[part]` is what each part's
+    grid printed."""
     from xbench.common.results.store import read_rows
-    results = tmp_path_factory.mktemp("smoke") / "smoke.jsonl"
-    # a contention limit that marks nothing: what the tests of these rows check must not depend
-    # on how busy the machine was (the mark itself is tested on cells of its own)
-    run = xbench("grid", "--preset", "smoke", "--max-train-samples", SMOKE_SLICE,
-                 "--data-dir", mnist_dir, "--results", results, "--contention-limit", "1",
-                 timeout=1800)
-    assert run.returncode == 0, run.stderr
-    rows, problems = read_rows(results)
+
+    def part(backends):
+        def build(folder):
+            # a contention limit that marks nothing: what the tests of these rows check must
+            # not depend on how busy the machine was (the mark is tested on cells of its own)
+            run = xbench("grid", "--preset", "smoke", "--backend", ",".join(backends),
+                         "--max-train-samples", SMOKE_SLICE, "--data-dir", mnist_dir,
+                         "--results", folder / "smoke.jsonl", "--contention-limit", "1",
+                         timeout=1800)
+            return {"backends": backends, "returncode": run.returncode, "stdout": run.stdout,
+                    "stderr": run.stderr}
+        return build
+
+    folder, runs = built_once(tmp_path_factory, "smoke",
+                              {name: part(backends) for name, backends in SMOKE_PARTS.items()})
+    for run in runs.values():
+        assert run["returncode"] == 0, run["stderr"]
+    rows, problems = read_rows(folder / "smoke.jsonl")
     return SimpleNamespace(
-        run=run, results=results, problems=problems, all=rows,
+        runs={name: SimpleNamespace(**run) for name, run in runs.items()},
+        results=folder / "smoke.jsonl", problems=problems, all=rows,
         rows={(r["backend"], r["devices"]): r for r in rows})
 
 
@@ -76,20 +169,15 @@ def probe(tmp_path_factory):
     """One real `xbench probe`: torch's, TensorFlow's and JAX's matmuls, gloo (pt-ddp) on 2 and 4
     processes: (its folder, its record, what it printed)."""
     from xbench.common.results.probes import read_probes
-    folder = tmp_path_factory.mktemp("probe")
-    run = xbench("probe", "--backend", "pt-single,tf-single,jax-single,pt-ddp", "--devices", "2,4",
-                 "--results-dir", folder)
-    assert run.returncode == 0, run.stderr
+
+    def build(folder):
+        run = xbench("probe", "--backend", "pt-single,tf-single,jax-single,pt-ddp", "--devices",
+                     "2,4", "--results-dir", folder)
+        return {"returncode": run.returncode, "stdout": run.stdout, "stderr": run.stderr}
+
+    folder, runs = built_once(tmp_path_factory, "probe", {"probe": build})
+    run = runs["probe"]
+    assert run["returncode"] == 0, run["stderr"]
     records, problems = read_probes(folder / "probe.jsonl")
     assert len(records) == 1 and not problems
-    return folder, records[0], run.stdout
-
-
-def write_grid(folder, name="faults", **settings):
-    """A small grid file: the small model on a slice of MNIST (JSON values are valid TOML)."""
-    spec = {"name": name, "backends": ["pt-dp"], "models": ["small"], "multiples": [1],
-            "batches": [128], "devices": [1], "epochs": 2, "max_train_samples": 512,
-            "timeout": SLOW, **settings}
-    path = Path(folder) / f"{name}-{uuid.uuid4().hex[:6]}.toml"
-    path.write_text("".join(f"{key} = {json.dumps(value)}\n" for key, value in spec.items()))
-    return path
+    return folder, records[0], run["stdout"]

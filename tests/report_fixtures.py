@@ -1,11 +1,7 @@
 """Hand-made result rows for the report's tests (tests/test_report_*.py): rows as the runner
-writes them with known measurements, the known grid of them, rows with hostile names, and the
-real `xbench` command beside this Python."""
+writes them with known measurements, the known grid of them, rows with hostile names."""
 import itertools
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 
@@ -15,8 +11,6 @@ from xbench.common.measuring.attribution import summarize as summarize_steps
 from xbench.common.results import schema
 from xbench.common.workload.models import gradient_bytes, parameter_count
 
-MNIST = Path(__file__).resolve().parents[2] / "shared/data/mnist"
-XBENCH = Path(sys.executable).parent / "xbench"
 SAMPLES = 4096
 
 SHARES = {"input": 0.05, "forward": 0.25, "backward": 0.45, "optimizer": 0.1, "host": 0.15}
@@ -127,11 +121,6 @@ def write_rows(path, rows, extra_lines=()):
         for line in extra_lines:
             f.write(line + "\n")
     return path
-
-
-def xbench(*args, cwd=None):
-    return subprocess.run([str(XBENCH), *map(str, args)], capture_output=True, text=True,
-                          timeout=600, cwd=cwd)
 
 
 def repeated(backend, devices, rates, **kwargs):

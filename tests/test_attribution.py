@@ -7,11 +7,10 @@ import math
 import os
 import shutil
 import sys
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import strict_json, write_grid, xbench
+from tests.helpers import SMOKE_SLICE, strict_json, write_grid, xbench, xbench_here
 from xbench.common.errors import UserError
 from xbench.common.grids.settings import check_axis
 from xbench.common.measuring.attribution import (
@@ -212,14 +211,14 @@ def test_a_fault_spelled_one_way_reads_back_the_same(text):
 ])
 def test_one_fault_spelled_differently_is_one_cell(spellings):
     assert check_axis("inject", spellings) == [spellings[0]]
-    run = xbench("grid", "--preset", "smoke", "--backend", "pt-single", "--devices", "1",
-                 "--inject", ",".join(spellings), "--dry-run")
+    run = xbench_here("grid", "--preset", "smoke", "--backend", "pt-single", "--devices", "1",
+                      "--inject", ",".join(spellings), "--dry-run")
     assert run.returncode == 0, run.stderr
     assert "1 cells:" in run.stdout and f"|inject-{spellings[0]}]" in run.stdout, run.stdout
 
 
 def test_a_bad_fault_on_the_command_line_exits_2():
-    run = xbench("grid", "--preset", "smoke", "--inject", "slow-rank=1", "--dry-run")
+    run = xbench_here("grid", "--preset", "smoke", "--inject", "slow-rank=1", "--dry-run")
     assert run.returncode == 2 and "slow-rank=R:MS takes a rank R" in run.stderr
     assert "Traceback" not in run.stderr
 
@@ -233,8 +232,8 @@ def test_a_bad_fault_on_the_command_line_exits_2():
 def test_the_dry_run_asks_what_the_run_asks(options, reason, tmp_path):
     """Without tc on PATH (an empty PATH here) a capped link cannot run; the dry run says so
     instead of forecasting a time for a cell the run would refuse."""
-    run = xbench("grid", "--preset", "smoke", *options, "--dry-run",
-                 env={**os.environ, "PATH": str(tmp_path)})
+    run = xbench_here("grid", "--preset", "smoke", *options, "--dry-run",
+                      env={"PATH": str(tmp_path)})
     assert run.returncode == 0, run.stderr
     assert reason in run.stdout and "1 unsupported here, 0 to run" in run.stdout, run.stdout
 
@@ -254,21 +253,23 @@ INJECTED = ["none", f"input-delay={DELAY_MS}", f"slow-rank=1:{SLOW_MS}", f"link=
 
 
 @pytest.fixture(scope="module")
-def injected(mnist_dir, tmp_path_factory):
-    """pt-ddp, hvd-torch and tf-multiworker on 2 ranks with each fault and without (and pt-ddp
-    on 1, for xbench predict), and the one-process backends without and with an input delay, on
-    1,024 real MNIST images (8 steps an epoch)."""
+def injected(smoke, mnist_dir, tmp_path_factory):
+    """pt-ddp, hvd-torch and tf-multiworker on 2 ranks with each fault, and the one-process
+    backends with an input delay and a slow rank, on the shared grid's slice of real MNIST (16
+    steps an epoch); the same cells without a fault (and pt-ddp on 1 device, for xbench predict)
+    are the shared grid's own."""
     folder = tmp_path_factory.mktemp("faults")
-    rows = []
-    for name, settings in (("multi", {"backends": MULTI, "devices": [2], "inject": INJECTED}),
-                           ("one", {"backends": ["pt-ddp"], "devices": [1]}),
+    rows = [smoke.rows[cell] for cell in ((backend, 2) for backend in MULTI)]
+    rows += [smoke.rows[cell] for cell in (("pt-ddp", 1), ("pt-single", 1), ("tf-single", 1),
+                                           ("tf-mirrored", 1), ("tf-mirrored", 2))]
+    for name, settings in (("multi", {"backends": MULTI, "devices": [2], "inject": INJECTED[1:]}),
                            ("single", {"backends": ["pt-single", "tf-single", "tf-mirrored"],
                                        "devices": [1, 2],
-                                       "inject": ["none", f"input-delay={DELAY_MS}",
+                                       "inject": [f"input-delay={DELAY_MS}",
                                                   f"slow-rank=1:{SLOW_MS}"]})):
-        # a contention limit that marks nothing: where a fault lands must not depend on how busy
-        # the machine was (contended rows would be left out of the predictions)
-        grid = write_grid(folder, name=name, max_train_samples=1024, contention_limit=1.0,
+        # the shared grid's contention limit, which marks nothing: where a fault lands must not
+        # depend on how busy the machine was (contended rows would be left out of predictions)
+        grid = write_grid(folder, name=name, max_train_samples=SMOKE_SLICE, contention_limit=1.0,
                           **settings)
         run = xbench("grid", grid, "--data-dir", mnist_dir, "--results", folder / f"{name}.jsonl",
                      timeout=1800)
@@ -289,8 +290,8 @@ def test_every_injected_row_says_so_and_adds_up(injected):
         for epoch in row["attribution"]["epochs"]:
             assert all(rank["adds_up"] for rank in epoch["ranks"]), (backend, inject)
         traced = row["attribution"]["traced_steps"]  # a tf.function step is split by a trace
-        if row["framework"] == "tensorflow":  # of 8 steps of its timed epoch 2
-            assert traced == {"epochs": "the second on", "every": 1, "steps": 8}
+        if row["framework"] == "tensorflow":  # of 8 of the 16 steps of its timed epoch 2
+            assert traced == {"epochs": "the second on", "every": 2, "steps": 8}
             assert row["epochs"][1]["untimed_seconds"] > 0  # the tracer's, out of the time
         else:
             assert traced is None and row["epochs"][1]["untimed_seconds"] == 0.0
@@ -361,11 +362,9 @@ def test_without_tc_a_capped_link_is_unsupported_with_the_reason(mnist_dir, tmp_
     assert "inject link: a capped link needs tc (util-linux, iproute2)" in row["error"]
 
 
-def test_the_grid_prints_the_split_of_a_step(tmp_path, mnist_dir):
-    grid = write_grid(tmp_path, backends=["pt-single"], max_train_samples=512)
-    run = xbench("grid", grid, "--data-dir", mnist_dir, "--results", tmp_path / "r.jsonl")
-    assert run.returncode == 0, run.stderr
-    line = next(line for line in run.stdout.splitlines() if "a step:" in line)
+def test_the_grid_prints_the_split_of_a_step(smoke):
+    line = next(line for run in smoke.runs.values() for line in run.stdout.splitlines()
+                if "a step:" in line)
     shares = [int(part.split()[-1].rstrip("%")) for part in line.split(":", 1)[1].split("·")]
     assert 95 <= sum(shares) <= 105 and "forward" in line and "backward" in line
 
@@ -374,25 +373,26 @@ def test_injected_cells_stay_out_of_verdicts_and_comparisons(injected, tmp_path)
     rows = [r for r in injected.values() if r["backend"] == "pt-ddp"]
     results = tmp_path / "r.jsonl"
     results.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    report = xbench("report", results, "--out", tmp_path / "out", "--format", "md",
-                    "--include-contended")  # what else ran on the machine does not matter here
+    report = xbench_here("report", results, "--out", tmp_path / "out", "--format", "md",
+                         "--include-contended")  # what else ran on the machine does not matter
     assert report.returncode == 0, report.stderr
     summary = (tmp_path / "out" / "summary.md").read_text().replace("\\", "")
     verdicts = summary.split("## What the results say")[1].split("\n## ")[0]
     assert "inject" not in verdicts
     assert "inject slow-rank=1:100" in summary  # but shown in the tables
-    compared = strict_json(xbench("compare", results, results, "--json").stdout)["cells"]
+    compared = strict_json(xbench_here("compare", results, results, "--json").stdout)["cells"]
     assert sorted(c["cell_key"] for c in compared) == \
         sorted(injected[("pt-ddp", n, "none")]["cell_key"] for n in (1, 2))
 
 
-def test_a_capped_links_cells_are_predicted_through_their_cap(injected):
+def test_a_capped_links_cells_are_predicted_through_their_cap(injected, tmp_path):
     """xbench predict on the capped-link grid's rows: the capped cell's collectives through its
     cap, shared by the two ranks on the one loopback (by hand: two passes of half the bytes at
     half the cap); the faults the model has no part for, and the cells of backends without a
     1-device cell to predict from, left out."""
-    folder = Path(injected[("pt-ddp", 1, "none")]["log"]).parents[2]  # <results>.logs/<run>/
-    run = xbench("predict", *sorted(folder.glob("*.jsonl")), "--json")
+    results = tmp_path / "injected.jsonl"
+    results.write_text("".join(json.dumps(row) + "\n" for row in injected.values()))
+    run = xbench_here("predict", results, "--json")
     assert run.returncode == 0, run.stderr
     check = strict_json(run.stdout)["check"]
     assert {c["inject"] for c in check} <= {"none", f"link={LINK}"}

@@ -15,6 +15,7 @@ import pytest
 import tensorflow as tf
 import torch
 
+from tests.helpers import xbench, xbench_here
 from xbench.common.backends.traits import JIT_BATCHNORM, TRAITS
 from xbench.common.errors import UserError
 from xbench.common.results.schema import row_problem
@@ -182,10 +183,8 @@ def test_a_folder_without_cifar_says_where_it_looked(tmp_path, monkeypatch):
 ])
 def test_bad_input_is_one_clear_error_and_exit_2(tmp_path, arguments, message):
     write_pickles(tmp_path / "bad" / data.CIFAR_FOLDER, cifar_parts())
-    command = [sys.executable, "-m", "xbench.cli.main", "grid", "--preset", "cifar-smoke",
-               "--results", str(tmp_path / "r.jsonl"),
-               *(a.replace("{bad}", str(tmp_path / "bad")) for a in arguments)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    done = xbench_here("grid", "--preset", "cifar-smoke", "--results", tmp_path / "r.jsonl",
+                       *(a.replace("{bad}", str(tmp_path / "bad")) for a in arguments))
     assert done.returncode == 2, done.stderr
     assert message in done.stderr and "Traceback" not in done.stderr
 
@@ -201,16 +200,22 @@ SINGLE = [b for b in TRAITS if not TRAITS[b].spans_devices and b not in SAME_AS_
 GLOBAL_BATCHNORM = [b for b in SPANNING if TRAITS[b].batchnorm_statistics == JIT_BATCHNORM]
 
 
+# A quarter of the preset's images and half its batch: one step of 32 images an epoch (2 steps in
+# all, which is what the trajectory and the replicas' statistics below need; 16 a replica on 2
+# devices), tested on 32: an eighth of the preset's convolutions, whose time is most of a cell's.
+SLICE = 32
+
+
 @pytest.fixture(scope="module")
 def cifar_results(tmp_path_factory):
-    """The cifar-smoke grid: the single-device backends and pt-dp on 1 device, every spanning
-    backend on 2 (pt-dp's is unsupported on a CPU)."""
+    """The cifar-smoke grid on SLICE images: the single-device backends and pt-dp on 1 device,
+    every spanning backend on 2 (pt-dp's is unsupported on a CPU)."""
     results = tmp_path_factory.mktemp("cifar") / "cifar.jsonl"
     for backends, devices in ((SINGLE + ["pt-dp"], "1"), (SPANNING, "2")):
-        done = subprocess.run([sys.executable, "-m", "xbench.cli.main", "-q", "grid", "--preset",
-                               "cifar-smoke", "--backend", ",".join(backends), "--devices",
-                               devices, "--results", str(results)],
-                              capture_output=True, text=True, timeout=1500)
+        done = xbench("-q", "grid", "--preset", "cifar-smoke", "--backend", ",".join(backends),
+                      "--devices", devices, "--batch", SLICE, "--max-train-samples", SLICE,
+                      "--max-test-samples", SLICE, "--results", results,
+                      timeout=1500)
         assert done.returncode == 0, done.stdout + done.stderr
     return results
 
@@ -229,9 +234,9 @@ def test_every_backend_trains_both_models(cifar_rows):
             assert row["status"] == "unsupported"
             continue
         assert row["status"] == "ok", f"{backend} {model} d{devices}: {row['error']}"
-        assert row["dataset"] == "synthetic" and row["train_samples"] == 128
-        assert row["params"] == parameter_count(model) and row["max_test_samples"] == 64
-        assert [e["samples"] for e in row["epochs"]] == [128, 128]
+        assert row["dataset"] == "synthetic" and row["train_samples"] == SLICE
+        assert row["params"] == parameter_count(model) and row["max_test_samples"] == SLICE
+        assert [e["samples"] for e in row["epochs"]] == [SLICE, SLICE]
         assert len(set(row["evidence"]["replica_weight_digests"])) == 1
 
 
@@ -275,9 +280,8 @@ def test_each_backends_batchnorm_statistics_are_recorded_and_checked(cifar_rows,
 
 
 def test_the_report_shows_what_each_backend_does_with_the_statistics(cifar_results, tmp_path):
-    done = subprocess.run([sys.executable, "-m", "xbench.cli.main", "report", str(cifar_results),
-                           "--out", str(tmp_path), "--format", "md", "--include-contended"],
-                          capture_output=True, text=True, timeout=300)
+    done = xbench_here("report", cifar_results, "--out", tmp_path, "--format", "md",
+                       "--include-contended")
     assert done.returncode == 0, done.stderr
     page = (tmp_path / "summary.md").read_text()
     table = page.split("### BatchNorm's running statistics across replicas, per cell")[1]

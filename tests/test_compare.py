@@ -1,27 +1,25 @@
-"""After a grid: `xbench compare` of a grid's run against the same rows slowed and marked
-contended, the conventions a command-line tool keeps (--version, --json, NO_COLOR), and export to a
-real MLflow store."""
+"""After a grid: `xbench compare` of a grid's run (recorded real rows, tests/data/repeats.jsonl)
+against the same rows slowed and marked contended; a copy of a row is never a repeat; a gate that
+compared nothing fails; export to a real MLflow store, each row once, and the targets and folders
+it cannot use refused in one line."""
+import json
 import os
-import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import REPO, SLOW, XBENCH, strict_json, write_grid
-from test_progress import run_in_terminal
 
+from tests.helpers import REPO, refused, strict_json, xbench, xbench_here
+from tests.report_fixtures import make_row, write_rows
 from xbench.common.results.store import append_row, new_run_id, read_rows
 from xbench.reports.compare import slower_than
 from xbench.reports.stats import Ratio
 
-SETTINGS = {"name": "same", "backends": ["pt-single"], "batches": [64, 128], "repeats": 3,
-            "max_train_samples": 1024}
+RAN = REPO / "tests" / "data" / "repeats.jsonl"  # pt-single and pt-ddp, 3 repeats each
 EPOCH_SECONDS = (1.0, 1.05, 0.95)  # per repeat: the rows compared carry these times, so that
 SLOWED = 1.5  # how much slower NEW is, and so the verdicts, do not depend on this machine
-
-
-def xbench(*args, env=None):
-    return subprocess.run([*XBENCH, *map(str, args)], cwd=REPO, capture_output=True, text=True,
-                          timeout=SLOW, env=env)
 
 
 def timed(row, run_id, factor, contended):
@@ -37,14 +35,11 @@ def timed(row, run_id, factor, contended):
 
 
 @pytest.fixture(scope="module")
-def quiet_and_busy(mnist_dir, tmp_path_factory):
-    """One real grid (3 repeats of 2 cells); its rows with fixed epoch times (BASE), and the same
-    rows SLOWED times slower and marked contended (NEW)."""
+def quiet_and_busy(tmp_path_factory):
+    """One real grid's rows (3 repeats of 2 cells) with fixed epoch times (QUIET), and the same
+    rows SLOWED times slower and marked contended (BUSY)."""
     folder = tmp_path_factory.mktemp("compare")
-    grid = write_grid(folder, **SETTINGS)
-    ran = xbench("grid", grid, "--data-dir", mnist_dir, "--results", folder / "ran.jsonl")
-    assert ran.returncode == 0, ran.stderr
-    rows = read_rows(folder / "ran.jsonl")[0]
+    rows = read_rows(RAN)[0]
     for name, factor, contended in (("quiet", 1.0, False), ("busy", SLOWED, True)):
         run_id = new_run_id()
         for row in rows:
@@ -54,53 +49,37 @@ def quiet_and_busy(mnist_dir, tmp_path_factory):
 
 def test_compare_marks_the_slowed_cells_and_fails_above_a_threshold(quiet_and_busy):
     quiet, busy = quiet_and_busy
-    done = xbench("compare", quiet, busy, "--json")
+    done = xbench_here("compare", quiet, busy, "--json")
     assert done.returncode == 0, done.stderr
     cells = strict_json(done.stdout)["cells"]
     assert len(cells) == 2 and all(c["n_base"] == c["n_new"] == 3 for c in cells)
     assert all(c["verdict"] == "slower" and c["ratio_high"] < 1 for c in cells), cells
     assert all(c["contended"] for c in cells)
-    table = xbench("compare", quiet, busy)
+    table = xbench_here("compare", quiet, busy)
     assert "| slower (contended) |" in table.stdout
-    failing = xbench("compare", quiet, busy, "--fail-above", 10)
+    failing = xbench_here("compare", quiet, busy, "--fail-above", 10)
     assert failing.returncode == 4 and "significantly slower by more than 10.0%" in failing.stderr
-    assert xbench("compare", quiet, quiet, "--fail-above", 10).returncode == 0
+    assert xbench_here("compare", quiet, quiet, "--fail-above", 10).returncode == 0
     assert all(c["verdict"] == "inconclusive" for c in
-               strict_json(xbench("compare", quiet, quiet, "--json").stdout)["cells"])
+               strict_json(xbench_here("compare", quiet, quiet, "--json").stdout)["cells"])
 
 
 def test_the_report_has_a_comparison_section(quiet_and_busy, tmp_path):
     quiet, busy = quiet_and_busy
-    done = xbench("report", busy, "--baseline", quiet, "--out", tmp_path, "--format", "html,md")
+    done = xbench_here("report", busy, "--baseline", quiet, "--out", tmp_path, "--format",
+                       "html,md")
     assert done.returncode == 0, done.stderr
     page = (tmp_path / "index.html").read_text()
     assert "Compared with quiet.jsonl" in page and "slower (contended)" in page
-
-
-def test_version_json_and_no_color():
-    version = xbench("--version")
-    assert version.returncode == 0 and version.stdout.startswith("xbench, version ")
-    backends = strict_json(xbench("backends", "--json").stdout)
-    assert {"backend", "available", "reason", "spans_nodes"} <= set(backends[0])
-    models = strict_json(xbench("models", "--json").stdout)
-    assert {(m["model"], m["params"]) for m in models if m["source"] == "spec (common)"} == {
-        ("small", 402_442), ("large", 4_104_202), ("resnet18", 11_173_962), ("vgg19", 20_040_522),
-        ("gpt-tiny", 809_856), ("gpt-small", 10_770_816), ("gpt-medium", 85_892_352)}
-    assert "TensorFlow" not in xbench("models").stderr  # framework log lines kept off
-    bad = [*XBENCH, "grid", "--preset", "smoke", "--backend", "nope"]
-    _, coloured = run_in_terminal(bad)
-    _, plain = run_in_terminal(bad, env={**os.environ, "NO_COLOR": "1"})
-    assert "\x1b[31m" in coloured and "unknown backend" in coloured
-    assert "\x1b[" not in plain and "unknown backend 'nope'" in plain
 
 
 def test_export_to_a_real_mlflow_store(quiet_and_busy, tmp_path):
     from mlflow.tracking import MlflowClient
     quiet, _ = quiet_and_busy
     store = tmp_path / "mlruns"
-    done = xbench("export", quiet, "--mlflow", store)
+    done = xbench_here("export", quiet, "--mlflow", store)
     assert done.returncode == 0 and "6 rows -> MLflow runs" in done.stdout, done.stderr
-    again = xbench("export", quiet, "--mlflow", store)
+    again = xbench_here("export", quiet, "--mlflow", store)
     assert "0 rows -> MLflow runs" in again.stdout and "6 already there" in again.stdout
     os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
     client = MlflowClient(store.as_uri())
@@ -110,7 +89,7 @@ def test_export_to_a_real_mlflow_store(quiet_and_busy, tmp_path):
     assert len(runs) == 6
     for run in runs:
         row = rows[(run.data.params["cell_key"], int(run.data.params["repeat"]))]
-        assert run.data.params["backend"] == "pt-single"
+        assert run.data.params["backend"] == row["backend"]
         assert run.data.tags["status"] == "ok" and run.data.tags["package.torch"].startswith("2.13")
         history = client.get_metric_history(run.info.run_id, "rate")
         assert [(m.step, m.value) for m in sorted(history, key=lambda m: m.step)] == [
@@ -126,3 +105,113 @@ def test_the_gate_fails_only_where_the_interval_shows_the_slowdown():
                                     Ratio(0.90, 0.86, 0.93, (3, 3))]})
     assert list(slower_than(cells, 5)["cell_key"]) == ["shown"]
     assert list(slower_than(cells, 10)["cell_key"]) == []
+
+
+# --- a copy of a row is never a repeat ------------------------------------------------------------
+
+@pytest.fixture
+def base_and_new(tmp_path):
+    """One run of one cell in BASE (100 samples/s) and one in NEW (94), and each file doubled."""
+    base = write_rows(tmp_path / "base.jsonl", [make_row(rates=(80, 100))])
+    new = write_rows(tmp_path / "new.jsonl", [make_row(rates=(80, 94))])
+    doubled = {}
+    for path in (base, new):
+        doubled[path.stem] = tmp_path / f"{path.stem}2.jsonl"
+        doubled[path.stem].write_text(path.read_text() * 2)
+    return base, new, doubled["base"], doubled["new"]
+
+
+def test_duplicated_rows_are_dropped_and_said_so_by_every_reader(base_and_new, tmp_path):
+    base, new, base2, new2 = base_and_new
+    rows, problems = read_rows(base2)
+    assert len(rows) == 1 and any("1 duplicate row" in p for p in problems), problems
+    gate = xbench_here("compare", base2, new2, "--fail-above", 5)
+    assert gate.returncode == 0, gate.stderr  # one run a side: no interval, no significant change
+    assert "duplicate" in gate.stderr and "0.94x [0.94x, 0.94x]" not in gate.stdout
+    report = xbench_here("report", base2, base2, "--out", tmp_path / "out", "--format", "md")
+    assert report.returncode == 0, report.stderr
+    assert "1 row (1 ok, 0 not ok)" in report.stdout and "duplicate" in report.stderr
+    assert "faster" not in report.stdout.replace("fastest", "")
+
+
+def test_mlflow_export_logs_each_row_once_even_twice_at_once(base_and_new, tmp_path):
+    """Two exports at once, each a process of its own."""
+    from mlflow.tracking import MlflowClient
+    _, _, base2, _ = base_and_new
+    store = tmp_path / "mlruns"
+    with ThreadPoolExecutor(2) as pool:
+        exports = list(pool.map(lambda _: xbench("export", base2, "--mlflow", store), range(2)))
+    assert all(e.returncode == 0 for e in exports), [e.stderr for e in exports]
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    client = MlflowClient(store.as_uri())
+    [experiment] = [e for e in client.search_experiments() if e.name == "xbench"]
+    assert len(client.search_runs([experiment.experiment_id])) == 1
+
+
+# --- a gate that compared nothing fails -----------------------------------------------------------
+
+@pytest.mark.parametrize("new_text", [
+    "", "garbage\n", json.dumps({"schema_version": 1}) + "\n", "FAILED", "CONTENDED", "OTHER"])
+def test_a_gate_that_compared_nothing_fails(base_and_new, tmp_path, new_text):
+    base, _, _, _ = base_and_new
+    new = tmp_path / "nothing.jsonl"
+    extra = []
+    if new_text == "FAILED":
+        write_rows(new, [make_row(rates=(80, 94), status="failed", error="a crash")])
+    elif new_text == "CONTENDED":
+        write_rows(new, [make_row(rates=(80, 94), contended=True)])
+        extra = ["--exclude-contended"]
+    elif new_text == "OTHER":
+        write_rows(new, [make_row(rates=(80, 94), batch=64)])
+    else:
+        new.write_text(new_text)
+    gate = xbench_here("compare", base, new, "--fail-above", 5, *extra)
+    assert gate.returncode == 5, (gate.returncode, gate.stdout, gate.stderr)
+    assert "nothing was compared" in gate.stderr
+
+
+def test_dev_null_is_nothing_to_compare(base_and_new):
+    base, _, _, _ = base_and_new
+    gate = xbench_here("compare", base, "/dev/null", "--fail-above", 5)
+    assert gate.returncode in (2, 5) and "Traceback" not in gate.stderr
+
+
+@pytest.mark.parametrize("threshold", ["nan", "inf", "-1", "100"])
+def test_a_threshold_that_means_nothing_is_refused(base_and_new, threshold):
+    base, new, _, _ = base_and_new
+    refused(xbench_here("compare", base, new, "--fail-above", threshold), "--fail-above")
+
+
+# --- what export cannot use, in one line ----------------------------------------------------------
+
+def test_an_unreachable_mlflow_server_fails_in_seconds_in_one_line(base_and_new):
+    base, _, _, _ = base_and_new
+    started = time.monotonic()
+    done = xbench("export", base, "--mlflow", "http://127.0.0.1:9", timeout=120)
+    refused(done, "MLflow at http://127.0.0.1:9 did not answer")
+    assert time.monotonic() - started < 60
+
+
+@pytest.mark.parametrize("target, message", [
+    ("FILE", "is a file"), ("READONLY", "cannot write"), ("sqlite:///x.db", "sqlite"),
+    ("ftp://example.org/x", "ftp"), ("http://localhost:99999", "the port is not a number"),
+])
+def test_an_mlflow_target_it_cannot_use_is_one_line(base_and_new, tmp_path, target, message):
+    base, _, _, _ = base_and_new
+    if target == "FILE":
+        target = tmp_path / "a-file"
+        target.write_text("")
+    elif target == "READONLY":
+        target = tmp_path / "ro"
+        target.mkdir()
+        target.chmod(0o500)
+        if os.geteuid() == 0:
+            target = Path("/proc/xbench-mlruns")  # root writes anywhere a mode allows
+    refused(xbench_here("export", base, "--mlflow", target), message)
+
+
+@pytest.mark.parametrize("where", ["missing/sub/out.csv", "/proc/out.csv"])
+def test_an_export_into_a_folder_it_cannot_write_is_one_line(base_and_new, tmp_path, where):
+    base, _, _, _ = base_and_new
+    refused(xbench_here("export", base, tmp_path / where if not where.startswith("/") else where),
+            "cannot write")

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from tests.conftest import write_grid, xbench
+from tests.helpers import write_grid, xbench
 from xbench.common.results.store import read_rows
 from xbench.common.workload.compression import POWERSGD_MIN_RATE, gradient_wire_bytes, wire_bytes
 from xbench.common.workload.models import gradient_bytes, tensor_shapes

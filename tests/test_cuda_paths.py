@@ -185,7 +185,7 @@ def test_the_row_says_which_math_each_framework_allowed_on_an_h100(monkeypatch):
 
 
 def gpu_row(backend, framework, rate, math_allowed):
-    from report_fixtures import make_row
+    from tests.report_fixtures import make_row
     row = make_row(backend=backend, framework=framework, model="resnet18", rates=(80, rate))
     row.update(device_type="cuda", device_name=H100)
     row["backend_details"]["math"] = math_allowed
@@ -196,8 +196,7 @@ def test_mfu_on_an_h100_is_against_the_tf32_peak_and_the_data_sheet(tmp_path):
     """resnet18 (convolutions do most of its FLOPs) on a mocked H100: PyTorch's and TensorFlow's
     MFU against the probe's TF32 matmul and against the data sheet's dense TF32 peak (494.7
     TFLOP/s); a rate that would be 120% of the data sheet is SUSPECT, not a result."""
-    from report_fixtures import write_rows
-
+    from tests.report_fixtures import write_rows
     from xbench.common.workload.models import training_flops_per_sample
     from xbench.reports import analysis
     from xbench.reports.load import load

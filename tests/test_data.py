@@ -1,9 +1,12 @@
-"""MNIST loading and the per-epoch order every backend shares."""
+"""MNIST loading and the per-epoch order every backend shares; damaged data and a download
+without a network stopped with one clear message (the real command line, in this process)."""
+import os
 import shutil
 
 import numpy as np
 import pytest
 
+from tests.helpers import refused, xbench, xbench_here
 from xbench.common.errors import UserError
 from xbench.common.workload import data
 
@@ -85,3 +88,32 @@ def test_a_contiguous_split_over_replicas_gives_each_what_distributed_sampler_gi
         shard = data.rank_indices(samples, global_batch, 0, 1, rank, replicas)
         parts = one_process.reshape(-1, replicas, per_device)[:, rank]
         assert np.array_equal(parts.reshape(-1), shard)
+
+
+def flip_a_byte(path):
+    data = bytearray(path.read_bytes())
+    data[100] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def truncate(path):
+    path.write_bytes(path.read_bytes()[:1000])
+
+
+@pytest.mark.parametrize("damage", [flip_a_byte, truncate])
+def test_damaged_mnist_is_one_clear_message(damage, mnist_dir, tmp_path):
+    folder = tmp_path / "mnist"
+    shutil.copytree(mnist_dir, folder)
+    damage(folder / "train-labels-idx1-ubyte.gz")
+    done = xbench_here("grid", "--preset", "smoke", "--data-dir", folder, "--results",
+                       tmp_path / "r.jsonl")
+    refused(done, "train-labels-idx1-ubyte.gz is corrupt")
+    assert f"xbench data download --to {folder}" in done.stderr
+    assert not (tmp_path / "r.jsonl").exists()  # nothing ran, nothing was written
+
+
+def test_a_download_without_a_network_is_one_line(tmp_path):
+    """A process of its own: urllib keeps the proxies of its first download for the process."""
+    env = {**os.environ, "https_proxy": "http://127.0.0.1:9", "http_proxy": "http://127.0.0.1:9"}
+    refused(xbench("data", "download", "--to", tmp_path / "mnist", env=env, timeout=120),
+            "could not download MNIST")

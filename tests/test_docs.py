@@ -6,7 +6,7 @@ import shlex
 import click
 import pytest
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 from xbench.cli.main import main
 from xbench.common.grids.settings import reference_table
 

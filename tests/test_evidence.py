@@ -8,8 +8,8 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import REPO, SLOW, XBENCH, write_grid
 
+from tests.helpers import REPO, SLOW, SMOKE_SLICE, XBENCH, write_grid
 from xbench.common.measuring.contention import taken_share
 from xbench.common.measuring.evidence import sample_evidence
 from xbench.common.results.store import read_rows
@@ -44,9 +44,9 @@ def grid(mnist_dir, folder, *options, env=None, **settings):
     return read_rows(results)[0], done.stdout, results
 
 
-def correct_global_digests(global_batch, epochs=2):
-    order = [[rank_indices(SAMPLES, global_batch, 0, e, 0, 1) for e in range(1, epochs + 1)]]
-    return sample_evidence(order, SAMPLES // global_batch)["global_batches_digests"]
+def correct_global_digests(samples, global_batch, epochs=2):
+    order = [[rank_indices(samples, global_batch, 0, e, 0, 1) for e in range(1, epochs + 1)]]
+    return sample_evidence(order, samples // global_batch)["global_batches_digests"]
 
 
 @pytest.mark.parametrize("backend", ["pt-ddp", "hvd-tf"])
@@ -61,16 +61,15 @@ def test_a_wrong_sample_order_is_seen_in_the_evidence(backend, mnist_dir, tmp_pa
     evidence = row["evidence"]
     assert evidence["shard_overlap"] == [SAMPLES // 2, SAMPLES // 2]  # both ranks: one shard
     assert evidence["samples_trained"] == [SAMPLES // 2] * 2
-    assert evidence["global_batches_digests"] != correct_global_digests(128)
+    assert evidence["global_batches_digests"] != correct_global_digests(SAMPLES, 128)
     notices, _, _ = build_report([results], tmp_path / "out", formats=["md"])
     assert any(f"EVIDENCE: {row['cell_key']}: {SAMPLES // 2} samples were trained by more than one "
                f"replica" in n for n in notices)
 
 
-def test_a_right_sample_order_matches_the_order_every_backend_is_dealt(mnist_dir, tmp_path):
-    [row], _, _ = grid(mnist_dir, tmp_path, backends=["pt-ddp"], devices=[2],
-                       max_train_samples=SAMPLES)
-    assert row["evidence"]["global_batches_digests"] == correct_global_digests(128)
+def test_a_right_sample_order_matches_the_order_every_backend_is_dealt(smoke):
+    row = smoke.rows[("pt-ddp", 2)]
+    assert row["evidence"]["global_batches_digests"] == correct_global_digests(SMOKE_SLICE, 128)
     assert row["evidence"]["shard_overlap"] == [0, 0]
 
 
@@ -89,6 +88,7 @@ def busy_loops(count):
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
 
 
+@pytest.mark.alone
 def test_a_busy_loop_beside_a_cell_marks_it_contended_and_a_quiet_cell_is_not(mnist_dir, tmp_path):
     settings = {"backends": ["pt-single"], "max_train_samples": 2048, "repeats": 1}
     [quiet], quiet_out, _ = grid(mnist_dir, tmp_path / "quiet", **settings)
@@ -114,6 +114,7 @@ def test_a_busy_loop_beside_a_cell_marks_it_contended_and_a_quiet_cell_is_not(mn
     assert "No verdict: no cell has a usable run." in "\n".join(summary)
 
 
+@pytest.mark.alone
 def test_a_busy_loop_on_one_pinned_ranks_cores_marks_that_rank_alone(mnist_dir, tmp_path):
     """pt-ddp on 2 ranks pinned to their halves of the cores; busy loops on rank 1's cores take
     them from rank 1 alone. Rank 1 is marked and rank 0 is not (over all the machine's cores,

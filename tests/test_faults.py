@@ -1,5 +1,9 @@
 """A grid survives anything one cell does and loses nothing, proven with real processes:
-the real `xbench` command line, real torchrun ranks, real MNIST slices.
+the real `xbench` command line, real torchrun ranks, real MNIST slices. Two grids on one results
+file share it and its cells; special files are refused; a row the file cannot take is kept beside
+it; a crash, a signal, a hung rank, a timeout, out of memory (PyTorch's and TensorFlow's, or a cell
+too large to start) and a missing backend each end as a row that says so, and the exit code says
+whether every cell finished.
 
 Every process a test starts carries XBENCH_TEST_MARK=<a fresh id> in its environment (the runner
 passes its environment on to every rank), which is how a test finds its ranks and checks that none
@@ -9,17 +13,19 @@ import fcntl
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import subprocess
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SLOW, XBENCH, write_grid
 
+from tests.helpers import REPO, SLOW, XBENCH, refused, write_grid, xbench, xbench_here
 from xbench.common.results.store import read_rows
 
 # a 2-rank pt-ddp cell that would train for many minutes: the tests stop it long before
@@ -181,6 +187,74 @@ def test_an_append_waits_for_another_writers_lock(tmp_path):
     assert [r["run_id"] for r in read_rows(results)[0]] == ["k"]
 
 
+def test_two_grids_on_one_results_file_share_the_cells(mnist_dir, tmp_path):
+    """Started together on the same two cells: each cell runs once, in one grid or the other."""
+    results = tmp_path / "shared.jsonl"
+    spec = {"backends": ["pt-single"], "batches": [64, 128], "max_train_samples": 512}
+    grids = [write_grid(tmp_path, **spec), write_grid(tmp_path, **spec)]
+    outputs = [None, None]
+
+    def start(i):
+        outputs[i] = xbench("grid", grids[i], "--data-dir", mnist_dir, "--results", results)
+    threads = [threading.Thread(target=start, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(o.returncode == 0 for o in outputs), [o.stderr for o in outputs]
+    rows = read_rows(results)[0]
+    assert sorted(r["global_batch"] for r in rows) == [64, 128]
+    skipped = "".join(o.stdout for o in outputs)
+    assert skipped.count("being run by another grid") + skipped.count("done in") == 2
+
+
+# --- the results file: kinds refused, rows never lost or torn ---------------------------------
+
+@pytest.mark.parametrize("target, message", [
+    ("/dev/full", "/dev/full exists and is not a regular file"),
+    ("{tmp}/fifo", "fifo exists and is not a regular file"),
+    ("{tmp}/link", "link is a symbolic link"),
+    ("{tmp}/dangling", "dangling is a symbolic link"),
+])
+def test_special_files_and_links_are_refused_up_front(target, message, mnist_dir, tmp_path):
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "real.jsonl").write_text("")
+    (tmp_path / "link").symlink_to(tmp_path / "real.jsonl")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere.jsonl")
+    done = xbench_here("grid", write_grid(tmp_path), "--data-dir", mnist_dir, "--results",
+                       target.format(tmp=tmp_path))
+    refused(done, message)
+    assert not Path("/dev/full.logs").exists() and not (tmp_path / "nowhere.jsonl").exists()
+    assert (tmp_path / "real.jsonl").read_text() == ""
+
+
+def test_a_row_the_file_cannot_take_is_kept_beside_it_and_no_half_row_stays(mnist_dir, tmp_path):
+    """A file size limit (as a full disk would) cuts the append short: the half line is cut off
+    again, the row is kept in <results>.unsaved.jsonl, and the grid says so and stops (exit 2)."""
+    from xbench.common.grids.grid import expand
+    from xbench.common.results.schema import make_row, now
+    cell = expand({"name": "hand", "backends": ["pt-single"], "models": ["small"],
+                   "multiples": [1], "batches": [128], "devices": [1]})[0]
+    earlier = make_row(cell, "earlier", now(), "failed", "x" * 50_000, None, None, {}, None, 0.0,
+                       1)  # larger than any file the cell itself writes
+    results = tmp_path / "r.jsonl"
+    results.write_text(json.dumps({**earlier, "cell_key": "earlier"}) + "\n")
+    before = results.read_bytes()
+    limit = len(before) + 2000
+
+    def small_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    done = subprocess.run([*XBENCH, "grid", str(write_grid(tmp_path, backends=["pt-single"])),
+                           "--data-dir", str(mnist_dir), "--results", str(results)], cwd=REPO,
+                          capture_output=True, text=True, timeout=SLOW, preexec_fn=small_files)
+    refused(done, "cannot append to the results file")
+    side = Path(f"{results}.unsaved.jsonl")
+    assert f"the row was kept in {side}" in done.stderr
+    assert results.read_bytes() == before
+    [kept] = read_rows(side)[0]
+    assert kept["status"] == "ok" and kept["backend"] == "pt-single"
+
+
 # --- a damaged results file ----------------------------------------------------------------------
 
 def test_a_damaged_results_file_keeps_every_other_row_and_takes_new_ones(shared_results, mnist_dir,
@@ -277,16 +351,17 @@ def test_a_killed_rank_fails_its_cell_and_a_killed_runner_leaves_nothing(shared_
 
 def test_a_hung_rank_is_a_timeout_and_its_whole_group_is_killed(mnist_dir, tmp_path, mark):
     """SIGSTOP rank 1 (it stops taking part in all-reduce): rank 0 waits in the collective until
-    the cell's timeout, then every process of the cell is killed."""
+    the cell's timeout (30 s: room for the ranks to start on a busy machine), then every process
+    of the cell is killed."""
     results = tmp_path / "results.jsonl"
-    driver = start_grid(write_grid(tmp_path, timeout=45, **LONG_CELL), results, mnist_dir, mark)
+    driver = start_grid(write_grid(tmp_path, timeout=30, **LONG_CELL), results, mnist_dir, mark)
     os.kill(training_rank(driver, results, mark, rank=1), signal.SIGSTOP)
     stdout, stderr = driver.communicate(timeout=SLOW)
     assert driver.returncode == 3, stderr  # a cell timed out
     assert_none_left(mark, within=10)
     [row] = read_rows(results)[0]
     assert row["status"] == "timeout", row["error"]
-    assert "timeout of 45 s" in row["error"] and row["cell_seconds"] >= 45
+    assert "timeout of 30 s" in row["error"] and row["cell_seconds"] >= 30
 
 
 # --- out of memory -------------------------------------------------------------------------------
@@ -307,6 +382,41 @@ def test_out_of_memory_is_a_clean_result_and_the_sweep_goes_on(mnist_dir, tmp_pa
     assert oom["memory_limit_mb"] == 700
     assert ok["status"] == "ok", ok["error"]
     assert "OOM: RuntimeError" in stdout
+
+
+def test_tensorflow_under_a_memory_limit_ends_oom_and_the_sweep_stops(tmp_path, mnist_dir):
+    temporary = tmp_path / "tmp"  # the run's temporary folder, where TensorFlow's autograph
+    temporary.mkdir()  # modules would be left behind but for each cell's folder of its own
+    done = xbench("grid", "--preset", "smoke", "--backend", "tf-single", "--devices", "1",
+                  "--batch-sweep", "256x4", "--memory-limit-mb", "300", "--max-train-samples",
+                  "4096", "--data-dir", mnist_dir, "--results", tmp_path / "r.jsonl",
+                  env={**os.environ, "TMPDIR": str(temporary)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    statuses = [r["status"] for r in sorted(read_rows(tmp_path / "r.jsonl")[0],
+                                            key=lambda r: r["global_batch"])]
+    assert statuses[-1] == "oom" and "failed" not in statuses, statuses
+    assert not list(temporary.iterdir())  # each cell's folder went with it, and all it held
+
+
+def test_a_cell_too_large_for_the_machine_is_an_oom_row_that_never_started(mnist_dir, tmp_path):
+    """The large model at a global batch of 60,000 on one device: about 250 GiB of activations."""
+    done = xbench("grid", write_grid(tmp_path, backends=["pt-single"], models=["large"],
+                                     batches=[60000], max_train_samples=0),
+                  "--data-dir", mnist_dir, "--results", tmp_path / "r.jsonl")
+    assert done.returncode == 0, done.stderr  # oom is a result
+    [row] = read_rows(tmp_path / "r.jsonl")[0]
+    assert row["status"] == "oom" and row["error"].startswith("not started: this cell needs about")
+    assert row["log"] is None and row["cell_seconds"] < 5
+
+
+# --- the exit code says whether every cell finished ---------------------------------------------
+
+def test_a_grid_whose_cells_time_out_exits_non_zero(mnist_dir, tmp_path):
+    done = xbench("grid", write_grid(tmp_path, backends=["pt-single"], timeout=1), "--data-dir",
+                  mnist_dir, "--results", tmp_path / "r.jsonl")
+    assert done.returncode == 3, done.stderr
+    assert "1 cell(s) failed or timeout" in done.stderr
+    assert [r["status"] for r in read_rows(tmp_path / "r.jsonl")[0]] == ["timeout"]
 
 
 # --- a backend that is not installed -------------------------------------------------------------

@@ -4,7 +4,7 @@ each resharding choice, a run to a target evaluating the gathered model, and the
 against devices."""
 import pytest
 
-from tests.conftest import write_grid, xbench
+from tests.helpers import write_grid, xbench
 from xbench.common.results.store import read_rows
 from xbench.common.workload.models import parameter_count
 from xbench.reports.build import build_report

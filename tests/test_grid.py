@@ -1,10 +1,17 @@
-"""Grid files -> cells, and the clear errors for bad grids."""
+"""Grid files -> cells; bad grid files, bad command lines and values beyond what they can mean
+stopped at the door with one clear message and exit 2 (the real command line's, run in this
+process), nothing started; relative paths from any folder; one run per cell."""
+import os
 import re
+from pathlib import Path
 
 import pytest
 
+from tests.helpers import refused, write_grid, xbench, xbench_here
 from xbench.common.errors import UserError
 from xbench.common.grids.grid import expand, preset_path, read_grid_file
+from xbench.common.machine import cpu_cores
+from xbench.common.results.store import read_rows
 
 BASE = {"name": "t", "backends": ["pt-ddp"], "models": ["small"], "multiples": [1],
         "batches": [128], "devices": [1, 2]}
@@ -72,3 +79,124 @@ def test_not_toml(tmp_path):
     path.write_text("backends = [pt-ddp\n")
     with pytest.raises(UserError, match="is not valid TOML"):
         read_grid_file(path)
+
+
+# --- the real command line, bad input: one clear message, exit 2, nothing written ---------------
+
+BAD_GRIDS = {
+    "unknown backend": ({"backends": ["pt-dpp"]},
+                        "unknown backend 'pt-dpp' (did you mean 'pt-dp'?)"),
+    "unknown model": ({"models": ["smal"]}, "unknown model 'smal' (did you mean 'small'?)"),
+    "unknown key": ({"batch": [128]}, "unknown key 'batch' (did you mean 'batches'?)"),
+    "zero batch": ({"batches": [0]}, "'batches' must be positive, got 0"),
+    "negative devices": ({"devices": [-2]}, "'devices' must be positive, got -2"),
+    "fractional batch": ({"batches": [12.5]}, "'batches' must be a whole number, got 12.5"),
+    "text epochs": ({"epochs": "2"}, "'epochs' must be a whole number, got '2'"),
+    "negative memory limit": ({"memory_limit_mb": -1}, "'memory_limit_mb' must be 0 or more"),
+    "indivisible batch": ({"batches": [100], "devices": [3]}, "batch 100 on 3 devices does not"),
+}
+
+
+@pytest.mark.parametrize("settings, message", BAD_GRIDS.values(), ids=BAD_GRIDS.keys())
+def test_a_bad_grid_file_is_one_clear_message(settings, message, mnist_dir, tmp_path):
+    done = xbench_here("grid", write_grid(tmp_path, **settings), "--data-dir", mnist_dir,
+                       "--results", tmp_path / "r.jsonl")
+    refused(done, message)
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+BAD_COMMANDS = {  # {tmp} is the test's folder, where `bad_files` put a few broken things
+    "not TOML": (["{tmp}/not.toml"], "not.toml is not valid TOML"),
+    "binary grid file": (["{tmp}/binary.toml"], "binary.toml is not valid TOML"),
+    "unknown preset": (["--preset", "smoek"], "no preset 'smoek' (did you mean 'smoke'?)"),
+    "batch not a number": (["--preset", "smoke", "--batch", "1.5"],
+                           "'1.5' is not a comma-separated list of whole numbers"),
+    "more CPU devices than the cores can carry": (
+        ["--preset", "smoke", "--backend", "pt-ddp", "--devices", 4 * cpu_cores() + 1,
+         "--batch-mode", "per_device"],
+        f"--devices {4 * cpu_cores() + 1} is more than this machine can run on CPU"),
+    "negative retries": (["--preset", "smoke", "--retries", "-1"],
+                         "'retries' must be 0 or more, got -1"),
+    "budget not a number": (["--preset", "smoke", "--until-conclusive", "--budget", "nan"],
+                            "'nan' is not a number"),
+    "results folder is a file": (["--preset", "smoke", "--results", "{tmp}/a-file/r.jsonl"],
+                                 "a-file is a file, not a folder"),
+    "results in a read-only place": (["--preset", "smoke", "--results", "/sys/r.jsonl"],
+                                     "cannot write the results file /sys/r.jsonl"),
+    "results folder cannot be made": (
+        ["--preset", "smoke", "--results", "/proc/xbench/r.jsonl"],
+        "cannot create the folder /proc/xbench for the results file"),
+}
+
+
+@pytest.fixture
+def bad_files(tmp_path):
+    (tmp_path / "not.toml").write_text("backends = [pt-dp")
+    (tmp_path / "binary.toml").write_bytes(b"\xff\xfe\x00\x01")
+    (tmp_path / "a-file").write_text("")
+    return tmp_path
+
+
+@pytest.mark.parametrize("arguments, message", BAD_COMMANDS.values(), ids=BAD_COMMANDS.keys())
+def test_a_bad_command_is_one_clear_message(arguments, message, mnist_dir, bad_files):
+    """Tests run as root, whom chmod does not stop: /sys and /proc stand in for read-only
+    folders."""
+    arguments = [str(a).format(tmp=bad_files) for a in arguments]
+    if "--results" not in arguments:
+        arguments += ["--results", str(bad_files / "r.jsonl")]
+    done = xbench_here("grid", *arguments, "--data-dir", mnist_dir)
+    refused(done, message)
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--batch", "1000000000"], "is larger than the training set of 512 samples"),
+    (["--repeat", "100000000", "--dry-run"], "'repeats' 100,000,000 is more than 1,000"),
+    (["--batch", "4096", "--devices", "2", "--batch-mode", "per_device"],
+     "a global batch of 8,192 (batch 4,096 on 2 devices, batch_mode per_device) is larger"),
+    (["--multiple", "1000000"], "'multiples' 1,000,000 is more than 100"),
+    (["--timeout", str(10 ** 400)], "'timeout' is a 401-digit number, more than 2,592,000"),
+    (["--seed", str(2 ** 70)], "more than 4,294,967,295: seeds are 32-bit"),
+    (["--memory-limit-mb", str(10 ** 15)], "that is this machine's memory"),
+    (["--epochs", "100000"], "'epochs' 100,000 is more than 1,000"),
+    (["--epochs", "1"], "'epochs' must be at least 2, got 1: epoch 1 warms up"),
+])
+def test_values_beyond_what_they_can_mean_are_refused_at_the_door(options, message, mnist_dir,
+                                                                   tmp_path):
+    done = xbench_here("grid", write_grid(tmp_path, max_train_samples=512), "--data-dir",
+                       mnist_dir, "--results", tmp_path / "r.jsonl", *options)
+    refused(done, message)
+    assert not (tmp_path / "r.jsonl.logs").exists()  # nothing started
+
+
+@pytest.mark.parametrize("name, message", [
+    ("../outside", "grid name '../outside' must be letters"),
+    ("a/b", "grid name 'a/b' must be letters"),
+    ("a\\u0000b", "'name' must not contain a NUL character"),
+])
+def test_a_grid_name_cannot_leave_the_results_folder(name, message, tmp_path):
+    path = tmp_path / "g.toml"
+    path.write_text(f'name = "{name}"\nbackends = ["pt-single"]\nmodels = ["small"]\n'
+                    f'multiples = [1]\nbatches = [128]\ndevices = [1]\n')
+    refused(xbench_here("grid", path, "--dry-run"), message)
+
+
+# --- paths are resolved once, at the edge; one run per cell -------------------------------------
+
+def test_a_grid_runs_from_any_folder_with_relative_paths(mnist_dir, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    data = os.path.relpath(mnist_dir, elsewhere)
+    done = xbench("grid", write_grid(tmp_path, backends=["pt-single"], max_train_samples=512),
+                  "--data-dir", data, "--results", "out/r.jsonl", cwd=elsewhere)
+    assert done.returncode == 0, done.stdout + done.stderr
+    [row] = read_rows(elsewhere / "out" / "r.jsonl")[0]
+    assert row["status"] == "ok", row["error"]
+    assert row["dataset_source"] == str(Path(mnist_dir).resolve())
+    assert Path(row["log"]).is_absolute() and Path(row["log"]).is_file()
+
+
+def test_duplicated_axis_values_are_one_cell():
+    done = xbench_here("grid", "--preset", "smoke", "--backend", "pt-single,pt-single", "--batch",
+                       "128,128", "--devices", "1", "--dry-run")
+    assert done.returncode == 0 and "1 cells" in done.stdout, done.stdout

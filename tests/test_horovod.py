@@ -1,7 +1,7 @@
 """hvd-torch and hvd-tf, from the smoke run: 2 processes launched by horovodrun over gloo."""
 import pytest
-from conftest import xbench
 
+from tests.helpers import xbench_here
 from xbench.common.backends.start import horovod_described
 
 
@@ -44,7 +44,7 @@ def test_horovod_trains_what_the_native_backend_trains(rows, horovod_backend, na
 
 def test_backends_command_reports_what_horovod_was_built_for():
     assert horovod_described().endswith("built for PyTorch, TensorFlow")
-    result = xbench("backends")
+    result = xbench_here("backends")
     assert result.returncode == 0, result.stderr
     lines = {line.split()[0]: line for line in result.stdout.splitlines()}
     for name in ("hvd-torch", "hvd-tf"):

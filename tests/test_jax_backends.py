@@ -5,8 +5,8 @@ loss scaler in JAX) and more CPU devices than the machine can split. Their traje
 every other backend is tests/test_smoke.py's (gpt-tiny's: tests/test_language_model.py's;
 ResNet-18's and VGG-19's: tests/test_cifar.py's)."""
 import pytest
-from conftest import write_grid, xbench
 
+from tests.helpers import write_grid, xbench, xbench_here
 from xbench.common.backends.traits import TRAITS
 from xbench.common.results.store import read_rows
 from xbench.common.workload.models import training_flops_per_sample
@@ -68,7 +68,8 @@ def test_fp16_and_more_devices_than_the_cpu_can_split_are_refused(mnist_dir, tmp
     assert row["status"] == "unsupported" and row["epochs"] == []
     assert "precision fp16" in row["error"] and "loss scale" in row["error"]
     many = write_grid(tmp_path, name="jax-many", backends=["jax-dp"], devices=[64])
-    run = xbench("grid", many, "--data-dir", mnist_dir, "--results", tmp_path / "many.jsonl")
+    run = xbench_here("grid", many, "--data-dir", mnist_dir, "--results",
+                      tmp_path / "many.jsonl")
     assert run.returncode == 2 and "--devices 64 is more than this machine can run on CPU" in \
         run.stderr, run.stderr
     assert not (tmp_path / "many.jsonl").exists()
@@ -87,7 +88,7 @@ def test_predict_does_not_read_parts_a_jax_step_does_not_have(smoke):
     """A JAX step's compute and communication are one call: the what-if says it cannot scale
     them apart (and predicts the others' as before)."""
     import json
-    run = xbench("predict", smoke.results, "--link", "ib-ndr", "--devices", "1,8", "--json")
+    run = xbench_here("predict", smoke.results, "--link", "ib-ndr", "--devices", "1,8", "--json")
     assert run.returncode == 0, run.stderr
     predicted = json.loads(run.stdout)["predicted"]
     for backend in ("jax-dp", "jax-multiprocess", "keras-jax"):

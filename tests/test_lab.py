@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from tests.conftest import write_grid, xbench
+from tests.helpers import write_grid, xbench, xbench_here
 from xbench.common.results.store import read_rows
 
 # 1,100 MB per worker for training stands in for a device: a per-device batch of 4,096 does not fit
@@ -36,8 +36,8 @@ def lab(mnist_dir, tmp_path_factory, probe):
         assert run.returncode == 0, run.stderr
     # contended runs too: the lab's tables must be filled whatever else the machine was doing
     # (beside other load every run is marked contended, which alone would leave them empty)
-    report = xbench("report", folder / "lab.jsonl", "--lab", "--out", folder / "report",
-                    "--format", "md,html", "--include-contended")
+    report = xbench_here("report", folder / "lab.jsonl", "--lab", "--out", folder / "report",
+                         "--format", "md,html", "--include-contended")
     assert report.returncode == 0, report.stderr
     rows, problems = read_rows(folder / "lab.jsonl")
     assert not problems

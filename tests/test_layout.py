@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 PACKAGES = {"cli": "xbench.cli", "common": "xbench.common", "pt_backend": "xbench.pt_backend",
             "tf_backend": "xbench.tf_backend", "jax_backend": "xbench.jax_backend",

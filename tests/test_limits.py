@@ -9,7 +9,7 @@ import sys
 import pandas as pd
 import pytest
 
-from tests.conftest import REPO, xbench
+from tests.helpers import REPO, xbench_here
 from xbench.common.machine import install_plan, wants_gpu
 from xbench.common.measuring.limits import (
     all_reduce_record,
@@ -47,7 +47,7 @@ def test_smoke_report_shows_mfu_per_cell_and_2_device_bandwidth_against_the_prob
     folder, record, _ = probe
     shutil.copy(smoke.results, folder / "smoke.jsonl")
     out = tmp_path / "report"
-    run = xbench("report", folder / "smoke.jsonl", "--out", out, "--include-contended")
+    run = xbench_here("report", folder / "smoke.jsonl", "--out", out, "--include-contended")
     assert run.returncode == 0, run.stderr
     cells = pd.read_csv(out / "cells.csv")
     rows = [r for r in smoke.all if r["status"] == "ok" and not r["threads_pinned"]]
@@ -76,7 +76,8 @@ def test_smoke_report_shows_mfu_per_cell_and_2_device_bandwidth_against_the_prob
 
 def test_report_without_a_probe_says_how_to_get_one(smoke, tmp_path):
     shutil.copy(smoke.results, tmp_path / "smoke.jsonl")
-    run = xbench("report", tmp_path / "smoke.jsonl", "--out", tmp_path / "out", "--format", "md")
+    run = xbench_here("report", tmp_path / "smoke.jsonl", "--out", tmp_path / "out", "--format",
+                      "md")
     assert run.returncode == 0, run.stderr
     assert "no probe of this machine beside the results: run `xbench probe`" in (
         tmp_path / "out" / "summary.md").read_text().replace("\\", "")
@@ -86,8 +87,15 @@ def test_probe_refuses_bad_input_with_exit_2(tmp_path):
     for args, message in ((["--backend", "pt-dp"], "no probe for pt-dp"),
                           (["--devices", "0"], "'devices' must be positive"),
                           (["--nodes", "2"], "needs --launcher slurm")):
-        run = xbench("probe", *args, "--results-dir", tmp_path)
+        run = xbench_here("probe", *args, "--results-dir", tmp_path)
         assert run.returncode == 2 and message in run.stderr, run.stderr
+    assert not (tmp_path / "probe.jsonl").exists()
+
+
+def test_a_probe_that_measured_nothing_exits_non_zero_and_appends_nothing(tmp_path):
+    done = xbench_here("probe", "--backend", "pt-single", "--device", "cuda", "--results-dir",
+                       tmp_path)
+    assert done.returncode == 3 and "measured nothing" in done.stderr, done.stderr
     assert not (tmp_path / "probe.jsonl").exists()
 
 

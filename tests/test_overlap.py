@@ -5,8 +5,8 @@ small buckets over a capped link, the collectives of the first buckets run while
 computes the rest. Real pt-ddp and hvd-torch cells, 2 ranks, the large model (16.4 MB of
 gradients), on real MNIST."""
 import pytest
-from conftest import write_grid, xbench
 
+from tests.helpers import write_grid, xbench, xbench_here
 from xbench.common.results.store import read_rows
 
 ONE_BUCKET, SMALL_BUCKET, CAP = 32.0, 1.0, "link=400mbit"
@@ -16,7 +16,7 @@ ONE_BUCKET, SMALL_BUCKET, CAP = 32.0, 1.0, "link=400mbit"
 def bucketed(mnist_dir, tmp_path_factory):
     folder = tmp_path_factory.mktemp("buckets")
     grid = write_grid(folder, name="buckets", backends=["pt-ddp", "hvd-torch"], models=["large"],
-                      devices=[2], max_train_samples=512, max_test_samples=1000)
+                      devices=[2], max_train_samples=512, max_test_samples=256)
     runs = {}
     for bucket, inject in ((ONE_BUCKET, "none"), (SMALL_BUCKET, CAP)):
         results = folder / f"{bucket:g}.jsonl"
@@ -62,6 +62,6 @@ def test_the_backends_without_a_bucket_knob_say_why(mnist_dir, tmp_path):
     reasons = {row["backend"]: row["error"] for row in read_rows(results)[0]}
     assert all(row_error.startswith("bucket_mb 4:") for row_error in reasons.values()), reasons
     assert "no buckets: FSDP2" in reasons["pt-fsdp"]
-    dry = xbench("grid", write_grid(tmp_path, backends=["pt-single"], devices=[1]),
-                 "--bucket-mb", "4", "--dry-run", "--results", tmp_path / "dry.jsonl")
+    dry = xbench_here("grid", write_grid(tmp_path, backends=["pt-single"], devices=[1]),
+                      "--bucket-mb", "4", "--dry-run", "--results", tmp_path / "dry.jsonl")
     assert dry.returncode == 0 and "unsupported here" in dry.stdout, dry.stdout

@@ -4,8 +4,8 @@ held out of, and the what-if table out to 512 devices, labelled predicted."""
 import math
 
 import pytest
-from conftest import strict_json, xbench
 
+from tests.helpers import strict_json, xbench_here
 from xbench.common.backends.traits import TRAITS
 from xbench.common.errors import UserError
 from xbench.reports import analysis
@@ -128,7 +128,7 @@ def test_bad_input_is_one_clear_error(smoke):
                           (["--link", "0gbit"], "a link's rate must be above 0"),
                           (["--link", "ib-ndr", "--node-link", "0mbit"], "--node-link '0mbit'"),
                           (["--link", "ib-ndr", "--node-link", "bogus"], "--node-link 'bogus'")):
-        run = xbench("predict", smoke.results, *args)
+        run = xbench_here("predict", smoke.results, *args)
         assert run.returncode == 2 and message in run.stderr, run.stderr
 
 
@@ -137,7 +137,7 @@ ONE_CALL = [b for b in TRAITS if TRAITS[b].framework.name == "jax"]
 
 
 def test_every_n_device_cell_of_the_smoke_grid_is_predicted_held_out(smoke):
-    run = xbench("predict", smoke.results, "--json")
+    run = xbench_here("predict", smoke.results, "--json")
     assert run.returncode == 0, run.stderr
     check = strict_json(run.stdout)["check"]
     usable = {(r["backend"], r["devices"]) for r in smoke.all
@@ -173,14 +173,14 @@ def test_a_cell_is_never_calibrated_on_itself(smoke):
 
 
 def test_the_what_if_table_to_512_devices_is_labelled_predicted(smoke):
-    run = xbench("predict", smoke.results, "--link", "nvlink4", "--node-link", "ib-ndr",
-                 "--devices", "1,8", "--nodes", "1,8,64")
+    run = xbench_here("predict", smoke.results, "--link", "nvlink4", "--node-link", "ib-ndr",
+                      "--devices", "1,8", "--nodes", "1,8,64")
     assert run.returncode == 0, run.stderr
     assert "Predicted, not measured: NVLink 4 (H100 SXM) between devices, InfiniBand NDR" in \
         run.stdout
     assert "| 64 × 8 |" in run.stdout and "predicted rate (samples/s)" in run.stdout
-    scaled = strict_json(xbench("predict", smoke.results, "--link", "ib-ndr", "--devices", "1,8",
-                               "--nodes", "1,8,64", "--json").stdout)["predicted"]
+    scaled = strict_json(xbench_here("predict", smoke.results, "--link", "ib-ndr", "--devices",
+                                     "1,8", "--nodes", "1,8,64", "--json").stdout)["predicted"]
     ddp = [r for r in scaled if r["backend"] == "pt-ddp"]
     assert max(r["total"] for r in ddp) == 512
     # a one-process backend is never spread over nodes; a single-device reference never at all
@@ -197,15 +197,15 @@ def test_the_what_if_table_to_512_devices_is_labelled_predicted(smoke):
         else:
             assert row["rate_low"] <= row["rate"] <= row["rate_high"]
     assert {r["link"] for r in ddp if r["devices"] == 8} == {"InfiniBand NDR, one port per node"}
-    beyond = strict_json(xbench("predict", smoke.results, "--link", "ib-ndr", "--devices", "8",
-                                "--nodes", "1024", "--json").stdout)["predicted"]
+    beyond = strict_json(xbench_here("predict", smoke.results, "--link", "ib-ndr", "--devices", "8",
+                                     "--nodes", "1024", "--json").stdout)["predicted"]
     assert beyond and all(r["note"] == "not predicted: 8,192 devices in all, beyond the 4,096 "
                           "it predicts for" for r in beyond if r["backend"] not in ONE_CALL)
 
 
 def test_the_report_checks_every_cell_and_predicts_when_given_a_link(smoke, tmp_path):
-    run = xbench("report", smoke.results, "--out", tmp_path, "--format", "md,png", "--link",
-                 "pcie4-x16", "--node-link", "eth-100g")
+    run = xbench_here("report", smoke.results, "--out", tmp_path, "--format", "md,png", "--link",
+                      "pcie4-x16", "--node-link", "eth-100g")
     assert run.returncode == 0, run.stderr
     text = (tmp_path / "summary.md").read_text()
     assert "## Predicted against measured" in text and (tmp_path / "predicted.png").is_file()

@@ -1,12 +1,17 @@
 """`xbench profile`: ResNet-18's units timed forward and backward in both frameworks on the CPU,
 through the real command line; what the record holds and how its numbers fit together; bad
-input exits 2 with one line."""
+input exits 2 with one line, before it measures; SIGTERM stops it (and `xbench probe`, its
+sibling measurer) cleanly, leaving nothing behind."""
 import json
+import os
+import signal
+import subprocess
+import time
 
 import numpy as np
 import pytest
-from conftest import strict_json, xbench
 
+from tests.helpers import REPO, XBENCH, refused, strict_json, xbench, xbench_here
 from xbench.common.running.profile import MIN_STEPS, STEP_PASSES
 from xbench.common.workload.models import flops_per_sample, named_layers, parameter_count
 
@@ -96,6 +101,51 @@ def test_some_layers_only(tmp_path):
     (["--model", "small", "--batch", 0], "--batch must be at least 1"),
 ])
 def test_bad_input_exits_2_with_one_line(args, message, tmp_path):
-    run = xbench("profile", *args, "--out", tmp_path)
+    run = xbench_here("profile", *args, "--out", tmp_path)
     assert run.returncode == 2 and message in run.stderr
     assert len(run.stderr.strip().splitlines()) == 1 and not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--seed", "-1"], "--seed must be from 0"), (["--steps", "100000"], "--steps"),
+    (["--warmup", "100000"], "--warmup")])
+def test_profile_bounds_its_numbers(options, message):
+    refused(xbench_here("profile", "--model", "small", "--batch", "8", *options), message)
+
+
+def test_a_profile_into_a_folder_it_cannot_make_fails_before_it_measures(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    done = xbench_here("profile", "--model", "small", "--batch", "8", "--backend", "pt-single",
+                       "--out", blocker / "sub")
+    refused(done, "cannot write the profile")
+    assert "pt-single" not in done.stdout  # nothing was measured
+
+
+@pytest.mark.parametrize("command", [
+    ["probe", "--backend", "pt-single,pt-ddp", "--devices", "2"],
+    ["profile", "--model", "small", "--batch", "8", "--backend", "pt-single", "--steps", "500"]])
+def test_sigterm_stops_probe_and_profile_cleanly(command, tmp_path):
+    """The measuring processes' temporary folders go in a folder of the test's own (TMPDIR),
+    where no other test's can appear."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+
+    def leftovers():
+        return {p.name for p in temporary.glob("xbench-*") if p.name.startswith(
+            ("xbench-probe-", "xbench-profile-"))}
+    extra = ["--results-dir", tmp_path] if command[0] == "probe" else ["--out", tmp_path / "p"]
+    process = subprocess.Popen([*XBENCH, *map(str, command), *map(str, extra)], cwd=REPO,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "TMPDIR": str(temporary)})
+    deadline = time.monotonic() + 120
+    while not leftovers() and time.monotonic() < deadline:  # it has started measuring
+        time.sleep(0.2)
+    assert leftovers(), "it never started measuring"
+    time.sleep(2)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr and "resume" not in stderr
+    assert leftovers() == set()
+    assert not (tmp_path / "probe.jsonl").exists()

@@ -2,45 +2,19 @@
 when piped, and the --dry-run plan: done cells, unsupported cells with their reason, estimates."""
 import json
 import os
-import pty
 import re
-import select
 import subprocess
-import time
 
-from conftest import REPO, SLOW, XBENCH, write_grid
-
+from tests.helpers import REPO, SLOW, XBENCH, run_in_terminal, write_grid, xbench_here
 from xbench.common.grids.cell import Cell
 from xbench.common.results.schema import Measurement, make_row, now
 
-# 16,384 images at batch 32: 512 steps an epoch, 4 s or more on a quiet machine (1 s was too
-# short at 4,096), so the progress file (written once a second) changes within an epoch.
-LONG_EPOCHS = {"backends": ["pt-single"], "max_train_samples": 16384, "batches": [32]}
-MID_EPOCH = re.compile(r"epoch (\d)/2, ([\d,]+)/16,384 samples, [\d,]+ samples/s, cell ETA")
-
-
-def run_in_terminal(command, env=None):
-    """Run `command` with a pseudo-terminal as its stdout and stderr; all it printed."""
-    leader, follower = pty.openpty()
-    process = subprocess.Popen(command, stdout=follower, stderr=follower, cwd=REPO,
-                               env=env or os.environ)
-    os.close(follower)
-    output, deadline = b"", time.monotonic() + SLOW
-    while time.monotonic() < deadline:
-        ready = select.select([leader], [], [], 1)[0]
-        if ready:
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:  # the terminal closed: the process ended
-                break
-            if not chunk:
-                break
-            output += chunk
-        elif process.poll() is not None:
-            break
-    process.wait(timeout=SLOW)
-    os.close(leader)
-    return process.returncode, output.decode(errors="replace")
+# 512 images at batch 32, each step waiting 200 ms for its batch (an injected input delay): 16
+# steps an epoch, 3 s or more whatever the machine's speed, so the progress file (written once a
+# second) changes within an epoch, while the cell leaves the cores to whatever else runs.
+LONG_EPOCHS = {"backends": ["pt-single"], "max_train_samples": 512, "batches": [32],
+               "inject": ["input-delay=200"]}
+MID_EPOCH = re.compile(r"epoch (\d)/2, ([\d,]+)/512 samples, [\d,]+ samples/s, cell ETA")
 
 
 def test_a_terminal_sees_progress_updates_during_an_epoch(mnist_dir, tmp_path):
@@ -50,7 +24,7 @@ def test_a_terminal_sees_progress_updates_during_an_epoch(mnist_dir, tmp_path):
                                    env={**os.environ, "COLUMNS": "300"})
     assert code == 0, output
     updates = MID_EPOCH.findall(output)
-    within_an_epoch = [done for epoch, done in updates if done not in ("0", "16,384")]
+    within_an_epoch = [done for epoch, done in updates if done not in ("0", "512")]
     assert len(set(within_an_epoch)) >= 2, output  # it moved while the epoch ran
     assert "\x1b[" in output  # a live display (cursor movements), not lines
     assert "grid ETA" in output
@@ -100,8 +74,7 @@ def test_dry_run_says_what_is_done_what_cannot_run_and_how_long_the_rest_takes(t
     results = tmp_path / "r.jsonl"
     results.write_text(json.dumps(earlier_ok_row({}, 12.0)) + "\n")
     grid = write_grid(tmp_path, name="plan", backends=["pt-single", "pt-dp"], devices=[1, 2])
-    done = subprocess.run([*XBENCH, "grid", str(grid), "--results", str(results), "--dry-run"],
-                          cwd=REPO, capture_output=True, text=True, timeout=SLOW)
+    done = xbench_here("grid", grid, "--results", results, "--dry-run")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert "done: an ok row in r.jsonl" in next(line for line in lines if "pt-single" in line)

@@ -3,9 +3,9 @@
 import tomllib
 
 import pytest
-from conftest import strict_json, xbench
-from report_fixtures import known_rows, write_rows
 
+from tests.helpers import strict_json, xbench_here
+from tests.report_fixtures import known_rows, write_rows
 from xbench.reports import analysis
 from xbench.reports.load import load
 from xbench.reports.predict import calibrate, references
@@ -66,8 +66,8 @@ sources = "measured by hand"
     found = against_published(None, path).iloc[0]
     assert found["devices"] == 32 and found["baseline"] == 8
     assert found["no_overlap"] < 1.0 and found["full_overlap"] == pytest.approx(1.0)
-    run = xbench("predict", write_rows(tmp_path / "r.jsonl", known_rows()), "--published", path,
-                 "--json")
+    run = xbench_here("predict", write_rows(tmp_path / "r.jsonl", known_rows()), "--published",
+                      path, "--json")
     assert run.returncode == 0, run.stderr
     mine = strict_json(run.stdout)["published"]["mine"]
     assert set(mine) >= {"published", "no_overlap", "full_overlap", "measured_overlap"}
@@ -76,7 +76,7 @@ sources = "measured by hand"
 
 
 def test_published_prints_every_record_beside_three_predictions(tmp_path):
-    run = xbench("predict", write_rows(tmp_path / "r.jsonl", known_rows()), "--published")
+    run = xbench_here("predict", write_rows(tmp_path / "r.jsonl", known_rows()), "--published")
     assert run.returncode == 0, run.stderr
     assert run.stdout.count("| NVIDIA DLE") >= 8 and "| Goyal et al. 2017" in run.stdout
     assert "predicted: none hidden" in run.stdout and "predicted: the overlap measured here" in \
@@ -101,6 +101,7 @@ sources = "x"
 def test_a_bad_published_file_is_one_line_and_exit_2(text, message, tmp_path):
     path = tmp_path / "bad.toml"
     path.write_text(text)
-    run = xbench("predict", write_rows(tmp_path / "r.jsonl", known_rows()), "--published", path)
+    run = xbench_here("predict", write_rows(tmp_path / "r.jsonl", known_rows()), "--published",
+                      path)
     assert run.returncode == 2 and message in run.stderr and "Traceback" not in run.stderr, \
         run.stderr

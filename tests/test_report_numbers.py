@@ -5,6 +5,7 @@ import math
 import pandas as pd
 import pytest
 
+from tests.helpers import xbench_here
 from tests.report_fixtures import (
     SAMPLES,
     harmonic,
@@ -12,7 +13,6 @@ from tests.report_fixtures import (
     make_row,
     repeated,
     write_rows,
-    xbench,
 )
 from xbench.common.workload.models import gradient_bytes
 from xbench.reports import analysis
@@ -72,7 +72,7 @@ def test_the_step_attribution_and_bus_bandwidth(tmp_path):
 
 def test_report_files_hold_the_known_numbers(tmp_path):
     results = write_rows(tmp_path / "known.jsonl", known_rows())
-    done = xbench("report", results, "--out", tmp_path / "out")
+    done = xbench_here("report", results, "--out", tmp_path / "out")
     assert done.returncode == 0, done.stderr
     assert f"report: {tmp_path / 'out' / 'index.html'}" in done.stdout
     assert ("pt-ddp on 4 devices: speedup 3.02×, efficiency 75%; inconclusive: one run on a side "

@@ -1,20 +1,22 @@
-"""`xbench report` of real runs: single runs draw no verdict; three repeats state only what their
-intervals support."""
+"""`xbench report` of real runs: single runs (the shared grid's) draw no verdict; three repeats
+(recorded real rows, tests/data/repeats.jsonl) state only what their intervals support."""
+import json
 import re
 
 import pandas as pd
 
-from tests.report_fixtures import MNIST, xbench
+from tests.helpers import REPO, xbench_here
 from tests.test_report_browser import render_in_chromium
 
+REPEATS = REPO / "tests" / "data" / "repeats.jsonl"
 
-def test_report_of_a_real_run_of_single_runs_draws_no_verdict(tmp_path):
+
+def test_report_of_a_real_run_of_single_runs_draws_no_verdict(smoke, tmp_path):
     results = tmp_path / "real.jsonl"
-    grid = xbench("grid", "--preset", "smoke", "--backend", "pt-single,pt-dp", "--devices", "1,2",
-                  "--max-train-samples", "512", "--data-dir", MNIST, "--results", results)
-    assert grid.returncode == 0, grid.stdout + grid.stderr
-    done = xbench("report", results, "--out", tmp_path / "out", "--format", "html,csv",
-                  "--include-contended")  # a busy machine must not leave a side out
+    results.write_text("".join(json.dumps(smoke.rows[key]) + "\n" for key in
+                               (("pt-single", 1), ("pt-dp", 1), ("pt-dp", 2))))
+    done = xbench_here("report", results, "--out", tmp_path / "out", "--format", "html,csv",
+                       "--include-contended")  # a busy machine must not leave a side out
     assert done.returncode == 0, done.stderr
     # pt-single and pt-dp on 1 device; pt-dp on 2 cannot run on a CPU
     assert "3 rows (2 ok, 1 not ok)" in done.stdout
@@ -36,15 +38,10 @@ INTERVAL = re.compile(r"(\d+\.\d+)× \[(-?\d+\.\d+|−∞), (\d+\.\d+|∞)\]")
 def test_report_of_three_repeats_states_only_what_its_intervals_support(tmp_path):
     """pt-single and pt-ddp on one device, 3 repeats each (alternated): every comparison is
     either stated with an interval that excludes 1, or inconclusive with what would settle it."""
-    results = tmp_path / "repeated.jsonl"
-    grid = xbench("grid", "--preset", "smoke", "--backend", "pt-single,pt-ddp", "--devices", "1",
-                  "--repeat", "3", "--max-train-samples", "512", "--data-dir", MNIST,
-                  "--results", results)
-    assert grid.returncode == 0, grid.stdout + grid.stderr
     # contended runs too: what is asserted is how verdicts follow intervals, whatever else the
-    # machine was doing (a busy machine marks runs contended, which would leave no verdict)
-    done = xbench("report", results, "--out", tmp_path / "out", "--format", "md",
-                  "--include-contended")
+    # machine was doing when they were recorded (a busy machine marks runs contended)
+    done = xbench_here("report", REPEATS, "--out", tmp_path / "out", "--format", "md",
+                       "--include-contended")
     assert done.returncode == 0, done.stderr
     verdicts = [line for line in done.stdout.splitlines()
                 if "fastest on 1 device" in line or "the rate of pt-single" in line]

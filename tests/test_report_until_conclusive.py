@@ -3,7 +3,8 @@ says why they cannot."""
 import itertools
 import json
 
-from tests.report_fixtures import MNIST, hand_cell, make_row, write_rows, xbench
+from tests.helpers import MNIST_DIR, xbench, xbench_here
+from tests.report_fixtures import hand_cell, make_row, write_rows
 from xbench.common.results.store import read_rows
 from xbench.reports import analysis
 from xbench.reports.load import load
@@ -16,7 +17,7 @@ def test_until_conclusive_adds_repeats_until_settled_or_says_why_not(tmp_path):
     and it ends saying which."""
     results = tmp_path / "r.jsonl"
     done = xbench("grid", "--preset", "smoke", "--backend", "pt-ddp", "--devices", "1,2",
-                  "--repeat", "2", "--max-train-samples", "512", "--data-dir", MNIST,
+                  "--repeat", "2", "--max-train-samples", "512", "--data-dir", MNIST_DIR,
                   "--results", results, "--until-conclusive", "--budget", "1")
     assert done.returncode == 0, done.stdout + done.stderr
     rows = read_rows(results)[0]
@@ -30,7 +31,7 @@ def test_until_conclusive_adds_repeats_until_settled_or_says_why_not(tmp_path):
     assert ("every comparison of the grid's cells is settled" in said
             or " still open: " in said)
     if "is settled" in said:
-        report = xbench("report", results, "--out", tmp_path / "out", "--format", "md")
+        report = xbench_here("report", results, "--out", tmp_path / "out", "--format", "md")
         line = next(l for l in report.stdout.splitlines() if "pt-ddp on 2 devices: speedup" in l)
         assert "pays off" in line or "does not pay off" in line, line
 

@@ -1,11 +1,22 @@
 """One named upgrade per schema version (common.results.upgrades), each tested on a row of its
 version: a row of today's schema, less what every later version added, reads back as today's row
-with what the older one had implicitly."""
+with what the older one had implicitly; the recorded real rows (tests/data) as written; and rows
+of any shape read by every reader (export, report, compare, the grid's resume): a row that fails
+the checks is a skipped line, said by its number."""
+import json
+
 import pytest
 
+from tests.data.record import RECORDINGS
+from tests.helpers import REPO, SLOW, write_grid, xbench, xbench_here
+from tests.report_fixtures import make_row as hand_made_row
+from tests.report_fixtures import write_rows
 from xbench.common.grids.cell import Cell
-from xbench.common.results.schema import SCHEMA_VERSION, make_row, now, row_problem
+from xbench.common.results.schema import FIELDS, SCHEMA_VERSION, make_row, now, row_problem
+from xbench.common.results.store import read_rows
 from xbench.common.results.upgrades import UPGRADES, VERSIONS, upgrade
+
+DATA = REPO / "tests" / "data"
 
 # What each version first recorded, by hand: the test's own account of the history.
 ADDED_IN = {
@@ -113,3 +124,140 @@ def test_rows_of_versions_it_does_not_read_are_left_for_the_validator():
     assert row_problem(upgrade([1])) == "not a JSON object"
     future = todays_row(schema_version=SCHEMA_VERSION + 1)
     assert upgrade(future) is future and f"is not {SCHEMA_VERSION}" in row_problem(future)
+
+
+@pytest.mark.parametrize("recording", sorted(RECORDINGS))
+def test_the_recorded_rows_pass_the_schemas_checks_as_written(recording):
+    """The real rows the report, compare and export tests read (tests/data/record.py) are rows
+    of today's schema, written as the runner writes them: each passes the checks with no upgrade,
+    and they are the cells their recording's grid asks for. A change to the schema fails here
+    until they are recorded again."""
+    lines = (DATA / f"{recording}.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines]
+    assert rows and all(row["schema_version"] == SCHEMA_VERSION for row in rows)
+    assert [row_problem(row) for row in rows] == [None] * len(rows)
+    assert all(list(row) == list(FIELDS) and row["status"] == "ok" for row in rows)
+    read, problems = read_rows(DATA / f"{recording}.jsonl")
+    assert read == rows and problems == []
+    plan = xbench_here("grid", *RECORDINGS[recording], "--results", DATA / f"{recording}.jsonl",
+                       "--dry-run")
+    assert f"{len(rows)} cells: {len(rows)} done already" in plan.stdout, plan.stdout
+
+
+# --- rows of any shape, read by every reader ---------------------------------------------------
+
+SLICE = 512
+
+
+def failed_row(key="k", repeat=0, **fields):
+    """A valid failed row of a pt-single cell (its key `key`)."""
+    cell = Cell(grid="hand", backend="pt-single", model="small", multiple=1, batch=128, devices=1,
+                epochs=2, batch_mode="global", seed=0, max_train_samples=SLICE, data="mnist",
+                device="cpu", timeout=60, repeat=repeat)
+    row = make_row(cell, "hand", now(), "failed", "hand-made", None, None, {}, None, 0.0, 1)
+    return {**row, "cell_key": key, **fields}
+
+
+def wrong_shapes():
+    key = failed_row()["cell_key"]
+    return [
+        "[" * 100_000,
+        json.dumps(failed_row(repeat=0) | {"repeat": [1]}),
+        json.dumps(failed_row() | {"cell_key": {"a": 1}}),
+        json.dumps(failed_row() | {"backend_details": [1, 2]}),
+        json.dumps(failed_row() | {"epochs": [{"x": 1}]}),
+        json.dumps(failed_row() | {"error": "\ud800"}),
+        json.dumps({"status": "ok", "cell_key": key}),
+        json.dumps(failed_row() | {"schema_version": 0}),
+        json.dumps(failed_row() | {"schema_version": 999}),
+        json.dumps(failed_row() | {"schema_version": "two"}),
+    ]
+
+
+def test_every_reader_reports_a_wrong_row_by_line_and_skips_it(mnist_dir, tmp_path):
+    results = tmp_path / "r.jsonl"
+    results.write_text("\n".join(wrong_shapes()) + "\n")
+    export = xbench_here("export", results, tmp_path / "rows.csv")
+    assert export.returncode == 0, export.stderr
+    for number in range(1, 11):
+        assert f"line {number}:" in export.stderr
+    assert "line 1: nested too deeply" in export.stderr
+    assert "line 6: not a result row: a text in it is not valid Unicode" in export.stderr
+    assert "line 7: not a result row: no 'schema_version' field" in export.stderr
+    assert f"schema_version 0 is not {SCHEMA_VERSION}" in export.stderr
+    assert "'schema_version' is str, not a whole number" in export.stderr
+    report = xbench_here("report", results, "--out", tmp_path / "out", "--format", "md")
+    assert report.returncode == 0 and "10 problem(s) in the results files" in report.stderr
+    # resume counts none of them as done: the cell of line 7 ("ok" alone) runs
+    cell = Cell(grid="hand", backend="pt-single", model="small", multiple=1, batch=128,
+                devices=1, epochs=2, batch_mode="global", seed=0, max_train_samples=SLICE,
+                data="mnist", device="auto", timeout=SLOW)
+    lines = results.read_text().splitlines()
+    lines[6] = json.dumps({"status": "ok", "cell_key": cell.key})
+    results.write_text("\n".join(lines) + "\n")
+    done = xbench("grid", write_grid(tmp_path, name="hand", backends=["pt-single"],
+                                     max_train_samples=SLICE),
+                  "--data-dir", mnist_dir, "--results", results)
+    assert done.returncode == 0, done.stderr
+    assert "done in" not in done.stdout and "line 7: not a result row" in done.stdout
+    assert [r["status"] for r in read_rows(results)[0]] == ["ok"]
+
+
+def bad_rows():
+    good = hand_made_row(rates=(80, 100))
+    epoch = good["epochs"][1]
+    return {
+        "schema_version 2.0": {**good, "schema_version": 2.0},
+        "schema_version [4]": {**good, "schema_version": [4]},
+        "schema_version {}": {**good, "schema_version": {}},
+        "schema_version huge": {**good, "schema_version": "HUGE"},  # written as 5,000 digits
+        "contention {}": {**good, "epochs": [good["epochs"][0], {**epoch, "contention": {}}]},
+        "per-rank contention not a list": {**good, "epochs": [good["epochs"][0], {
+            **epoch, "contention": {**epoch["contention"], "per_rank": {"0": 0.5}}}]},
+        "a rank's share a text": {**good, "epochs": [good["epochs"][0], {
+            **epoch, "contention": {**epoch["contention"],
+                                    "per_rank": [{"interrupt_share": "0.5"}]}}]},
+        "packages a list": {**good, "env": {**good["env"], "packages": ["torch"]}},
+        "digests not text": {**good, "evidence": {**good["evidence"],
+                                                  "replica_weight_digests": [[1]]}},
+        "one epoch": {**good, "epochs": good["epochs"][:1]},
+        "negative seconds": {**good, "epochs": [good["epochs"][0], {**epoch, "seconds": -1.0}]},
+        "zero seconds": {**good, "epochs": [good["epochs"][0], {**epoch, "seconds": 0.0}]},
+        "attribution of another shape": {**good, "attribution": {"epochs": [1]}},
+        "math a text": {**good, "backend_details": {**good["backend_details"], "math": "tf32"}},
+        # numbers out of their range: a rate of -569 or 5.6e14 samples/s, an accuracy of 500%
+        "negative samples": {**good, "epochs": [good["epochs"][0], {**epoch, "samples": -1024}]},
+        "more samples than the data": {**good, "epochs": [good["epochs"][0],
+                                                          {**epoch, "samples": 10 ** 15}]},
+        "test accuracy 5": {**good, "test_accuracy": 5.0},
+        "epoch accuracy below 0": {**good, "epochs": [good["epochs"][0],
+                                                      {**epoch, "accuracy": -0.1}]},
+        "negative step time": {**good, "step_time_p50": -0.01},
+    }
+
+
+def test_a_row_of_the_wrong_shape_is_a_skipped_line_for_every_reader(tmp_path):
+    results = tmp_path / "r.jsonl"
+    rows = bad_rows()
+    with open(results, "w") as f:
+        f.write(json.dumps(hand_made_row(rates=(80, 100), batch=64)) + "\n")
+        for row in rows.values():
+            f.write(json.dumps(row).replace('"HUGE"', "1" + "0" * 5000) + "\n")
+    valid, problems = read_rows(results)
+    assert len(valid) == 1 and len(problems) == len(rows), problems
+    report = xbench_here("report", results, "--out", tmp_path / "out", "--format", "md,csv")
+    assert report.returncode == 0 and "Traceback" not in report.stderr, report.stderr
+    dry = xbench_here("grid", "--preset", "smoke", "--results", results, "--dry-run")
+    assert dry.returncode == 0 and "Traceback" not in dry.stderr, dry.stderr
+    assert xbench_here("compare", results, results).returncode == 0
+
+
+def test_a_probe_record_of_the_wrong_shape_is_skipped_with_a_note(tmp_path):
+    results = write_rows(tmp_path / "r.jsonl", [hand_made_row(rates=(80, 100))])
+    (tmp_path / "probe.jsonl").write_text(
+        json.dumps({"probe_version": 1, "env": {}, "matmul": [{"gflops": 0}], "all_reduce": []})
+        + "\n"
+        + json.dumps({"probe_version": 1}) + "\n")
+    report = xbench_here("report", results, "--out", tmp_path / "out", "--format", "md")
+    assert report.returncode == 0 and "Traceback" not in report.stderr, report.stderr
+    assert report.stderr.count("probe.jsonl: line") == 2

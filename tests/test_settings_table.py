@@ -5,7 +5,7 @@ import ast
 
 import pytest
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 from xbench.common.grids.settings import IN_ROW, SETTINGS, Role, columns, training_label
 from xbench.reports import analysis
 

@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SLOW, XBENCH, write_grid
 
+from tests.helpers import REPO, SLOW, XBENCH, refused, write_grid, xbench_here
 from xbench.common.results.probes import read_probes
 from xbench.common.results.store import read_rows
 
@@ -116,19 +116,18 @@ def test_ctrl_c_cancels_the_cells_job(slurm, mnist_dir, tmp_path):
 ])
 def test_bad_input_is_refused_before_anything_is_submitted(options, settings, message, slurm,
                                                            mnist_dir, tmp_path):
-    done, results = grid(slurm, tmp_path, mnist_dir, *options, **settings)
-    assert (done.returncode, "Traceback" in done.stderr) == (2, False), done.stderr
-    assert message in done.stderr and jobs(slurm) == "" and not results.exists()
+    results = tmp_path / "results.jsonl"
+    done = xbench_here("grid", write_grid(tmp_path, **settings), "--data-dir", mnist_dir,
+                       "--results", results, "--launcher", "slurm", *options, env=slurm)
+    refused(done, message)
+    assert jobs(slurm) == "" and not results.exists()
 
 
 def test_the_slurm_launcher_without_slurm_is_one_clear_message(mnist_dir, tmp_path):
     """Slurm's commands hidden: only the Python interpreter's folder on PATH."""
-    env = {**os.environ, "PATH": str(Path(sys.executable).parent)}
-    done = subprocess.run([*XBENCH, "grid", str(write_grid(tmp_path)), "--data-dir",
-                           str(mnist_dir), "--launcher", "slurm"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=SLOW)
-    assert (done.returncode, "Traceback" in done.stderr) == (2, False), done.stderr
-    assert "--launcher slurm needs Slurm's commands" in done.stderr
+    done = xbench_here("grid", write_grid(tmp_path), "--data-dir", mnist_dir, "--launcher",
+                       "slurm", env={"PATH": str(Path(sys.executable).parent)})
+    refused(done, "--launcher slurm needs Slurm's commands")
 
 
 def test_a_mixed_grid_records_what_cannot_span_nodes_as_unsupported(slurm, mnist_dir,

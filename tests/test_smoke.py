@@ -2,8 +2,8 @@
 one training trajectory in every backend, evidence observed from the batches, equal thread
 budgets."""
 import pytest
-from conftest import SMOKE_SLICE
 
+from tests.helpers import SMOKE_SLICE
 from xbench.common.backends.traits import TRAITS
 from xbench.common.grids.table import format_rows
 from xbench.common.measuring.attribution import PARTS
@@ -33,14 +33,18 @@ def test_smoke_grid_has_a_row_for_every_backend(smoke):
 
 
 def test_the_printed_table_has_its_header_and_one_line_per_cell(smoke):
-    lines = smoke.run.stdout.splitlines()
-    start = lines.index(format_rows([]))  # the header alone
-    table = lines[start + 1:start + 1 + len(smoke.all)]
-    assert lines[start + 1 + len(smoke.all)] == f"results: {smoke.results}"
-    printed = sorted((line.split()[0], int(line.split()[3]), int(line.split()[5]),
-                      line.split()[7]) for line in table)
-    assert printed == sorted((r["backend"], r["global_batch"], r["devices"], r["status"])
-                             for r in smoke.all)
+    """Each part of the shared grid printed a table of the rows it wrote."""
+    for run in smoke.runs.values():
+        ran = [r for r in smoke.all if r["backend"] in run.backends]
+        lines = run.stdout.splitlines()
+        start = lines.index(format_rows([]))  # the header alone
+        table = lines[start + 1:start + 1 + len(ran)]
+        assert lines[start + 1 + len(ran)] == f"results: {smoke.results}"
+        printed = sorted((line.split()[0], int(line.split()[3]), int(line.split()[5]),
+                          line.split()[7]) for line in table)
+        assert printed == sorted((r["backend"], r["global_batch"], r["devices"], r["status"])
+                                 for r in ran)
+    assert sorted(b for run in smoke.runs.values() for b in run.backends) == sorted(TRAITS)
 
 
 @pytest.mark.parametrize("backend, devices", GRID_CELLS)

@@ -3,8 +3,8 @@ row of the same cell; and the tf.data pipeline against PyTorch's loader, batch b
 import numpy as np
 import pytest
 import torch
-from conftest import SMOKE_SLICE as SLICE
 
+from tests.helpers import SMOKE_SLICE as SLICE
 from xbench.common.workload.data import Images
 from xbench.pt_backend import train as pt_train
 from xbench.tf_backend import train as tf_train

@@ -5,7 +5,7 @@ rows read as what they were: tests/test_schema.py.)"""
 
 import pytest
 
-from tests.conftest import write_grid, xbench
+from tests.helpers import write_grid, xbench, xbench_here
 from xbench.common.grids.cell import Cell
 from xbench.common.results.store import read_rows
 
@@ -87,6 +87,6 @@ def test_without_set_epoch_every_epoch_trains_epoch_0s_order(mnist_dir, tmp_path
     (["--optimizer", "sgd", "--momentum", "1.5"], "'momentum' must be a number from 0 to 0.999"),
 ])
 def test_bad_training_settings_are_refused_with_exit_2(options, message, tmp_path):
-    run = xbench("grid", "--preset", "smoke", *options, "--dry-run", "--results",
-                 tmp_path / "r.jsonl")
+    run = xbench_here("grid", "--preset", "smoke", *options, "--dry-run", "--results",
+                      tmp_path / "r.jsonl")
     assert run.returncode == 2 and message in run.stderr, run.stderr

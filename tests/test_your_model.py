@@ -8,8 +8,8 @@ import os
 import textwrap
 
 import pytest
-from conftest import REPO, xbench
 
+from tests.helpers import REPO, xbench, xbench_here
 from xbench.common.results.store import read_rows
 
 EXAMPLE = REPO / "examples" / "vit_mnist.py"
@@ -36,7 +36,8 @@ def data():
 
 @pytest.fixture
 def cache(tmp_path):
-    """The model facts' folder of this test alone (XBENCH_CACHE)."""
+    """The model facts' folder of this test alone (XBENCH_CACHE): the environment of a process
+    of its own, or what xbench_here adds to this one's."""
     return {**os.environ, "XBENCH_CACHE": str(tmp_path / "cache")}
 
 
@@ -86,9 +87,9 @@ BAD_FILES = {
 @pytest.mark.parametrize("text, message", BAD_FILES.values(), ids=BAD_FILES.keys())
 def test_a_wrong_model_file_is_one_line_and_exit_2(text, message, tmp_path, cache):
     path = model_file(tmp_path, text)
-    done = xbench("grid", "--preset", "smoke", "--model", path, "--data", "synthetic",
-                  "--backend", "pt-ddp", "--devices", "1", "--results", tmp_path / "r.jsonl",
-                  env=cache)
+    done = xbench_here("grid", "--preset", "smoke", "--model", path, "--data", "synthetic",
+                       "--backend", "pt-ddp", "--devices", "1", "--results", tmp_path / "r.jsonl",
+                       env=cache)
     assert (done.returncode, "Traceback" in done.stderr) == (2, False), done.stderr
     assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert not (tmp_path / "r.jsonl").exists()
@@ -105,14 +106,14 @@ def test_a_wrong_model_file_is_one_line_and_exit_2(text, message, tmp_path, cach
 def test_a_model_that_is_not_there_or_does_not_fit_the_data_is_one_line(arguments, message,
                                                                          tmp_path, cache):
     arguments = [str(EXAMPLE) if a == "EXAMPLE" else a for a in arguments]
-    done = xbench("grid", "--preset", "smoke", *arguments, "--backend", "pt-ddp",
-                  "--results", tmp_path / "r.jsonl", env=cache)
+    done = xbench_here("grid", "--preset", "smoke", *arguments, "--backend", "pt-ddp",
+                       "--results", tmp_path / "r.jsonl", env=cache)
     assert (done.returncode, "Traceback" in done.stderr) == (2, False), done.stderr
     assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
 def test_profile_says_it_times_only_xbenchs_own_models(tmp_path, cache):
-    done = xbench("profile", "--model", EXAMPLE, "--batch", 8, "--out", tmp_path, env=cache)
+    done = xbench_here("profile", "--model", EXAMPLE, "--batch", 8, "--out", tmp_path, env=cache)
     assert done.returncode == 2 and "xbench profile times the units of xbench's own models" \
         in done.stderr, done.stderr
 
@@ -123,12 +124,12 @@ def example(mnist_dir, tmp_path_factory):
     pt-fsdp and tf-mirrored on 2, through the real command line."""
     folder = tmp_path_factory.mktemp("vit")
     results = folder / "vit.jsonl"
-    run = xbench("grid", "--preset", "smoke", "--model", EXAMPLE, "--backend",
-                 "pt-ddp,pt-fsdp,tf-mirrored", "--devices", "1,2", "--max-train-samples", SLICE,
-                 "--max-test-samples", 512, "--data-dir", mnist_dir, "--results", results,
-                 "--contention-limit", "1", timeout=1800,
-                 env={**os.environ, "XBENCH_CACHE": str(folder / "cache")})
-    assert run.returncode == 0, run.stderr
+    for backends, devices in (("pt-ddp", "1,2"), ("pt-fsdp,tf-mirrored", "2")):
+        run = xbench("grid", "--preset", "smoke", "--model", EXAMPLE, "--backend", backends,
+                     "--devices", devices, "--max-train-samples", SLICE, "--max-test-samples",
+                     512, "--data-dir", mnist_dir, "--results", results, "--contention-limit",
+                     "1", timeout=1800, env={**os.environ, "XBENCH_CACHE": str(folder / "cache")})
+        assert run.returncode == 0, run.stderr
     rows, problems = read_rows(results)
     assert not problems
     return folder, results, {(r["backend"], r["devices"]): r for r in rows}
@@ -158,10 +159,10 @@ def test_the_example_runs_in_both_frameworks_and_says_what_it_counted(example):
 
 def test_the_report_and_predict_work_on_its_rows(example):
     folder, results, _ = example
-    report = xbench("report", results, "--out", folder / "report", "--format", "md")
+    report = xbench_here("report", results, "--out", folder / "report", "--format", "md")
     assert report.returncode == 0, report.stderr
     assert "mnist.py@" in (folder / "report" / "summary.md").read_text()  # vit\\_mnist (markdown)
-    predicted = xbench("predict", results, "--devices", "1,8", "--link", "ib-ndr")
+    predicted = xbench_here("predict", results, "--devices", "1,8", "--link", "ib-ndr")
     assert predicted.returncode == 0, predicted.stderr
     scaled = predicted.stdout.split("Predicted, not measured")[1]
     assert [line for line in scaled.splitlines()
@@ -184,9 +185,9 @@ def test_its_own_data_trains_and_an_unserved_framework_is_unsupported(tmp_path, 
     assert rows["tf-mirrored"]["error"].startswith("model.py defines no keras()")
     # a changed file is a new cell
     path.write_text(path.read_text() + "\n# changed\n")
-    again = xbench("grid", "--preset", "smoke", "--model", path, "--data", "model", "--backend",
-                   "pt-ddp", "--devices", "2", "--batch", 64, "--max-train-samples", 0,
-                   "--results", results, "--dry-run", env=cache)
+    again = xbench_here("grid", "--preset", "smoke", "--model", path, "--data", "model",
+                        "--backend", "pt-ddp", "--devices", "2", "--batch", 64,
+                        "--max-train-samples", 0, "--results", results, "--dry-run", env=cache)
     assert again.returncode == 0, again.stderr
     assert trained["cell_key"].split("|")[1] not in again.stdout
     assert json.loads(json.dumps(trained["backend_details"]["model_file"]))["digest"] \
