@@ -40,14 +40,15 @@ demo: setup
 # installed here when absent (CI runs as root). Python may be told not to write bytecode
 # (PYTHONDONTWRITEBYTECODE, set on these machines): xbench's own modules are compiled once here,
 # or each of the thousands of processes the suite starts would compile them again. Two xdist
-# workers, a test file each at a time (a file's module fixtures run once): 1.3x faster than one
-# process on 2 cores, measured. .test-durations/latest.json keeps where the time went.
+# workers, a test file each at a time (a file's module fixtures run once), the longest files first
+# (tests/conftest.py): 1.3x faster than one process on 2 cores, measured.
+# .test-durations/latest.json keeps where the time went.
 PACKAGES := cli common reports pt_backend tf_backend jax_backend keras_models examples tests
 test: setup
 	@command -v chromium >/dev/null && command -v tc >/dev/null || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium iproute2 >/dev/null; }
 	$(PY) -m compileall -q $(PACKAGES)
-	$(PY) -m pytest -n 2 --dist loadfile
+	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 # On a machine with CUDA PyTorch (no venv, no TensorFlow needed): the PyTorch backends on every
 # GPU count, the probe, rates, MFU and memory per GPU. Refuses (exit 2) where torch sees no GPU.

@@ -29,6 +29,21 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+# The test files whose real cells take minutes, the longest first (as measured in a `make test`:
+# .test-durations/latest.json, "per_file"). Collected first, so that xdist (told not to reorder
+# them by their number of tests) hands them out first and no worker is left alone with one at the
+# end; the other files follow in their usual order.
+LONGEST_FIRST = ["test_cifar.py", "test_attribution.py", "test_precision.py", "test_slurm.py",
+                 "test_language_model.py", "test_faults.py", "test_lab.py", "test_your_model.py",
+                 "test_time_to_accuracy.py", "test_fsdp.py", "test_smoke.py",
+                 "test_training_settings.py", "test_report_until_conclusive.py", "test_limits.py"]
+
+
+def pytest_collection_modifyitems(items):
+    place = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: place.get(item.path.name, len(place)))  # stable: the rest as found
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "alone: the test needs the machine to itself (it "
                                        "measures how busy the machine is): under xdist the other "

@@ -20,10 +20,11 @@ NO_FP16 = ["jax-single"]  # JAX has no loss scaler of its own: fp16 is unsupport
 # whose replicas must agree on an overflow) the gradients are summed
 SCALED = ["pt-ddp", "tf-mirrored", "tf-multiworker", "hvd-tf"]
 # The largest relative difference of an epoch's loss from pt-single's at the same precision, in
-# every backend, measured on these 512 images (4 steps an epoch): bf16 3.0e-4, fp16 2.5e-4,
-# float32 2.9e-6; on 1,024 images bf16 1.7e-3 (pt-ddp on 2 ranks), fp16 2.0e-4. The bounds
-# are about 3x the larger of each.
+# every backend, measured on 512 images (4 steps an epoch): bf16 3.0e-4, fp16 2.5e-4, float32
+# 2.9e-6; on 1,024 images bf16 1.7e-3 (pt-ddp on 2 ranks), fp16 2.0e-4; on the SAMPLES below
+# bf16 8.4e-4 (keras-jax), fp16 1.7e-5. The bounds are about 3x the larger of each.
 TOLERANCE = {"bf16": 5e-3, "fp16": 1e-3}
+SAMPLES = 256
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +37,10 @@ def rows(mnist_dir, tmp_path_factory):
                                          "precision": ["bf16"]}),
                            ("scaled", {"backends": SCALED, "devices": [2],
                                        "precision": ["fp16"]})):
-        # 256 test images: Keras evaluates the test set at fp16 on a CPU at training's pace
-        grid = write_grid(folder, name=name, max_test_samples=256, **settings)
+        # Keras trains and evaluates at fp16 on a CPU at a few hundred images a second: SAMPLES
+        # training images (2 steps an epoch), tested on half as many
+        grid = write_grid(folder, name=name, max_train_samples=SAMPLES,
+                          max_test_samples=SAMPLES // 2, **settings)
         run = xbench("grid", grid, "--data-dir", mnist_dir, "--results", folder / f"{name}.jsonl",
                      timeout=1800)
         assert run.returncode == 0, run.stdout + run.stderr
