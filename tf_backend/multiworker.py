@@ -10,6 +10,7 @@ import base64
 import json
 import os
 import pickle
+import sys
 
 import numpy as np
 
@@ -17,6 +18,9 @@ from xbench.common.running.placement import Placement, local_task_index, task_in
 from xbench.tf_backend.base import TensorFlowBackend
 from xbench.tf_backend.collectives import TensorFlowCollectives
 
+# How long worker 0, whose process holds the coordination service, waits at the end of a cell
+# for the others to say they no longer need it (they need milliseconds).
+LEAVE_WAIT_MS = 60_000
 
 class MultiWorkerMirroredBackend(TensorFlowBackend):
     name = "tf-multiworker"
@@ -78,17 +82,24 @@ class MultiWorkerCollectives(TensorFlowCollectives):
         aborted by: Socket closed", seen in tf-multiworker cells on a loaded machine). Every
         worker says it has arrived and waits for the others; then every worker but worker 0
         says it is past the wait, and worker 0, whose process holds the service, waits for
-        that, so it leaves last."""
+        that (at most LEAVE_WAIT_MS), so it leaves last. Once here a worker's collectives have
+        all returned: a service it can no longer reach (seen once under load: "Connection reset
+        by peer" on the last word) leaves nothing of the cell undone, so it says so and leaves."""
+        import tensorflow as tf
         from tensorflow.python.eager import context
         store = context.context()
-        store.set_config_key_value(f"xbench/leave/arrived/{self.rank}", "1")
-        for rank in range(self.world):
-            store.get_config_key_value(f"xbench/leave/arrived/{rank}")
-        if self.rank:
-            store.set_config_key_value(f"xbench/leave/past/{self.rank}", "1")
-            return
-        for rank in range(1, self.world):
-            store.get_config_key_value(f"xbench/leave/past/{rank}")
+        try:
+            store.set_config_key_value(f"xbench/leave/arrived/{self.rank}", "1")
+            for rank in range(self.world):
+                store.get_config_key_value(f"xbench/leave/arrived/{rank}")
+            if self.rank:
+                store.set_config_key_value(f"xbench/leave/past/{self.rank}", "1")
+                return
+            for rank in range(1, self.world):
+                store.get_config_key_value(f"xbench/leave/past/{rank}", LEAVE_WAIT_MS)
+        except tf.errors.OpError as lost:
+            print(f"xbench worker {os.getpid()}: left without the other workers' word "
+                  f"({type(lost).__name__}); its collectives had all returned", file=sys.stderr)
 
     def sum(self, values):
         import tensorflow as tf
