@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from xbench.common.workload.compression import COMPRESSIONS
+from xbench.common.workload.layouts import CHANNELS_FIRST, CHANNELS_LAST
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,7 @@ class Framework:
     install_hint: str
     memory_mb: int       # a process's framework, libraries and data before training
     input: str           # what forms its batches (host_memory, loader_workers are PyTorch's)
+    image_layout: str    # how its loop lays out an image sample (CHANNELS_FIRST, CHANNELS_LAST)
     # What a user's model file defines for it (common.workload.user_models) and the module that
     # builds such a file's model and says what it counted; None where its backends train only
     # xbench's own models.
@@ -40,16 +42,19 @@ class Framework:
 # Peak RSS of the small model's smoke cells on CPU: 420-460 MB with PyTorch, 690-750 MB with
 # TensorFlow.
 TORCH = Framework("torch", "torch", "install PyTorch with `make setup` (or `pip install torch` "
-                  "into the environment)", 450, "torch.utils.data.DataLoader", "pytorch",
+                  "into the environment)", 450, "torch.utils.data.DataLoader", CHANNELS_FIRST,
+                  "pytorch",
                   "xbench.pt_backend.user_model")
 TENSORFLOW = Framework("tensorflow", "tensorflow", "install TensorFlow with `make setup`, or "
                        "`pip install -e '.[tf]'` into the environment (the CPU wheel, "
-                       "tensorflow-cpu)", 800, "tf.data", "keras", "xbench.tf_backend.user_model")
+                       "tensorflow-cpu)", 800, "tf.data", CHANNELS_LAST, "keras",
+                       "xbench.tf_backend.user_model")
 # Peak RSS of the small model's smoke cells on CPU with JAX: 485-555 MB with Flax, 675-685 MB
 # with keras-jax.
 JAX = Framework("jax", "jax", "install JAX, Flax and Optax with `make setup`, or `pip install "
                 "-e '.[jax]'` into the environment", 700, "numpy batches placed on the devices "
-                "(jax.device_put, jax.make_array_from_process_local_data)", None, None,
+                "(jax.device_put, jax.make_array_from_process_local_data)", CHANNELS_LAST, None,
+                None,
                 mixed_precisions=("bf16",),
                 no_mixed_precision="fp16 trains only under a dynamic loss scale, and JAX has none "
                                    "of its own (optax has no loss scaler; DeepMind's jmp is "
@@ -110,6 +115,9 @@ class Traits:
     name: str
     framework: Framework
     rank: str                     # "module:Class" that each of its processes runs
+    # What spreads the training over devices (the figures give each one marker; several
+    # frameworks' backends may share one, Horovod's do).
+    wrapper: str = "none: one device"
     start: str = ONE_PROCESS      # how its processes start (ONE_PROCESS, TORCHRUN, ...)
     spans_devices: bool = True    # False: a single-device reference, 1 device only
     # Each rank draws its shard with a DistributedSampler, set_epoch each epoch (the lab's
@@ -167,7 +175,7 @@ def crossing(how: str) -> dict[str, str]:
 TRAITS: dict[str, Traits] = {t.name: t for t in [
     Traits("pt-single", TORCH, "xbench.pt_backend.single:SingleDeviceTorchBackend",
            spans_devices=False),
-    Traits("pt-dp", TORCH, "xbench.pt_backend.dp:DataParallelBackend",
+    Traits("pt-dp", TORCH, "xbench.pt_backend.dp:DataParallelBackend", wrapper="DataParallel",
            reduction=crossing("reduce-to-one"),
            buckets="no buckets: DataParallel sums the replicas' gradients on device 0 inside "
                    "autograd, with no bucketed collective",
@@ -183,6 +191,7 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
                                 "each replica normalises with its own share of the batch, and "
                                 "only the first GPU's running statistics are updated and kept"),
     Traits("pt-ddp", TORCH, "xbench.pt_backend.ddp:DistributedDataParallelBackend",
+           wrapper="DistributedDataParallel",
            start=TORCHRUN, distributed_sampler=True, reduction=crossing("all-reduce"),
            message_bytes=25 * 2**20,  # DistributedDataParallel's bucket_cap_mb, 25
            buckets="DistributedDataParallel's bucket_cap_mb",
@@ -200,7 +209,8 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
                                 "each forward: each rank normalises with its own samples' "
                                 "statistics, and the statistics kept (and evaluated with) are "
                                 "rank 0's"),
-    Traits("pt-fsdp", TORCH, "xbench.pt_backend.fsdp:FullyShardedBackend", start=TORCHRUN,
+    Traits("pt-fsdp", TORCH, "xbench.pt_backend.fsdp:FullyShardedBackend",
+           wrapper="FSDP", start=TORCHRUN,
            distributed_sampler=True, reduction=crossing("reduce-scatter"),
            library="torch.distributed", shards_parameters=True,
            buckets="no buckets: FSDP2 gathers and reduce-scatters each fully_shard unit's "
@@ -219,6 +229,7 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
            spans_devices=False),
     # NcclAllReduce on GPUs; on a CPU, ReductionToOneDevice (NCCL has no CPU kernel).
     Traits("tf-mirrored", TENSORFLOW, "xbench.tf_backend.mirrored:MirroredBackend",
+           wrapper="MirroredStrategy",
            reduction={"cpu": "reduce-to-one", "cuda": "all-reduce"},
            buckets="no buckets: MirroredStrategy's reduction to one device (a CPU) has no "
                    "packs, and its NcclAllReduce takes a number of packs, not their size",
@@ -229,6 +240,7 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
            batchnorm_statistics=MIRRORED_BATCHNORM),
     # bytes_per_pack 0 (TensorFlow packs): one message
     Traits("tf-multiworker", TENSORFLOW, "xbench.tf_backend.multiworker:MultiWorkerMirroredBackend",
+           wrapper="MultiWorkerMirroredStrategy",
            start=WORKER_PER_DEVICE, reduction=crossing("all-reduce"), library="tensorflow",
            buckets="MultiWorkerMirroredStrategy's CommunicationOptions(bytes_per_pack)",
            no_compression=STRATEGIES_DO_NOT_COMPRESS,
@@ -236,7 +248,8 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
                                "one's launch (this worker's gradients ready) to the end of the "
                                "last",
            batchnorm_statistics=MIRRORED_BATCHNORM),
-    Traits("hvd-torch", TORCH, "xbench.pt_backend.hvd:HorovodTorchBackend", start=HOROVODRUN,
+    Traits("hvd-torch", TORCH, "xbench.pt_backend.hvd:HorovodTorchBackend",
+           wrapper="Horovod", start=HOROVODRUN,
            distributed_sampler=True, reduction=crossing("all-reduce"),
            message_bytes=HOROVOD_FUSION_BYTES, library="horovod",
            buckets="Horovod's fusion threshold (HOROVOD_FUSION_THRESHOLD), its gradients "
@@ -249,6 +262,7 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
            batchnorm_statistics=HOROVOD_BATCHNORM, extension=HOROVOD_EXTENSIONS["PyTorch"],
            install_hint=HOROVOD_BUILD_HINT),
     Traits("hvd-tf", TENSORFLOW, "xbench.tf_backend.hvd:HorovodTensorFlowBackend",
+           wrapper="Horovod",
            start=HOROVODRUN, reduction=crossing("all-reduce"),
            message_bytes=HOROVOD_FUSION_BYTES, library="horovod",
            buckets="Horovod's fusion threshold (HOROVOD_FUSION_THRESHOLD)",
@@ -260,13 +274,16 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
     Traits("jax-single", JAX, "xbench.jax_backend.single:SingleDeviceJaxBackend",
            spans_devices=False),
     Traits("jax-dp", JAX, "xbench.jax_backend.dp:ShardedBatchBackend",
+           wrapper="jax.jit over a mesh of devices",
            reduction=crossing("all-reduce"), buckets=XLA_BUCKETS, no_compression=JAX_NO_COMPRESSION,
            collectives_not_counted=XLA_COLLECTIVES, batchnorm_statistics=JIT_BATCHNORM),
     Traits("jax-multiprocess", JAX, "xbench.jax_backend.multiprocess:MultiProcessJaxBackend",
+           wrapper="jax.jit over a mesh of processes",
            start=WORKER_PER_DEVICE, reduction=crossing("all-reduce"), library="jax",
            buckets=XLA_BUCKETS, no_compression=JAX_NO_COMPRESSION,
            collectives_not_counted=XLA_COLLECTIVES, batchnorm_statistics=JIT_BATCHNORM),
     Traits("keras-jax", JAX, "xbench.jax_backend.keras:KerasDataParallelBackend",
+           wrapper="Keras DataParallel",
            reduction=crossing("all-reduce"), buckets=XLA_BUCKETS, no_compression=JAX_NO_COMPRESSION,
            collectives_not_counted=XLA_COLLECTIVES, batchnorm_statistics=JIT_BATCHNORM),
 ]}

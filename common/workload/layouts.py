@@ -8,6 +8,14 @@ import numpy as np
 from xbench.common.workload import models as spec
 from xbench.common.workload.models import BLOCK_TENSORS, layer_shapes, tensor_shapes_of
 
+# How a framework's loop lays out an image sample (its traits' `image_layout`).
+CHANNELS_FIRST, CHANNELS_LAST = "channels first", "channels last"
+
+
+def image_shape(layout: str, channels: int, height: int, width: int) -> tuple[int, int, int]:
+    """One image sample's shape in `layout`: (C, H, W) channels first, (H, W, C) channels last."""
+    return (channels, height, width) if layout == CHANNELS_FIRST else (height, width, channels)
+
 
 def channels_last(name: str, tensors: list[np.ndarray]) -> list[list[np.ndarray]]:
     """PyTorch-layout weights of model `name` in the layout of Keras and Flax, one list per layer
