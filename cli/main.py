@@ -15,20 +15,35 @@ from xbench.cli.predict import predict
 from xbench.cli.probe import probe
 from xbench.cli.profile import profile
 from xbench.cli.report import report
+from xbench.common.backends.traits import FRAMEWORKS, TRAITS
 from xbench.common.errors import UserError
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def group_help() -> str:
+    """The group's help, from the traits table: its frameworks, and the wrappers that span
+    several of them (Horovod's)."""
+    titles = lambda names: " and ".join(dict.fromkeys(names))  # noqa: E731
+    over: dict[str, list[str]] = {}
+    for traits in TRAITS.values():
+        if traits.spans_devices:
+            over.setdefault(traits.wrapper, []).append(traits.framework.title)
+    shared = "".join(f", and {wrapper} over {titles(found)}" for wrapper, found in over.items()
+                     if len(set(found)) > 1)
+    return (f"xbench: data-parallel training benchmarks across "
+            f"{', '.join(f.title for f in FRAMEWORKS[:-1])} and {FRAMEWORKS[-1].title}{shared} "
+            f"({len(TRAITS)} backends: `xbench backends`).\n\n"
+            "Shell completion (click's): eval \"$(_XBENCH_COMPLETE=bash_source xbench)\" in "
+            "~/.bashrc (zsh_source, fish_source for other shells).")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, help=group_help())
 @click.version_option(own_version(), prog_name="xbench")
 @click.option("-q", "--quiet", is_flag=True, help="Print only results, warnings and errors.")
 @click.option("-v", "--verbose", is_flag=True,
               help="Also print what runs: each cell's log file, frameworks' own messages.")
 @click.pass_context
 def main(ctx, quiet, verbose):
-    """xbench: data-parallel training benchmarks across PyTorch, TensorFlow and Horovod.
-
-    Shell completion (click's): eval "$(_XBENCH_COMPLETE=bash_source xbench)" in ~/.bashrc
-    (zsh_source, fish_source for other shells)."""
+    """The global options, for every command."""
     if quiet and verbose:
         raise UserError("-q/--quiet and -v/--verbose contradict each other; give one")
     if not verbose:  # the libraries' warnings (numpy, matplotlib, pandas) are not xbench's word

@@ -18,9 +18,9 @@ from xbench.reports.probe import probe_text
 
 @click.command()
 @click.option("--backend", callback=str_list,
-              help="Which probes: the frameworks' matmuls (pt-single, tf-single, jax-single) "
-                   "and the collectives of pt-ddp, hvd-torch, tf-multiworker, "
-                   "jax-multiprocess; default: every one installed here.")
+              help=f"Which probes: the frameworks' matmuls ({', '.join(MATMUL_BACKENDS)}) "
+                   f"and the collectives of {', '.join(ALL_REDUCE_BACKENDS)}; default: every "
+                   f"one installed here.")
 @click.option("--devices", callback=int_list, default="2,4", show_default=True,
               help="Processes per node of the all-reduce probes (the grid's device counts).")
 @click.option("--nodes", callback=int_list, default="1", show_default=True,

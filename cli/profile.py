@@ -6,6 +6,7 @@ import click
 
 from xbench.cli.console import EXIT_CELLS_FAILED, json_text, say, str_list
 from xbench.common.backends.start import Start
+from xbench.common.backends.traits import profiled
 from xbench.common.errors import UserError
 from xbench.common.grids.settings import DEVICE_KINDS
 from xbench.common.machine import nvidia_gpus
@@ -18,7 +19,7 @@ from xbench.common.workload.models import MODELS
 @click.option("--model", required=True, help="The model: " + ", ".join(MODELS))
 @click.option("--batch", required=True, type=int, help="Samples per step on the one device.")
 @click.option("--backend", callback=str_list, help="Frameworks by their single-device backend: "
-              "pt-single, tf-single; default: both, where installed.")
+              f"{', '.join(profiled())}; default: each, where installed.")
 @click.option("--layer", "units", callback=str_list,
               help="Time only these units, e.g. conv1,block3 (default: every one); the whole "
                    "step is always timed.")

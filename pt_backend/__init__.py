@@ -1,4 +1,5 @@
-"""PyTorch backends: pt-dp (DataParallel), pt-ddp (DistributedDataParallel), hvd-torch (Horovod).
+"""PyTorch's backends: the classes the traits table's rows of framework torch name
+(common/backends/traits.py; `xbench backends` lists them).
 
 Modules here import torch only inside functions that run in a launched worker, so the runner can
 list and launch these backends without importing torch.

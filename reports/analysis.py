@@ -11,7 +11,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from xbench.common.backends.traits import TRAITS, references
+from xbench.common.backends.protocol import Protocol
+from xbench.common.backends.traits import TRAITS, protocol_of, references
 from xbench.common.grids.settings import SETTINGS, Role, columns, draws
 from xbench.common.measuring.attribution import PARTS
 from xbench.common.measuring.datasheets import datasheet_peak
@@ -219,6 +220,12 @@ ATTRIBUTION_COLUMNS = [
 UNTRACED_LIMIT = 0.10  # a step's share no mark or trace covers above which the report says so
 
 
+def protocol(cell) -> Protocol:
+    """How the cell's gradients crossed: its backend's protocol on its device type, or what its
+    row recorded (common.backends.traits.protocol_of)."""
+    return protocol_of(cell["backend"], cell["device_type"], cell.get("reduction"))
+
+
 def wire_size(cell) -> float:
     """The bytes a step's gradients put into the all-reduce, under the cell's compression."""
     if cell["model"] not in MODELS:  # a model file's: one float32 gradient per parameter
@@ -235,7 +242,7 @@ def bandwidth(cell, runs) -> dict:
     found = {"moving_seconds": moving["mean"], "moving_ci": moving["ci"], "bytes": size,
              "bytes_how": "counted" if counted else "computed from the model",
              "algbw": math.nan, "busbw": math.nan, "busbw_ci": math.nan}
-    if cell["devices"] > 1 and cell["reduction"] == "all-reduce":
+    if cell["devices"] > 1 and protocol(cell).is_all_reduce:
         per_run = [bus_bandwidth(size / r["moving"], cell["devices"]) for r in runs
                    if r["moving"] > 0]
         busbw = summarize(per_run)
@@ -316,7 +323,7 @@ def bus_use(cell, attributed, all_reduces) -> dict:
     """An all-reducing N-device cell's achieved bus bandwidth (`attributed`) beside the probe's
     of its library on as many processes at its gradients' size; NaN for any other cell."""
     achieved, reference = math.nan, None
-    if cell["devices"] > 1 and cell["reduction"] == "all-reduce" and cell["model"] in MODELS:
+    if cell["devices"] > 1 and protocol(cell).is_all_reduce and cell["model"] in MODELS:
         mine = (attributed[(attributed["env"] == cell["env"])
                            & (attributed["cell_key"] == cell["cell_key"])]
                 if len(attributed) else attributed)

@@ -32,6 +32,7 @@ from xbench.reports.step_model import (
     COMPUTE_PARTS,
     PER_SAMPLE,
     Link,
+    bucket_bytes,
     carrier,
     collective_seconds,
     compute_parts,
@@ -41,15 +42,13 @@ from xbench.reports.step_model import (
     fault_outside_model,
     injected_link,
     link_class,
-    message_bytes,
     moved_bytes,
     overlap_of,
     pair_one,
     pooled,
     probe_rate,
-    reduction_of,
+    protocol,
     relative_spread,
-    ring_passes,
     split_apart,
 )
 
@@ -138,8 +137,9 @@ def calibrate(pairs: pd.DataFrame) -> Calibration:
         measured = sum(pair[f"{p}_step"] for p in COMPUTE_PARTS)
         unslowed = sum(compute_parts(pair, 0.0).values())
         lost = cores_lost(pair)
-        if reduction_of(pair) != "reduce-scatter" and unslowed > 0 and lost != 1:  # FSDP's
-            exponents.setdefault(pair["device_type"], {}).setdefault(  # collectives are in it
+        # a backend whose collectives' time is inside its compute (FSDP's) says nothing of it
+        if not protocol(pair).collectives_in_compute and unslowed > 0 and lost != 1:
+            exponents.setdefault(pair["device_type"], {}).setdefault(
                 pair["backend"], []).append(math.log(measured / unslowed) / math.log(lost))
         moving, share = pair["moving_seconds"], pair["overlap_share"]
         if share is not None and np.isfinite(share):  # measured: its collectives were timed
@@ -162,7 +162,7 @@ def calibrate(pairs: pd.DataFrame) -> Calibration:
 def predict_cell(pair, calibration: Calibration, probes: dict) -> dict | None:
     """The model's step and epoch seconds of one N-device cell, with each part and where its
     link came from; None where it has no link (nothing measured its library's bandwidth)."""
-    reduction = reduction_of(pair)
+    crossing = protocol(pair)
     cap = injected_link(pair["inject"])
     devices = pair["devices"]
     if cap is not None:
@@ -172,7 +172,7 @@ def predict_cell(pair, calibration: Calibration, probes: dict) -> dict | None:
     elif (rate := pooled(calibration.rate.get(carrier(pair)[0], {}), carrier(pair)[1],
                          None)) is not None:
         link, how = Link("calibrated", rate, 0.0, "calibration"), "calibrated"
-    elif reduction == "none":
+    elif not crossing.crosses:
         link, how = Link("none", math.inf, 0.0, "none"), "no collective"
     else:
         return None
@@ -182,8 +182,8 @@ def predict_cell(pair, calibration: Calibration, probes: dict) -> dict | None:
     size = pair["bytes"] or wire_size(pair)
     # the probe and the calibration measured this machine's rings as per-device bus bandwidth,
     # one link for every rank, nodes or not
-    moving = collective_seconds(reduction, size, devices, 1, link, link,
-                                message_bytes(pair), ring_passes(reduction, pair["reshard"]))
+    moving = collective_seconds(crossing, size, devices, 1, link, link,
+                                crossing.messages(size, bucket_bytes(pair)), pair["reshard"])
     overlap = overlap_of(calibration.overlap, pair["backend"], link_class(pair))
     exposed = exposed_seconds(moving, overlap, parts["backward"])
     waiting = compute * relative_spread(pair_one(pair)) * expected_largest(devices)
@@ -335,13 +335,13 @@ def scaled_out(one: dict, calibration: Calibration, devices: list[int], nodes: l
     """The what-if rows of one 1-device setup, to every count its backend can run (a count its
     global batch cannot be split over is a row "not predicted", with why)."""
     kind = TRAITS[one["backend"]]
-    reduction, size = kind.reduction_on(one["device_type"]), wire_size(one)
+    crossing, size = kind.protocol_on(one["device_type"]), wire_size(one)
     overlap = overlap_of(calibration.overlap, one["backend"], "uncapped")
     base = sum(one[f"{p}_step"] for p in COMPUTE_PARTS)
     rows, best, stopped = [], {}, None  # best: the highest rate at each smaller count
     for node_count, per_node in counts(devices, nodes):
         total = node_count * per_node
-        if node_count > 1 and (not kind.spans_nodes or reduction == "reduce-to-one"):
+        if node_count > 1 and (not kind.spans_nodes or crossing.through_one_device):
             continue
         where = {**{c: one[c] for c in SETUP_OF_WHAT_IF}, "nodes": node_count,
                  "devices": per_node, "total": total,
@@ -358,8 +358,8 @@ def scaled_out(one: dict, calibration: Calibration, devices: list[int], nodes: l
         share = 1 / total if one["batch_mode"] == "global" else 1.0
         parts = {p: one[f"{p}_step"] * (share if p in PER_SAMPLE else 1) for p in COMPUTE_PARTS}
         compute = sum(parts.values())
-        moving = collective_seconds(reduction, size, per_node, node_count, link, node_link,
-                                    message_bytes(one), ring_passes(reduction, one["reshard"]))
+        moving = collective_seconds(crossing, size, per_node, node_count, link, node_link,
+                                    crossing.messages(size, bucket_bytes(one)), one["reshard"])
         waiting = compute * relative_spread(one) * expected_largest(total)
         exposed = exposed_seconds(moving, overlap, parts["backward"])
         step = compute + exposed + waiting

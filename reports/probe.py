@@ -1,4 +1,5 @@
 """`xbench probe`'s record as text: its matmul and all-reduce figures as two small tables."""
+from xbench.common.backends.protocol import ALL_REDUCE
 
 
 def probe_text(record: dict) -> str:
@@ -9,7 +10,7 @@ def probe_text(record: dict) -> str:
         lines.append(f"{m['framework']:<11} {m['device_name'][:32]:<32} {m['precision']:<10} "
                      f"{m['threads'] or '-':>7} {m['gflops']:>9,.1f}  "
                      f"({m['gflops_low']:,.1f}-{m['gflops_high']:,.1f})")
-    lines += ["", f"{'all-reduce':<16} {'nodes':>5} {'ranks':>5} {'MiB':>6} {'ms':>8} "
+    lines += ["", f"{ALL_REDUCE:<16} {'nodes':>5} {'ranks':>5} {'MiB':>6} {'ms':>8} "
                   f"{'algbw GB/s':>10} {'busbw GB/s':>10}  (slowest-fastest repeat)"]
     for a in record["all_reduce"]:
         lines.append(f"{a['library']:<16} {a['nodes']:>5} {a['world_size']:>5} "

@@ -17,10 +17,12 @@ import pandas as pd
 
 from xbench.common.backends.traits import TRAITS
 from xbench.common.errors import UserError
+from xbench.common.grids.settings import SETTINGS
 from xbench.reports.predict import Calibration, parse_link, read_links
 from xbench.reports.step_model import collective_seconds, exposed_seconds, overlap_of
 
 PUBLISHED_FILE = Path(__file__).with_name("published.toml")
+RESHARD = SETTINGS["reshard"].default[0]  # a record that names none: FSDP's default
 BACKWARD_SHARE = 2 / 3  # of a step's compute, where nothing measured it: twice forward's work
 NEEDED = ("title", "backend", "per_device_rate", "per_device_batch", "parameters", "devices",
           "nodes", "link", "efficiency", "sources")
@@ -58,8 +60,9 @@ def published_record(name: str, entry: dict, links: dict, calibration: Calibrati
     baseline = int(entry.get("baseline_devices", 1))
 
     def step(devices: int, nodes: int, share: float) -> float:
-        moving = collective_seconds(traits.reduction_on("cuda"), size, devices, nodes, link,
-                                    node_link, traits.message_bytes)  # GPUs
+        crossing = traits.protocol_on("cuda")  # GPUs
+        moving = collective_seconds(crossing, size, devices, nodes, link, node_link,
+                                    crossing.messages(size), entry.get("reshard", RESHARD))
         return compute + exposed_seconds(moving, share, BACKWARD_SHARE * compute)
 
     def efficiency(share: float) -> float:

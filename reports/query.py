@@ -10,6 +10,7 @@ import operator
 
 import pandas as pd
 
+from xbench.common.backends.traits import TRAITS
 from xbench.common.errors import UserError
 
 COMPARISONS = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt,
@@ -91,7 +92,7 @@ def _compare(op, left_node, right_node, frame, where):
     if isinstance(op, (ast.In, ast.NotIn)):
         if not isinstance(left, pd.Series) or not isinstance(right, list):
             raise UserError(f"--where {where!r}: 'in' takes a column on the left and a list of "
-                            f"values on the right, e.g. \"backend in ['pt-ddp', 'hvd-torch']\"")
+                            f"values on the right, e.g. \"backend in {list(TRAITS)[:2]}\"")
         found = left.isin(right)
         return found if isinstance(op, ast.In) else ~found
     if type(op) not in COMPARISONS:

@@ -17,9 +17,10 @@ not hide, and the wait for the slowest rank:
   bytes through every device's link and pays N-1 latencies per message; across M nodes the
   devices of a node reduce among themselves and the nodes exchange through one link each
   (hierarchical, as NCCL and Horovod do): (M-1)/M of the bytes and M-1 latencies per message
-  more. An all-reduce is two passes, FSDP's gathers and reduce-scatter three (two when it
-  reshards after backward); a reduction to one device moves 2(N-1) copies through that device.
-  Messages: the backend's buckets (common.backends.traits: message_bytes).
+  more. The passes are the backend's protocol's (common.backends.protocol: an all-reduce two,
+  FSDP's gathers and reduce-scatter three, two when it reshards after backward); a reduction
+  through one device moves 2(N-1) copies through that device. Messages: the protocol's, in the
+  cell's buckets where its library takes them.
 - overlap: the share of its collectives' time a backend's cells spent while their ranks
   computed, measured (common.measuring.attribution: each collective timed from launch to
   completion, as HTA defines overlap), per backend and per link class (capped or not) where
@@ -38,10 +39,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 from scipy import integrate, stats
 
-from xbench.common.backends.traits import TRAITS
+from xbench.common.backends.protocol import Protocol
 from xbench.common.measuring.attribution import COMPUTE
 from xbench.common.workload import faults
-from xbench.reports.analysis import wire_size
+from xbench.reports.analysis import protocol, wire_size
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -83,23 +84,15 @@ def pass_seconds(size: float, devices: int, nodes: int, link: Link, node_link: L
     return seconds
 
 
-def collective_seconds(reduction: str, size: float, devices: int, nodes: int, link: Link,
-                       node_link: Link, message_bytes: int | None, passes: int = 2) -> float:
+def collective_seconds(protocol: Protocol, size: float, devices: int, nodes: int, link: Link,
+                       node_link: Link, messages: int, reshard: str) -> float:
     """Seconds one step's gradient collectives move data for (none overlapped)."""
-    if devices * nodes < 2 or reduction == "none":
+    if devices * nodes < 2 or not protocol.crosses:
         return 0.0
-    messages = max(1, math.ceil(size / message_bytes)) if message_bytes else 1
-    if reduction == "reduce-to-one":  # one process's devices: N-1 copies in, the sum out N-1
+    if protocol.through_one_device:  # one process's devices: N-1 copies in, the sum out N-1
         return 2 * (devices - 1) * (size / link.rate + messages * link.latency)
-    return passes * pass_seconds(size, devices, nodes, link, node_link, messages)
-
-
-def ring_passes(reduction: str, reshard: str) -> int:
-    """Passes of a ring one step makes: an all-reduce two, FSDP's two gathers (one when it
-    reshards after backward) and its reduce-scatter."""
-    if reduction == "reduce-scatter":
-        return 2 if reshard == "after-backward" else 3
-    return 2
+    return protocol.ring_passes(reshard) * pass_seconds(size, devices, nodes, link, node_link,
+                                                        messages)
 
 
 def relative_spread(cell) -> float:
@@ -168,31 +161,17 @@ def link_class(pair) -> str:
     return "capped" if injected_link(pair["inject"]) is not None else "uncapped"
 
 
-def message_bytes(pair) -> int | None:
-    """The most one collective of the cell carries: its bucket_mb where its library takes it,
-    else the library's own bucket (common.backends.traits)."""
-    traits = TRAITS[pair["backend"]]
+def bucket_bytes(pair) -> int | None:
+    """The cell's bucket_mb in bytes, None where it set none (its library's own buckets: the
+    protocol's messages)."""
     bucket = pair.get("bucket_mb")
-    if bucket and traits.has_buckets:
-        return int(bucket * 2**20)
-    return traits.message_bytes
-
-
-def reduction_of(pair) -> str:
-    """How the cell's gradients crossed (its row's word), else how its backend's do on its
-    device type."""
-    recorded = pair["reduction"]
-    return (recorded if isinstance(recorded, str)
-            else TRAITS[pair["backend"]].reduction_on(pair["device_type"]))
+    return int(bucket * 2**20) if bucket else None
 
 
 def moved_bytes(pair) -> float:
-    """The bytes one device's link carries per step by the model (all passes, one per message's
-    worth of the gradients)."""
-    devices, size = pair["devices"], pair["bytes"] or wire_size(pair)
-    if reduction_of(pair) == "reduce-to-one":
-        return 2 * (devices - 1) * size
-    return ring_passes(reduction_of(pair), pair["reshard"]) * (devices - 1) / devices * size
+    """The bytes one device's link carries per step by the model (all passes)."""
+    return protocol(pair).link_bytes(pair["bytes"] or wire_size(pair), pair["devices"],
+                                     pair["reshard"])
 
 
 def probe_rate(pair, probes: dict) -> float | None:
@@ -211,7 +190,7 @@ def carrier(pair) -> tuple[str, str]:
     """(family, name) of what carries a cell's gradients: its collective library between
     processes, or the copies between the devices of one process (DataParallel,
     MirroredStrategy), which no library's rate says anything of."""
-    if reduction_of(pair) == "reduce-to-one":
+    if protocol(pair).through_one_device:
         return "in-process", f"{pair['backend']} copies"
     library = pair["collective_library"]
     return "between processes", library if isinstance(library, str) else pair["backend"]

@@ -192,8 +192,34 @@ def test_the_code_passes_its_linter():
 
 def test_the_report_reads_a_backend_only_through_its_traits():
     """reports/ imports no backend's module, nor the classes its processes run: what it needs of
-    a backend is in the rows or in the framework-free traits table."""
+    a backend is in the rows or in the framework-free traits table and its protocols."""
     for path in source_files("reports"):
         for name in imports(path, top_level_only=False):
             if name.startswith("xbench.common.backends."):
-                assert name.split(".")[3] == "traits", f"{path.name} imports {name}"
+                assert name.split(".")[3] in ("traits", "protocol"), f"{path.name} imports {name}"
+
+
+def literals(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of every string literal in a file but its docstrings (prose that explains)."""
+    tree = ast.parse(path.read_text())
+    documented = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, documented) and node.body
+                  and isinstance(node.body[0], ast.Expr)
+                  and isinstance(node.body[0].value, ast.Constant)}
+    return [(node.lineno, node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and id(node) not in docstrings]
+
+
+def test_the_report_names_no_backend_and_no_protocol_word():
+    """What the report, predict and the attribution know of a backend they read from its traits'
+    fields or its rows, never from its name or its protocol's words: a string literal under
+    reports/ that names a backend or a reduction is a branch or a text the table should give."""
+    from xbench.common.backends.protocol import BY_REDUCTION, NO_REDUCTION
+    from xbench.common.backends.traits import TRAITS
+    words = [*TRAITS, *(w for w in BY_REDUCTION if w != NO_REDUCTION), "all-gather"]
+    found = [f"{path.relative_to(REPO)}:{line}: {word!r} in {text[:60]!r}"
+             for path in source_files("reports") for line, text in literals(path)
+             for word in words if word in text]
+    assert not found, "\n".join(found)

@@ -6,6 +6,7 @@ import math
 import pytest
 
 from tests.helpers import strict_json, xbench_here
+from xbench.common.backends.protocol import RING_ALL_REDUCE
 from xbench.common.backends.traits import TRAITS
 from xbench.common.errors import UserError
 from xbench.reports import analysis
@@ -27,38 +28,53 @@ LINK = Link("test", rate=10e9, latency=5e-6, source="by hand")
 NODE_LINK = Link("test nodes", rate=25e9, latency=20e-6, source="by hand")
 
 
+def ring(messages: int, size: float = 1e6, devices: int = 4, nodes: int = 1, link=LINK,
+         node_link=LINK, protocol=RING_ALL_REDUCE, reshard="after-forward") -> float:
+    return collective_seconds(protocol, size, devices, nodes, link, node_link, messages, reshard)
+
+
 def test_a_ring_all_reduce_of_known_bytes_on_a_known_link():
-    # 100 MB over 4 devices in DDP's 25 MiB buckets: 4 messages; each of the two passes moves
-    # 3/4 of the bytes at 10 GB/s (7.5 ms) and pays 3 latencies per message (60 us)
-    seconds = collective_seconds("all-reduce", 100e6, 4, 1, LINK, LINK, 25 * 2**20)
-    assert seconds == pytest.approx(2 * (0.75 * 100e6 / 10e9 + 4 * 3 * 5e-6))
+    # 100 MB over 4 devices in DDP's buckets, its cap not set: a first bucket of 1 MiB, then
+    # 25 MiB ones, 5 messages; each of the two passes moves 3/4 of the bytes at 10 GB/s (7.5 ms)
+    # and pays 3 latencies per message
+    ddp = TRAITS["pt-ddp"].protocol_on("cpu")
+    assert ddp.messages(100e6) == 1 + math.ceil((100e6 - 2**20) / (25 * 2**20)) == 5
+    assert ddp.messages(100e6, bucket_bytes=25 * 2**20) == 4  # the cap set: every bucket 25 MiB
+    assert ddp.messages(2**20) == 1
+    assert ring(ddp.messages(100e6), 100e6, protocol=ddp) == pytest.approx(
+        2 * (0.75 * 100e6 / 10e9 + 5 * 3 * 5e-6))
     # one message: Horovod's 64 MiB fusion buffer holds 50 MB
-    assert collective_seconds("all-reduce", 50e6, 4, 1, LINK, LINK, 64 * 2**20) == \
-        pytest.approx(2 * (0.75 * 50e6 / 10e9 + 3 * 5e-6))
+    horovod = TRAITS["hvd-torch"].protocol_on("cpu")
+    assert horovod.messages(50e6) == 1
+    assert ring(horovod.messages(50e6), 50e6) == pytest.approx(2 * (0.75 * 50e6 / 10e9 + 3 * 5e-6))
 
 
 def test_across_nodes_the_nodes_link_adds_its_own_pass():
     # 8 devices on each of 4 nodes, one 40 MB message: within the node 7/8 of the bytes, between
     # nodes 3/4 of them through the node's link, twice (reduce-scatter and all-gather)
-    seconds = collective_seconds("all-reduce", 40e6, 8, 4, LINK, NODE_LINK, None)
+    seconds = ring(1, 40e6, 8, 4, node_link=NODE_LINK)
     within = 7 / 8 * 40e6 / 10e9 + 7 * 5e-6
     between = 3 / 4 * 40e6 / 25e9 + 3 * 20e-6
     assert seconds == pytest.approx(2 * (within + between))
-    assert collective_seconds("all-reduce", 40e6, 1, 4, LINK, NODE_LINK, None) == \
-        pytest.approx(2 * between)
+    assert ring(1, 40e6, 1, 4, node_link=NODE_LINK) == pytest.approx(2 * between)
 
 
 def test_a_shared_link_a_reduction_to_one_and_fsdps_passes():
     capped = Link("cap", rate=1e6, latency=0.0, source="inject", shared=True)
     # two ranks on one capped loopback: each moves half the bytes at half the cap, twice
-    assert collective_seconds("all-reduce", 1e6, 2, 1, capped, capped, None) == pytest.approx(2.0)
+    assert ring(1, devices=2, link=capped, node_link=capped) == pytest.approx(2.0)
     # a reduction to one device: 3 copies in, the sum out to 3, through that device's link
-    assert collective_seconds("reduce-to-one", 1e6, 4, 1, LINK, LINK, None) == \
-        pytest.approx(2 * 3 * (1e6 / 10e9 + 5e-6))
-    assert collective_seconds("reduce-scatter", 1e6, 2, 1, LINK, LINK, None, passes=3) == \
-        pytest.approx(3 * (0.5 * 1e6 / 10e9 + 5e-6))
-    assert collective_seconds("none", 1e6, 4, 1, LINK, LINK, None) == 0.0
-    assert collective_seconds("all-reduce", 1e6, 1, 1, LINK, LINK, None) == 0.0
+    mirrored = TRAITS["tf-mirrored"].protocol_on("cpu")
+    assert mirrored.through_one_device and mirrored.link_bytes(1e6, 4, "after-forward") == 6e6
+    assert ring(1, protocol=mirrored) == pytest.approx(2 * 3 * (1e6 / 10e9 + 5e-6))
+    # FSDP: its two gathers and its reduce-scatter; one gather fewer kept after forward
+    fsdp = TRAITS["pt-fsdp"].protocol_on("cpu")
+    assert (fsdp.ring_passes("after-forward"), fsdp.ring_passes("after-backward")) == (3, 2)
+    assert ring(1, devices=2, protocol=fsdp) == pytest.approx(3 * (0.5 * 1e6 / 10e9 + 5e-6))
+    assert ring(1, devices=2, protocol=fsdp, reshard="after-backward") == pytest.approx(
+        2 * (0.5 * 1e6 / 10e9 + 5e-6))
+    assert ring(1, protocol=TRAITS["pt-single"].protocol_on("cpu")) == 0.0
+    assert ring(1, devices=1) == 0.0
 
 
 def test_the_published_record_goes_through_the_same_arithmetic(tmp_path):
@@ -117,8 +133,8 @@ def test_what_a_backend_declares_of_its_gradients_is_what_its_rows_record(smoke)
         assert TRAITS[backend].reduction_on(device_type) == reduction, backend
     assert TRAITS["tf-mirrored"].reduction_on("cuda") == "all-reduce"
     assert TRAITS["pt-single"].reduction_on("cpu") == "none"
-    assert TRAITS["pt-ddp"].message_bytes == 25 * 2**20  # bucket_cap_mb
-    assert TRAITS["hvd-torch"].message_bytes == 64 * 2**20  # fusion threshold
+    assert TRAITS["pt-ddp"].protocol_on("cpu").message_bytes == 25 * 2**20  # bucket_cap_mb
+    assert TRAITS["hvd-torch"].protocol_on("cpu").message_bytes == 64 * 2**20  # fusion threshold
 
 
 def test_bad_input_is_one_clear_error(smoke):

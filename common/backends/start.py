@@ -148,8 +148,8 @@ class Start:
             sharding = [t.name for t in TRAITS.values() if t.shards_parameters]
             return (f"reshard {cell.reshard}: {self.name} keeps the whole model on every "
                     f"device, there is nothing to reshard; {', '.join(sharding)} shards it")
-        if cell.bucket_mb and not traits.has_buckets:
-            return f"bucket_mb {cell.bucket_mb:g}: {self.name} has {traits.buckets}"
+        if cell.bucket_mb and not traits.bucket_knob:
+            return f"bucket_mb {cell.bucket_mb:g}: {self.name} has no buckets: {traits.no_buckets}"
         if cell.compression not in traits.compressions:
             return (f"compression {cell.compression}: {self.name} does "
                     f"{', '.join(traits.compressions)}; {traits.no_compression}")
@@ -162,12 +162,12 @@ class Start:
     def _input_refused(self, cell: Cell) -> str | None:
         """The input settings its framework's batches have no use for."""
         framework = self.traits.framework
-        if framework.input != "torch.utils.data.DataLoader" and (
+        if not framework.uses_dataloader and (
                 cell.host_memory != "pageable" or cell.loader_workers):
             return (f"host_memory and loader_workers are PyTorch DataLoader settings; "
                     f"{framework.input} forms {framework.name}'s batches with its own threads")
         if not cell.set_epoch and not self.traits.distributed_sampler:
-            if framework.input != "torch.utils.data.DataLoader":
+            if not framework.uses_dataloader:
                 return ("--no-set-epoch asks what PyTorch's DistributedSampler does without "
                         "set_epoch; TensorFlow's input pipelines have no sampler epoch to leave "
                         "out")

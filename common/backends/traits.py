@@ -14,6 +14,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from xbench.common.backends.protocol import (
+    ALL_REDUCE,
+    BY_REDUCTION,
+    MIB,
+    NONE,
+    REDUCE_SCATTER,
+    REDUCE_TO_ONE,
+    RING_ALL_REDUCE,
+    Protocol,
+    everywhere,
+)
 from xbench.common.workload.compression import COMPRESSIONS
 from xbench.common.workload.layouts import CHANNELS_FIRST, CHANNELS_LAST
 
@@ -23,10 +34,12 @@ class Framework:
     """What every backend of one framework shares: what it imports, how to install it, what a
     process holds before training, and what forms its batches."""
     name: str            # the rows' `framework`
+    title: str           # its name in prose
     module: str          # importable when it is installed
     install_hint: str
     memory_mb: int       # a process's framework, libraries and data before training
-    input: str           # what forms its batches (host_memory, loader_workers are PyTorch's)
+    input: str           # what forms its batches
+    uses_dataloader: bool  # whether that is PyTorch's DataLoader (host_memory, loader_workers)
     image_layout: str    # how its loop lays out an image sample (CHANNELS_FIRST, CHANNELS_LAST)
     # What a user's model file defines for it (common.workload.user_models) and the module that
     # builds such a file's model and says what it counted; None where its backends train only
@@ -41,26 +54,32 @@ class Framework:
 
 # Peak RSS of the small model's smoke cells on CPU: 420-460 MB with PyTorch, 690-750 MB with
 # TensorFlow.
-TORCH = Framework("torch", "torch", "install PyTorch with `make setup` (or `pip install torch` "
-                  "into the environment)", 450, "torch.utils.data.DataLoader", CHANNELS_FIRST,
-                  "pytorch",
-                  "xbench.pt_backend.user_model")
-TENSORFLOW = Framework("tensorflow", "tensorflow", "install TensorFlow with `make setup`, or "
-                       "`pip install -e '.[tf]'` into the environment (the CPU wheel, "
-                       "tensorflow-cpu)", 800, "tf.data", CHANNELS_LAST, "keras",
-                       "xbench.tf_backend.user_model")
+TORCH = Framework(
+    "torch", "PyTorch", "torch",
+    "install PyTorch with `make setup` (or `pip install torch` into the environment)",
+    memory_mb=450, input="torch.utils.data.DataLoader", uses_dataloader=True,
+    image_layout=CHANNELS_FIRST, model_function="pytorch",
+    describer="xbench.pt_backend.user_model")
+TENSORFLOW = Framework(
+    "tensorflow", "TensorFlow", "tensorflow",
+    "install TensorFlow with `make setup`, or `pip install -e '.[tf]'` into the environment "
+    "(the CPU wheel, tensorflow-cpu)",
+    memory_mb=800, input="tf.data", uses_dataloader=False, image_layout=CHANNELS_LAST,
+    model_function="keras", describer="xbench.tf_backend.user_model")
 # Peak RSS of the small model's smoke cells on CPU with JAX: 485-555 MB with Flax, 675-685 MB
 # with keras-jax.
-JAX = Framework("jax", "jax", "install JAX, Flax and Optax with `make setup`, or `pip install "
-                "-e '.[jax]'` into the environment", 700, "numpy batches placed on the devices "
-                "(jax.device_put, jax.make_array_from_process_local_data)", CHANNELS_LAST, None,
-                None,
-                mixed_precisions=("bf16",),
-                no_mixed_precision="fp16 trains only under a dynamic loss scale, and JAX has none "
-                                   "of its own (optax has no loss scaler; DeepMind's jmp is "
-                                   "archived): xbench's JAX step (keras-jax's too) runs fp32 "
-                                   "and bf16",
-                units_timed=False)
+JAX = Framework(
+    "jax", "JAX", "jax",
+    "install JAX, Flax and Optax with `make setup`, or `pip install -e '.[jax]'` into the "
+    "environment",
+    memory_mb=700, input="numpy batches placed on the devices (jax.device_put, "
+                         "jax.make_array_from_process_local_data)",
+    uses_dataloader=False, image_layout=CHANNELS_LAST, model_function=None, describer=None,
+    mixed_precisions=("bf16",),
+    no_mixed_precision="fp16 trains only under a dynamic loss scale, and JAX has none of its own "
+                       "(optax has no loss scaler; DeepMind's jmp is archived): xbench's JAX "
+                       "step (keras-jax's too) runs fp32 and bf16",
+    units_timed=False)
 FRAMEWORKS = (TORCH, TENSORFLOW, JAX)
 
 # How the runner starts a cell's processes on a node (common.backends.start).
@@ -91,10 +110,12 @@ HOROVOD_BATCHNORM = ("Horovod broadcasts rank 0's state once, at the start; then
                      "rank 0's")
 HOROVOD_COMPRESSIONS = ("none", "fp16")
 HOROVOD_NO_COMPRESSION = "Horovod's compressors are hvd.Compression.none and fp16"
-HOROVOD_FUSION_BYTES = 64 * 2**20  # its documented fusion buffer (HOROVOD_FUSION_THRESHOLD)
+# Horovod's documented fusion buffer, 64 MiB, sized by HOROVOD_FUSION_THRESHOLD.
+HOROVOD_PROTOCOL = everywhere(Protocol(ALL_REDUCE, reduce_passes=2, message_bytes=64 * MIB,
+                                       bucket_knob="HOROVOD_FUSION_THRESHOLD"))
 # jax-dp and jax-multiprocess: one jax.jit-compiled step over a batch sharded on a mesh of the
 # devices, its parameters replicated; XLA's SPMD partitioner inserts the gradients' all-reduce.
-XLA_BUCKETS = ("no buckets: XLA's SPMD partitioner places the gradients' all-reduces in the "
+XLA_BUCKETS = ("XLA's SPMD partitioner places the gradients' all-reduces in the "
                "compiled step and combines them itself (its all-reduce combiner); jax.jit has no "
                "bucket size to set")
 JAX_NO_COMPRESSION = ("the gradients are all-reduced in the type jax.jit's shardings give them "
@@ -107,6 +128,8 @@ JIT_BATCHNORM = ("jax.jit computes the model on the whole global batch sharded o
                  "BatchNorm normalises over every device's samples together (as SyncBatchNorm "
                  "does, XLA reducing the statistics across the devices), and one copy of the "
                  "running statistics is kept, replicated")
+# The gradients' all-reduce inside the one compiled step (XLA_COLLECTIVES).
+XLA_PROTOCOL = everywhere(Protocol(ALL_REDUCE, reduce_passes=2, collectives_in_compute=True))
 
 
 @dataclass(frozen=True)
@@ -124,16 +147,16 @@ class Traits:
     # question 5); a PyTorch backend of one process shuffles with a plain loader, as its users'
     # code does.
     distributed_sampler: bool = False
-    # How its gradients cross between devices of a device type (what its N-device rows record
-    # there), by default on every type.
-    reduction: Mapping[str, str] = field(default_factory=lambda: {"cpu": "none", "cuda": "none"})
-    message_bytes: int | None = None  # the most one collective carries (buckets, fusion, packs)
+    # How its gradients cross between devices of each device type (common.backends.protocol;
+    # its N-device rows record the reduction), by default nothing crosses.
+    protocol: Mapping[str, Protocol] = field(default_factory=lambda: everywhere(NONE))
     library: str | None = None    # the collective library between its processes (the probe's)
     compressions: tuple[str, ...] = ("none",)  # the gradient compressions it does
     no_compression: str = "one device: no gradients cross between devices"
     gpu_only: Mapping[str, str] = field(default_factory=dict)  # compression -> why GPUs only
-    # How the bucket_mb setting reaches its library (its knob), or why it has none ("no ...").
-    buckets: str = "no buckets: one device, no gradients cross between devices"
+    # Why it has no bucket knob (its protocol's bucket_knob says how bucket_mb reaches the ones
+    # that have), in words for a refusal.
+    no_buckets: str = "one device, no gradients cross between devices"
     several_devices_need_gpus: str = ""  # why N > 1 devices run only on GPUs, if they do
     shards_parameters: bool = False  # each rank keeps a shard (the `reshard` setting is its)
     # How the library that moves the gradients tells of its collectives (None: there is none,
@@ -157,27 +180,28 @@ class Traits:
         return self.start != ONE_PROCESS
 
     @property
-    def has_buckets(self) -> bool:
-        """Whether the bucket_mb setting reaches its library."""
-        return not self.buckets.startswith("no buckets")
+    def bucket_knob(self) -> str | None:
+        """How the bucket_mb setting reaches its library (the same on every device type), None
+        where it has no such knob."""
+        return next(iter(self.protocol.values())).bucket_knob
 
-    def reduction_on(self, device_type: str) -> str:
+    def protocol_on(self, device_type: str) -> Protocol:
         """How its gradients cross between devices of `device_type` ("cpu", "cuda"), known
         before any ran (xbench predict's what-if)."""
-        return self.reduction[device_type]
+        return self.protocol[device_type]
 
-
-def crossing(how: str) -> dict[str, str]:
-    """The same reduction on every device type."""
-    return {"cpu": how, "cuda": how}
+    def reduction_on(self, device_type: str) -> str:
+        """Its reduction's word on `device_type` (what its N-device rows record)."""
+        return self.protocol[device_type].reduction
 
 
 TRAITS: dict[str, Traits] = {t.name: t for t in [
     Traits("pt-single", TORCH, "xbench.pt_backend.single:SingleDeviceTorchBackend",
            spans_devices=False),
     Traits("pt-dp", TORCH, "xbench.pt_backend.dp:DataParallelBackend", wrapper="DataParallel",
-           reduction=crossing("reduce-to-one"),
-           buckets="no buckets: DataParallel sums the replicas' gradients on device 0 inside "
+           protocol=everywhere(Protocol(REDUCE_TO_ONE, through_one_device=True,
+                                        collectives_in_compute=True)),
+           no_buckets="DataParallel sums the replicas' gradients on device 0 inside "
                    "autograd, with no bucketed collective",
            no_compression="DataParallel sums the replicas' gradients on device 0 inside "
                           "autograd: it has no communication hook to compress them",
@@ -192,9 +216,12 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
                                 "only the first GPU's running statistics are updated and kept"),
     Traits("pt-ddp", TORCH, "xbench.pt_backend.ddp:DistributedDataParallelBackend",
            wrapper="DistributedDataParallel",
-           start=TORCHRUN, distributed_sampler=True, reduction=crossing("all-reduce"),
-           message_bytes=25 * 2**20,  # DistributedDataParallel's bucket_cap_mb, 25
-           buckets="DistributedDataParallel's bucket_cap_mb",
+           start=TORCHRUN, distributed_sampler=True,
+           # bucket_cap_mb, 25; with none given, the first bucket is capped at 1 MiB
+           # (torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES) to start the all-reduces early
+           protocol=everywhere(Protocol(ALL_REDUCE, reduce_passes=2, message_bytes=25 * MIB,
+                                        first_message_bytes=MIB,
+                                        bucket_knob="DistributedDataParallel's bucket_cap_mb")),
            library="torch.distributed", compressions=COMPRESSIONS,  # its communication hooks
            gpu_only={"powersgd": "PowerSGD's hook chains each bucket's all-reduces in "
                                  "callbacks; on gloo the chains of DDP's two buckets interleave "
@@ -211,9 +238,14 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
                                 "rank 0's"),
     Traits("pt-fsdp", TORCH, "xbench.pt_backend.fsdp:FullyShardedBackend",
            wrapper="FSDP", start=TORCHRUN,
-           distributed_sampler=True, reduction=crossing("reduce-scatter"),
+           distributed_sampler=True,
+           # its gathers: before forward and again before backward, or once when it keeps the
+           # parameters from forward until after backward (reshard after-backward)
+           protocol=everywhere(Protocol(REDUCE_SCATTER, reduce_passes=1,
+                                        gathers={"after-forward": 2, "after-backward": 1},
+                                        collectives_in_compute=True)),
            library="torch.distributed", shards_parameters=True,
-           buckets="no buckets: FSDP2 gathers and reduce-scatters each fully_shard unit's "
+           no_buckets="FSDP2 gathers and reduce-scatters each fully_shard unit's "
                    "parameters as one, its units are its buckets",
            no_compression="FSDP reduce-scatters the gradients in their own type (a "
                           "MixedPrecisionPolicy's reduce_dtype, not set here); xbench's "
@@ -230,8 +262,9 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
     # NcclAllReduce on GPUs; on a CPU, ReductionToOneDevice (NCCL has no CPU kernel).
     Traits("tf-mirrored", TENSORFLOW, "xbench.tf_backend.mirrored:MirroredBackend",
            wrapper="MirroredStrategy",
-           reduction={"cpu": "reduce-to-one", "cuda": "all-reduce"},
-           buckets="no buckets: MirroredStrategy's reduction to one device (a CPU) has no "
+           protocol={"cpu": Protocol(REDUCE_TO_ONE, through_one_device=True),
+                     "cuda": RING_ALL_REDUCE},
+           no_buckets="MirroredStrategy's reduction to one device (a CPU) has no "
                    "packs, and its NcclAllReduce takes a number of packs, not their size",
            no_compression=STRATEGIES_DO_NOT_COMPRESS,
            collectives_counted="the reduction over the replicas in the trace: NcclAllReduce on "
@@ -241,8 +274,10 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
     # bytes_per_pack 0 (TensorFlow packs): one message
     Traits("tf-multiworker", TENSORFLOW, "xbench.tf_backend.multiworker:MultiWorkerMirroredBackend",
            wrapper="MultiWorkerMirroredStrategy",
-           start=WORKER_PER_DEVICE, reduction=crossing("all-reduce"), library="tensorflow",
-           buckets="MultiWorkerMirroredStrategy's CommunicationOptions(bytes_per_pack)",
+           start=WORKER_PER_DEVICE, library="tensorflow",
+           # bytes_per_pack 0, its default: one message
+           protocol=everywhere(Protocol(ALL_REDUCE, reduce_passes=2, bucket_knob=(
+               "MultiWorkerMirroredStrategy's CommunicationOptions(bytes_per_pack)"))),
            no_compression=STRATEGIES_DO_NOT_COMPRESS,
            collectives_counted="TensorFlow's CollectiveReduceV2 ops in the trace: from the last "
                                "one's launch (this worker's gradients ready) to the end of the "
@@ -250,10 +285,7 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
            batchnorm_statistics=MIRRORED_BATCHNORM),
     Traits("hvd-torch", TORCH, "xbench.pt_backend.hvd:HorovodTorchBackend",
            wrapper="Horovod", start=HOROVODRUN,
-           distributed_sampler=True, reduction=crossing("all-reduce"),
-           message_bytes=HOROVOD_FUSION_BYTES, library="horovod",
-           buckets="Horovod's fusion threshold (HOROVOD_FUSION_THRESHOLD), its gradients "
-                   "grouped into buckets of that size (DistributedOptimizer's groups)",
+           distributed_sampler=True, protocol=HOROVOD_PROTOCOL, library="horovod",
            compressions=HOROVOD_COMPRESSIONS, no_compression=HOROVOD_NO_COMPRESSION,
            collectives_counted="Horovod: each gradient's (or bucket's) all-reduce from its "
                                "launch by the optimizer's hook to when its handle is seen done "
@@ -263,9 +295,7 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
            install_hint=HOROVOD_BUILD_HINT),
     Traits("hvd-tf", TENSORFLOW, "xbench.tf_backend.hvd:HorovodTensorFlowBackend",
            wrapper="Horovod",
-           start=HOROVODRUN, reduction=crossing("all-reduce"),
-           message_bytes=HOROVOD_FUSION_BYTES, library="horovod",
-           buckets="Horovod's fusion threshold (HOROVOD_FUSION_THRESHOLD)",
+           start=HOROVODRUN, protocol=HOROVOD_PROTOCOL, library="horovod",
            compressions=HOROVOD_COMPRESSIONS, no_compression=HOROVOD_NO_COMPRESSION,
            collectives_counted="Horovod's all-reduce ops in the trace: from the last one's "
                                "launch (this rank's gradients ready) to the end of the last",
@@ -275,16 +305,16 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
            spans_devices=False),
     Traits("jax-dp", JAX, "xbench.jax_backend.dp:ShardedBatchBackend",
            wrapper="jax.jit over a mesh of devices",
-           reduction=crossing("all-reduce"), buckets=XLA_BUCKETS, no_compression=JAX_NO_COMPRESSION,
+           protocol=XLA_PROTOCOL, no_buckets=XLA_BUCKETS, no_compression=JAX_NO_COMPRESSION,
            collectives_not_counted=XLA_COLLECTIVES, batchnorm_statistics=JIT_BATCHNORM),
     Traits("jax-multiprocess", JAX, "xbench.jax_backend.multiprocess:MultiProcessJaxBackend",
            wrapper="jax.jit over a mesh of processes",
-           start=WORKER_PER_DEVICE, reduction=crossing("all-reduce"), library="jax",
-           buckets=XLA_BUCKETS, no_compression=JAX_NO_COMPRESSION,
+           start=WORKER_PER_DEVICE, protocol=XLA_PROTOCOL, library="jax",
+           no_buckets=XLA_BUCKETS, no_compression=JAX_NO_COMPRESSION,
            collectives_not_counted=XLA_COLLECTIVES, batchnorm_statistics=JIT_BATCHNORM),
     Traits("keras-jax", JAX, "xbench.jax_backend.keras:KerasDataParallelBackend",
            wrapper="Keras DataParallel",
-           reduction=crossing("all-reduce"), buckets=XLA_BUCKETS, no_compression=JAX_NO_COMPRESSION,
+           protocol=XLA_PROTOCOL, no_buckets=XLA_BUCKETS, no_compression=JAX_NO_COMPRESSION,
            collectives_not_counted=XLA_COLLECTIVES, batchnorm_statistics=JIT_BATCHNORM),
 ]}
 
@@ -293,6 +323,16 @@ def references() -> dict[str, str]:
     """{framework: its single-device reference}: the backend of each framework with no parallel
     wrapper (what the others cost at one device is measured against it)."""
     return {t.framework.name: t.name for t in TRAITS.values() if not t.spans_devices}
+
+
+def profiled() -> list[str]:
+    """The single-device references whose model's units `xbench profile` times."""
+    return [name for name in references().values() if TRAITS[name].framework.units_timed]
+
+
+def with_wrapper(wrapper: str) -> list[str]:
+    """The backends that spread training over devices with `wrapper` (Traits.wrapper)."""
+    return [t.name for t in TRAITS.values() if t.wrapper == wrapper]
 
 
 def spanning_nodes() -> list[str]:
@@ -308,3 +348,14 @@ def one_per_library() -> list[str]:
         if traits.library:
             found.setdefault(traits.library, traits.name)
     return list(found.values())
+
+
+def protocol_of(backend: str, device_type: str, recorded: str | None) -> Protocol:
+    """How a row's gradients crossed: its backend's protocol on its device type, unless the row
+    recorded another reduction (a backend of one device records none; a backend not in this
+    table is known only by what it recorded)."""
+    traits = TRAITS.get(backend)
+    known = traits.protocol.get(device_type) if traits else None
+    if known and (not isinstance(recorded, str) or recorded == known.reduction):
+        return known
+    return BY_REDUCTION.get(recorded, NONE) if isinstance(recorded, str) else NONE

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from xbench.common.backends.traits import TRAITS, references
+from xbench.common.backends.traits import profiled
 from xbench.common.errors import UserError, did_you_mean
 from xbench.common.grids.cell import Cell
 from xbench.common.measuring.contention import ContentionProbe, epoch_contention
@@ -61,7 +61,7 @@ from xbench.common.workload.models import (
 
 PROFILE_VERSION = 1
 # one device, where a unit's time is its own: the frameworks whose units xbench times
-PROFILE_BACKENDS = tuple(b for b in references().values() if TRAITS[b].framework.units_timed)
+PROFILE_BACKENDS = tuple(profiled())
 STEP_PASSES = ("forward", "backward", "optimizer")  # the whole step: loss in forward
 PROFILE_OPTIMIZER = "adam"  # the grids' default optimizer, with its default settings
 TIMEOUT = 1800  # seconds one framework's profile may take
