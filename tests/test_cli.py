@@ -2,6 +2,9 @@
 never under NO_COLOR, and no framework or library noise without -v (what a process of its own
 prints, C++ logs included)."""
 import os
+import re
+
+import click
 
 from tests.helpers import XBENCH, run_in_terminal, strict_json, xbench, xbench_here
 from tests.report_fixtures import make_row, write_rows
@@ -37,3 +40,33 @@ def test_no_framework_or_library_noise_without_verbose(tmp_path):
                  xbench("report", base, "--out", tmp_path / "out", "--format", "png,md")):
         assert done.returncode == 0, done.stderr
         assert not any(noise in done.stdout + done.stderr for noise in NOISE), done.stderr
+
+
+def named_backends(text: str) -> set[str]:
+    """The backends a help text names (whole names: pt-dp is not pt-ddp)."""
+    from xbench.common.backends.traits import TRAITS
+    return {name for name in TRAITS if re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text)}
+
+
+def test_every_list_of_backends_in_the_help_is_the_traits_tables():
+    """A help text that lists backends lists what their traits say (the help is generated from
+    them, so it cannot drift): every option that names any is here, with exactly its set."""
+    from xbench.cli.main import main
+    from xbench.common.backends.traits import FRAMEWORKS, TRAITS, one_per_library, profiled
+    from xbench.common.backends.traits import references as single
+    knobs = [t.name for t in TRAITS.values() if t.bucket_knob]
+    expected = {
+        ("grid", "backends"): set(TRAITS),
+        ("grid", "compression"): {t.name for t in TRAITS.values() if len(t.compressions) > 1},
+        ("probe", "backend"): {*single().values(), *one_per_library()},
+        ("profile", "backend"): set(profiled()),
+        ("grid", "set_epoch"): {t.name for t in TRAITS.values() if t.distributed_sampler},
+        ("grid", "reshard"): {t.name for t in TRAITS.values() if t.shards_parameters},
+        ("grid", "bucket_mb"): set(knobs),
+    }
+    named = {(command, param.name): named_backends(param.help or "")
+             for command, group in main.commands.items()
+             for param in group.params if isinstance(param, click.Option)}
+    assert {key: found for key, found in named.items() if found} == expected
+    assert all(framework.title in main.help for framework in FRAMEWORKS)
+    assert f"{len(TRAITS)} backends" in main.help
