@@ -17,6 +17,7 @@ from xbench.reports.figures import render
 from xbench.reports.predict import Link
 from xbench.reports.sections import SECTIONS
 from xbench.reports.sections.section import ShownSection, walk
+from xbench.reports.verdict import Verdicts, lines
 from xbench.reports.verdicts import verdicts
 
 FORMATS = ("html", "md", "png", "svg", "csv")
@@ -44,8 +45,7 @@ def build_report(paths, out, formats=FORMATS, where: str | None = None,
     data = ReportData(Options(tuple(Path(p) for p in paths), where, include_contended,
                               Path(baseline) if baseline else None, lab, link, node_link))
     notices = tables.notices(data.frame, data.cells, data.problems, where)
-    verdict_lines = verdicts(data.cells, data.frame, include_contended, data.attributed,
-                             data.limits)
+    found = verdicts(data.cells, data.frame, include_contended, data.attributed, data.limits)
     shown = [walk(section, data, draw=bool(DRAWN & set(formats)))
              for section in SECTIONS if section.shown(data.options)]
     out = Path(out)
@@ -58,19 +58,19 @@ def build_report(paths, out, formats=FORMATS, where: str | None = None,
     if "html" in formats:
         written["html"] = out / "index.html"
         with whole_file(written["html"]) as partial:
-            partial.write_text(page.html_page("xbench report", meta, verdict_lines, notices,
+            partial.write_text(page.html_page("xbench report", meta, found, notices,
                                               shown, pngs), encoding="utf-8")
     if "md" in formats:
         written["md"] = out / "summary.md"
         with whole_file(written["md"]) as partial:
-            partial.write_text(page.markdown_page(meta, notices, verdict_lines, shown,
+            partial.write_text(page.markdown_page(meta, notices, found, shown,
                                                   linked="png" in formats), encoding="utf-8")
     if "csv" in formats:
         written["csv"] = out / "cells.csv"
         with whole_file(written["csv"]) as partial:
             csv_safe(tables.cells_csv(data.cells, data.limits, data.attributed)).to_csv(
                 partial, index=False)
-    return notices, summary_lines(data, verdict_lines), written
+    return notices, summary_lines(data, found), written
 
 
 def write_figures(shown: list[ShownSection], out: Path, formats) -> tuple[dict, dict]:
@@ -91,11 +91,11 @@ def write_figures(shown: list[ShownSection], out: Path, formats) -> tuple[dict, 
     return written, pngs
 
 
-def summary_lines(data: ReportData, verdict_lines: list[str]) -> list[str]:
+def summary_lines(data: ReportData, found: Verdicts) -> list[str]:
     """The printed summary: the rows, the verdicts, the runs not ok, the times to target."""
-    lines = tables.summary(data.frame, verdict_lines, data.failures,
-                           [p.name for p in data.options.paths])
+    printed = tables.summary(data.frame, lines(found), data.failures,
+                             [p.name for p in data.options.paths])
     if not data.targets.empty:
-        lines += ["Time to target (median [interval]):",
-                  *["  " + line for line in goodput.goodput_lines(data.targets)]]
-    return lines
+        printed += ["Time to target (median [interval]):",
+                    *["  " + line for line in goodput.goodput_lines(data.targets)]]
+    return printed

@@ -158,6 +158,7 @@ def test_a_verdict_the_false_discovery_control_does_not_allow_is_held_back():
     the rest show nothing, Benjamini-Hochberg holds it back (it needs p <= 0.0025); 1.20×
     (p = 0.00002) is stated either way."""
     from xbench.reports.stats import false_discoveries_controlled, ratio_of_means
+    from xbench.reports.verdict import control_text
     from xbench.reports.verdicts import Judge
     weak, strong = ([1.10, 1.13, 1.14], [1.0, 1.02, 1.04]), ([1.2, 1.21, 1.22], [1.0, 1.01, 1.02])
     nothing = ([1.0, 1.05, 0.95], [1.0, 1.04, 0.96])
@@ -169,7 +170,7 @@ def test_a_verdict_the_false_discovery_control_does_not_allow_is_held_back():
         judge = Judge(false_discoveries_controlled(collected.p_values))
         decided = [judge.decide(ratio_of_means(*pair), *pair) for pair in pairs]
         assert decided[0] == expected and set(decided[1:]) == {None}
-        assert "Benjamini-Hochberg" in judge.note()[0]
+        assert "Benjamini-Hochberg" in control_text(judge.control())
 
 
 def test_an_mfu_above_the_peak_is_suspect_not_a_result(tmp_path):
