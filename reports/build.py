@@ -14,6 +14,7 @@ from xbench.common.results.store import csv_safe
 from xbench.reports import goodput, page, tables
 from xbench.reports.data import Options, ReportData
 from xbench.reports.figures import render
+from xbench.reports.json_report import dumps, report_json
 from xbench.reports.predict import Link
 from xbench.reports.sections import SECTIONS
 from xbench.reports.sections.section import ShownSection, walk
@@ -36,8 +37,10 @@ def parse_formats(text):
 
 def build_report(paths, out, formats=FORMATS, where: str | None = None,
                  include_contended: bool = False, baseline: Path | None = None,
-                 lab: bool = False, link: Link | None = None, node_link: Link | None = None):
-    """Write the report of the results files `paths` into `out`.
+                 lab: bool = False, link: Link | None = None, node_link: Link | None = None,
+                 as_json: bool = False):
+    """Write the report of the results files `paths` into `out` (`as_json`: report.json too,
+    the report as data: reports.json_report).
 
     Returns (notices, summary lines, {kind: path written}); notices say what is wrong or must be
     known (damaged lines, mixed environments, synthetic data), and never stop the report.
@@ -46,7 +49,7 @@ def build_report(paths, out, formats=FORMATS, where: str | None = None,
                               Path(baseline) if baseline else None, lab, link, node_link))
     notices = tables.notices(data.frame, data.cells, data.problems, where)
     found = verdicts(data.cells, data.frame, include_contended, data.attributed, data.limits)
-    shown = [walk(section, data, draw=bool(DRAWN & set(formats)))
+    shown = [walk(section, data, draw=bool(DRAWN & set(formats)) or as_json)
              for section in SECTIONS if section.shown(data.options)]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -65,6 +68,10 @@ def build_report(paths, out, formats=FORMATS, where: str | None = None,
         with whole_file(written["md"]) as partial:
             partial.write_text(page.markdown_page(meta, notices, found, shown,
                                                   linked="png" in formats), encoding="utf-8")
+    if as_json:
+        written["json"] = out / "report.json"
+        with whole_file(written["json"]) as partial:
+            partial.write_text(dumps(report_json(meta, notices, found, shown)), encoding="utf-8")
     if "csv" in formats:
         written["csv"] = out / "cells.csv"
         with whole_file(written["csv"]) as partial:

@@ -5,7 +5,7 @@ the same words out as Markdown and HTML). Nothing downstream parses text back in
 a page, a notebook or `xbench report --json` reads these objects (`as_json`).
 """
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Literal
 
@@ -273,13 +273,14 @@ def lines(verdicts: Verdicts) -> list[str]:
 
 
 def as_json(verdicts: Verdicts) -> dict:
-    """The verdicts as plain data (reports.export makes the numbers strict JSON), each finding
-    with its text, so a reader can match the page."""
+    """The verdicts by field (reports.json_report makes them strict JSON), each finding and
+    warning with its text, so a reader can match the page."""
+    def fields_of(found) -> dict:
+        return {f.name: getattr(found, f.name) for f in fields(found)}
     return {"families": [{"title": family.title,
-                          "verdicts": [{**asdict(v), "kind": v.kind.value,
-                                        "text": finding_lines(v)}
+                          "verdicts": [{**fields_of(v), "text": finding_lines(v)}
                                        for v in family.verdicts]}
                          for family in verdicts.families],
-            "control": asdict(verdicts.control) if verdicts.control else None,
+            "control": verdicts.control,
             "control_text": control_text(verdicts.control) if verdicts.control else None,
-            "warnings": [{**asdict(w), "text": warning_text(w)} for w in verdicts.warnings]}
+            "warnings": [{**fields_of(w), "text": warning_text(w)} for w in verdicts.warnings]}

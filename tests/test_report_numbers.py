@@ -5,7 +5,7 @@ import math
 import pandas as pd
 import pytest
 
-from tests.helpers import xbench_here
+from tests.helpers import strict_json, xbench_here
 from tests.report_fixtures import (
     SAMPLES,
     harmonic,
@@ -228,3 +228,25 @@ def test_the_precision_table_pairs_each_precision_with_its_own_setup(tmp_path):
     compressed = ["compressed fp16" in t for t in shown["training"]]
     assert compressed in ([False, False, True, True], [True, True, False, False])
     assert set(shown["MFU at its precision's peak, 95% CI"]) == {"— (no probe of it)"}
+
+
+def test_report_json_holds_each_figure_s_data_and_each_table_s_numbers(tmp_path):
+    """The scaling figure's data, read from the drawn figure, is the scaling table's numbers:
+    pt-ddp's speedups at 1, 2 and 4 devices (strong scaling) and the ideal line."""
+    _, _, written = build_report([write_rows(tmp_path / "r.jsonl", known_rows())],
+                                 tmp_path / "out", formats=["md"], as_json=True)
+    report = strict_json(written["json"].read_text())
+    scaling = next(t for t in report["tables"] if t["name"] == "scaling")
+    at = {name: scaling["columns"].index(name) for name in ("scaling", "devices",
+                                                            "speedup, 95% CI")}
+    strong = {row[at["devices"]]: row[at["speedup, 95% CI"]]["value"]
+              for row in scaling["rows"] if row[at["scaling"]] == "strong"}
+    assert set(strong) == {2, 4} and all(isinstance(v, float) for v in strong.values())
+    figure = next(f for f in report["figures"] if f["name"] == "scaling")
+    speedup = figure["axes"][0]
+    assert speedup["y_label"] == "speedup R(N)/R(1) (×)" and "strong" in speedup["title"]
+    drawn = next(e for e in speedup["error_bars"] if e["label"] == "pt-ddp")
+    assert dict(zip(drawn["x"], drawn["y"], strict=True)) == pytest.approx({1: 1.0, **strong})
+    ideal = next(line for line in speedup["lines"] if line["label"] == "ideal")
+    assert ideal["x"] == ideal["y"] == [1, 2, 4]
+    assert figure["caption"] and figure["not_drawn"] is None
