@@ -267,6 +267,12 @@ ACCURACY = Column("test accuracy, 95% CI",
                   estimate_text(4))
 
 
+RATE_INTERVAL = Column("epoch-2 rate 95% CI",
+                       lambda c: Interval(c["epoch2_rate"], c["epoch2_rate_low"],
+                                          c["epoch2_rate_high"]),
+                       lambda rate: bounds(rate.low, rate.high))
+
+
 def accuracy_text(cell) -> str:
     """The mean test accuracy over the repeats, with its interval."""
     return ACCURACY.show(ACCURACY.value(cell))

@@ -5,22 +5,15 @@ from xbench.reports.sections.section import NO_ROWS, Section, Table
 from xbench.reports.stats import CI_METHOD
 from xbench.reports.tables import (
     ACCURACY,
+    RATE_INTERVAL,
     WHO,
-    Column,
     Numbers,
     batch_text,
-    bounds,
     column,
     field,
     num,
     numbers,
 )
-from xbench.reports.verdict import Interval
-
-RATE_INTERVAL = Column("epoch-2 rate 95% CI",
-                       lambda c: Interval(c["epoch2_rate"], c["epoch2_rate_low"],
-                                          c["epoch2_rate_high"]),
-                       lambda rate: bounds(rate.low, rate.high))
 
 
 def cells_table(data: ReportData) -> Numbers:
