@@ -119,8 +119,10 @@ class Numbers:
 
     def text(self) -> pd.DataFrame:
         """The table as the pages show it: every value read as its column says."""
-        return pd.DataFrame({c: [self.shows.get(c, str)(v) for v in self.values[c]]
-                             for c in self.values.columns}, columns=self.values.columns)
+        shows = [self.shows.get(c, str) for c in self.values.columns]
+        return pd.DataFrame([[show(v) for show, v in zip(shows, row)]
+                             for row in self.values.itertuples(index=False)],
+                            columns=self.values.columns)
 
 
 def numbers(frame, columns: list[Column | tuple]) -> Numbers:

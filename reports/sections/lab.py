@@ -12,6 +12,7 @@ from xbench.reports.sections.section import Section, Table
 from xbench.reports.tables import (
     MIB,
     Column,
+    Numbers,
     bounds,
     estimate,
     estimate_text,
@@ -160,10 +161,11 @@ def question_6(cells):
     ok = ok[ok["devices"] > 1].drop_duplicates(["series", "devices"])
     items = [{"backend": c["series"], "devices": c["devices"], **item}
              for _, c in ok.iterrows() for item in c["traffic"]]
-    return pd.DataFrame(
-        [[i["backend"], str(i["devices"]), i["what"], num(i["bytes"] / MIB), i["how"], i["basis"]]
+    return Numbers(pd.DataFrame(
+        [[i["backend"], i["devices"], i["what"], i["bytes"] / MIB, i["how"], i["basis"]]
          for i in items],
-        columns=["backend", "devices", "what", "MiB per step", "counted or computed", "how"])
+        columns=["backend", "devices", "what", "MiB per step", "counted or computed", "how"],
+        dtype=object), {"MiB per step": num})
 
 
 def case_study(cells):
