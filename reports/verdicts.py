@@ -7,6 +7,7 @@ Each finding is a reports.verdict.Verdict (data); reports.verdict renders them.
 """
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -28,6 +29,7 @@ from xbench.reports.verdict import (
     Family,
     Interval,
     Kind,
+    Outcome,
     ReportWarning,
     Side,
     Verdict,
@@ -49,15 +51,16 @@ def family_title(cells):
 class Judgement:
     """How the judge decided one comparison: 'above' or 'below' its threshold, 'held' (the
     interval excludes it, the control does not allow it) or None; the p-value it was tested
-    with (NaN: no interval); the repeats of its fewer side; the repeats a side that would
-    settle it where undecided (None: not known, or more than MAX_REPEATS)."""
-    side: str | None
+    with (NaN: no interval; a look's, scaled by the sequential plan); the repeats of its fewer
+    side; the repeats a side that would settle it where undecided (None: not known, or more
+    than MAX_REPEATS); the looks of --until-conclusive behind it."""
+    side: Literal["above", "below", "held"] | None
     p_value: float
     repeats: int
     needed: int | None
     looks: int
 
-    def outcome(self) -> str:
+    def outcome(self) -> Outcome:
         return ("stated" if self.side in ("above", "below") else
                 "held back" if self.side == "held" else "inconclusive")
 
