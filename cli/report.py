@@ -27,8 +27,15 @@ from xbench.common.results.outputs import writable_folder
                              "the devices of a node (named, or RATE[,LATENCY]: see "
                              "xbench predict).")
 @click.option("--node-link", help="With --link: the link between nodes (default: --link).")
-def report(results_files, out, formats, where, include_contended, baseline, lab, link, node_link):
-    """Figures, tables and one HTML page from results files (default: the newest in results/)."""
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the report as strict JSON on stdout, and nothing else there (the "
+                   "verdicts with their intervals and outcomes, the warnings, every table's "
+                   "values, every figure's data; null for a missing number), e.g. `xbench "
+                   "report --json r.jsonl | jq`; also written to report.json in --out.")
+def report(results_files, out, formats, where, include_contended, baseline, lab, link, node_link,
+           as_json):
+    """Figures, tables and one HTML page from results files (default: the newest in results/);
+    with --json, the report as data on stdout."""
     from xbench.reports.build import build_report, parse_formats  # pandas, scipy, matplotlib
     from xbench.reports.load import newest_results
     from xbench.reports.predict import given_links
@@ -38,8 +45,10 @@ def report(results_files, out, formats, where, include_contended, baseline, lab,
     out = writable_folder(out or Path("reports/out") / paths[0].stem, "the report")
     notices, summary, written = build_report(paths, out, parse_formats(formats), where,
                                              include_contended, baseline and Path(baseline), lab,
-                                             *links)
+                                             *links, as_json=as_json)
     for line in notices:
         click.secho(line, fg="yellow", err=True)
-    click.echo("\n".join(shorten(summary)))
-    click.echo(f"report: {written.get('html', out)}")
+    if as_json:  # stdout is the JSON alone, for a pipe; the summary goes to stderr
+        click.echo(written["json"].read_text(encoding="utf-8"), nl=False)
+    click.echo("\n".join(shorten(summary)), err=as_json)
+    click.echo(f"report: {written.get('html', out)}", err=as_json)

@@ -14,9 +14,11 @@ from xbench.common.results.store import csv_safe
 from xbench.reports import goodput, page, tables
 from xbench.reports.data import Options, ReportData
 from xbench.reports.figures import render
+from xbench.reports.json_report import dumps, report_json
 from xbench.reports.predict import Link
 from xbench.reports.sections import SECTIONS
 from xbench.reports.sections.section import ShownSection, walk
+from xbench.reports.verdict import Verdicts, lines
 from xbench.reports.verdicts import verdicts
 
 FORMATS = ("html", "md", "png", "svg", "csv")
@@ -35,8 +37,10 @@ def parse_formats(text):
 
 def build_report(paths, out, formats=FORMATS, where: str | None = None,
                  include_contended: bool = False, baseline: Path | None = None,
-                 lab: bool = False, link: Link | None = None, node_link: Link | None = None):
-    """Write the report of the results files `paths` into `out`.
+                 lab: bool = False, link: Link | None = None, node_link: Link | None = None,
+                 as_json: bool = False):
+    """Write the report of the results files `paths` into `out` (`as_json`: report.json too,
+    the report as data: reports.json_report).
 
     Returns (notices, summary lines, {kind: path written}); notices say what is wrong or must be
     known (damaged lines, mixed environments, synthetic data), and never stop the report.
@@ -44,9 +48,8 @@ def build_report(paths, out, formats=FORMATS, where: str | None = None,
     data = ReportData(Options(tuple(Path(p) for p in paths), where, include_contended,
                               Path(baseline) if baseline else None, lab, link, node_link))
     notices = tables.notices(data.frame, data.cells, data.problems, where)
-    verdict_lines = verdicts(data.cells, data.frame, include_contended, data.attributed,
-                             data.limits)
-    shown = [walk(section, data, draw=bool(DRAWN & set(formats)))
+    found = verdicts(data.cells, data.frame, include_contended, data.attributed, data.limits)
+    shown = [walk(section, data, draw=bool(DRAWN & set(formats)) or as_json)
              for section in SECTIONS if section.shown(data.options)]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -58,19 +61,23 @@ def build_report(paths, out, formats=FORMATS, where: str | None = None,
     if "html" in formats:
         written["html"] = out / "index.html"
         with whole_file(written["html"]) as partial:
-            partial.write_text(page.html_page("xbench report", meta, verdict_lines, notices,
+            partial.write_text(page.html_page("xbench report", meta, found, notices,
                                               shown, pngs), encoding="utf-8")
     if "md" in formats:
         written["md"] = out / "summary.md"
         with whole_file(written["md"]) as partial:
-            partial.write_text(page.markdown_page(meta, notices, verdict_lines, shown,
+            partial.write_text(page.markdown_page(meta, notices, found, shown,
                                                   linked="png" in formats), encoding="utf-8")
+    if as_json:
+        written["json"] = out / "report.json"
+        with whole_file(written["json"]) as partial:
+            partial.write_text(dumps(report_json(meta, notices, found, shown)), encoding="utf-8")
     if "csv" in formats:
         written["csv"] = out / "cells.csv"
         with whole_file(written["csv"]) as partial:
             csv_safe(tables.cells_csv(data.cells, data.limits, data.attributed)).to_csv(
                 partial, index=False)
-    return notices, summary_lines(data, verdict_lines), written
+    return notices, summary_lines(data, found), written
 
 
 def write_figures(shown: list[ShownSection], out: Path, formats) -> tuple[dict, dict]:
@@ -91,11 +98,11 @@ def write_figures(shown: list[ShownSection], out: Path, formats) -> tuple[dict, 
     return written, pngs
 
 
-def summary_lines(data: ReportData, verdict_lines: list[str]) -> list[str]:
+def summary_lines(data: ReportData, found: Verdicts) -> list[str]:
     """The printed summary: the rows, the verdicts, the runs not ok, the times to target."""
-    lines = tables.summary(data.frame, verdict_lines, data.failures,
-                           [p.name for p in data.options.paths])
+    printed = tables.summary(data.frame, lines(found), data.failures,
+                             [p.name for p in data.options.paths])
     if not data.targets.empty:
-        lines += ["Time to target (median [interval]):",
-                  *["  " + line for line in goodput.goodput_lines(data.targets)]]
-    return lines
+        printed += ["Time to target (median [interval]):",
+                    *["  " + line for line in goodput.goodput_lines(data.targets)]]
+    return printed

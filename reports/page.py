@@ -12,6 +12,7 @@ from html import escape
 
 from xbench.reports.sections.section import ShownFigure, ShownSection
 from xbench.reports.tables import markdown, markdown_text
+from xbench.reports.verdict import Verdicts, finding_lines, headings, warning_text
 
 NUMBER = re.compile(r"^(×?[-−+]?[\d.,]+(e[-+]?\d+)?[×%]?|—|\[[-−\d.,e+ ]+\])$")
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
@@ -32,13 +33,13 @@ td { max-width: 50em; overflow-wrap: anywhere; }
 """
 
 
-def html_page(title, meta_lines, verdict_lines, warnings, sections: list[ShownSection],
+def html_page(title, meta_lines, verdicts: Verdicts, warnings, sections: list[ShownSection],
               pngs: dict[str, bytes]) -> str:
-    """The whole page. `verdict_lines`: reports.verdicts (a heading line per family, its findings
-    indented); `pngs`: {figure name: PNG bytes} of the figures drawn."""
+    """The whole page. `verdicts`: reports.verdicts'; `warnings`: the notices
+    (reports.tables.notices); `pngs`: {figure name: PNG bytes} of the figures drawn."""
     body = [f"<h1>{escape(title)}</h1>", *[f"<p>{escape(line)}</p>" for line in meta_lines]]
     body += [f'<p class="warning">{escape(w)}</p>' for w in warnings]
-    body += ['<h2 id="verdicts">What the results say</h2>', verdicts_html(verdict_lines)]
+    body += ['<h2 id="verdicts">What the results say</h2>', verdicts_html(verdicts)]
     for section in sections:
         body.append(f"<h2>{escape(section.title)}</h2>")
         body += [f"<p>{escape(p)}</p>" for p in section.paragraphs]
@@ -58,16 +59,14 @@ def html_page(title, meta_lines, verdict_lines, warnings, sections: list[ShownSe
             + "\n".join(body) + "\n</body>\n</html>\n")
 
 
-def markdown_page(meta, notices, verdict_lines, sections: list[ShownSection],
+def markdown_page(meta, notices, verdicts: Verdicts, sections: list[ShownSection],
                   linked: bool) -> str:
     """summary.md: the notices and verdicts, then each section's text, figures (`linked`: as
     the PNG files beside it; a figure not drawn says why) and tables. Everything from the
     results is escaped (tables.markdown_text)."""
     text = markdown_text
     parts = ["# xbench report", *map(text, meta), *[f"> **{text(n)}**" for n in notices],
-             "## What the results say",
-             "\n".join(f"- {text(line.strip())}" if line.startswith("  ") else f"\n**{text(line)}**"
-                       for line in verdict_lines)]
+             "## What the results say", verdicts_markdown(verdicts)]
     for section in sections:
         parts += [f"## {text(section.title)}", *map(text, section.paragraphs)]
         for figure in section.figures:
@@ -82,23 +81,33 @@ def markdown_page(meta, notices, verdict_lines, sections: list[ShownSection],
     return "\n\n".join(parts) + "\n"
 
 
-def verdicts_html(lines):
+def verdicts_markdown(verdicts: Verdicts) -> str:
+    """Each family's title in bold over its findings as a list; the control's line and the
+    warnings in bold after them."""
+    text = markdown_text
+    parts = []
+    for family in verdicts.families:
+        parts.append(f"\n**{text(family.title + ':')}**")
+        parts += [f"- {text(line)}" for verdict in family.verdicts
+                  for line in finding_lines(verdict)]
+    parts += [f"\n**{text(line)}**" for line in headings(verdicts)]
+    parts += [f"\n**{text(warning_text(w))}**" for w in verdicts.warnings]
+    return "\n".join(parts)
+
+
+def verdicts_html(verdicts: Verdicts) -> str:
     """Family headings with their findings as lists; warnings stand out."""
-    parts, open_list = [], False
-    for line in lines:
-        finding = line.startswith("  ")
-        if finding and not open_list:
-            parts.append("<ul>")
-        if not finding and open_list:
-            parts.append("</ul>")
-        open_list = finding
-        if finding:
-            parts.append(f"<li>{escape(line.strip())}</li>")
-        elif line.startswith("WARNING"):
-            parts.append(f'<p class="warning">{escape(line)}</p>')
-        else:
-            parts.append(f'<p class="family"><strong>{escape(line)}</strong></p>')
-    return '<div class="verdicts">' + "".join(parts) + ("</ul>" if open_list else "") + "</div>"
+    parts = []
+    for family in verdicts.families:
+        parts.append(f'<p class="family"><strong>{escape(family.title + ":")}</strong></p>')
+        findings = [line for verdict in family.verdicts for line in finding_lines(verdict)]
+        if findings:
+            parts.append("<ul>" + "".join(f"<li>{escape(line)}</li>" for line in findings)
+                         + "</ul>")
+    parts += [f'<p class="family"><strong>{escape(line)}</strong></p>'
+              for line in headings(verdicts)]
+    parts += [f'<p class="warning">{escape(warning_text(w))}</p>' for w in verdicts.warnings]
+    return '<div class="verdicts">' + "".join(parts) + "</div>"
 
 
 def figure_html(figure: ShownFigure, png: bytes) -> str:

@@ -3,12 +3,16 @@
 summary with its notices. Each section's own tables are its module's (reports.sections)."""
 import math
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from html import escape
+from typing import Any
 
 import pandas as pd
 
 from xbench.common.measuring.attribution import PARTS
 from xbench.reports import analysis
+from xbench.reports.verdict import Interval
 
 MIB = 2 ** 20
 SUMMARY_LIMIT = 10  # lines per section of the printed summary; summary.md has every line
@@ -31,6 +35,25 @@ def num(value, digits=None):
     return f"{value:.3g}"
 
 
+def estimate(mean, half) -> Interval:
+    """A mean with its interval of half-width `half` (NaN bounds where there is none: one
+    repeat)."""
+    if half is None or math.isnan(half):
+        return Interval(float(mean))
+    return Interval(float(mean), float(mean - half), float(mean + half))
+
+
+def estimate_text(digits=None) -> Callable[[Interval], str]:
+    """How an `estimate` reads: '0.9812 [0.9790, 0.9834]', or the mean alone (words, where a
+    column has them instead, as they are)."""
+    def show(value: Interval | str) -> str:
+        if isinstance(value, str):
+            return value
+        return num(value.value, digits) + (f" {bounds(value.low, value.high, digits)}"
+                                           if value.has_interval else "")
+    return show
+
+
 def interval(mean, half, digits=None):
     """'[mean - half, mean + half]', '—' where there is no interval (one repeat)."""
     if half is None or math.isnan(half):
@@ -44,11 +67,11 @@ def with_interval(mean, half, digits=None):
     return num(mean, digits) + ("" if spread == "—" else f" {spread}")
 
 
-def bounds(low, high):
+def bounds(low, high, digits=None):
     """'[low, high]' of an interval, '—' where there is none."""
     if any(v is None or math.isnan(v) for v in (low, high)):
         return "—"
-    return f"[{num(low)}, {num(high)}]"
+    return f"[{num(low, digits)}, {num(high, digits)}]"
 
 
 def ratio_text(ratio, percent=False):
@@ -71,14 +94,56 @@ def column(field, show=str):
     return lambda row: show(row[field])
 
 
+@dataclass(frozen=True)
+class Column:
+    """A table's column: its heading, its value of a row (a number, NaN where missing; a
+    reports.stats.Ratio or reports.verdict.Interval where it has an interval; words where it
+    is words) and how that value reads on the pages (`show`)."""
+    heading: str
+    value: Callable[[pd.Series], Any]
+    show: Callable[[Any], str] = str
+
+
+def field(heading: str, name: str, show: Callable[[Any], str] = num) -> Column:
+    """A column of one field of the row, read as `show` says (a number by default)."""
+    return Column(heading, lambda row: row[name], show)
+
+
+@dataclass(frozen=True)
+class Numbers:
+    """A table as values, one row a line (`values`, objects as the columns made them), and how
+    each column reads (`shows`, by heading; text where none is given): the pages show `text()`,
+    `xbench report --json` writes the values."""
+    values: pd.DataFrame
+    shows: dict[str, Callable[[Any], str]]
+
+    def text(self) -> pd.DataFrame:
+        """The table as the pages show it: every value read as its column says."""
+        shows = [self.shows.get(c, str) for c in self.values.columns]
+        return pd.DataFrame([[show(v) for show, v in zip(shows, row)]
+                             for row in self.values.itertuples(index=False)],
+                            columns=self.values.columns)
+
+
+def numbers(frame, columns: list[Column | tuple]) -> Numbers:
+    """A table of `frame`, one line per row; a column given as (heading, function of a row ->
+    text), as `table` takes them, is words."""
+    columns = [c if isinstance(c, Column) else Column(*c) for c in columns]
+    return Numbers(pd.DataFrame([[c.value(row) for c in columns] for _, row in frame.iterrows()],
+                                columns=[c.heading for c in columns], dtype=object),
+                   {c.heading: c.show for c in columns})
+
+
 def table(frame, columns):
-    """A table of text: `columns` is [(heading, function of a row -> text)], one line per row."""
+    """A table of text: `columns` is [(heading, function of a row -> text)], one line per row
+    (the tables xbench predict and profile print; the report's sections make `numbers`)."""
     return pd.DataFrame([[get(row) for _, get in columns] for _, row in frame.iterrows()],
                         columns=[heading for heading, _ in columns])
 
 
 WHO = [("env", column("env")), ("backend", column("series")), ("model", column("model"))]
 CELL = [*WHO, ("batch", batch_text), ("devices", column("devices"))]
+CELL_VALUES = [*WHO, ("batch", batch_text), field("devices", "devices", str)]  # for `numbers`
 
 
 def cells_csv(cells, limits, attributed):
@@ -199,9 +264,20 @@ def limits_table(limits):
          else percent(c["bandwidth_share"]))])
 
 
+ACCURACY = Column("test accuracy, 95% CI",
+                  lambda cell: estimate(cell["test_accuracy"], cell["test_accuracy_ci"]),
+                  estimate_text(4))
+
+
+RATE_INTERVAL = Column("epoch-2 rate 95% CI",
+                       lambda c: Interval(c["epoch2_rate"], c["epoch2_rate_low"],
+                                          c["epoch2_rate_high"]),
+                       lambda rate: bounds(rate.low, rate.high))
+
+
 def accuracy_text(cell) -> str:
     """The mean test accuracy over the repeats, with its interval."""
-    return with_interval(cell["test_accuracy"], cell["test_accuracy_ci"], 4)
+    return ACCURACY.show(ACCURACY.value(cell))
 
 
 MARKDOWN_SPECIALS = re.compile(r"([\\`*_\[\]#|~])")

@@ -3,9 +3,11 @@ at each device count and whether adding devices pays off, each stated only where
 says so and the false-discovery rate over all the report's comparisons stays at 5%
 (Benjamini-Hochberg), otherwise "inconclusive" with the repeats that would settle it (with 80%
 power); whether more devices changed accuracy; and warnings for what the verdicts leave out.
+Each finding is a reports.verdict.Verdict (data); reports.verdict renders them.
 """
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -22,6 +24,17 @@ from xbench.reports.stats import (
     sequential_p,
 )
 from xbench.reports.step_model import split_apart
+from xbench.reports.verdict import (
+    Control,
+    Family,
+    Interval,
+    Kind,
+    Outcome,
+    ReportWarning,
+    Side,
+    Verdict,
+    Verdicts,
+)
 
 MIN_REPEATS = 3
 
@@ -34,20 +47,37 @@ def family_title(cells):
             + (f" [env {first['env']}]" if first.get("env") not in (None, "A") else ""))
 
 
-def interval_text(ratio, unit="×"):
-    """'1.23× [1.10, 1.37]'; an unbounded interval says so ('[−∞, ∞], unbounded')."""
-    if not ratio.has_interval:
-        return f"{ratio.value:.2f}{unit}"
-    low, high = (f"{v:.2f}" if math.isfinite(v) else ("−∞" if v < 0 else "∞")
-                 for v in (ratio.low, ratio.high))
-    bounded = math.isfinite(ratio.low) and math.isfinite(ratio.high)
-    return f"{ratio.value:.2f}{unit} [{low}, {high}]" + ("" if bounded else ", unbounded")
+@dataclass(frozen=True)
+class Judgement:
+    """How the judge decided one comparison: 'above' or 'below' its threshold, 'held' (the
+    interval excludes it, the control does not allow it) or None; the p-value it was tested
+    with (NaN: no interval; a look's, scaled by the sequential plan); the repeats of its fewer
+    side; the repeats a side that would settle it where undecided (None: not known, or more
+    than MAX_REPEATS); the looks of --until-conclusive behind it."""
+    side: Literal["above", "below", "held"] | None
+    p_value: float
+    repeats: int
+    needed: int | None
+    looks: int
+
+    def outcome(self) -> Outcome:
+        return ("stated" if self.side in ("above", "below") else
+                "held back" if self.side == "held" else "inconclusive")
+
+    def verdict(self, kind: Kind, family: str, subject: Side, reference: Side, ratio,
+                **more) -> Verdict:
+        """The verdict this judgement gives of `ratio` between `subject` and `reference`."""
+        return Verdict(kind, family, subject, reference, self.outcome(), Interval.of(ratio),
+                       p_value=None if math.isnan(self.p_value) else float(self.p_value),
+                       direction=self.side if self.side in ("above", "below") else None,
+                       repeats=self.repeats, repeats_needed=self.needed, looks=self.looks,
+                       **more)
 
 
 class Judge:
     """Whether a comparison may be stated. A ratio is stated where its 95% interval is beyond
     its threshold and, over all the report's comparisons, Benjamini-Hochberg holds the
-    false-discovery rate at 5%. The verdicts are written twice: the first pass (no `stated`)
+    false-discovery rate at 5%. The verdicts are made twice: the first pass (no `stated`)
     collects every comparison's p-value in order, the second decides with what the control
     allows (`stated`, in the same order)."""
 
@@ -60,10 +90,13 @@ class Judge:
         return max(self.looks.get(key, 0) for key in keys)
 
     def decide(self, ratio, a_seconds, b_seconds, keys: tuple[str, str] = ("", "")) -> str | None:
-        """'above' or 'below' the threshold, 'held' (the interval excludes it, the control
-        does not allow it), or None. `ratio` is mean(a)/mean(b), maybe scaled (per sample):
-        its threshold of 1 is 1/scale for the epoch times' ratio. A comparison not stated is
-        kept in `open` with the cells (`keys`) whose repeats would settle it."""
+        """'above' or 'below' the threshold, 'held', or None (Judgement.side)."""
+        return self.judge(ratio, a_seconds, b_seconds, keys).side
+
+    def judge(self, ratio, a_seconds, b_seconds, keys: tuple[str, str] = ("", "")) -> Judgement:
+        """How `ratio` (mean(a)/mean(b), maybe scaled per sample: its threshold of 1 is 1/scale
+        for the epoch times' ratio) is decided. A comparison not stated is kept in `open` with
+        the cells (`keys`) whose repeats would settle it."""
         a, b = finite(a_seconds), finite(b_seconds)
         threshold = threshold_of(ratio, a, b)
         index, looks = len(self.p_values), self.looks_of(keys)
@@ -72,40 +105,19 @@ class Judge:
         side = "above" if ratio.above(1) else "below" if ratio.below(1) else None
         if side and self.stated is not None and not self.stated[index]:
             side = "held"
+        needed = (repeats_to_settle(a, b, threshold, level=level_of(looks))
+                  if side is None else None)
         if side in (None, "held"):
-            self.open.append(Open(keys, p_value, side == "held",
-                                  repeats_to_settle(a, b, threshold, level=level_of(looks))
-                                  if side is None else None, min(len(a), len(b))))
-        return side
+            self.open.append(Open(keys, p_value, side == "held", needed, min(len(a), len(b))))
+        return Judgement(side, self.p_values[-1], min(len(a_seconds), len(b_seconds)), needed,
+                         looks)
 
-    def after(self, keys: tuple[str, str]) -> str:
-        """' (after 3 looks of --until-conclusive, tested at 5% / 10)' where there were any."""
-        looks = self.looks_of(keys)
-        return (f" (after {looks} look{'s' if looks > 1 else ''} of --until-conclusive, "
-                f"tested at 5% / {LOOKS})" if looks else "")
-
-    def not_stated(self, decision: str | None, a_seconds, b_seconds, keys, threshold=1.0) -> str:
-        """Why a comparison was not stated: held back (by its look's level or the control), or
-        inconclusive and what would settle it at its level."""
-        if decision == "held":
-            return HELD + self.after(keys)
-        return undecided(a_seconds, b_seconds, threshold, level_of(self.looks_of(keys)))
-
-    def note(self) -> list[str]:
-        """A line on the control, where there was anything to control."""
+    def control(self) -> Control | None:
+        """The control's numbers, where there was anything to control."""
         counted = int(np.sum(~np.isnan(np.asarray(self.p_values, dtype=float))))
         if not counted:
-            return []
-        held = sum(o.held for o in self.open)
-        looked = any(self.looks.values())
-        return [f"({counted} comparisons with an interval; a verdict is stated where its 95% "
-                f"interval excludes no change and the false-discovery rate over all of them is "
-                f"held at 5% (Benjamini-Hochberg)"
-                + (f"; one with runs added by --until-conclusive is tested at its look's level, "
-                   f"5% / {LOOKS} (a sequential plan of at most {LOOKS} looks, the level spent "
-                   f"evenly: repeating until a verdict appears cannot raise the false-positive "
-                   f"rate above 5%)" if looked else "")
-                + (f"; {held} held back" if held else "") + ")"]
+            return None
+        return Control(counted, sum(o.held for o in self.open), any(self.looks.values()))
 
 
 def threshold_of(ratio, a_seconds, b_seconds) -> float:
@@ -136,68 +148,52 @@ class Open:
         return self.held or self.repeats < 2 or self.needed is not None
 
 
-HELD = ("not stated: its interval excludes no change, but not with the false-discovery rate over "
-        "all the report's comparisons held at 5% (at its look's level, with looks)")
-
-
 def level_of(looks: int) -> float:
     """The confidence a comparison is tested at: LEVEL, or a look's of the sequential plan."""
     return 1 - (1 - LEVEL) / LOOKS if looks else LEVEL
 
 
-def undecided(a_seconds, b_seconds, threshold=1.0, level=LEVEL):
-    """Why a comparison cannot be stated yet, and what would settle it (at `level`)."""
-    if min(len(a_seconds), len(b_seconds)) < 2:
-        return "inconclusive: one run on a side has no interval (run --repeat 3)"
-    needed = repeats_to_settle(a_seconds, b_seconds, threshold, level=level)
-    return ("inconclusive: " + (f"about {needed} repeats each would settle it" if needed else
-                                "within the noise of these runs; more repeats are unlikely to "
-                                "settle it"))
+def side(cell, suffix: str = "", series: str | None = None) -> Side:
+    """A row of the cell table as a side of a verdict; `suffix` '_ref': its reference's columns
+    (a 1-device cell; `series` names it where the row does not)."""
+    key = cell.get(f"cell_key{suffix}")
+    return Side(str(series or cell["series"]), 1 if suffix else int(cell["devices"]),
+                None if key is None else str(key),
+                float(cell.get(f"epoch2_rate{suffix}", math.nan)),
+                float(cell.get(f"test_accuracy{suffix}", math.nan)))
 
 
-def fastest(cells, devices, judge):
-    """A line on the fastest backend at `devices`, against the runner-up."""
+def fastest(cells, devices, judge, family: str) -> Verdict:
+    """The fastest backend at `devices` (a count some cell ran on), against the runner-up."""
     here = cells[cells["devices"] == devices].sort_values("epoch2_rate", ascending=False)
-    if here.empty:
-        return None
     best = here.iloc[0]
-    head = f"{analysis.devices_text(devices)}: "
     if len(here) == 1:
-        return head + f"only {best['series']} ran ({best['epoch2_rate']:,.0f} samples/s)"
+        return Verdict(Kind.FASTEST, family, side(best), None, "not compared")
     second = here.iloc[1]
     ratio = ratio_of_means(second["epoch2_seconds_values"], best["epoch2_seconds_values"])
-    versus = (f"{best['series']} {best['epoch2_rate']:,.0f} samples/s vs {second['series']} "
-              f"{second['epoch2_rate']:,.0f}: {interval_text(ratio)}")
-    decision = judge.decide(ratio, second["epoch2_seconds_values"], best["epoch2_seconds_values"],
+    judgement = judge.judge(ratio, second["epoch2_seconds_values"], best["epoch2_seconds_values"],
                             (second["cell_key"], best["cell_key"]))
-    keys = (second["cell_key"], best["cell_key"])
-    if decision == "above":
-        return head + f"{best['series']} is fastest ({versus}){judge.after(keys)}"
-    return head + f"{versus}; " + judge.not_stated(
-        decision, second["epoch2_seconds_values"], best["epoch2_seconds_values"], keys)
+    return judgement.verdict(Kind.FASTEST, family, side(best), side(second), ratio)
 
 
-def pays_off(scaled, attributed, limits, judge):
-    """A line per backend and device count on its speedup over its own 1-device run, and where
-    it is below 1, why (from the N-device cell's step attribution)."""
-    lines = []
+def pays_off(scaled, attributed, limits, judge, family: str) -> list[Verdict]:
+    """Per backend and device count its speedup over its own 1-device run, and where it is
+    below 1, why (from the N-device cell's step attribution)."""
+    found = []
     for _, row in scaled[scaled["devices"] > 1].iterrows():
-        ratio, efficiency = row["speedup_ratio"], row["efficiency_ratio"]
-        head = (f"{row['series']} on {analysis.devices_text(row['devices'])}: speedup "
-                f"{interval_text(ratio)}, efficiency ")
-        head += (f"SUSPECT ({efficiency.value:.0%}, above 100%: the 1-device baseline or the "
-                 f"machine was disturbed)" if row["suspect"] else f"{efficiency.value:.0%}")
-        if row["suspect"]:
-            lines.append(f"{head}: not taken as a result")
-        else:
-            lines.append(decided(head, ratio, "pays off",
-                                 "does not pay off (slower than 1 device)",
-                                 row["epoch2_seconds_values_ref"], row["epoch2_seconds_values"],
-                                 judge, (row["cell_key_ref"], row["cell_key"])))
+        ratio, efficiency = row["speedup_ratio"], float(row["efficiency_ratio"].value)
         reason = why(row, attributed, limits) if ratio.value < 1 else None
-        if reason:
-            lines.append(f"  why: {reason}")
-    return lines
+        mine, reference = side(row), side(row, "_ref")
+        if row["suspect"]:
+            found.append(Verdict(Kind.SPEEDUP, family, mine, reference, "suspect",
+                                 Interval.of(ratio), efficiency=efficiency, why=reason))
+            continue
+        judgement = judge.judge(ratio, row["epoch2_seconds_values_ref"],
+                                row["epoch2_seconds_values"],
+                                (row["cell_key_ref"], row["cell_key"]))
+        found.append(judgement.verdict(Kind.SPEEDUP, family, mine, reference, ratio,
+                                       efficiency=efficiency, why=reason))
+    return found
 
 
 PART_WORDS = {"communication": "waiting for the collective after every rank's compute is done "
@@ -207,9 +203,9 @@ PART_WORDS = {"communication": "waiting for the collective after every rank's co
 
 
 def why(cell, attributed, limits):
-    """One line on what an N-device cell's step spends beyond compute, how its compute compares
-    with the same backend's 1-device compute, and its bandwidth against the probe's (None where
-    its rows do not attribute their steps)."""
+    """What an N-device cell's step spends beyond compute, how its compute compares with the
+    same backend's 1-device compute, and its bandwidth against the probe's (None where its rows
+    do not attribute their steps)."""
     def same(frame, devices):
         return frame[(frame["env"] == cell["env"]) & (frame["backend"] == cell["backend"])
                      & (frame["training"] == cell["training"]) & (frame["model"] == cell["model"])
@@ -242,143 +238,114 @@ def why(cell, attributed, limits):
     return text
 
 
-def more_devices(cells, attributed, limits, judge, suspect: set[str]):
+def more_devices(cells, attributed, limits, judge, suspect: set[str],
+                 family: str) -> list[Verdict]:
     """The decision itself: the fastest N-device cell against the fastest 1-device cell,
-    whatever their backends (and why, where the N devices are slower); none where either
-    efficiency is above 100% (this one's, or the N-device cell's against its own 1-device run,
-    whose cell_key is in `suspect`): the report refuses that number, so no verdict rests on it."""
+    whatever their backends (and why, where the N devices are slower); suspect, not judged,
+    where either efficiency is above 100% (this one's, or the N-device cell's against its own
+    1-device run, whose cell_key is in `suspect`): the report refuses that number, so no
+    verdict rests on it."""
     ones = cells[cells["devices"] == 1]
     if ones.empty:
         return []
     one = ones.loc[ones["epoch2_rate"].idxmax()]
-    lines = []
+    found = []
     for devices in sorted(d for d in cells["devices"].unique() if d > 1):
         here = cells[cells["devices"] == devices]
         best = here.loc[here["epoch2_rate"].idxmax()]
         ratio = ratio_of_means(one["epoch2_seconds_values"], best["epoch2_seconds_values"])
         ratio = ratio.scaled(best["epoch2_samples"] / one["epoch2_samples"])
-        head = (f"{analysis.devices_text(devices)} at best ({best['series']}) vs 1 device at "
-                f"best ({one['series']}): {interval_text(ratio)}")
         if ratio.value / devices > 1 or best["cell_key"] in suspect:
-            lines.append(f"{head}: not stated: an efficiency above 100% (SUSPECT) is not taken "
-                         f"as a result")
+            found.append(Verdict(Kind.MORE_DEVICES, family, side(best), side(one), "suspect",
+                                 Interval.of(ratio)))
             continue
-        lines.append(decided(head, ratio, f"{devices} devices pay off here",
-                             f"{devices} devices do not pay off here (slower than 1)",
-                             one["epoch2_seconds_values"], best["epoch2_seconds_values"],
-                             judge, (one["cell_key"], best["cell_key"])))
-        reason = why(best, attributed, limits) if ratio.value < 1 else None
-        if reason:
-            lines.append(f"  why ({best['series']}): {reason}")
-    return lines
+        judgement = judge.judge(ratio, one["epoch2_seconds_values"],
+                                best["epoch2_seconds_values"], (one["cell_key"], best["cell_key"]))
+        found.append(judgement.verdict(
+            Kind.MORE_DEVICES, family, side(best), side(one), ratio,
+            why=why(best, attributed, limits) if ratio.value < 1 else None))
+    return found
 
 
-def decided(head, ratio, above, below, reference_seconds, seconds, judge, keys):
-    """'head: above' or 'head: below' where the judge states the ratio, else 'head;' and why
-    not (held back by the false-discovery control, or how many repeats would settle it)."""
-    decision = judge.decide(ratio, reference_seconds, seconds, keys)
-    if decision in ("above", "below"):
-        return f"{head}: {above if decision == 'above' else below}{judge.after(keys)}"
-    return f"{head}; " + judge.not_stated(decision, reference_seconds, seconds, keys,
-                                          threshold_of(ratio, reference_seconds, seconds))
-
-
-def wrapper_lines(wrapper, judge):
-    lines = []
+def wrapper_costs(wrapper, judge, family: str) -> list[Verdict]:
+    """Each backend at 1 device against its framework's reference without a parallel wrapper."""
+    found = []
     for _, row in wrapper.iterrows():
-        ratio = row["ratio"]
-        head = (f"{row['series']} at 1 device: {interval_text(ratio)} the rate of "
-                f"{row['reference']} (no parallel wrapper)")
-        lines.append(decided(head, ratio, "faster than no wrapper",
-                             "its machinery costs time at 1 device",
-                             row["epoch2_seconds_values_ref"], row["epoch2_seconds_values"],
-                             judge, (row["cell_key_ref"], row["cell_key"])))
-    return lines
+        judgement = judge.judge(row["ratio"], row["epoch2_seconds_values_ref"],
+                                row["epoch2_seconds_values"],
+                                (row["cell_key_ref"], row["cell_key"]))
+        found.append(judgement.verdict(Kind.WRAPPER, family, side(row),
+                                       side(row, "_ref", row["reference"]), row["ratio"]))
+    return found
 
 
-def accuracy_lines(changes):
+def accuracy_changes(changes, family: str) -> list[Verdict]:
+    """Test accuracy on N devices against 1: one verdict where it is the same everywhere, else
+    one per backend and count, with the difference's interval."""
     differences = [row["difference"][0] for _, row in changes.iterrows()
                    if not math.isnan(row["difference"][0])]
     if differences and max(abs(d) for d in differences) < 5e-5:
-        return ["test accuracy: the same on every device count, in every backend "
-                f"({changes.iloc[0]['test_accuracy_ref']:.4f}; one seed)"]
-    lines = []
+        first = changes.iloc[0]
+        return [Verdict(Kind.ACCURACY_SAME, family, side(first), side(first, "_ref"), "stated")]
+    found = []
     for _, row in changes.iterrows():
-        d, low, high = row["difference"]
+        d, low, high = map(float, row["difference"])
         if math.isnan(d):
             continue
-        points = f"{d * 100:+.2f} points"
-        if math.isnan(low):
-            judged = "one run each, one seed: no interval"
-        elif low == high:
-            judged = ("identical repeats (one seed): exact for this seed, seed-to-seed spread "
-                      "unmeasured")
-        elif low > 0 or high < 0:
-            judged = f"[{low * 100:+.2f}, {high * 100:+.2f}]: a real change"
-        else:
-            judged = f"[{low * 100:+.2f}, {high * 100:+.2f}]: no detectable change"
-        lines.append(f"{row['series']} on {analysis.devices_text(row['devices'])} vs 1: test "
-                     f"accuracy {row['test_accuracy']:.4f} vs {row['test_accuracy_ref']:.4f}, "
-                     f"{points} ({judged})")
-    return lines
+        outcome = ("inconclusive" if math.isnan(low) or (low <= 0 <= high and low != high)
+                   else "stated")
+        found.append(Verdict(Kind.ACCURACY, family, side(row), side(row, "_ref"), outcome,
+                             difference=Interval(d, low, high),
+                             repeats=min(len(row["test_accuracy_values"]),
+                                         len(row["test_accuracy_values_ref"]))))
+    return found
 
 
-def verdicts(cells, frame, include_contended=False, attributed=None, limits=None):
-    """The verdict lines: per family a heading and indented findings, then warnings. Cells with
-    an injected fault are left out (they show where a fault lands, not what to choose). Written
+def verdicts(cells, frame, include_contended=False, attributed=None, limits=None) -> Verdicts:
+    """The report's verdicts: per family its findings, the control, then warnings. Cells with
+    an injected fault are left out (they show where a fault lands, not what to choose). Made
     twice (Judge): the second time with the false-discovery control over every comparison."""
-    lines, judge = judged(cells, attributed, limits)
-    if not lines:
-        lines.append("No verdict: no cell has a usable run.")
-    return lines + judge.note() + warnings(cells, frame, include_contended)
+    families, judge = judged(cells, attributed, limits)
+    return Verdicts(families, judge.control(), warnings(cells, frame, include_contended))
 
 
-def judged(cells, attributed=None, limits=None):
-    """The verdicts' lines of every family and the Judge that decided them: a first pass
-    collects every comparison's p-value, the second states what the control allows."""
+def judged(cells, attributed=None, limits=None) -> tuple[list[Family], Judge]:
+    """The verdicts of every family and the Judge that decided them: a first pass collects
+    every comparison's p-value, the second states what the control allows."""
     attributed = analysis.attribution(cells) if attributed is None else attributed
     limits = analysis.against_limits(cells, attributed, {}) if limits is None else limits
     looks = cells.groupby("cell_key")["looks"].max().to_dict() if len(cells) else {}
     collected = Judge(looks=looks)
-    family_lines(cells, attributed, limits, collected)
+    family_verdicts(cells, attributed, limits, collected)
     judge = Judge(false_discoveries_controlled(collected.p_values), looks)
-    return family_lines(cells, attributed, limits, judge), judge
+    return family_verdicts(cells, attributed, limits, judge), judge
 
 
-def family_lines(cells, attributed, limits, judge):
+def family_verdicts(cells, attributed, limits, judge) -> list[Family]:
     scaled, changes = analysis.scaling(cells), analysis.accuracy_change(cells)
     wrapper = analysis.wrapper_cost(cells)
-    lines = []
+    families = []
     for _, family in analysis.families(cells):
-        lines.append(f"{family_title(family)}:")
-        keys = set(family["cell_key"])
-        for devices in sorted(family["devices"].unique()):
-            lines.append("  fastest on " + fastest(family, devices, judge))
+        title, keys = family_title(family), set(family["cell_key"])
+        found = [fastest(family, devices, judge, title)
+                 for devices in sorted(family["devices"].unique())]
         family_scaled = scaled[scaled["cell_key"].isin(keys)]
         suspect = set(family_scaled[family_scaled["suspect"].astype(bool)]["cell_key"])
-        lines += ["  " + line for line in more_devices(family, attributed, limits, judge,
-                                                       suspect)]
-        lines += ["  " + line for line in pays_off(family_scaled, attributed, limits, judge)]
-        lines += ["  " + line for line in wrapper_lines(wrapper[wrapper["cell_key"].isin(keys)],
-                                                        judge)]
-        lines += ["  " + line for line in accuracy_lines(changes[changes["cell_key"].isin(keys)])]
-    return lines
+        found += more_devices(family, attributed, limits, judge, suspect, title)
+        found += pays_off(family_scaled, attributed, limits, judge, title)
+        found += wrapper_costs(wrapper[wrapper["cell_key"].isin(keys)], judge, title)
+        found += accuracy_changes(changes[changes["cell_key"].isin(keys)], title)
+        families.append(Family(title, found))
+    return families
 
 
-def warnings(cells, frame, include_contended):
-    lines = []
+def warnings(cells, frame, include_contended) -> list[ReportWarning]:
+    found = []
     contended = frame[frame["status"].eq("ok") & frame["contended"]]
     if len(contended):
-        lines.append(f"WARNING: {len(contended)} run(s) were contended (other processes, "
-                     f"interrupts, busy siblings, steal or throttling took more than their "
-                     f"cell's limit of a rank's cores, or "
-                     f"another process used its GPU, while it was timed): "
-                     + ("included at your request (--include-contended)" if include_contended
-                        else "left out of every number and verdict above"))
+        found.append(ReportWarning("contended", len(contended), included=include_contended))
     measured = analysis.measured(cells)
     few = measured[measured["n"] < MIN_REPEATS]
     if len(few):
-        lines.append(f"WARNING: {len(few)} of {len(measured)} cells have fewer than "
-                     f"{MIN_REPEATS} usable repeats: their comparisons stay inconclusive or rest "
-                     f"on little; run the grid with --repeat {MIN_REPEATS} or more")
-    return lines
+        found.append(ReportWarning("few repeats", len(few), len(measured), MIN_REPEATS))
+    return found

@@ -13,7 +13,7 @@ from xbench.reports.data import Options, ReportData
 from xbench.reports.figures import interval_kinds, interval_note, lines
 from xbench.reports.sections import SECTIONS
 from xbench.reports.stats import Ratio
-from xbench.reports.verdicts import interval_text
+from xbench.reports.verdict import interval_text
 
 
 def speedups(*ratios):

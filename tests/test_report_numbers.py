@@ -5,7 +5,7 @@ import math
 import pandas as pd
 import pytest
 
-from tests.helpers import xbench_here
+from tests.helpers import strict_json, xbench_here
 from tests.report_fixtures import (
     SAMPLES,
     harmonic,
@@ -158,6 +158,7 @@ def test_a_verdict_the_false_discovery_control_does_not_allow_is_held_back():
     the rest show nothing, Benjamini-Hochberg holds it back (it needs p <= 0.0025); 1.20×
     (p = 0.00002) is stated either way."""
     from xbench.reports.stats import false_discoveries_controlled, ratio_of_means
+    from xbench.reports.verdict import control_text
     from xbench.reports.verdicts import Judge
     weak, strong = ([1.10, 1.13, 1.14], [1.0, 1.02, 1.04]), ([1.2, 1.21, 1.22], [1.0, 1.01, 1.02])
     nothing = ([1.0, 1.05, 0.95], [1.0, 1.04, 0.96])
@@ -169,7 +170,7 @@ def test_a_verdict_the_false_discovery_control_does_not_allow_is_held_back():
         judge = Judge(false_discoveries_controlled(collected.p_values))
         decided = [judge.decide(ratio_of_means(*pair), *pair) for pair in pairs]
         assert decided[0] == expected and set(decided[1:]) == {None}
-        assert "Benjamini-Hochberg" in judge.note()[0]
+        assert "Benjamini-Hochberg" in control_text(judge.control())
 
 
 def test_an_mfu_above_the_peak_is_suspect_not_a_result(tmp_path):
@@ -221,9 +222,32 @@ def test_the_precision_table_pairs_each_precision_with_its_own_setup(tmp_path):
         row["backend_details"]["math"] = {"matmul": "fp32", "convolution": "fp32",
                                           "precision": precision, "lower": lower}
         rows.append(row)
-    shown = precision_table(ReportData(Options((write_rows(tmp_path / "r.jsonl", rows),))))
-    assert len(shown) == 4
+    made = precision_table(ReportData(Options((write_rows(tmp_path / "r.jsonl", rows),))))
+    shown = made.text()  # as the pages show it; its values are the rates themselves
+    assert sorted(made.values["epoch-2 rate (samples/s)"]) == [100.0, 110.0, 150.0, 160.0]
     assert list(shown["precision"]) == ["bf16", "framework-default"] * 2
     compressed = ["compressed fp16" in t for t in shown["training"]]
     assert compressed in ([False, False, True, True], [True, True, False, False])
     assert set(shown["MFU at its precision's peak, 95% CI"]) == {"— (no probe of it)"}
+
+
+def test_report_json_holds_each_figure_s_data_and_each_table_s_numbers(tmp_path):
+    """The scaling figure's data, read from the drawn figure, is the scaling table's numbers:
+    pt-ddp's speedups at 1, 2 and 4 devices (strong scaling) and the ideal line."""
+    _, _, written = build_report([write_rows(tmp_path / "r.jsonl", known_rows())],
+                                 tmp_path / "out", formats=["md"], as_json=True)
+    report = strict_json(written["json"].read_text())
+    scaling = next(t for t in report["tables"] if t["name"] == "scaling")
+    at = {name: scaling["columns"].index(name) for name in ("scaling", "devices",
+                                                            "speedup, 95% CI")}
+    strong = {row[at["devices"]]: row[at["speedup, 95% CI"]]["value"]
+              for row in scaling["rows"] if row[at["scaling"]] == "strong"}
+    assert set(strong) == {2, 4} and all(isinstance(v, float) for v in strong.values())
+    figure = next(f for f in report["figures"] if f["name"] == "scaling")
+    speedup = figure["axes"][0]
+    assert speedup["y_label"] == "speedup R(N)/R(1) (×)" and "strong" in speedup["title"]
+    drawn = next(e for e in speedup["error_bars"] if e["label"] == "pt-ddp")
+    assert dict(zip(drawn["x"], drawn["y"], strict=True)) == pytest.approx({1: 1.0, **strong})
+    ideal = next(line for line in speedup["lines"] if line["label"] == "ideal")
+    assert ideal["x"] == ideal["y"] == [1, 2, 4]
+    assert figure["caption"] and figure["not_drawn"] is None

@@ -5,8 +5,9 @@ import re
 
 import pandas as pd
 
-from tests.helpers import REPO, xbench_here
+from tests.helpers import REPO, strict_json, xbench_here
 from tests.test_report_browser import render_in_chromium
+from xbench.reports.tables import markdown_text, num
 
 REPEATS = REPO / "tests" / "data" / "repeats.jsonl"
 
@@ -56,3 +57,45 @@ def test_report_of_three_repeats_states_only_what_its_intervals_support(tmp_path
         else:
             assert "inconclusive: " in line and ("repeats each would settle it" in line
                                                  or "within the noise" in line), line
+
+
+def test_report_json_holds_every_verdict_the_text_states_with_its_interval(tmp_path):
+    """`xbench report --json` of three repeats: strict JSON on stdout alone, its verdicts the
+    ones summary.md states, in order, each ratio the interval the text prints (an unbounded
+    bound null and said unbounded), its tables' values numbers."""
+    done = xbench_here("report", REPEATS, "--out", tmp_path / "out", "--format", "md",
+                       "--include-contended", "--json")
+    assert done.returncode == 0, done.stderr
+    report = strict_json(done.stdout)
+    assert strict_json((tmp_path / "out" / "report.json").read_text()) == report
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    said = summary.split("## What the results say\n")[1].split("\n## ")[0]
+    stated = [line[2:] for line in said.splitlines() if line.startswith("- ")]
+    found = [v for family in report["verdicts"]["families"] for v in family["verdicts"]]
+    assert stated and stated == [markdown_text(t) for v in found for t in v["text"]]
+    assert [f"**{markdown_text(f['title'] + ':')}**" for f in report["verdicts"]["families"]] \
+        == [line for line in said.splitlines() if line.startswith("**") and ":**" in line][
+            :len(report["verdicts"]["families"])]
+    compared = [v for v in found if v["ratio"] is not None]
+    assert len(compared) == 2  # the fastest at 1 device, pt-ddp's wrapper against pt-single
+    for verdict in compared:
+        ratio, text = verdict["ratio"], verdict["text"][0]
+        value, low, high = INTERVAL.search(text).groups()
+        assert ratio["has_interval"] and f"{ratio['value']:.2f}" == value
+        for bound, shown in ((ratio["low"], low), (ratio["high"], high)):
+            assert (bound is None) == ("∞" in shown) and (bound is None or
+                                                         f"{bound:.2f}" == shown)
+        assert ratio["bounded"] == ("unbounded" not in text)
+        assert verdict["outcome"] in ("stated", "inconclusive", "held back")
+        assert (verdict["outcome"] == "inconclusive") == ("inconclusive: " in text)
+        assert 0 <= verdict["p_value"] <= 1
+    assert report["verdicts"]["control_text"] in summary
+    for warning in report["verdicts"]["warnings"]:
+        assert f"**{markdown_text(warning['text'])}**" in summary
+    cells = next(t for t in report["tables"] if t["name"] == "cells")
+    rates = [row[cells["columns"].index("epoch-2 rate (samples/s)")] for row in cells["rows"]]
+    interval = [row[cells["columns"].index("epoch-2 rate 95% CI")] for row in cells["rows"]]
+    assert rates and all(isinstance(rate, float) and rate > 0 for rate in rates)
+    assert all(i["has_interval"] and i["low"] < i["value"] and (
+        i["value"] < i["high"] if i["bounded"] else i["high"] is None) for i in interval)
+    assert all(f"| {num(rate)} |" in summary for rate in rates)

@@ -3,6 +3,7 @@ page order, and a section that breaks the contract is refused when it is made, n
 is built."""
 import importlib
 import pkgutil
+from html import escape
 from pathlib import Path
 
 import pandas as pd
@@ -10,9 +11,12 @@ import pytest
 
 from xbench.reports import sections
 from xbench.reports.data import Options
+from xbench.reports.page import verdicts_html, verdicts_markdown
 from xbench.reports.predict import Link
 from xbench.reports.sections import SECTIONS
 from xbench.reports.sections.section import Figure, Section, Table, check
+from xbench.reports.tables import markdown_text
+from xbench.reports.verdict import Family, Kind, ReportWarning, Side, Verdict, Verdicts
 
 EVERY_TIME = ["Figure 5: rates as in the blog", "Scaling",
               "What the parallel machinery costs at one device", "Where a step's time goes",
@@ -64,3 +68,23 @@ def test_a_section_that_breaks_the_contract_is_refused_when_made():
         check([twice, Section("again", "Again", ["Text."], tables=(table,))])
     with pytest.raises(ValueError, match="section names used twice: twice"):
         check([twice, twice])
+
+
+def test_a_verdict_renders_as_what_it_is_whatever_its_words():
+    """The pages lay out the verdicts' objects, not their words: a family and a backend named
+    with leading spaces and 'WARNING' stay a family heading and a finding, and only a warning
+    looks like one."""
+    odd = "  WARNING: named so"
+    found = Verdicts([Family(odd, [Verdict(Kind.FASTEST, odd, Side(odd, 1, rate=100.0), None,
+                                           "not compared")])],
+                     warnings=[ReportWarning("few repeats", 1, 2, 3)])
+    html = verdicts_html(found)
+    assert html.count('<p class="warning">') == 1 and html.count("<li>") == 1
+    assert (f'<p class="family"><strong>{escape(odd)}:</strong></p><ul><li>fastest on 1 '
+            f'device: only {escape(odd)} ran (100 samples/s)</li></ul>') in html
+    lines = verdicts_markdown(found).splitlines()
+    assert lines == ["", f"**{markdown_text(odd)}:**",
+                     f"- fastest on 1 device: only {markdown_text(odd)} ran (100 samples/s)",
+                     "", "**WARNING: 1 of 2 cells have fewer than 3 usable repeats: their "
+                         "comparisons stay inconclusive or rest on little; run the grid with "
+                         "--repeat 3 or more**"]

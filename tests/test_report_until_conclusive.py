@@ -8,6 +8,7 @@ from tests.report_fixtures import hand_cell, make_row, write_rows
 from xbench.common.results.store import read_rows
 from xbench.reports import analysis
 from xbench.reports.load import load
+from xbench.reports.verdict import finding_lines
 from xbench.reports.verdicts import judged
 
 
@@ -75,7 +76,9 @@ def test_until_conclusive_adds_repeats_of_the_open_comparison_until_it_settles(t
     assert said.endswith(f"until conclusive: {len(added)} run(s) added; every comparison of the "
                          f"grid's cells is settled")
     frame, _ = load([tmp_path / "r.jsonl"])
-    lines, _ = judged(analysis.cell_table(frame))
+    families, _ = judged(analysis.cell_table(frame))
+    lines = [line for family in families for verdict in family.verdicts
+             for line in finding_lines(verdict)]
     assert any("pt-ddp on 2 devices: speedup" in line and line.endswith(
         f"pays off (after {pairs + 1} looks of --until-conclusive, tested at 5% / 10)")
         for line in lines), lines

@@ -15,35 +15,41 @@ from xbench.reports.figures import (
     plain,
 )
 from xbench.reports.sections.section import NO_ROWS, Figure, Made, Section, Table
-from xbench.reports.tables import CELL, accuracy_text, column, num, table
+from xbench.reports.tables import (
+    ACCURACY,
+    CELL_VALUES,
+    Column,
+    Numbers,
+    column,
+    field,
+    num,
+    numbers,
+)
 
 MARKERS = "osD^v<>"  # one per device count
 
 
-def accuracy_table(data: ReportData):
+def accuracy_table(data: ReportData) -> Numbers:
     measured = analysis.measured(data.cells)
     epochs = sorted({e for means in measured["epoch_means"] for e in means})
 
-    def loss_accuracy(epoch):
-        def text(cell):
-            loss, accuracy = cell["epoch_means"].get(epoch, (None, None))
-            return f"{num(loss)} / {num(accuracy, 4)}"
-        return text
-    return table(measured, [*CELL, *[(f"epoch {e} loss / accuracy", loss_accuracy(e))
-                                     for e in epochs],
-                            ("test accuracy, 95% CI", accuracy_text)])
+    def loss_accuracy(epoch) -> Column:
+        return Column(f"epoch {epoch} loss / accuracy",
+                      lambda cell: tuple(cell["epoch_means"].get(epoch, (None, None))),
+                      lambda means: f"{num(means[0])} / {num(means[1], 4)}")
+    return numbers(measured, [*CELL_VALUES, *map(loss_accuracy, epochs), ACCURACY])
 
 
-def batchnorm_table(data: ReportData):
+def batchnorm_table(data: ReportData) -> Numbers:
     """The cells of models with BatchNorm: what the backend does with the running statistics
     across replicas, how far apart the replicas' statistics ended, the test accuracy."""
     measured = analysis.measured(data.cells)
     with_batchnorm = measured[measured["batchnorm"].notna()]
-    return table(with_batchnorm, [
-        *CELL, ("training", column("training")),
+    return numbers(with_batchnorm, [
+        *CELL_VALUES, ("training", column("training")),
         ("running statistics across replicas", column("batchnorm")),
-        ("largest difference from replica 0 at the end", column("batchnorm_difference", num)),
-        ("test accuracy, 95% CI", accuracy_text)])
+        field("largest difference from replica 0 at the end", "batchnorm_difference"),
+        ACCURACY])
 
 
 def by_epoch(axes, cells) -> None:

@@ -9,7 +9,21 @@ import pandas as pd
 from xbench.reports import analysis, goodput
 from xbench.reports.data import Options
 from xbench.reports.sections.section import Section, Table
-from xbench.reports.tables import MIB, bounds, num, ratio_text, table, with_interval
+from xbench.reports.tables import (
+    MIB,
+    Column,
+    Numbers,
+    bounds,
+    estimate,
+    estimate_text,
+    field,
+    num,
+    numbers,
+    ratio_text,
+    table,
+    with_interval,
+)
+from xbench.reports.verdict import Interval
 
 TIME_DEFINITION = (
     "Times are epoch 2's (epoch 1 warms up), over the usable repeats, with the 95% interval of "
@@ -41,12 +55,14 @@ def question_1(cells):
         if cell["n"] > 0:
             return "fit"
         return "did not fit (oom)" if "oom" in cell["statuses"] else cell["statuses"]
-    return table(ones, [
+    return numbers(ones, [
         ("backend", lambda c: c["series"]), ("training", lambda c: c["training"]),
         ("batch", lambda c: c["batch"]), ("outcome", outcome),
-        ("epoch time (s), 95% CI", lambda c: seconds(c, "epoch2_seconds")),
-        ("waiting for input (s)", lambda c: num(c["epoch2_input_seconds"])),
-        ("without input (s)", lambda c: num(c["epoch2_seconds"] - c["epoch2_input_seconds"]))])
+        Column("epoch time (s), 95% CI",
+               lambda c: estimate(c["epoch2_seconds"], c["epoch2_seconds_ci"]), estimate_text()),
+        field("waiting for input (s)", "epoch2_input_seconds"),
+        Column("without input (s)", lambda c: c["epoch2_seconds"] - c["epoch2_input_seconds"],
+               num)])
 
 
 def table_1(scaling, cells):
@@ -105,13 +121,14 @@ def question_4(cells):
         return table(ok, [])
     chosen = ok[(ok["devices"] == ok["devices"].max())
                 | ((ok["devices"] == 1) & (ok["per_device_batch"] == 128))]
-    return table(chosen.sort_values(["series", "devices", "per_device_batch", "training"]), [
+    return numbers(chosen.sort_values(["series", "devices", "per_device_batch", "training"]), [
         ("backend", lambda c: c["series"]), ("devices", lambda c: c["devices"]),
         ("per-device batch", lambda c: c["per_device_batch"]),
         ("training", lambda c: c["training"]), ("epoch", lambda c: int(c["epochs_given"])),
-        ("training loss, 95% CI", lambda c: with_interval(c["last_loss"], c["last_loss_ci"])),
-        ("training accuracy, 95% CI", lambda c: with_interval(c["last_accuracy"],
-                                                              c["last_accuracy_ci"], 4)),
+        Column("training loss, 95% CI", lambda c: estimate(c["last_loss"], c["last_loss_ci"]),
+               estimate_text()),
+        Column("training accuracy, 95% CI",
+               lambda c: estimate(c["last_accuracy"], c["last_accuracy_ci"]), estimate_text(4)),
         ("n", lambda c: c["n"])])
 
 
@@ -144,23 +161,24 @@ def question_6(cells):
     ok = ok[ok["devices"] > 1].drop_duplicates(["series", "devices"])
     items = [{"backend": c["series"], "devices": c["devices"], **item}
              for _, c in ok.iterrows() for item in c["traffic"]]
-    return pd.DataFrame(
-        [[i["backend"], str(i["devices"]), i["what"], num(i["bytes"] / MIB), i["how"], i["basis"]]
+    return Numbers(pd.DataFrame(
+        [[i["backend"], i["devices"], i["what"], i["bytes"] / MIB, i["how"], i["basis"]]
          for i in items],
-        columns=["backend", "devices", "what", "MiB per step", "counted or computed", "how"])
+        columns=["backend", "devices", "what", "MiB per step", "counted or computed", "how"],
+        dtype=object), {"MiB per step": num})
 
 
 def case_study(cells):
     """Test accuracy on N devices minus on 1, per backend and batch, with Welch's interval."""
     changes = analysis.accuracy_change(cells)
-    return table(changes, [
+    return numbers(changes, [
         ("backend", lambda c: c["series"]), ("training", lambda c: c["training"]),
         ("batch", lambda c: f"{analysis.batch_kind(c['batch_mode'])} {c['batch']}"),
         ("devices", lambda c: c["devices"]),
-        ("test accuracy", lambda c: num(c["test_accuracy"], 4)),
-        ("on 1 device", lambda c: num(c["test_accuracy_ref"], 4)),
-        ("difference, 95% CI", lambda c: f"{c['difference'][0]:+.4f} "
-         f"{bounds(c['difference'][1], c['difference'][2])}")])
+        field("test accuracy", "test_accuracy", lambda v: num(v, 4)),
+        field("on 1 device", "test_accuracy_ref", lambda v: num(v, 4)),
+        Column("difference, 95% CI", lambda c: Interval(*c["difference"]),
+               lambda v: f"{v.value:+.4f} {bounds(v.low, v.high)}")])
 
 
 def seconds(cell, field):

@@ -1,12 +1,23 @@
 """Memory: the peak of each device and the model state it holds, per cell and against the device
 count."""
+import math
+
 import pandas as pd
 
 from xbench.reports import analysis
 from xbench.reports.data import ReportData
 from xbench.reports.figures import cell_labels, color, fixed_text, panels
 from xbench.reports.sections.section import NO_ROWS, Figure, Made, Section, Table
-from xbench.reports.tables import CELL, MIB, batch_text, column, num, table
+from xbench.reports.tables import (
+    CELL_VALUES,
+    MIB,
+    Column,
+    Numbers,
+    batch_text,
+    column,
+    num,
+    numbers,
+)
 
 NO_MEMORY = "no usable run recorded its memory"
 
@@ -17,23 +28,30 @@ def recorded(cells):
     return measured[measured["memory_per_device"].map(bool)]
 
 
-def memory_table(data: ReportData):
+def memory_table(data: ReportData) -> Numbers:
     def imbalance(cell):
         values = cell["memory_per_device"]
-        return f"{max(values) / min(values):.2f}" if min(values) > 0 else "—"
-    return table(recorded(data.cells), [
-        *CELL, ("device type", column("device_type")),
-        ("peak per device (MiB)", lambda c: mebibytes(c["memory_per_device"])),
-        ("max / min", imbalance),
-        ("model state per device (MiB)", lambda c: mebibytes(c["model_state_per_device"]))])
+        return max(values) / min(values) if min(values) > 0 else math.nan
+    return numbers(recorded(data.cells), [
+        *CELL_VALUES, ("device type", column("device_type")),
+        Column("peak per device (MiB)", lambda c: mebibytes(c["memory_per_device"]),
+               mebibytes_text),
+        Column("max / min", imbalance, lambda v: "—" if math.isnan(v) else f"{v:.2f}"),
+        Column("model state per device (MiB)", lambda c: mebibytes(c["model_state_per_device"]),
+               mebibytes_text)])
 
 
-def mebibytes(values) -> str:
-    """'12.3, 12.3' of a list of bytes, '—' where none was recorded."""
-    return ", ".join(num(v / MIB) for v in values) if values else "—"
+def mebibytes(values) -> list[float]:
+    """A list of bytes in MiB (empty where none was recorded)."""
+    return [v / MIB for v in values]
 
 
-def memory_against_devices_table(data: ReportData):
+def mebibytes_text(values: list[float]) -> str:
+    """'12.3, 12.3', '—' where none was recorded."""
+    return ", ".join(map(num, values)) if values else "—"
+
+
+def memory_against_devices_table(data: ReportData) -> Numbers | pd.DataFrame:
     """Per backend and setup, one line: for each device count the largest peak of a device and
     the largest model state a device held (what sharding divides), side by side."""
     measured = recorded(data.cells)
@@ -49,12 +67,19 @@ def memory_against_devices_table(data: ReportData):
                 "training": first["training"]}
         for count in counts:
             at = group[group["devices"] == count]
-            line[f"{count} device(s): peak / model state (MiB)"] = "—" if at.empty else (
-                f"{num(max(at.iloc[0]['memory_per_device']) / MIB)} / "
-                + (num(max(at.iloc[0]['model_state_per_device']) / MIB)
-                   if at.iloc[0]["model_state_per_device"] else "—"))
+            line[f"{count} device(s): peak / model state (MiB)"] = None if at.empty else (
+                max(at.iloc[0]["memory_per_device"]) / MIB,
+                max(at.iloc[0]["model_state_per_device"]) / MIB
+                if at.iloc[0]["model_state_per_device"] else None)
         lines.append(line)
-    return pd.DataFrame(lines)
+    values = pd.DataFrame(lines, dtype=object)
+    return Numbers(values, {f"{count} device(s): peak / model state (MiB)": peak_and_state
+                            for count in counts})
+
+
+def peak_and_state(value: tuple[float, float | None] | None) -> str:
+    """'300 / 3.00' MiB of a device count's largest peak and model state, '—' for none."""
+    return "—" if value is None else f"{num(value[0])} / {num(value[1])}"
 
 
 def memory_figure(data: ReportData) -> Made:

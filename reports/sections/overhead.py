@@ -13,13 +13,13 @@ from xbench.reports.figures import (
     panels,
 )
 from xbench.reports.sections.section import NO_ROWS, Figure, Made, Section, Table
-from xbench.reports.tables import CELL, column, num, table
+from xbench.reports.tables import CELL_VALUES, Numbers, field, numbers
 
 
-def overhead_table(data: ReportData):
-    return table(analysis.measured(data.cells), [
-        *CELL, ("start-up (s)", column("startup_seconds", num)),
-        ("epoch 1 − epoch 2 (s)", column("first_epoch_overhead", num))])
+def overhead_table(data: ReportData) -> Numbers:
+    return numbers(analysis.measured(data.cells), [
+        *CELL_VALUES, field("start-up (s)", "startup_seconds"),
+        field("epoch 1 − epoch 2 (s)", "first_epoch_overhead")])
 
 
 def overhead_figure(data: ReportData) -> Made:

@@ -5,10 +5,19 @@ from xbench.common.grids.settings import Role, columns
 from xbench.reports import analysis
 from xbench.reports.data import ReportData
 from xbench.reports.sections.section import Section, Table
-from xbench.reports.tables import CELL, accuracy_text, bounds, column, mfu_text, num, table
+from xbench.reports.tables import (
+    ACCURACY,
+    CELL_VALUES,
+    RATE_INTERVAL,
+    Numbers,
+    column,
+    field,
+    mfu_text,
+    numbers,
+)
 
 
-def precision_table(data: ReportData):
+def precision_table(data: ReportData) -> Numbers:
     """The cells of setups run at more than one precision, side by side: the rate, MFU against
     the probe's peak at the precision each ran in (reports.analysis.against_limits) and the
     test accuracy that the lower precision may cost."""
@@ -25,13 +34,11 @@ def precision_table(data: ReportData):
                        for e, k in zip(shown["env"], shown["cell_key"], strict=True)]
     shown["precision_of_peak"] = [found[(e, k)]["precision"] if (e, k) in found else None
                                   for e, k in zip(shown["env"], shown["cell_key"], strict=True)]
-    return table(shown, [*CELL, ("training", column("training")),
-                         ("precision", column("precision")),
-                         ("epoch-2 rate (samples/s)", column("epoch2_rate", num)),
-                         ("epoch-2 rate 95% CI", lambda c: bounds(c["epoch2_rate_low"],
-                                                                  c["epoch2_rate_high"])),
-                         ("MFU at its precision's peak, 95% CI", precision_mfu_text),
-                         ("test accuracy, 95% CI", accuracy_text)])
+    return numbers(shown, [*CELL_VALUES, ("training", column("training")),
+                           ("precision", column("precision")),
+                           field("epoch-2 rate (samples/s)", "epoch2_rate"), RATE_INTERVAL,
+                           ("MFU at its precision's peak, 95% CI", precision_mfu_text),
+                           ACCURACY])
 
 
 def precision_mfu_text(c) -> str:

@@ -12,22 +12,35 @@ from xbench.reports.figures import (
     plain,
 )
 from xbench.reports.sections.section import NO_ROWS, Figure, Made, Section, Table
-from xbench.reports.tables import WHO, batch_text, column, num, ratio_text, table
+from xbench.reports.tables import (
+    WHO,
+    Column,
+    Numbers,
+    batch_text,
+    column,
+    field,
+    numbers,
+    ratio_text,
+)
 
 
-def scaling_table(data: ReportData):
-    def efficiency(row):
-        text = ratio_text(row["efficiency_ratio"], percent=True)
-        return f"SUSPECT (above 100%): {text}" if row["suspect"] else text
+def efficiency_text(efficiency) -> str:
+    """An efficiency with its interval, SUSPECT above 100% (analysis.scaling's mark)."""
+    text = ratio_text(efficiency, percent=True)
+    return f"SUSPECT (above 100%): {text}" if efficiency.value > 1 else text
+
+
+def scaling_table(data: ReportData) -> Numbers:
     scaled = data.scaling
-    return table(scaled[scaled["devices"] > 1], [
-        *WHO, ("multiple", lambda s: f"×{s['dataset_multiple']}"), ("scaling", column("scaling")),
-        ("batch held fixed", batch_text), ("devices", column("devices")),
-        ("n (N / 1 device)", lambda s: f"{s['n']} / {s['n_ref']}"),
-        ("epoch-2 rate (samples/s)", column("epoch2_rate", num)),
-        ("1-device rate (samples/s)", column("rate_1", num)),
-        ("speedup, 95% CI", lambda s: ratio_text(s["speedup_ratio"])),
-        ("efficiency, 95% CI", efficiency)])
+    return numbers(scaled[scaled["devices"] > 1], [
+        *WHO, field("multiple", "dataset_multiple", lambda v: f"×{v}"),
+        ("scaling", column("scaling")), ("batch held fixed", batch_text),
+        field("devices", "devices", str),
+        Column("n (N / 1 device)", lambda s: (s["n"], s["n_ref"]), lambda v: f"{v[0]} / {v[1]}"),
+        field("epoch-2 rate (samples/s)", "epoch2_rate"),
+        field("1-device rate (samples/s)", "rate_1"),
+        field("speedup, 95% CI", "speedup_ratio", ratio_text),
+        field("efficiency, 95% CI", "efficiency_ratio", efficiency_text)])
 
 
 def scaling_figure(data: ReportData) -> Made:

@@ -13,6 +13,7 @@ import pandas as pd
 from matplotlib.figure import Figure as Drawing
 
 from xbench.reports.data import Options, ReportData
+from xbench.reports.tables import Numbers
 
 Text = str | Callable[[ReportData], str]
 Made = tuple[str, Drawing] | str  # (caption, figure), or why it is not drawn and what would draw it
@@ -36,11 +37,12 @@ def refuse(problem: str) -> NoReturn:
 
 @dataclass(frozen=True)
 class Table:
-    """A table of text: `make` gives it (a DataFrame of str), `empty` why it would be empty and
-    what would fill it."""
+    """A table: `make` gives its values with how each column reads (reports.tables.Numbers),
+    or its text (a DataFrame of str); `empty` says why it would be empty and what would fill
+    it."""
     name: str
     title: Text
-    make: Callable[[ReportData], pd.DataFrame]
+    make: Callable[[ReportData], Numbers | pd.DataFrame]
     empty: Text
 
     def __post_init__(self):
@@ -106,9 +108,16 @@ def check(sections: Sequence[Section]) -> None:
 
 @dataclass(frozen=True)
 class ShownTable:
+    """A table made: its values (`table`: text where its maker gives text) and, as the pages
+    show it, `frame`."""
+    name: str
     title: str
-    frame: pd.DataFrame
+    table: Numbers
     empty: str
+
+    @property
+    def frame(self) -> pd.DataFrame:
+        return self.table.text()
 
 
 @dataclass(frozen=True)
@@ -137,5 +146,10 @@ def walk(section: Section, data: ReportData, draw: bool) -> ShownSection:
         figures.append(ShownFigure(figure.name, figure.title, reason=made) if isinstance(made, str)
                        else ShownFigure(figure.name, figure.title, *made))
     return ShownSection(said(section.title, data), section.text(data), figures,
-                        [ShownTable(said(t.title, data), t.make(data), said(t.empty, data))
-                         for t in section.tables])
+                        [ShownTable(t.name, said(t.title, data), valued(t.make(data)),
+                                    said(t.empty, data)) for t in section.tables])
+
+
+def valued(made: Numbers | pd.DataFrame) -> Numbers:
+    """A maker's table as values: a table of text is its own values."""
+    return made if isinstance(made, Numbers) else Numbers(made, {})

@@ -8,7 +8,18 @@ from xbench.reports import analysis
 from xbench.reports.data import ReportData
 from xbench.reports.figures import by_series, cell_labels, fixed_text, legend, panels, plain
 from xbench.reports.sections.section import Figure, Made, Section, Table
-from xbench.reports.tables import CELL, MIB, column, num, table, with_interval
+from xbench.reports.tables import (
+    CELL_VALUES,
+    MIB,
+    Column,
+    Numbers,
+    column,
+    estimate,
+    estimate_text,
+    field,
+    num,
+    numbers,
+)
 
 NO_ATTRIBUTION = ("no usable run records its step attribution (rows of xbench before schema 5 "
                   "do not): run the grid again")
@@ -42,50 +53,58 @@ ATTRIBUTION_TEXT = (
     "(inject) show where it landed, and stay out of every verdict.")
 
 
-def attribution_table(data: ReportData):
+def attribution_table(data: ReportData) -> Numbers:
     """Every attributed cell: each part of a step in ms with its interval and its share, the
     step, whether it added up, and the slowest rank."""
-    def part(name):
-        return lambda c: (f"{with_interval(c[f'{name}_step'] * 1000, c[f'{name}_step_ci'] * 1000)}"
-                          f" ({c[f'{name}_share']:.0%})")
+    def part(name) -> Column:
+        return Column(f"{name} (ms)", lambda c: (milliseconds(c, f"{name}_step", f"{name}_step_ci"),
+                                                 c[f"{name}_share"]),
+                      lambda v: f"{estimate_text()(v[0])} ({v[1]:.0%})")
 
     def added(c):
         untraced = (f"; UNTRACED: {c['untraced_share']:.0%} of the step no mark or trace covers"
                     if c["untraced_share"] > analysis.UNTRACED_LIMIT else "")
         return (f"yes (residual {c['residual_share']:.1%}){untraced}" if c["adds_up"] else
                 f"NO: {c['residual_share']:.1%} of the epoch is in no step{untraced}")
-    return table(data.attributed, [
-        *CELL, ("training", column("training")), ("n", column("n_attributed")),
-        *[(f"{name} (ms)", part(name)) for name in PARTS],
-        ("step (ms)", lambda c: num(sum(c[f"{name}_step"] for name in PARTS) * 1000)),
+    return numbers(data.attributed, [
+        *CELL_VALUES, ("training", column("training")), field("n", "n_attributed", str),
+        *map(part, PARTS),
+        Column("step (ms)", lambda c: sum(c[f"{name}_step"] for name in PARTS) * 1000, num),
         ("parts add up", added),
-        ("slowest rank", lambda c: "—" if pd.isna(c["slowest_rank"])
-         else str(int(c["slowest_rank"])))])
+        Column("slowest rank", lambda c: None if pd.isna(c["slowest_rank"])
+               else int(c["slowest_rank"]), lambda v: "—" if v is None else str(v))])
 
 
-def communication_table(data: ReportData):
+def milliseconds(cell, name: str, ci: str):
+    """Seconds of `cell` as ms with their interval."""
+    return estimate(cell[name] * 1000, cell[ci] * 1000)
+
+
+def communication_table(data: ReportData) -> Numbers:
     """The cells whose gradients cross between N > 1 devices: what the step waits for, what the
-    collectives moved and how fast."""
-    def gigabytes(c, field):
-        if c["reduction"] != "all-reduce":
-            return f"— ({c['reduction']}: no ring bandwidth)"
-        return num(c[field] * 1e-9)
+    collectives moved and how fast (words where a reduction to one device has no ring
+    bandwidth)."""
+    def ring(value):
+        return lambda c: (value(c) if c["reduction"] == "all-reduce"
+                          else f"— ({c['reduction']}: no ring bandwidth)")
     attributed = data.attributed
     many = attributed[attributed["devices"] > 1] if len(attributed) else attributed
-    return table(many, [
-        *CELL, ("training", column("training")), ("reduction", column("reduction")),
-        ("waiting for the slowest rank (ms/step)",
-         lambda c: with_interval(c["waiting_step"] * 1000, c["waiting_step_ci"] * 1000)),
-        ("exposed communication (ms/step)", lambda c: with_interval(
-            c["communication_step"] * 1000, c["communication_step_ci"] * 1000)),
-        ("moving (ms/step)", lambda c: with_interval(c["moving_seconds"] * 1000,
-                                                      c["moving_ci"] * 1000)),
-        ("overlap share (of communication, while computing)",
-         lambda c: "—" if pd.isna(c["overlap_share"]) else f"{c['overlap_share']:.0%}"),
-        ("bytes reduced (MiB/step)", lambda c: f"{num(c['bytes'] / MIB)} ({c['bytes_how']})"),
-        ("algbw (GB/s)", lambda c: gigabytes(c, "algbw")),
-        ("busbw (GB/s)", lambda c: gigabytes(c, "busbw") if c["reduction"] != "all-reduce"
-         else with_interval(c["busbw"] * 1e-9, c["busbw_ci"] * 1e-9))])
+    return numbers(many, [
+        *CELL_VALUES, ("training", column("training")), ("reduction", column("reduction")),
+        Column("waiting for the slowest rank (ms/step)",
+               lambda c: milliseconds(c, "waiting_step", "waiting_step_ci"), estimate_text()),
+        Column("exposed communication (ms/step)",
+               lambda c: milliseconds(c, "communication_step", "communication_step_ci"),
+               estimate_text()),
+        Column("moving (ms/step)", lambda c: milliseconds(c, "moving_seconds", "moving_ci"),
+               estimate_text()),
+        field("overlap share (of communication, while computing)", "overlap_share",
+              lambda v: "—" if pd.isna(v) else f"{v:.0%}"),
+        Column("bytes reduced (MiB/step)", lambda c: (c["bytes"] / MIB, c["bytes_how"]),
+               lambda v: f"{num(v[0])} ({v[1]})"),
+        Column("algbw (GB/s)", ring(lambda c: c["algbw"] * 1e-9), num),
+        Column("busbw (GB/s)", ring(lambda c: estimate(c["busbw"] * 1e-9, c["busbw_ci"] * 1e-9)),
+               estimate_text())])
 
 
 def step_parts(data: ReportData) -> Made:

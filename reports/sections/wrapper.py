@@ -3,15 +3,15 @@ single-device reference with no parallel wrapper."""
 from xbench.reports import analysis
 from xbench.reports.data import ReportData
 from xbench.reports.sections.section import Section, Table
-from xbench.reports.tables import WHO, batch_text, column, num, ratio_text, table
+from xbench.reports.tables import WHO, Numbers, batch_text, column, field, numbers, ratio_text
 
 
-def wrapper_table(data: ReportData):
-    return table(analysis.wrapper_cost(data.cells), [
+def wrapper_table(data: ReportData) -> Numbers:
+    return numbers(analysis.wrapper_cost(data.cells), [
         *WHO, ("batch", batch_text), ("reference (no wrapper)", column("reference")),
-        ("rate (samples/s)", column("epoch2_rate", num)),
-        ("reference rate (samples/s)", column("epoch2_rate_ref", num)),
-        ("rate / reference, 95% CI", lambda w: ratio_text(w["ratio"]))])
+        field("rate (samples/s)", "epoch2_rate"),
+        field("reference rate (samples/s)", "epoch2_rate_ref"),
+        field("rate / reference, 95% CI", "ratio", ratio_text)])
 
 
 SECTION = Section(
