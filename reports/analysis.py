@@ -223,7 +223,12 @@ UNTRACED_LIMIT = 0.10  # a step's share no mark or trace covers above which the 
 def protocol(cell) -> Protocol:
     """How the cell's gradients crossed: its backend's protocol on its device type, or what its
     row recorded (common.backends.traits.protocol_of)."""
-    return protocol_of(cell["backend"], cell["device_type"], cell.get("reduction"))
+    return protocol_of(cell["backend"], cell.get("device_type"), cell.get("reduction"))
+
+
+def one_of(names: list[str]) -> str:
+    """'a, b or c': names from the traits table in a sentence."""
+    return " or ".join(filter(None, [", ".join(names[:-1]), names[-1]])) if names else ""
 
 
 def wire_size(cell) -> float:

@@ -350,7 +350,7 @@ def one_per_library() -> list[str]:
     return list(found.values())
 
 
-def protocol_of(backend: str, device_type: str, recorded: str | None) -> Protocol:
+def protocol_of(backend: str, device_type: str | None, recorded: str | None) -> Protocol:
     """How a row's gradients crossed: its backend's protocol on its device type, unless the row
     recorded another reduction (a backend of one device records none; a backend not in this
     table is known only by what it recorded)."""

@@ -6,6 +6,7 @@ import math
 
 import pandas as pd
 
+from xbench.common.backends.traits import TRAITS
 from xbench.reports import analysis, goodput
 from xbench.reports.data import Options
 from xbench.reports.sections.section import Section, Table
@@ -99,7 +100,7 @@ def table_3(attributed, limits):
     for _, c in many.iterrows():
         probed = limits[(limits["env"] == c["env"]) & (limits["cell_key"] == c["cell_key"])]
         share = probed["bandwidth_share"].iloc[0] if len(probed) else math.nan
-        if c["reduction"] == "reduce-to-one":
+        if analysis.protocol(c).through_one_device:
             bandwidth = (f"not counted; traffic {num(c['devices'] * c['bytes'] / MIB)} MiB/step "
                          f"(the gradients once per device)")
         else:
@@ -210,6 +211,9 @@ def asked(options: Options) -> bool:
 
 
 ATTRIBUTED = "it needs N-device cells whose rows attribute their steps"
+# the backends whose ranks draw with a DistributedSampler (question 5 is theirs)
+SAMPLERS = [t.name for t in TRAITS.values() if t.distributed_sampler]
+
 SECTION = Section(
     name="lab",
     title="The course lab",
@@ -233,8 +237,8 @@ SECTION = Section(
               "(--lr-scaling none,linear --warmup-epochs 0,1)"),
         Table("lab_q5", "Question 5: sample orders with and without set_epoch",
               lambda data: question_5(data.cells),
-              "it needs pt-ddp or hvd-torch cells on N > 1 devices (--no-set-epoch for the "
-              "contrast)"),
+              f"it needs {analysis.one_of(SAMPLERS)} cells on N > 1 devices (--no-set-epoch for "
+              f"the contrast)"),
         Table("lab_q6", "Question 6: what crosses the wire in one step",
               lambda data: question_6(data.cells), "it needs cells on N > 1 devices"),
         Table("lab_case", "Case study: test accuracy on N devices against 1",

@@ -1,5 +1,6 @@
 """Against the limit: each cell's model FLOP utilisation and achieved bus bandwidth against what
 `xbench probe` measured this machine can do."""
+from xbench.common.backends.protocol import ALL_REDUCE
 from xbench.reports.data import ReportData
 from xbench.reports.sections.section import NO_ROWS, Section, Table
 from xbench.reports.tables import limits_table
@@ -32,5 +33,5 @@ SECTION = Section(
     name="limits",
     title="Against the limit",
     paragraphs=[LIMITS_TEXT],
-    tables=(Table("limits", "MFU and all-reduce bandwidth against this machine's measured peaks",
+    tables=(Table("limits", f"MFU and {ALL_REDUCE} bandwidth against this machine's measured peaks",
                   against_the_probe, lambda data: NO_ROWS if data.probes else NO_PROBE),))

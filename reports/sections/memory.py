@@ -4,6 +4,7 @@ import math
 
 import pandas as pd
 
+from xbench.common.backends.traits import TRAITS
 from xbench.reports import analysis
 from xbench.reports.data import ReportData
 from xbench.reports.figures import cell_labels, color, fixed_text, panels
@@ -102,6 +103,8 @@ def memory_figure(data: ReportData) -> Made:
             "allocated memory per GPU; on CPU: peak resident memory of each process."), figure
 
 
+SHARDING = ", ".join(t.name for t in TRAITS.values() if t.shards_parameters)
+
 SECTION = Section(
     name="memory",
     title="Memory",
@@ -109,7 +112,7 @@ SECTION = Section(
         "Peak memory per device where recorded: allocated memory per GPU, or peak resident "
         "memory per process on CPU. DataParallel gathers on device 0, which shows here.",
         "Model state: the trainable parameters and the optimizer's state a device holds between "
-        "steps, counted on its tensors at the end of the run; what sharding (pt-fsdp) divides "
+        f"steps, counted on its tensors at the end of the run; what sharding ({SHARDING}) divides "
         "over the devices, and what every other backend keeps whole on each device. On a CPU "
         "the peak also holds the framework and its libraries (FSDP's own add about 46 MiB) and "
         "the collectives' buffers, so a small model's sharded state need not lower it there.",

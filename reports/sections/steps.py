@@ -3,6 +3,7 @@ of N-device cells waited for, moved and how fast."""
 import numpy as np
 import pandas as pd
 
+from xbench.common.backends.protocol import ALL_REDUCE
 from xbench.common.measuring.attribution import MEANING, PARTS
 from xbench.reports import analysis
 from xbench.reports.data import ReportData
@@ -37,7 +38,7 @@ COMMUNICATION = (
     "collectives after every rank's compute was done; waiting = from this rank's compute done "
     "to the last rank's. Moving time = communication less waiting, per step (median; the rank "
     "that saw the most of it): the collectives' own time, so the bandwidth over it is the "
-    "link's as the library used it, overlapped or not. Bandwidth for backends that all-reduce "
+    f"link's as the library used it, overlapped or not. Bandwidth for backends that {ALL_REDUCE} "
     "(nccl-tests' convention: algbw = bytes reduced / moving time, busbw = algbw × 2(N−1)/N), "
     "from the bytes the library reduced where counted, else the model's gradients as the "
     "cell's compression sends them; a reduction to one device (DataParallel, "
@@ -85,7 +86,7 @@ def communication_table(data: ReportData) -> Numbers:
     collectives moved and how fast (words where a reduction to one device has no ring
     bandwidth)."""
     def ring(value):
-        return lambda c: (value(c) if c["reduction"] == "all-reduce"
+        return lambda c: (value(c) if analysis.protocol(c).is_all_reduce
                           else f"— ({c['reduction']}: no ring bandwidth)")
     attributed = data.attributed
     many = attributed[attributed["devices"] > 1] if len(attributed) else attributed

@@ -1,5 +1,6 @@
 """What the parallel machinery costs at one device: each backend against its framework's
 single-device reference with no parallel wrapper."""
+from xbench.common.backends.traits import references
 from xbench.reports import analysis
 from xbench.reports.data import ReportData
 from xbench.reports.sections.section import Section, Table
@@ -14,13 +15,15 @@ def wrapper_table(data: ReportData) -> Numbers:
         field("rate / reference, 95% CI", "ratio", ratio_text)])
 
 
+REFERENCES = list(references().values())  # each framework's, no parallel wrapper
+
 SECTION = Section(
     name="wrapper",
     title="What the parallel machinery costs at one device",
     paragraphs=[
         "Each backend's 1-device rate over its framework's single-device reference with no "
-        "parallel wrapper (pt-single, tf-single, jax-single), in the same setup: below 1× the "
+        f"parallel wrapper ({', '.join(REFERENCES)}), in the same setup: below 1× the "
         "wrapper costs time even when there is nothing to parallelise."],
     tables=(Table("wrapper", "Rate at one device against no parallel wrapper", wrapper_table,
-                  "it needs pt-single, tf-single or jax-single beside the other backends at one "
-                  "device (every preset has them)"),))
+                  f"it needs {analysis.one_of(REFERENCES)} beside the other backends at one "
+                  f"device (every preset has them)"),))
