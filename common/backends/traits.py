@@ -28,7 +28,7 @@ class Framework:
     memory_mb: int       # a process's framework, libraries and data before training
     input: str           # what forms its batches (host_memory, loader_workers are PyTorch's)
     image_layout: str    # how its loop lays out an image sample (CHANNELS_FIRST, CHANNELS_LAST)
-    # What a user's model file defines for it (common.workload.user_models) and the module that
+    # What a user's model file defines for it (common.workload.model_file) and the module that
     # builds such a file's model and says what it counted; None where its backends train only
     # xbench's own models.
     model_function: str | None
