@@ -24,7 +24,7 @@ CELL = {"backends": ["pt-ddp"], "models": ["small"], "multiples": [1], "batches"
 HAND_LOOP = '''
 import sys, time, numpy as np, torch
 from torch import nn
-from xbench.common.workload.data import load_mnist
+from xbench.common.workload.mnist import load_mnist
 threads, data_dir = int(sys.argv[1]), sys.argv[2]
 samples, batch = int(sys.argv[3]), int(sys.argv[4])
 torch.set_num_threads(threads)

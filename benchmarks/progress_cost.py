@@ -15,7 +15,7 @@ from xbench.common.grids.cell import Cell
 from xbench.common.machine import cpu_cores
 from xbench.common.running.job import Job
 from xbench.common.running.progress import ProgressReport
-from xbench.common.workload.data import load_mnist
+from xbench.common.workload.mnist import load_mnist
 from xbench.reports.stats import ratio_of_means
 
 

@@ -21,8 +21,8 @@ def list_models(as_json):
     with framework_messages() as messages:  # TensorFlow's and Keras' log lines as they load
         for name in models.MODELS:
             found.append({"model": name, "source": "spec (common)",
-                          "params": models.parameter_count(name),
-                          "flops_per_sample": models.flops_per_sample(name)})
+                          "params": models.MODELS[name].parameters(),
+                          "flops_per_sample": models.MODELS[name].flops_per_sample()})
             for framework, path in FRAMEWORK_MODELS.items():
                 module, function = path.split(":")
                 try:

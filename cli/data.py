@@ -1,7 +1,7 @@
 """`xbench data download`: MNIST, for users with internet (tests and CI never do this)."""
 import click
 
-from xbench.common.workload import data as data_module
+from xbench.common.workload import mnist
 
 
 @click.group("data")
@@ -14,4 +14,4 @@ def data_group():
               help="Folder to put the four MNIST .gz files in.")
 def download(folder):
     """Download MNIST (needs internet; tests and CI never do this)."""
-    click.echo(f"MNIST is in {data_module.download(folder)}; use --data-dir {folder}")
+    click.echo(f"MNIST is in {mnist.download(folder)}; use --data-dir {folder}")

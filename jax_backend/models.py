@@ -19,20 +19,17 @@ import numpy as np
 import optax
 from flax import traverse_util
 
-from xbench.common.workload import models as spec
-from xbench.common.workload.layouts import channels_last
-from xbench.common.workload.models import (
-    ADAM,
+from xbench.common.workload import layers as spec
+from xbench.common.workload.layers import (
     BATCHNORM,
     BLOCK_TENSORS,
     EMBEDDING_UNIT,
     LAYER_NAMES,
     LAYERNORM_EPSILON,
-    MODELS,
-    initial_weights,
-    input_shape,
-    takes_ids,
 )
+from xbench.common.workload.layouts import channels_last
+from xbench.common.workload.model import TOKENS
+from xbench.common.workload.models import ADAM, MODELS
 
 # The residual stream, the embeddings, LayerNorm and BatchNorm stay float32 in a mixed-precision
 # cell, as torch.autocast and the Keras models keep them; the convolutions, dense layers,
@@ -245,9 +242,10 @@ def model_of(params: dict) -> str:
 def example_input(name: str, batch: int = 1) -> jax.Array:
     """Zeros shaped as `batch` samples of the model's input: NHWC float32 images, or int32
     token ids."""
-    if takes_ids(name):
-        return jnp.zeros((batch, *input_shape(name)), jnp.int32)
-    channels, height, width = input_shape(name)
+    model = MODELS[name]
+    if model.input_kind == TOKENS:
+        return jnp.zeros((batch, *model.input_shape()), jnp.int32)
+    channels, height, width = model.input_shape()
     return jnp.zeros((batch, height, width, channels), jnp.float32)
 
 
@@ -255,14 +253,14 @@ def build_model(name: str, seed: int = 0, compute_dtype: str | None = None
                 ) -> tuple[nn.Module, dict]:
     """The model `name` and its variables {"params": ..., "batch_stats": ...} ("batch_stats"
     where it has BatchNorm: running mean 0, variance 1), its parameters the initial weights every
-    backend starts from (common.workload.models.initial_weights) in the channels-last layout, so
+    backend starts from (SpecModel.initial_weights) in the channels-last layout, so
     that it follows PyTorch's and Keras' trajectory. `compute_dtype` ("bfloat16", "float16"; None:
     float32) is a mixed-precision cell's lower type: the parameters stay float32, the
     convolutions, dense layers, attention and output layer compute in it (KEPT_FLOAT32)."""
     module = SpecLayers(MODELS[name].layers, jnp.dtype(compute_dtype or "float32"))
     params = {}
     for (unit, layer), values in zip(weight_units(MODELS[name].layers),
-                                     channels_last(name, initial_weights(name, seed)),
+                                     channels_last(name, MODELS[name].initial_weights(seed)),
                                      strict=True):
         for tensor, value in zip(tensor_names(layer), values, strict=True):
             params[(*unit, *tensor)] = jnp.asarray(value)
@@ -340,7 +338,7 @@ def set_learning_rate(opt_state: optax.OptState, value) -> optax.OptState:
 def describe(name: str) -> dict:
     """Parameters counted on the built variables, and the forward FLOPs of one sample as XLA's
     cost analysis counts them (float32, evaluation mode, batch 1, compiled for the CPU so that
-    it is one number on every machine). XLA counts what common.workload.models.flops_per_sample
+    it is one number on every machine). XLA counts what SpecModel.flops_per_sample
     does not: the elementwise ops (bias adds, BatchNorm, activations, softmax, pooling) add to
     it; and it counts a convolution's multiply-accumulates on the input only, not on its
     zero padding, which takes from it where feature maps are small (VGG-19's last 2 x 2 maps:

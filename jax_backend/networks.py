@@ -15,6 +15,7 @@ from jax.sharding import PartitionSpec as P
 from xbench.common.errors import Unsupported
 from xbench.common.grids.cell import Cell
 from xbench.common.workload.precision import lower_dtype
+from xbench.common.workload.resolve import resolve_model
 from xbench.jax_backend.base import AXIS
 from xbench.jax_backend.models import parameter_count
 
@@ -136,7 +137,7 @@ class KerasNetwork(Network):
         self.mesh = mesh.backend_mesh
         lower = lower_dtype(cell.precision)
         keras.mixed_precision.set_global_policy(f"mixed_{lower}" if lower else "float32")
-        self.model = build_model(cell.model, cell.seed)
+        self.model = build_model(resolve_model(cell.model), cell.seed)
         self.optimizer = build_optimizer(cell.optimizer, cell.lr, cell.momentum,
                                          cell.weight_decay)
         self.optimizer.build(self.model.trainable_variables)

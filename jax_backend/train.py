@@ -22,9 +22,9 @@ from xbench.common.measuring.attribution import CALL
 from xbench.common.measuring.target import Evaluation
 from xbench.common.running.env import cpu_name, peak_rss_bytes
 from xbench.common.running.training import TrainingLoop, eval_batch
-from xbench.common.workload.data import rank_indices
-from xbench.common.workload.models import training_flops_per_sample
+from xbench.common.workload.models import MODELS
 from xbench.common.workload.precision import lower_dtype
+from xbench.common.workload.samples import rank_indices
 from xbench.jax_backend.base import AXIS
 
 
@@ -230,7 +230,7 @@ class JaxLoop(TrainingLoop):
 
             self.evaluate_sums = jax.jit(sums)
         loss_sum = correct = 0.0
-        size = eval_batch(self.cell.model)
+        size = eval_batch(self.job.model)
         for start in range(0, len(data.test_images), size):
             samples, targets = jax.device_put(
                 (data.test_images[start:start + size],
@@ -256,7 +256,9 @@ class JaxLoop(TrainingLoop):
             "compile_seconds": self.compile_seconds,
             "cpu_affinity": self.backend.cores if self.kind == "cpu" else None,
             "xla_training_flops_per_sample": counted,
-            "xla_flops_check": flops_check(counted, training_flops_per_sample(self.cell.model)),
+            # JAX's backends train only xbench's own models (a model file's cells are refused)
+            "xla_flops_check": flops_check(
+                counted, MODELS[self.cell.model].training_flops_per_sample()),
             "math": {**dict.fromkeys(("matmul", "convolution"), self.float32_math()),
                      "precision": self.cell.precision, "lower": lower_dtype(self.cell.precision),
                      "jax_default_matmul_precision":

@@ -3,26 +3,17 @@
 only (keras.ops), so that the same code runs on TensorFlow (tf_backend) and on JAX (keras-jax).
 """
 import math
-from pathlib import Path
 
 import keras
 import numpy as np
 from keras import ops
 
-from xbench.common.workload import models as spec
-from xbench.common.workload import user_models
+from xbench.common.workload import layers as spec
+from xbench.common.workload.layers import BATCHNORM, EMBEDDING_UNIT, LAYERNORM_EPSILON
 from xbench.common.workload.layouts import channels_last as keras_layout
-from xbench.common.workload.models import (
-    ADAM,
-    BATCHNORM,
-    EMBEDDING_UNIT,
-    LAYERNORM_EPSILON,
-    initial_weights,
-    input_shape,
-    is_language_model,
-    named_layers,
-    user_model,
-)
+from xbench.common.workload.model import Model
+from xbench.common.workload.model_file import ModelFile
+from xbench.common.workload.models import ADAM, MODELS, SpecModel
 
 
 class TorchBatchNorm(keras.layers.BatchNormalization):
@@ -206,29 +197,37 @@ def keras_unit(name, layer, shape, leaves):
     return keras.Model(inputs, outputs, name=name)
 
 
-def build_model(name, seed=0):
-    """The model `name`, one unit per top-level spec layer, with the initial weights every
-    backend starts from (common.workload.models), converted from PyTorch's layout to Keras'; a
-    model file's keras() model, its weights drawn after seeding Keras with `seed`."""
-    if user := user_model(name):
-        keras.utils.set_random_seed(seed)
-        return user_models.call(user_models.import_file(name), "keras", Path(user.path))["model"]
-    if is_language_model(name):
+def build_model(model: Model, seed=0):
+    """The model's network: a spec's, one unit per top-level layer, with the initial weights
+    every backend starts from (common.workload.models), converted from PyTorch's layout to
+    Keras'; a model file's keras() model, its weights drawn after seeding Keras with `seed`."""
+    return model.network(lambda spec_model: spec_network(spec_model, seed),
+                         lambda model_file: file_network(model_file, seed))
+
+
+def file_network(model: ModelFile, seed: int):
+    keras.utils.set_random_seed(seed)
+    return model.build("keras")
+
+
+def spec_network(spec_model: SpecModel, seed: int):
+    name = spec_model.name
+    if spec_model.predicts_sequence:
         built = {}
-        for unit, layer, _ in named_layers(name):
+        for unit, layer, _ in spec_model.named_layers():
             built[unit] = language_unit(unit, layer, built)
         units = list(built.values())
-        inputs = keras.Input(input_shape(name), dtype="int32")
+        inputs = keras.Input(spec_model.input_shape(), dtype="int32")
         leaves = [unit for unit in units if not isinstance(unit, TiedLogits)]
     else:
         leaves = []
         units = [keras_unit(unit, layer, shape, leaves)
-                 for unit, layer, shape in named_layers(name)]
-        channels, height, width = input_shape(name)
+                 for unit, layer, shape in spec_model.named_layers()]
+        channels, height, width = spec_model.input_shape()
         inputs = keras.Input((height, width, channels))
     model = keras.Sequential([inputs, *units], name=name)
     model.spec_leaves = leaves
-    for keras_layer, values in zip(leaves, keras_layout(name, initial_weights(name, seed)),
+    for keras_layer, values in zip(leaves, keras_layout(name, spec_model.initial_weights(seed)),
                                    strict=True):
         if isinstance(keras_layer, TorchBatchNorm):  # running mean 0 and variance 1
             values = [*values, np.zeros_like(values[0]), np.ones_like(values[0])]
@@ -316,7 +315,7 @@ def parameter_count(model):
 def forward_flops(layer: keras.layers.Layer) -> int:
     """One sample's forward FLOPs through a model or layer: 2 x multiply-accumulates of the conv
     and dense layers and of a transformer's matrix products, from the built layers' kernels and
-    shapes (the convention of common.workload.models.flops_per_sample); a layer without a count
+    shapes (the convention of SpecModel.flops_per_sample); a layer without a count
     of its own sums its sublayers' (a transformer block has one: its linear layers run once per
     token)."""
     if isinstance(layer, keras.layers.Conv2D):
@@ -330,9 +329,10 @@ def forward_flops(layer: keras.layers.Layer) -> int:
                for inner in layer._flatten_layers(include_self=False, recursive=False))
 
 
-def describe(name):
-    """Parameters and forward FLOPs counted on the built Keras model."""
-    model = build_model(name)
+def describe(name: str) -> dict:
+    """Of xbench's model `name`: parameters and forward FLOPs counted on the built Keras
+    model."""
+    model = build_model(MODELS[name])
     versions = f"Keras {_major_minor(keras.__version__)} on {keras.config.backend()}"
     return {"framework": versions,
             "params": parameter_count(model), "flops_per_sample": forward_flops(model)}

@@ -59,9 +59,9 @@ class DistributedDataParallelBackend(TorchrunBackend):
             return hook(state, bucket).then(completed)
         return timed_hook
 
-    def traffic(self, cell, reduction):
+    def traffic(self, cell, model, reduction):
         """Besides the gradients: the buffers DDP broadcasts from rank 0 before each forward."""
-        items = super().traffic(cell, reduction)
+        items = super().traffic(cell, model, reduction)
         if cell.world > 1:
             items.append(wire("buffers broadcast from rank 0", (cell.world - 1) * self.buffer_bytes,
                               "computed", "DDP's broadcast_buffers, before each forward pass: the "

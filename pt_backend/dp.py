@@ -2,12 +2,7 @@
 import math
 
 from xbench.common.backends.backend import wire
-from xbench.common.workload.models import (
-    gradient_bytes,
-    input_shape,
-    output_values,
-    takes_ids,
-)
+from xbench.common.workload.model import TOKENS
 from xbench.common.workload.precision import lower_dtype
 from xbench.pt_backend.base import TorchBackend
 
@@ -28,7 +23,7 @@ class DataParallelBackend(TorchBackend):
             model = AutocastForward(model, device.type, getattr(torch, lower))
         return torch.nn.DataParallel(model, device_ids=self.device_ids)
 
-    def traffic(self, cell, reduction):
+    def traffic(self, cell, model, reduction):
         """DataParallel's every step (torch.nn.parallel): the module replicated from GPU 0, the
         inputs scattered, the outputs gathered on GPU 0, the gradients reduced onto it."""
         devices = len(self.device_ids or ())
@@ -36,19 +31,19 @@ class DataParallelBackend(TorchBackend):
             return []
         others, share = devices - 1, (devices - 1) / devices
         samples = cell.global_batch
-        input_bytes = 8 if takes_ids(cell.model) else 4  # int64 ids, float32 pixels
+        input_bytes = 8 if model.input_kind == TOKENS else 4  # int64 ids, float32 pixels
         return [wire("parameters and buffers replicated from GPU 0", others * self.module_bytes,
                      "computed", "replicate(): the module copied to the other GPUs each step"),
                 wire("inputs scattered from GPU 0",
-                     share * samples * input_bytes * math.prod(input_shape(cell.model)),
+                     share * samples * input_bytes * math.prod(model.input_shape("torch")),
                      "computed", "scatter(): the other GPUs' shares of the batch (float32 "
                      "images, or int64 token ids)"),
                 wire("outputs gathered on GPU 0",
                      share * samples * (2 if lower_dtype(cell.precision) else 4)
-                     * output_values(cell.model), "computed",
+                     * model.output_values(), "computed",
                      "gather(): the other GPUs' logits (2 bytes each in mixed precision)"),
                 wire("gradients reduced onto GPU 0",
-                     others * gradient_bytes(cell.model, framework="torch"),
+                     others * model.gradient_bytes("torch"),
                      "computed", "the replicas' gradients summed into GPU 0's parameters")]
 
     def details(self):

@@ -6,7 +6,6 @@ after its backward pass, so the optimizer steps on each rank's shard only."""
 import math
 
 from xbench.common.backends.backend import wire
-from xbench.common.workload.models import tensor_shapes
 from xbench.pt_backend.torchrun import TorchrunBackend
 
 FLOAT32_BYTES = 4  # FSDP gathers and reduces in the parameters' dtype (no MixedPrecisionPolicy)
@@ -33,7 +32,7 @@ class FullyShardedBackend(TorchrunBackend):
     def whole_parameters(self, model):
         return [parameter.full_tensor() for parameter in model.parameters()]
 
-    def traffic(self, cell, reduction):
+    def traffic(self, cell, model, reduction):
         """Per step, over all links: each unit's parameters all-gathered once before forward (and
         again before backward when it reshards after forward), its gradients reduce-scattered
         once; a ring all-gather or reduce-scatter of S bytes sends (N-1)/N of S from each of N
@@ -43,7 +42,7 @@ class FullyShardedBackend(TorchrunBackend):
             return []
         padded = sum(math.ceil(shape[0] / devices) * devices * math.prod(shape[1:]) if shape
                      else devices  # a scalar: one value per shard
-                     for shape in tensor_shapes(cell.model, "torch")) * FLOAT32_BYTES
+                     for shape in model.tensor_shapes("torch")) * FLOAT32_BYTES
         gathers = 2 if cell.reshard == "after-forward" else 1
         again = " and again before backward" if gathers == 2 else ""
         return [wire("parameters all-gathered", gathers * (devices - 1) * padded, "computed",

@@ -1,27 +1,17 @@
 """The PyTorch networks, built from common.workload.models' specs."""
 import random
 from collections import OrderedDict
-from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional
 
-from xbench.common.workload import models as spec
-from xbench.common.workload import user_models
-from xbench.common.workload.models import (
-    ADAM,
-    BATCHNORM,
-    EMBEDDING_UNIT,
-    LAYERNORM_EPSILON,
-    initial_weights,
-    input_shape,
-    is_language_model,
-    named_layers,
-    takes_ids,
-    user_model,
-)
+from xbench.common.workload import layers as spec
+from xbench.common.workload.layers import BATCHNORM, EMBEDDING_UNIT, LAYERNORM_EPSILON
+from xbench.common.workload.model import TOKENS, Model
+from xbench.common.workload.model_file import ModelFile
+from xbench.common.workload.models import ADAM, MODELS, SpecModel
 
 
 class ResidualBlock(nn.Module):
@@ -129,25 +119,33 @@ def torch_layer(layer, units=None) -> nn.Module:
     return nn.Sequential(module, nn.ReLU()) if layer.relu else module
 
 
-def build_model(name, seed=0) -> nn.Module:
-    """The model `name`, one named module per top-level spec layer (conv1, bn1, block1 ...), with
-    the initial weights every backend starts from (common.workload.models); a model file's
-    pytorch() model, its weights drawn after seeding torch with `seed` (every rank the same)."""
-    if user := user_model(name):
-        torch.manual_seed(seed)  # every rank draws the same weights (pt-fsdp broadcasts none)
-        random.seed(seed)
-        np.random.seed(seed)
-        return user_models.call(user_models.import_file(name), "pytorch",
-                                Path(user.path))["model"]
+def build_model(model: Model, seed=0) -> nn.Module:
+    """The model's network: a spec's, one named module per top-level layer (conv1, bn1, block1
+    ...), with the initial weights every backend starts from (common.workload.models); a model
+    file's pytorch() model, its weights drawn after seeding torch with `seed` (every rank the
+    same)."""
+    return model.network(lambda spec_model: spec_network(spec_model, seed),
+                         lambda model_file: file_network(model_file, seed))
+
+
+def spec_network(model: SpecModel, seed: int) -> nn.Module:
     units = OrderedDict()
-    for unit, layer, _ in named_layers(name):
+    for unit, layer, _ in model.named_layers():
         units[unit] = torch_layer(layer, units)
-    model = (TiedSequential if is_language_model(name) else nn.Sequential)(units)
+    network = (TiedSequential if model.predicts_sequence else nn.Sequential)(units)
     with torch.no_grad():
-        for parameter, value in zip(model.parameters(), initial_weights(name, seed), strict=True):
-            assert parameter.shape == value.shape, (name, parameter.shape, value.shape)
+        for parameter, value in zip(network.parameters(), model.initial_weights(seed),
+                                    strict=True):
+            assert parameter.shape == value.shape, (model.name, parameter.shape, value.shape)
             parameter.copy_(torch.from_numpy(value))
-    return model
+    return network
+
+
+def file_network(model: ModelFile, seed: int) -> nn.Module:
+    torch.manual_seed(seed)  # every rank draws the same weights (pt-fsdp broadcasts none)
+    random.seed(seed)
+    np.random.seed(seed)
+    return model.build("pytorch")
 
 
 def batchnorm_statistics(model: nn.Module) -> list[torch.Tensor]:
@@ -167,21 +165,22 @@ def build_optimizer(parameters, name="adam", lr=ADAM["learning_rate"], momentum=
                             eps=ADAM["epsilon"], weight_decay=weight_decay)
 
 
-def example_input(name: str, batch: int = 1) -> torch.Tensor:
+def example_input(model: Model, batch: int = 1) -> torch.Tensor:
     """Zeros shaped as `batch` samples of the model's input (images, or token ids)."""
-    return torch.zeros(batch, *input_shape(name, "torch"),
-                       dtype=torch.int64 if takes_ids(name) else torch.float32)
+    return torch.zeros(batch, *model.input_shape("torch"),
+                       dtype=torch.int64 if model.input_kind == TOKENS else torch.float32)
 
 
-def describe(name):
-    """Parameters counted on the built module and forward FLOPs counted by torch's
-    FlopCounterMode (attention through its math kernel, whose products it counts)."""
+def describe(name: str) -> dict:
+    """Of xbench's model `name`: parameters counted on the built module and forward FLOPs
+    counted by torch's FlopCounterMode (attention through its math kernel, whose products it
+    counts)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
-    model = build_model(name).eval()
+    model = build_model(MODELS[name]).eval()
     counter = FlopCounterMode(display=False)
     with counter, torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
-        model(example_input(name))
+        model(example_input(MODELS[name]))
     return {"framework": "PyTorch " + torch.__version__,
             "params": sum(p.numel() for p in model.parameters() if p.requires_grad),
             "flops_per_sample": counter.get_total_flops()}

@@ -6,6 +6,7 @@ from torch import nn
 
 from xbench.common.running.profile import STEP_PASSES, time_passes
 from xbench.common.workload.data import load
+from xbench.common.workload.resolve import resolve_model
 from xbench.pt_backend.limits import device_name
 from xbench.pt_backend.models import TiedLogits, build_model, build_optimizer
 from xbench.pt_backend.train import mean_loss, model_inputs
@@ -13,8 +14,9 @@ from xbench.pt_backend.train import mean_loss, model_inputs
 
 def profile(cell, device, request):
     """The seconds of every pass of `request`'s units and of the step (common.running.profile)."""
-    data = load(cell, "torch")
-    model = build_model(cell.model, cell.seed).to(device).train()
+    spec = resolve_model(cell.model)
+    data = load(cell, spec, "torch")
+    model = build_model(spec, cell.seed).to(device).train()
     x = model_inputs(torch.from_numpy(data.train_images).to(device), data)
     labels = torch.from_numpy(data.train_labels.astype("int64")).to(device)
     generator = torch.Generator(device).manual_seed(cell.seed)

@@ -8,14 +8,16 @@ import time
 
 import torch
 
+from xbench.common.workload.resolve import resolve_model
 from xbench.pt_backend.models import build_model, build_optimizer, example_input
 from xbench.pt_backend.train import mean_loss
 
 
 def samples_per_second(model_name: str, batch: int, steps: int) -> float:
-    model = build_model(model_name)
+    spec = resolve_model(model_name)
+    model = build_model(spec)
     optimizer = build_optimizer(model.parameters())
-    samples = example_input(model_name, batch)
+    samples = example_input(spec, batch)
     with torch.no_grad():  # class ids (a window's next tokens) shaped as the model predicts
         targets = torch.zeros(model(samples).shape[:-1], dtype=torch.int64)
     loss_fn = torch.nn.CrossEntropyLoss()

@@ -16,8 +16,8 @@ from xbench.common.measuring.evidence import indices_digest
 from xbench.common.measuring.target import Evaluation
 from xbench.common.running.env import cpu_name, peak_rss_bytes
 from xbench.common.running.training import TrainingLoop, eval_batch
-from xbench.common.workload.data import rank_indices
 from xbench.common.workload.precision import LOSS_SCALE_GROWTH_STEPS, LOSS_SCALE_START, lower_dtype
+from xbench.common.workload.samples import rank_indices
 from xbench.pt_backend.models import batchnorm_statistics, build_model, build_optimizer
 
 
@@ -41,7 +41,7 @@ class TrainSet(torch.utils.data.Dataset):
 
 
 class EpochShardSampler(DistributedSampler):
-    """DistributedSampler (set_epoch each epoch) dealing common.workload.data's order, so every
+    """DistributedSampler (set_epoch each epoch) dealing common.workload.samples' order, so every
     backend and framework trains on the same samples in the same global batches."""
 
     def __init__(self, dataset, global_batch, seed, rank, world, replicas):
@@ -57,8 +57,8 @@ class EpochShardSampler(DistributedSampler):
 
 class EpochShuffleSampler(Sampler):
     """A plain shuffling loader's order (DataLoader(shuffle=True): a new order each time it is
-    iterated, nothing to call between epochs), dealing common.workload.data's order of the epoch it
-    is in, so the trajectory is every backend's. What pt-single and pt-dp draw with: one process
+    iterated, nothing to call between epochs), dealing common.workload.samples' order of the epoch
+    it is in, so the trajectory is every backend's. What pt-single and pt-dp draw with: one process
     needs no DistributedSampler."""
 
     def __init__(self, dataset, global_batch, seed, replicas):
@@ -157,7 +157,7 @@ class TorchLoop(TrainingLoop):
                                            growth_interval=LOSS_SCALE_GROWTH_STEPS,
                                            enabled=cell.precision == "fp16")
         self.loss_scales = []
-        self.model = build_model(cell.model, cell.seed).to(self.device)
+        self.model = build_model(self.job.model, cell.seed).to(self.device)
         self.evaluated = self.model  # what rank 0 evaluates: a whole copy where it is sharded
         self.wrapped = self.backend.wrap_model(self.model, self.device)
         self.optimizer = self.backend.wrap_optimizer(
@@ -171,7 +171,7 @@ class TorchLoop(TrainingLoop):
             self.sampler = EpochShardSampler(self.dataset, cell.global_batch, cell.seed,
                                              self.comm.rank, self.comm.world, replicas)
             # torch's own DistributedSampler, given the same set_epoch calls: the evidence of
-            # what it deals with and without them (its order is not common.workload.data's)
+            # what it deals with and without them (its order is not common.workload.samples')
             self.torch_sampler = DistributedSampler(range(len(self.dataset)), self.comm.world,
                                                     self.comm.rank, shuffle=True, seed=cell.seed,
                                                     drop_last=True)
@@ -304,7 +304,7 @@ class TorchLoop(TrainingLoop):
             return
         if self.evaluated is self.model:
             with torch.random.fork_rng(devices=[]):  # training's random stream stays as it was
-                self.evaluated = build_model(self.cell.model, self.cell.seed).to(self.device)
+                self.evaluated = build_model(self.job.model, self.cell.seed).to(self.device)
         for kept, value in zip([*self.evaluated.parameters(), *self.evaluated.buffers()],
                                [*whole, *self.model.buffers()], strict=True):
             kept.copy_(value)
@@ -318,7 +318,7 @@ class TorchLoop(TrainingLoop):
         model.eval()
         loss_fn = nn.CrossEntropyLoss(reduction="sum")
         loss_sum = correct = 0.0
-        size = eval_batch(self.cell.model)
+        size = eval_batch(self.job.model)
         for start in range(0, len(data.test_images), size):
             samples = torch.from_numpy(data.test_images[start:start + size]).to(self.device)
             targets = torch.from_numpy(data.test_labels[start:start + size].astype(np.int64)

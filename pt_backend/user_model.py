@@ -1,10 +1,9 @@
 """`python -m xbench.pt_backend.user_model FILE`: a user's model file as PyTorch builds it
-(common.workload.user_models): its pytorch() checked, the model built once and run on a batch of
+(common.workload.model_file): its pytorch() checked, the model built once and run on a batch of
 2, its parameters, tensor shapes, what torch's FlopCounterMode counts of a forward pass and the
 activations autograd keeps for the backward pass, printed as JSON. Exit 2 with one line where
 the file is wrong."""
 from pathlib import Path
-from types import ModuleType
 
 import torch
 from torch import nn
@@ -12,13 +11,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from xbench.common.errors import UserError
-from xbench.common.workload.user_models import (
-    NotServed,
-    call,
-    data_check,
-    run_describer,
-    what_it_takes,
-)
+from xbench.common.workload.file_checks import run_describer
 
 BATCH = 2
 
@@ -30,13 +23,9 @@ def example_batch(takes: dict, batch: int = BATCH) -> tuple[torch.Tensor, torch.
             torch.zeros(batch, *takes["target_shape"], dtype=torch.int64))
 
 
-def describe(module: ModuleType, path: Path) -> dict:
-    if not callable(getattr(module, "pytorch", None)):
-        raise NotServed(f"{path.name} defines no pytorch()")
-    torch.manual_seed(0)
-    spec = call(module, "pytorch", path)
-    takes = what_it_takes(spec, "pytorch")
-    model = spec["model"]
+def count(model, takes: dict, path: Path) -> dict:
+    """What PyTorch counts of the file's model: its parameters, tensor shapes, FLOPs and
+    saved activations per sample, and whether it has BatchNorm."""
     if not isinstance(model, nn.Module):
         raise UserError(f"{path.name}: pytorch()'s model is {type(model).__name__}, not a "
                         f"torch.nn.Module")
@@ -68,9 +57,7 @@ def describe(module: ModuleType, path: Path) -> dict:
         loss = nn.functional.cross_entropy(model(inputs).reshape(-1, takes["classes"]),
                                            targets.reshape(-1))
     loss.backward()
-    sizes = data_check(call(module, "data", path), takes, path.name) \
-        if callable(getattr(module, "data", None)) else None
-    return {**takes, "data": sizes, "params": sum(p.numel() for p in parameters),
+    return {"params": sum(p.numel() for p in parameters),
             "tensor_shapes": [list(p.shape) for p in parameters],
             "flops_per_sample": counter.get_total_flops() // BATCH,
             "activations_per_sample": sum(kept.values()) // BATCH,
@@ -78,5 +65,6 @@ def describe(module: ModuleType, path: Path) -> dict:
                              for m in model.modules()),
             "counted_by": f"PyTorch {torch.__version__}'s FlopCounterMode"}
 
+
 if __name__ == "__main__":
-    run_describer(describe)
+    run_describer("pytorch", lambda: torch.manual_seed(0), count)

@@ -23,12 +23,7 @@ from xbench.common.measuring.limits import (
     probe_all_reduce,
 )
 from xbench.common.workload.compression import wire_bytes
-from xbench.common.workload.models import (
-    MODELS,
-    dominant_math,
-    tensor_shapes,
-    training_flops_per_sample,
-)
+from xbench.common.workload.resolve import own_model
 from xbench.reports.repeats import epoch_rate, evidence_of, repeated_values, statuses_text
 from xbench.reports.stats import difference_of_means, ratio_of_means, summarize
 
@@ -233,9 +228,10 @@ def one_of(names: list[str]) -> str:
 
 def wire_size(cell) -> float:
     """The bytes a step's gradients put into the all-reduce, under the cell's compression."""
-    if cell["model"] not in MODELS:  # a model file's: one float32 gradient per parameter
+    spec = own_model(cell["model"])
+    if spec is None:  # a model file's: one float32 gradient per parameter
         return 4.0 * cell["params"] if cell["compression"] == "none" else math.nan
-    return wire_bytes(tensor_shapes(cell["model"]), cell["compression"], cell["powersgd_rank"])
+    return wire_bytes(spec.tensor_shapes(), cell["compression"], cell["powersgd_rank"])
 
 
 def bandwidth(cell, runs) -> dict:
@@ -291,9 +287,8 @@ LIMIT_COLUMNS = [*CONFIG, "cell_key", "training", "epoch2_rate", "peak_flops", "
 def training_flops(cell) -> float:
     """FLOPs of one sample's training step: the spec's for xbench's models; a model file's
     3 x the forward FLOPs its row records (the report reads rows, not the file)."""
-    if cell["model"] in MODELS:
-        return training_flops_per_sample(cell["model"])
-    return 3 * cell["flops_per_sample"]
+    spec = own_model(cell["model"])
+    return spec.training_flops_per_sample() if spec else 3 * cell["flops_per_sample"]
 
 
 def flop_use(cell, matmuls) -> dict:
@@ -302,7 +297,8 @@ def flop_use(cell, matmuls) -> dict:
     math_used = cell["math"] or {}
     # mixed precision: its lower type; else what the framework allowed the dominant layers (a
     # model file's taken as matmuls: the report reads rows, not the file)
-    dominant = dominant_math(cell["model"]) if cell["model"] in MODELS else "matmul"
+    spec = own_model(cell["model"])
+    dominant = spec.dominant_math() if spec else "matmul"
     precision = (cell["precision"] if math_used.get("lower")
                  else math_used.get(dominant, "fp32"))
     peak = peak_flops(matmuls, cell["framework"], cell["device_type"],
@@ -328,7 +324,8 @@ def bus_use(cell, attributed, all_reduces) -> dict:
     """An all-reducing N-device cell's achieved bus bandwidth (`attributed`) beside the probe's
     of its library on as many processes at its gradients' size; NaN for any other cell."""
     achieved, reference = math.nan, None
-    if cell["devices"] > 1 and protocol(cell).is_all_reduce and cell["model"] in MODELS:
+    if (cell["devices"] > 1 and protocol(cell).is_all_reduce
+            and own_model(cell["model"]) is not None):
         mine = (attributed[(attributed["env"] == cell["env"])
                            & (attributed["cell_key"] == cell["cell_key"])]
                 if len(attributed) else attributed)

@@ -133,7 +133,7 @@ def mnist_dir():
 
 @pytest.fixture(scope="session")
 def mnist(mnist_dir):
-    from xbench.common.workload.data import load_mnist
+    from xbench.common.workload.mnist import load_mnist
     return load_mnist(mnist_dir)
 
 

@@ -9,7 +9,7 @@ from xbench.common.grids.cell import Cell
 from xbench.common.measuring.attribution import MARKED, Step
 from xbench.common.measuring.attribution import summarize as summarize_steps
 from xbench.common.results import schema
-from xbench.common.workload.models import gradient_bytes, parameter_count
+from xbench.common.workload.models import MODELS
 
 SAMPLES = 4096
 
@@ -33,7 +33,7 @@ def hand_attribution(epoch_seconds, steps, devices, comm):
             if comm:
                 step.ready, step.collective_end = at, step.end
                 step.collectives = [(at, step.end)]  # launched when the rank was ready
-                step.collective_bytes = gradient_bytes("small")
+                step.collective_bytes = MODELS["small"].gradient_bytes()
             made.append(step)
         return made
     epochs = []
@@ -67,7 +67,7 @@ def make_row(backend="pt-ddp", devices=1, batch=128, mode="global", rates=(80.0,
                   "load_1m": 1.0, "other_gpu_processes": None, "cpu_per_wall_per_rank": [1.0],
                   "contended": contended}
     measurement = None if status != "ok" else schema.Measurement(
-        framework_version="2.13.0", params=parameter_count(model), dataset_source="hand-made",
+        framework_version="2.13.0", params=MODELS[model].parameters(), dataset_source="hand-made",
         train_samples=SAMPLES, device_type="cpu", device_name="CPU",
         epochs=[{"epoch": e, "seconds": SAMPLES / r, "samples": SAMPLES, "rate": r,
                  "loss": 1.0 / e, "accuracy": 0.5 + 0.2 * e, "seconds_per_rank": [SAMPLES / r],
@@ -75,7 +75,7 @@ def make_row(backend="pt-ddp", devices=1, batch=128, mode="global", rates=(80.0,
                 for e, r in enumerate(rates, 1)],
         startup_seconds=3.0, step_time_p50=step, step_time_p90=step, test_accuracy=test_accuracy,
         peak_memory_per_device=[(300 if i == 0 else 200) * 2**20 for i in range(devices)],
-        model_state_per_device=[3 * 4 * parameter_count(model)] * devices,
+        model_state_per_device=[3 * 4 * MODELS[model].parameters()] * devices,
         hosts=[host] * devices,
         threads={"per_device": {"compute": 1, "inter_op": 1, "input_pipeline": 1},
                  "per_process": {"intra_op": 1, "inter_op": 1, "input_pipeline": 1}},

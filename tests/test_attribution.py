@@ -31,7 +31,7 @@ from xbench.common.measuring.attribution import (
 from xbench.common.results.store import read_rows
 from xbench.common.running.link_cap import capped_link
 from xbench.common.workload import faults
-from xbench.common.workload.models import gradient_bytes
+from xbench.common.workload.models import MODELS
 
 MS = 1e-3
 
@@ -402,7 +402,7 @@ def test_a_capped_links_cells_are_predicted_through_their_cap(injected, tmp_path
     cap = faults.parse(f"link={LINK}").link_bytes_per_second
     cell = capped["pt-ddp"]
     counted = last_epoch(injected[("pt-ddp", 2, f"link={LINK}")])[0]["collective"]["bytes_per_step"]
-    assert counted == gradient_bytes("small")  # DDP's buckets: every gradient, once a step
+    assert counted == MODELS["small"].gradient_bytes()  # DDP's buckets: every gradient, once a step
     assert cell["link"] == "the cap"
     assert cell["moving"] == pytest.approx(2 * (1 / 2) * counted / (cap / 2), rel=1e-9)
     assert 0 < cell["epoch_seconds"] and math.isfinite(cell["error"])

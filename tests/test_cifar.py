@@ -19,8 +19,8 @@ from tests.helpers import xbench, xbench_here
 from xbench.common.backends.traits import JIT_BATCHNORM, TRAITS
 from xbench.common.errors import UserError
 from xbench.common.results.schema import row_problem
-from xbench.common.workload import data
-from xbench.common.workload.models import MODELS, has_batchnorm, initial_weights, parameter_count
+from xbench.common.workload import cifar10, data, samples
+from xbench.common.workload.models import MODELS
 from xbench.keras_models import models as keras_nets
 from xbench.pt_backend import models as pt_models
 from xbench.pt_backend import train as pt_train
@@ -49,7 +49,8 @@ def test_both_frameworks_compute_the_same_function_batchnorm_included(name):
     """Same weights: the same logits with batch statistics (training) and running statistics
     (evaluation); gradients as close to a float64 reference as float32 rounding allows."""
     torch_x, torch_y, keras_x, keras_y = one_batch()
-    torch_model, keras_model = pt_models.build_model(name, 0), keras_nets.build_model(name, 0)
+    torch_model = pt_models.build_model(MODELS[name], 0)
+    keras_model = keras_nets.build_model(MODELS[name], 0)
     assert rel(keras_model(keras_x, training=True).numpy(),
                torch_model(torch_x).detach().numpy()) < 1e-4
     torch_model.eval()
@@ -58,7 +59,7 @@ def test_both_frameworks_compute_the_same_function_batchnorm_included(name):
     torch_model.train()
 
     def torch_gradients(dtype):
-        model = pt_models.build_model(name, 0).to(dtype)
+        model = pt_models.build_model(MODELS[name], 0).to(dtype)
         torch.nn.functional.cross_entropy(model(torch_x.to(dtype)), torch_y).backward()
         return [g for leaf in keras_nets.keras_layout(name, [p.grad.numpy()
                                                             for p in model.parameters()])
@@ -83,7 +84,8 @@ def test_one_sgd_step_gives_both_frameworks_the_same_model(name):
     """After one SGD step (momentum, L2) from the same weights: the same weights, running
     statistics and evaluation logits."""
     torch_x, torch_y, keras_x, keras_y = one_batch()
-    torch_model, keras_model = pt_models.build_model(name, 0), keras_nets.build_model(name, 0)
+    torch_model = pt_models.build_model(MODELS[name], 0)
+    keras_model = keras_nets.build_model(MODELS[name], 0)
     settings = {"lr": 0.05, "momentum": 0.9, "weight_decay": 5e-4}
     torch_optimizer = pt_models.build_optimizer(torch_model.parameters(), "sgd", **settings)
     torch.nn.functional.cross_entropy(torch_model(torch_x), torch_y).backward()
@@ -94,7 +96,7 @@ def test_one_sgd_step_gives_both_frameworks_the_same_model(name):
                                                                       tf.range(BATCH))
     trained = keras_nets.keras_layout(name, [p.detach().numpy() for p in torch_model.parameters()])
     steps = [np.abs(a - b).max() for leaf, start in zip(
-        trained, keras_nets.keras_layout(name, initial_weights(name, 0)))
+        trained, keras_nets.keras_layout(name, MODELS[name].initial_weights(0)))
         for a, b in zip(leaf, start)]
     differences = [np.abs(a - b).max() for mine, theirs in zip(
         keras_nets.trainable_leaf_weights(keras_model), trained) for a, b in zip(mine, theirs)]
@@ -137,11 +139,11 @@ def write_binary_archive(path, parts):
 
 def test_the_reader_reads_the_python_and_the_binary_version_alike(tmp_path):
     parts = cifar_parts()
-    pickles = write_pickles(tmp_path / "py" / data.CIFAR_FOLDER, parts)
-    from_pickles = data.load_cifar10(tmp_path / "py", pickles=pickles)
+    pickles = write_pickles(tmp_path / "py" / cifar10.CIFAR_FOLDER, parts)
+    from_pickles = cifar10.load_cifar10(tmp_path / "py", pickles=pickles)
     (tmp_path / "bin").mkdir()
     archives = write_binary_archive(tmp_path / "bin" / "cifar-10-binary.tar.gz", parts)
-    from_archive = data.load_cifar10(tmp_path / "bin", archives=archives)
+    from_archive = cifar10.load_cifar10(tmp_path / "bin", archives=archives)
     rows, labels = parts["data_batch_2"]
     first = rows[0].reshape(3, 32, 32).transpose(1, 2, 0)  # 1024 red, then green, then blue
     for images in (from_pickles, from_archive):
@@ -149,25 +151,25 @@ def test_the_reader_reads_the_python_and_the_binary_version_alike(tmp_path):
                 and images.test_images.shape == (20, 32, 32, 3))
         assert np.array_equal(images.train_images[20], first)
         assert images.train_labels[20:40].tolist() == labels
-        assert images.dataset == "cifar10" and images.mean == data.NORMALISATION["cifar10"][0]
+        assert images.dataset == "cifar10" and images.mean == samples.NORMALISATION["cifar10"][0]
     assert np.array_equal(from_pickles.train_images, from_archive.train_images)
-    assert from_pickles.source == str((tmp_path / "py" / data.CIFAR_FOLDER).resolve())
+    assert from_pickles.source == str((tmp_path / "py" / cifar10.CIFAR_FOLDER).resolve())
 
 
 def test_files_that_are_not_the_published_ones_are_refused(tmp_path):
-    write_pickles(tmp_path / data.CIFAR_FOLDER, cifar_parts())
+    write_pickles(tmp_path / cifar10.CIFAR_FOLDER, cifar_parts())
     with pytest.raises(UserError, match="data_batch_1 is corrupt or not the original CIFAR-10 "
                                         "file: its MD5 does not match the published one"):
-        data.load_cifar10(tmp_path)
+        cifar10.load_cifar10(tmp_path)
 
 
 def test_a_folder_without_cifar_says_where_it_looked(tmp_path, monkeypatch):
     monkeypatch.delenv("XBENCH_DATA_DIR", raising=False)
-    (tmp_path / data.CIFAR_FOLDER).mkdir()
-    (tmp_path / data.CIFAR_FOLDER / "data_batch_1").write_bytes(b"not all of it")
+    (tmp_path / cifar10.CIFAR_FOLDER).mkdir()
+    (tmp_path / cifar10.CIFAR_FOLDER / "data_batch_1").write_bytes(b"not all of it")
     with pytest.raises(UserError) as error:
-        data.load_cifar10(tmp_path)
-    assert str(tmp_path / data.CIFAR_FOLDER) in str(error.value)
+        cifar10.load_cifar10(tmp_path)
+    assert str(tmp_path / cifar10.CIFAR_FOLDER) in str(error.value)
     assert "(lacks data_batch_2, data_batch_3, data_batch_4, data_batch_5, test_batch)" in str(
         error.value)
     assert "cifar-10-python.tar.gz" in str(error.value) and "--data synthetic" in str(error.value)
@@ -182,7 +184,7 @@ def test_a_folder_without_cifar_says_where_it_looked(tmp_path, monkeypatch):
      "max_train_samples 55,000 is more than the training set (50,000 synthetic samples"),
 ])
 def test_bad_input_is_one_clear_error_and_exit_2(tmp_path, arguments, message):
-    write_pickles(tmp_path / "bad" / data.CIFAR_FOLDER, cifar_parts())
+    write_pickles(tmp_path / "bad" / cifar10.CIFAR_FOLDER, cifar_parts())
     done = xbench_here("grid", "--preset", "cifar-smoke", "--results", tmp_path / "r.jsonl",
                        *(a.replace("{bad}", str(tmp_path / "bad")) for a in arguments))
     assert done.returncode == 2, done.stderr
@@ -235,7 +237,7 @@ def test_every_backend_trains_both_models(cifar_rows):
             continue
         assert row["status"] == "ok", f"{backend} {model} d{devices}: {row['error']}"
         assert row["dataset"] == "synthetic" and row["train_samples"] == SLICE
-        assert row["params"] == parameter_count(model) and row["max_test_samples"] == SLICE
+        assert row["params"] == MODELS[model].parameters() and row["max_test_samples"] == SLICE
         assert [e["samples"] for e in row["epochs"]] == [SLICE, SLICE]
         assert len(set(row["evidence"]["replica_weight_digests"])) == 1
 
@@ -267,7 +269,8 @@ def test_each_backends_batchnorm_statistics_are_recorded_and_checked(cifar_rows,
     for (backend, name, devices), row in cifar_rows.items():
         if name != model or row["status"] != "ok":
             continue
-        assert has_batchnorm(model) and row["batchnorm"] == TRAITS[backend].batchnorm_statistics
+        assert MODELS[model].has_batchnorm()
+        assert row["batchnorm"] == TRAITS[backend].batchnorm_statistics
         statistics = row["evidence"]["batchnorm"]
         assert len(statistics["replica_digests"]) == devices
         if devices == 2 and backend in GLOBAL_BATCHNORM:  # one copy, replicated
@@ -301,7 +304,7 @@ tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfigur
 from xbench.keras_models.models import batchnorm_statistics, build_model
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 with strategy.scope():
-    model = build_model("resnet18")
+    model = build_model(MODELS["resnet18"])
 images = np.random.default_rng(0).normal(size=(8, 32, 32, 3)).astype("float32")
 batches = strategy.experimental_distribute_dataset(
     tf.data.Dataset.from_tensor_slices(images).batch(8))

@@ -8,7 +8,7 @@ import pytest
 from tests.helpers import write_grid, xbench
 from xbench.common.results.store import read_rows
 from xbench.common.workload.compression import POWERSGD_MIN_RATE, gradient_wire_bytes, wire_bytes
-from xbench.common.workload.models import gradient_bytes, tensor_shapes
+from xbench.common.workload.models import MODELS
 from xbench.reports.build import build_report
 
 
@@ -35,8 +35,8 @@ def test_powersgd_bytes_follow_pytorchs_own_rule(model, rank):
     from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import _should_compress
 
     from xbench.pt_backend.models import build_model
-    built = [tuple(p.shape) for p in build_model(model).parameters()]
-    assert built == tensor_shapes(model)
+    built = [tuple(p.shape) for p in build_model(MODELS[model]).parameters()]
+    assert built == MODELS[model].tensor_shapes()
     elements = 0
     for shape in built:
         rows = shape[0]
@@ -56,14 +56,14 @@ def test_compressing_backends_halve_their_bytes_and_the_others_say_why_not(mnist
     run = xbench("grid", grid, "--data-dir", mnist_dir, "--results", results)
     assert run.returncode == 0, run.stdout + run.stderr
     rows = {(r["backend"], r["compression"]): r for r in read_rows(results)[0]}
-    full = gradient_bytes("small")
+    full = MODELS["small"].gradient_bytes()
     # DDP's bf16 hook runs on gloo too (torch 2.13's CPU build): ok on a CPU, not unsupported
     for backend, compression in [("pt-ddp", "fp16"), ("pt-ddp", "bf16"), ("hvd-torch", "fp16"),
                                  ("hvd-tf", "fp16")]:
         row = rows[backend, compression]
         assert row["status"] == "ok", row["error"]
         assert f"|compress-{compression}" in row["cell_key"]
-        size = wire_bytes(tensor_shapes("small"), compression, 1)
+        size = wire_bytes(MODELS["small"].tensor_shapes(), compression, 1)
         assert size == full // 2
         [gradients] = [t for t in row["backend_details"]["traffic"] if t["what"] == "gradients"]
         assert gradients["bytes"] == 2 * size  # a ring of 2: each sends 2(N-1)/N of them

@@ -7,7 +7,7 @@ import torch
 
 from xbench.common.errors import Unsupported
 from xbench.common.grids.cell import Cell
-from xbench.common.workload.models import gradient_bytes
+from xbench.common.workload.models import MODELS
 from xbench.pt_backend.ddp import DistributedDataParallelBackend
 from xbench.pt_backend.dp import DataParallelBackend
 from xbench.pt_backend.single import SingleDeviceTorchBackend
@@ -40,11 +40,12 @@ def test_pt_dp_takes_the_first_gpu_and_spans_as_many_as_the_cell_has(gpus, monke
     backend.wrap_model(torch.nn.Linear(2, 2), device)
     assert spans == [[0, 1]]
     assert backend.details()["reduction"] == "reduce-to-one"
-    sent = {item["what"]: item["bytes"] for item in backend.traffic(cell("pt-dp", 2), "")}
+    sent = {item["what"]: item["bytes"]
+            for item in backend.traffic(cell("pt-dp", 2), MODELS["small"], "")}
     assert sent == {"parameters and buffers replicated from GPU 0": 6 * 4,  # the Linear(2, 2)
                     "inputs scattered from GPU 0": 64 * 28 * 28 * 4,
                     "outputs gathered on GPU 0": 64 * 10 * 4,
-                    "gradients reduced onto GPU 0": gradient_bytes("small")}
+                    "gradients reduced onto GPU 0": MODELS["small"].gradient_bytes()}
 
 
 def test_each_ddp_rank_takes_its_local_gpu_and_joins_nccl(gpus, monkeypatch):
@@ -197,11 +198,11 @@ def test_mfu_on_an_h100_is_against_the_tf32_peak_and_the_data_sheet(tmp_path):
     MFU against the probe's TF32 matmul and against the data sheet's dense TF32 peak (494.7
     TFLOP/s); a rate that would be 120% of the data sheet is SUSPECT, not a result."""
     from tests.report_fixtures import write_rows
-    from xbench.common.workload.models import training_flops_per_sample
+    from xbench.common.workload.models import MODELS
     from xbench.reports import analysis
     from xbench.reports.load import load
     from xbench.reports.tables import limits_table
-    flops = training_flops_per_sample("resnet18")
+    flops = MODELS["resnet18"].training_flops_per_sample()
     forced = 1.2 * 494.7e12 / flops
     results = write_rows(tmp_path / "r.jsonl", [
         gpu_row("pt-single", "torch", 20_000, {"matmul": "fp32", "convolution": "tf32"}),

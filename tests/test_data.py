@@ -8,7 +8,8 @@ import pytest
 
 from tests.helpers import refused, xbench, xbench_here
 from xbench.common.errors import UserError
-from xbench.common.workload import data
+from xbench.common.workload import data, mnist
+from xbench.common.workload.samples import NORMALISATION, epoch_order, rank_indices
 
 TRAIN_LABEL_COUNTS = [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949]
 TEST_LABEL_COUNTS = [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
@@ -28,7 +29,7 @@ def test_real_mnist_shapes_and_label_counts(mnist):
 def test_torchvision_raw_layout_is_found(mnist_dir, tmp_path):
     raw = tmp_path / "MNIST" / "raw"
     shutil.copytree(mnist_dir, raw)
-    assert data.load_mnist(tmp_path).source == str(raw.resolve())
+    assert mnist.load_mnist(tmp_path).source == str(raw.resolve())
 
 
 def test_checksum_failure_is_a_clear_error(mnist_dir, tmp_path):
@@ -37,13 +38,13 @@ def test_checksum_failure_is_a_clear_error(mnist_dir, tmp_path):
     target = tmp_path / "train-labels-idx1-ubyte.gz"
     target.write_bytes(target.read_bytes()[:-100])  # truncated download
     with pytest.raises(UserError, match="train-labels-idx1-ubyte.gz is corrupt .*MD5"):
-        data.load_mnist(tmp_path)
+        mnist.load_mnist(tmp_path)
 
 
 def test_missing_data_says_where_it_looked(tmp_path, monkeypatch):
     monkeypatch.delenv("XBENCH_DATA_DIR", raising=False)
     with pytest.raises(UserError) as error:
-        data.load_mnist(tmp_path / "nowhere")
+        mnist.load_mnist(tmp_path / "nowhere")
     assert str(tmp_path / "nowhere") in str(error.value)
     assert "xbench data download" in str(error.value) and "--data synthetic" in str(error.value)
 
@@ -53,20 +54,20 @@ def test_synthetic_data_says_so():
     assert fake.dataset == "synthetic" and fake.train_images.shape == (60000, 28, 28, 1)
     cifar = data.synthetic_images("cifar10", seed=1, train=300, test=50)
     assert cifar.train_images.shape == (300, 32, 32, 3) and cifar.test_images.shape[0] == 50
-    assert cifar.mean == data.NORMALISATION["cifar10"][0]
+    assert cifar.mean == NORMALISATION["cifar10"][0]
 
 
 def test_epoch_order_is_seeded_per_epoch():
-    a, b = data.epoch_order(1000, seed=3, epoch=1), data.epoch_order(1000, seed=3, epoch=2)
+    a, b = epoch_order(1000, seed=3, epoch=1), epoch_order(1000, seed=3, epoch=2)
     assert sorted(a) == list(range(1000)) and not np.array_equal(a, b)
-    assert np.array_equal(a, data.epoch_order(1000, seed=3, epoch=1))
+    assert np.array_equal(a, epoch_order(1000, seed=3, epoch=1))
 
 
 @pytest.mark.parametrize("world", [2, 4])
 def test_rank_shards_are_disjoint_and_rebuild_the_global_batches(world):
     samples, global_batch = 1030, 64
-    shards = [data.rank_indices(samples, global_batch, 0, 1, rank, world) for rank in range(world)]
-    single = data.rank_indices(samples, global_batch, 0, 1, 0, 1)
+    shards = [rank_indices(samples, global_batch, 0, 1, rank, world) for rank in range(world)]
+    single = rank_indices(samples, global_batch, 0, 1, 0, 1)
     assert len(single) == samples // global_batch * global_batch  # incomplete last batch dropped
     per_device = global_batch // world
     for step in range(len(single) // global_batch):
@@ -82,10 +83,10 @@ def test_a_contiguous_split_over_replicas_gives_each_what_distributed_sampler_gi
     reordered indices, part r of every batch is rank r's per-device batch of a process per device
     (so BatchNorm normalises over the same samples in pt-dp, tf-mirrored and pt-ddp)."""
     samples, global_batch = 1030, 64
-    one_process = data.rank_indices(samples, global_batch, 0, 1, 0, 1, replicas)
+    one_process = rank_indices(samples, global_batch, 0, 1, 0, 1, replicas)
     per_device = global_batch // replicas
     for rank in range(replicas):
-        shard = data.rank_indices(samples, global_batch, 0, 1, rank, replicas)
+        shard = rank_indices(samples, global_batch, 0, 1, rank, replicas)
         parts = one_process.reshape(-1, replicas, per_device)[:, rank]
         assert np.array_equal(parts.reshape(-1), shard)
 

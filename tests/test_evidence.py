@@ -14,7 +14,7 @@ from xbench.common.measuring.contention import taken_share
 from xbench.common.measuring.evidence import sample_evidence
 from xbench.common.results.store import read_rows
 from xbench.common.running.placement import rank_cores
-from xbench.common.workload.data import rank_indices
+from xbench.common.workload.samples import rank_indices
 from xbench.reports.build import build_report
 
 SAMPLES = 1024

@@ -6,7 +6,7 @@ import pytest
 
 from tests.helpers import write_grid, xbench
 from xbench.common.results.store import read_rows
-from xbench.common.workload.models import parameter_count
+from xbench.common.workload.models import MODELS
 from xbench.reports.build import build_report
 
 # Epoch losses of pt-fsdp against pt-ddp (fp32, 2 ranks): equal to every printed digit here
@@ -41,7 +41,7 @@ def test_fsdp_follows_ddps_trajectory(fsdp, reshard):
     _, rows = fsdp
     ddp, sharded = rows["pt-ddp", "after-forward"], rows["pt-fsdp", reshard]
     assert ddp["status"] == sharded["status"] == "ok", sharded["error"]
-    assert sharded["params"] == ddp["params"] == parameter_count("large")
+    assert sharded["params"] == ddp["params"] == MODELS["large"].parameters()
     for mine, theirs in zip(sharded["epochs"], ddp["epochs"], strict=True):
         assert mine["loss"] == pytest.approx(theirs["loss"], rel=LOSS_TOLERANCE)
     assert sharded["test_accuracy"] == pytest.approx(ddp["test_accuracy"], abs=1e-3)
@@ -53,7 +53,7 @@ def test_fsdp_follows_ddps_trajectory(fsdp, reshard):
 def test_each_rank_holds_half_the_model_state(fsdp):
     _, rows = fsdp
     ddp, sharded = rows["pt-ddp", "after-forward"], rows["pt-fsdp", "after-forward"]
-    parameters = parameter_count("large") * 4  # float32
+    parameters = MODELS["large"].parameters() * 4  # float32
     whole = ddp["model_state_per_device"]
     assert len(whole) == 2 and all(0 <= b - 3 * parameters < SCALARS for b in whole)  # Adam: 2
     halves = sharded["model_state_per_device"]
@@ -64,7 +64,7 @@ def test_each_rank_holds_half_the_model_state(fsdp):
 
 def test_the_traffic_of_each_resharding_choice(fsdp):
     _, rows = fsdp
-    parameters = parameter_count("large") * 4  # every first dimension of it splits in 2
+    parameters = MODELS["large"].parameters() * 4  # every first dimension of it splits in 2
     reduced = {item["what"]: item["bytes"]
                for item in rows["pt-ddp", "after-forward"]["backend_details"]["traffic"]}
     assert reduced["gradients"] == 2 * parameters

@@ -8,15 +8,7 @@ import tensorflow as tf
 import torch
 from torch.nn import functional
 
-from xbench.common.workload.models import (
-    VOCAB,
-    flops_per_sample,
-    initial_weights,
-    input_shape,
-    named_layers,
-    parameter_count,
-    tensor_shapes,
-)
+from xbench.common.workload.models import MODELS, VOCAB
 from xbench.keras_models import models as keras_nets
 from xbench.pt_backend import models as pt_models
 
@@ -26,7 +18,8 @@ BATCH = 4
 
 def windows(seed: int) -> tuple[np.ndarray, np.ndarray]:
     """BATCH random windows of gpt-tiny's context: the input tokens and the next tokens."""
-    tokens = np.random.default_rng(seed).integers(0, VOCAB, (BATCH, input_shape(NAME)[0] + 1))
+    context = MODELS[NAME].input_shape()[0]
+    tokens = np.random.default_rng(seed).integers(0, VOCAB, (BATCH, context + 1))
     return tokens[:, :-1], tokens[:, 1:]
 
 
@@ -52,18 +45,20 @@ def largest_difference(keras_tensors, torch_tensors) -> float:
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_same_weights_give_the_same_logits(seed):
-    torch_model, keras_model = pt_models.build_model(NAME, seed), keras_nets.build_model(NAME, seed)
+    torch_model = pt_models.build_model(MODELS[NAME], seed)
+    keras_model = keras_nets.build_model(MODELS[NAME], seed)
     inputs, _ = windows(seed)
     torch_logits = torch_model(torch.from_numpy(inputs)).detach().numpy()
     keras_logits = keras_model(inputs.astype(np.int32)).numpy()
-    assert keras_logits.shape == torch_logits.shape == (BATCH, input_shape(NAME)[0], VOCAB)
+    assert keras_logits.shape == torch_logits.shape == (BATCH, MODELS[NAME].input_shape()[0], VOCAB)
     # measured: at most 7.2e-7 over seeds 0-2 (logits up to 1.7 in magnitude)
     assert np.abs(keras_logits - torch_logits).max() < 1e-5
 
 
 def test_same_loss_and_weights_after_three_adam_steps():
     """Each backend's Adam (both step as torch.optim.Adam does) on three batches."""
-    torch_model, keras_model = pt_models.build_model(NAME, 0), keras_nets.build_model(NAME, 0)
+    torch_model = pt_models.build_model(MODELS[NAME], 0)
+    keras_model = keras_nets.build_model(MODELS[NAME], 0)
     torch_optimizer = pt_models.build_optimizer(torch_model.parameters())
     keras_optimizer = keras_nets.build_optimizer()
     for step in range(3):
@@ -87,17 +82,17 @@ def test_same_loss_and_weights_after_three_adam_steps():
     # few % of a step of 1e-3 (the losses, gradients and logits agree to ~1e-7)
     assert largest_difference(keras_nets.trainable_leaf_weights(keras_model), trained) < 1e-4
     moved = max(float(np.abs(after - before).max())
-                for after, before in zip(trained, initial_weights(NAME, 0), strict=True))
+                for after, before in zip(trained, MODELS[NAME].initial_weights(0), strict=True))
     assert moved > 2e-3  # three real steps of about the learning rate
 
 
 def test_the_tied_table_is_one_variable_whose_gradient_sums_both_uses():
-    keras_model = keras_nets.build_model(NAME, 0)
+    keras_model = keras_nets.build_model(MODELS[NAME], 0)
     table = keras_model.get_layer("embed1").token_table
     variables = keras_model.trainable_variables
     assert sum(variable is table for variable in variables) == 1
     assert len({id(variable) for variable in variables}) == len(variables) \
-        == len(tensor_shapes(NAME))
+        == len(MODELS[NAME].tensor_shapes())
     assert keras_model.get_layer("head1").trainable_variables == []
 
     inputs, targets = windows(3)
@@ -106,7 +101,7 @@ def test_the_tied_table_is_one_variable_whose_gradient_sums_both_uses():
     keras_gradient = tape.gradient(loss, table).numpy()
     # PyTorch's gradient of the table, split into its two uses: the output layer's (through a
     # copy of the table) and the embedding lookup's (through the table itself)
-    torch_model = pt_models.build_model(NAME, 0)
+    torch_model = pt_models.build_model(MODELS[NAME], 0)
     lookup_table = torch_model.embed1.token.weight
     head_table = lookup_table.detach().clone().requires_grad_()
     hidden = torch_model[:-1](torch.from_numpy(inputs))
@@ -120,16 +115,16 @@ def test_the_tied_table_is_one_variable_whose_gradient_sums_both_uses():
 
 @pytest.mark.parametrize("name", ["gpt-tiny", "gpt-small"])
 def test_parameters_and_flops_of_the_built_model_are_the_specs(name):
-    keras_model = keras_nets.build_model(name)
-    assert keras_nets.parameter_count(keras_model) == parameter_count(name)
-    assert keras_nets.forward_flops(keras_model) == flops_per_sample(name)
+    keras_model = keras_nets.build_model(MODELS[name])
+    assert keras_nets.parameter_count(keras_model) == MODELS[name].parameters()
+    assert keras_nets.forward_flops(keras_model) == MODELS[name].flops_per_sample()
 
 
 def test_units_are_the_specs_named_layers_and_take_token_ids():
-    keras_model = keras_nets.build_model(NAME)
+    keras_model = keras_nets.build_model(MODELS[NAME])
     assert [unit.name for unit in keras_model.layers] == [unit for unit, _, _ in
-                                                          named_layers(NAME)]
-    assert keras_model.inputs[0].shape == (None, *input_shape(NAME))
+                                                          MODELS[NAME].named_layers()]
+    assert keras_model.inputs[0].shape == (None, *MODELS[NAME].input_shape())
     assert keras_model.inputs[0].dtype == "int32"
 
 
@@ -138,10 +133,10 @@ def test_mixed_bfloat16_computes_as_torch_autocast_does():
     LayerNorms float32 as torch.autocast keeps them; the linear layers, attention and the
     output layer compute in bfloat16: the same logits as PyTorch's under autocast."""
     inputs, _ = windows(4)
-    reference = keras_nets.build_model(NAME, 0)(inputs.astype(np.int32)).numpy()
+    reference = keras_nets.build_model(MODELS[NAME], 0)(inputs.astype(np.int32)).numpy()
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
     try:
-        keras_model = keras_nets.build_model(NAME, 0)
+        keras_model = keras_nets.build_model(MODELS[NAME], 0)
     finally:
         keras.mixed_precision.set_global_policy("float32")
     assert {variable.dtype for variable in keras_model.trainable_variables} == {"float32"}
@@ -151,7 +146,7 @@ def test_mixed_bfloat16_computes_as_torch_autocast_does():
         assert x.dtype == (tf.bfloat16 if unit.name == "head1" else tf.float32), unit.name
     keras_logits = tf.cast(x, tf.float32).numpy()
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        torch_logits = pt_models.build_model(NAME, 0)(torch.from_numpy(inputs))
+        torch_logits = pt_models.build_model(MODELS[NAME], 0)(torch.from_numpy(inputs))
     assert torch_logits.dtype == torch.bfloat16
     # measured: 7.0e-3 from float32 (logits up to 1.6; bfloat16 keeps 8 bits of mantissa), and
     # 7.8e-3 from PyTorch's: one bfloat16 step at that magnitude

@@ -9,7 +9,7 @@ import pytest
 from tests.helpers import write_grid, xbench, xbench_here
 from xbench.common.backends.traits import TRAITS
 from xbench.common.results.store import read_rows
-from xbench.common.workload.models import training_flops_per_sample
+from xbench.common.workload.models import MODELS
 
 JAX = [b for b in TRAITS if TRAITS[b].framework.name == "jax"]
 # XLA's cost analysis of the small model's compiled training step per sample against the spec's
@@ -39,7 +39,7 @@ def test_every_jax_cell_ran_its_mesh_and_says_how(smoke):
         # compiled ahead of time in the set-up: its seconds recorded apart from epoch 1's
         assert details["compile_seconds"] > 0
         check = details["xla_flops_check"]
-        assert check["spec"] == training_flops_per_sample("small")
+        assert check["spec"] == MODELS["small"].training_flops_per_sample()
         assert XLA_OVER_SPEC[0] < check["ratio"] < XLA_OVER_SPEC[1], (backend, devices, check)
         assert details["reduction"] == ("all-reduce" if devices > 1 else "none")
         assert len(row["hosts"]) == processes

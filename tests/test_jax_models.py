@@ -13,17 +13,7 @@ import torch
 from torch.nn import functional
 
 from xbench.common.workload.layouts import channels_last
-from xbench.common.workload.models import (
-    MODELS,
-    NUM_CLASSES,
-    VOCAB,
-    flops_per_sample,
-    initial_weights,
-    input_shape,
-    is_language_model,
-    named_layers,
-    parameter_count,
-)
+from xbench.common.workload.models import MODELS, NUM_CLASSES, VOCAB
 from xbench.jax_backend import models as jax_models
 from xbench.pt_backend import models as pt_models
 
@@ -35,12 +25,12 @@ def random_batch(name: str, batch: int, seed: int) -> tuple:
     images N(0, 1), NCHW for PyTorch and NHWC for Flax, or token windows and their next
     tokens."""
     rng = np.random.default_rng(seed)
-    if is_language_model(name):
-        tokens = rng.integers(0, VOCAB, (batch, input_shape(name)[0] + 1))
+    if MODELS[name].predicts_sequence:
+        tokens = rng.integers(0, VOCAB, (batch, MODELS[name].input_shape()[0] + 1))
         x, y = tokens[:, :-1], tokens[:, 1:]
         return (torch.from_numpy(x), torch.from_numpy(y),
                 jnp.asarray(x, jnp.int32), jnp.asarray(y, jnp.int32))
-    images = rng.normal(size=(batch, *input_shape(name))).astype(np.float32)
+    images = rng.normal(size=(batch, *MODELS[name].input_shape())).astype(np.float32)
     classes = rng.integers(0, NUM_CLASSES, batch)
     return (torch.from_numpy(images), torch.from_numpy(classes),
             jnp.asarray(images.transpose(0, 2, 3, 1)), jnp.asarray(classes, jnp.int32))
@@ -73,17 +63,18 @@ def largest_difference(mine: list[np.ndarray], theirs: list[np.ndarray]) -> floa
 @pytest.mark.parametrize("name", list(MODELS))
 def test_the_parameters_are_the_specs_drawn_in_common(name):
     module, variables = jax_models.build_model(name, seed=5)
-    assert jax_models.parameter_count(variables["params"]) == parameter_count(name)
+    assert jax_models.parameter_count(variables["params"]) == MODELS[name].parameters()
     held = jax_models.leaf_arrays(variables)
     assert all(value.dtype == np.float32 for value in held)
-    drawn = flattened(channels_last(name, initial_weights(name, 5)))
+    drawn = flattened(channels_last(name, MODELS[name].initial_weights(5)))
     assert all(np.array_equal(a, b) for a, b in zip(held, drawn, strict=True))
     statistics = jax_models.batchnorm_arrays(variables)
     assert ("batch_stats" in variables) == bool(statistics)
     for mean, variance in zip(statistics[::2], statistics[1::2], strict=True):  # PyTorch's start
         assert not mean.any() and (variance == 1).all()
-    if is_language_model(name):  # the output layer reads the token table: no weights of its own
-        assert set(variables["params"]) == {unit for unit, _, _ in named_layers(name)} - {"head1"}
+    units = {unit for unit, _, _ in MODELS[name].named_layers()}
+    if MODELS[name].predicts_sequence:  # the output layer reads the token table: no weights
+        assert set(variables["params"]) == units - {"head1"}
 
 
 def test_variables_of_no_model_are_refused():
@@ -106,7 +97,7 @@ def test_same_weights_give_pytorchs_logits(name, batch, tolerance):
     that pass updated: PyTorch's too, the running variance the unbiased one, and in evaluation
     mode the same logits. ResNet-18's strided convolutions would miss by O(1) with "SAME"
     padding (bottom and right only)."""
-    torch_model = pt_models.build_model(name, 0)
+    torch_model = pt_models.build_model(MODELS[name], 0)
     module, variables = jax_models.build_model(name, 0)
     torch_x, _, flax_x, _ = random_batch(name, batch, seed=1)
     training = "batch_stats" in variables
@@ -128,7 +119,7 @@ def train_both(name: str, optimizer: str, settings: dict, batch: int, steps: int
     """`steps` steps of each framework's model and optimizer from the same weights on one batch,
     the learning rate raised before each step (a warm-up: rate x step / steps). Returns the
     largest difference of the losses, the trained PyTorch model and the Flax variables."""
-    torch_model = pt_models.build_model(name, 0)
+    torch_model = pt_models.build_model(MODELS[name], 0)
     torch_optimizer = pt_models.build_optimizer(torch_model.parameters(), optimizer, **settings)
     module, variables = jax_models.build_model(name, 0)
     flax_optimizer = jax_models.build_optimizer(optimizer, **settings)
@@ -175,7 +166,7 @@ def test_same_losses_and_weights_after_three_steps(name, batch, optimizer, setti
     trained = [p.detach().numpy() for p in torch_model.parameters()]
     assert largest_difference(jax_models.leaf_arrays(variables),
                               flattened(channels_last(name, trained))) < weights_within
-    assert largest_difference(trained, initial_weights(name, 0)) > 1e-3  # real steps
+    assert largest_difference(trained, MODELS[name].initial_weights(0)) > 1e-3  # real steps
 
 
 def test_resnet18_running_statistics_after_two_steps_are_pytorchs():
@@ -201,7 +192,7 @@ def test_resnet18_gradients_in_float64_are_pytorchs():
     Flax ResNet-18 is PyTorch's function to the last bits: its gradients in training mode
     (BatchNorm's batch statistics, strided convolutions, shortcuts) are PyTorch's."""
     torch_x, torch_y, flax_x, flax_y = random_batch("resnet18", 4, seed=3)
-    torch_model = pt_models.build_model("resnet18", 0).double()
+    torch_model = pt_models.build_model(MODELS["resnet18"], 0).double()
     torch_loss(torch_model, torch_x.double(), torch_y).backward()
     reference = flattened(channels_last("resnet18", [p.grad.numpy()
                                                      for p in torch_model.parameters()]))
@@ -251,7 +242,7 @@ def test_bfloat16_compute_keeps_float32_parameters_and_pytorchs_autocast(name, k
     # measured: at most 1.0 step from float32 over input seeds 0-4, both models
     assert np.abs(np.asarray(logits, np.float32) - reference).max() < 3 * step
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        torch_logits = pt_models.build_model(name, 0).eval()(torch_x)
+        torch_logits = pt_models.build_model(MODELS[name], 0).eval()(torch_x)
     assert torch_logits.dtype == torch.bfloat16
     # measured: 1 step from PyTorch's, both models, input seeds 0-4
     assert np.abs(np.asarray(logits, np.float32)
@@ -265,11 +256,11 @@ def test_xla_counts_more_than_the_specs_flops_and_not_the_padding():
     82 x 82 of its 84 x 84 taps, per filter)."""
     small, gpt_tiny = jax_models.describe("small"), jax_models.describe("gpt-tiny")
     for name, described in (("small", small), ("gpt-tiny", gpt_tiny)):
-        assert described["params"] == parameter_count(name)
+        assert described["params"] == MODELS[name].parameters()
         assert described["framework"].startswith("JAX 0.") and "/ Flax 0." in described["framework"]
     products = 2 * 32 * 82 * 82 + 2 * 14 * 14 * 32 * 64 + 2 * 64 * NUM_CLASSES
     # measured: 1,303,562 (the convolution's ReLU, bias adds, max pool ... 5.6% more)
     assert products < small["flops_per_sample"] < 1.1 * products
     # measured: 120,087,104 (softmax, GELU, LayerNorms, residual adds ...)
-    assert flops_per_sample("gpt-tiny") < gpt_tiny["flops_per_sample"] \
-        < 1.15 * flops_per_sample("gpt-tiny")
+    assert MODELS["gpt-tiny"].flops_per_sample() < gpt_tiny["flops_per_sample"] \
+        < 1.15 * MODELS["gpt-tiny"].flops_per_sample()

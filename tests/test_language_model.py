@@ -12,8 +12,8 @@ import pytest
 
 from tests.helpers import TEXT_DIR, write_grid, xbench, xbench_here
 from xbench.common.errors import UserError
-from xbench.common.workload import data
-from xbench.common.workload.models import VOCAB, training_flops_per_sample
+from xbench.common.workload import data, shakespeare
+from xbench.common.workload.models import MODELS, VOCAB
 
 CONTEXT = 64  # gpt-tiny's
 # Cross-entropy of the validation characters under the training split's character frequencies
@@ -30,12 +30,12 @@ LOSS_TOLERANCE = 2e-5
 
 @pytest.fixture(scope="module")
 def text():
-    return data.load_shakespeare(TEXT_DIR, CONTEXT)
+    return shakespeare.load_shakespeare(TEXT_DIR, CONTEXT)
 
 
 def test_the_text_is_split_as_nanogpt_splits_it_and_cut_into_windows(text):
-    raw = (TEXT_DIR / data.SHAKESPEARE_FILE).read_bytes()
-    assert len(raw) == data.SHAKESPEARE_CHARACTERS
+    raw = (TEXT_DIR / shakespeare.SHAKESPEARE_FILE).read_bytes()
+    assert len(raw) == shakespeare.SHAKESPEARE_CHARACTERS
     split = int(len(raw) * 0.9)  # 1,003,854 characters train, 111,540 validate
     assert len(text.train_images) == (split - 1) // CONTEXT == 15_685
     assert len(text.test_images) == (len(raw) - split - 1) // CONTEXT == 1_742
@@ -50,8 +50,8 @@ def test_the_text_is_split_as_nanogpt_splits_it_and_cut_into_windows(text):
     assert (text.train_images[1:, 0] == text.train_labels[:-1, -1]).all()
     first_validation = bytes(alphabet[t] for t in text.test_images[0])
     assert first_validation == raw[split:split + CONTEXT]
-    assert data.train_samples("shakespeare", "gpt-tiny") == 15_685
-    assert data.train_samples("synthetic", "gpt-small") == (split - 1) // 256
+    assert data.train_samples("shakespeare", MODELS["gpt-tiny"]) == 15_685
+    assert data.train_samples("synthetic", MODELS["gpt-small"]) == (split - 1) // 256
 
 
 def test_the_unigram_entropy_the_trained_model_must_beat(text):
@@ -62,19 +62,19 @@ def test_the_unigram_entropy_the_trained_model_must_beat(text):
 
 
 def test_a_damaged_or_missing_text_is_one_clear_error(tmp_path):
-    shutil.copy(TEXT_DIR / data.SHAKESPEARE_FILE, tmp_path / data.SHAKESPEARE_FILE)
-    with open(tmp_path / data.SHAKESPEARE_FILE, "r+b") as damaged:
+    shutil.copy(TEXT_DIR / shakespeare.SHAKESPEARE_FILE, tmp_path / shakespeare.SHAKESPEARE_FILE)
+    with open(tmp_path / shakespeare.SHAKESPEARE_FILE, "r+b") as damaged:
         damaged.truncate(1000)
     with pytest.raises(UserError, match="SHA-256 does not match"):
-        data.load_shakespeare(tmp_path, CONTEXT)
+        shakespeare.load_shakespeare(tmp_path, CONTEXT)
     with pytest.raises(UserError, match="Tiny Shakespeare not found"):
-        data.load_shakespeare(tmp_path / "empty", CONTEXT)
-    assert hashlib.sha256((TEXT_DIR / data.SHAKESPEARE_FILE).read_bytes()).hexdigest() \
-        == data.SHAKESPEARE_SHA256
+        shakespeare.load_shakespeare(tmp_path / "empty", CONTEXT)
+    assert hashlib.sha256((TEXT_DIR / shakespeare.SHAKESPEARE_FILE).read_bytes()).hexdigest() \
+        == shakespeare.SHAKESPEARE_SHA256
 
 
 def test_synthetic_tokens_have_the_models_shapes_and_say_so():
-    tokens = data.synthetic_tokens("gpt-tiny", seed=0, train=64, test=8)
+    tokens = data.synthetic_tokens(MODELS["gpt-tiny"], seed=0, train=64, test=8)
     assert tokens.train_images.shape == (64, CONTEXT) and tokens.test_labels.shape == (8, CONTEXT)
     assert tokens.dataset == "synthetic" and tokens.is_text
     assert (tokens.train_images[:, 1:] == tokens.train_labels[:, :-1]).all()
@@ -153,7 +153,7 @@ def test_two_epochs_learn_more_than_character_frequencies(trained):
     assert row["test_loss"] < UNIGRAM_NATS, row["test_loss"]
     assert row["epochs"][-1]["loss"] < row["epochs"][0]["loss"]
     assert 0 < row["test_accuracy"] < 1  # next-character accuracy, a share of the tokens
-    assert row["flops_per_sample"] * 3 == training_flops_per_sample("gpt-tiny")
+    assert row["flops_per_sample"] * 3 == MODELS["gpt-tiny"].training_flops_per_sample()
     assert "test loss" in trained.run.stdout
 
 

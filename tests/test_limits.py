@@ -17,7 +17,7 @@ from xbench.common.measuring.limits import (
     flop_utilisation,
     peak_flops,
 )
-from xbench.common.workload.models import MODELS, gradient_bytes, training_flops_per_sample
+from xbench.common.workload.models import MODELS
 
 
 def test_probe_measures_matmul_at_every_thread_count_and_gloo_at_both_gradient_sizes(probe):
@@ -32,7 +32,7 @@ def test_probe_measures_matmul_at_every_thread_count_and_gloo_at_both_gradient_s
             assert m["precision"] in ("fp32", "bf16") and m["device_type"] == "cpu"
             assert 0 < m["gflops_low"] <= m["gflops"] <= m["gflops_high"]
     gloo = {(a["world_size"], a["bytes"]): a for a in record["all_reduce"]}
-    assert set(gloo) == {(n, gradient_bytes(m)) for n in (2, 4) for m in MODELS}
+    assert set(gloo) == {(n, MODELS[m].gradient_bytes()) for n in (2, 4) for m in MODELS}
     for (world, size), a in gloo.items():
         assert a["library"] == "gloo" and a["backend"] == "pt-ddp" and a["nodes"] == 1
         assert a["algbw"] == pytest.approx(size / a["seconds"])
@@ -57,19 +57,19 @@ def test_smoke_report_shows_mfu_per_cell_and_2_device_bandwidth_against_the_prob
         gflops = next(m["gflops"] for m in record["matmul"] if m["framework"] == row["framework"]
                       and m["threads"] == threads)
         rate = row["epochs"][1]["rate"]
-        assert cell["mfu"] == pytest.approx(training_flops_per_sample("small") * rate
+        assert cell["mfu"] == pytest.approx(MODELS["small"].training_flops_per_sample() * rate
                                             / (gflops * 1e9), rel=1e-6), row["cell_key"]
     ddp = next(r for r in rows if r["backend"] == "pt-ddp" and r["devices"] == 2)
     cell = cells[cells["cell_key"] == ddp["cell_key"]].iloc[0]
     moving = max(r["collective"]["moving_median"]
                  for r in ddp["attribution"]["epochs"][-1]["ranks"])
     counted = ddp["attribution"]["epochs"][-1]["ranks"][0]["collective"]["bytes_per_step"]
-    assert counted == gradient_bytes("small")  # DDP's hook counted every bucket's bytes
+    assert counted == MODELS["small"].gradient_bytes()  # DDP's hook counted every bucket's bytes
     assert cell["achieved_busbw"] == pytest.approx(counted / moving)  # N = 2: busbw = algbw
     assert cell["moving_seconds"] == pytest.approx(moving)
     assert cell["probe_busbw"] == pytest.approx(next(
         a["busbw"] for a in record["all_reduce"]
-        if a["world_size"] == 2 and a["bytes"] == gradient_bytes("small")))
+        if a["world_size"] == 2 and a["bytes"] == MODELS["small"].gradient_bytes()))
     summary = (out / "summary.md").read_text()
     assert "## Against the limit" in summary and "from counted communication" in summary
 

@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers import REPO, XBENCH, refused, strict_json, xbench, xbench_here
 from xbench.common.running.profile import MIN_STEPS, STEP_PASSES
-from xbench.common.workload.models import flops_per_sample, named_layers, parameter_count
+from xbench.common.workload.models import MODELS
 
 BATCH = 8
 
@@ -33,7 +33,7 @@ def test_every_unit_in_both_frameworks(resnet_profile):
     assert record["model"] == "resnet18" and record["batch"] == BATCH
     assert record["data"] == "synthetic" and not record["not_measured"]
     assert [f["backend"] for f in record["frameworks"]] == ["pt-single", "tf-single"]
-    units = [unit for unit, _, _ in named_layers("resnet18")]
+    units = [unit for unit, _, _ in MODELS["resnet18"].named_layers()]
     assert units[:3] == ["conv1", "bn1", "block1"] and units[-1] == "fc1"
     for framework in record["frameworks"]:
         assert framework["device_type"] == "cpu" and framework["all_units"]
@@ -55,8 +55,9 @@ def test_the_numbers_fit_together(resnet_profile):
     for framework in record["frameworks"]:
         units, step = framework["units"], framework["step"]
         # the spec's counts: every parameter and FLOP of the model is in one unit
-        assert sum(u["params"] for u in units) == parameter_count("resnet18")
-        assert sum(u["forward_flops"] for u in units) == flops_per_sample("resnet18") * BATCH
+        assert sum(u["params"] for u in units) == MODELS["resnet18"].parameters()
+        forward = MODELS["resnet18"].flops_per_sample()
+        assert sum(u["forward_flops"] for u in units) == forward * BATCH
         conv1, block1, pool = units[0], units[2], units[-2]
         assert conv1["backward_flops"] == conv1["forward_flops"]  # no input gradient
         assert block1["backward_flops"] == 2 * block1["forward_flops"]

@@ -14,7 +14,7 @@ from tests.report_fixtures import (
     repeated,
     write_rows,
 )
-from xbench.common.workload.models import gradient_bytes
+from xbench.common.workload.models import MODELS
 from xbench.reports import analysis
 from xbench.reports.build import build_report
 from xbench.reports.load import load
@@ -52,7 +52,7 @@ def test_the_step_attribution_and_bus_bandwidth(tmp_path):
     frame, _ = load([write_rows(tmp_path / "r.jsonl", known_rows())])
     attributed = analysis.attribution(analysis.cell_table(frame))
     weak = attributed[attributed["batch_mode"] == "per_device"].set_index("devices")
-    grad = gradient_bytes("small")
+    grad = MODELS["small"].gradient_bytes()
     step = SAMPLES / 150 / (SAMPLES // 64)  # 2 devices at 150 samples/s, 64 samples a step
     assert weak.loc[2, "communication_step"] == pytest.approx(0.2 * step)
     assert weak.loc[2, "backward_step"] == pytest.approx(0.25 * step)

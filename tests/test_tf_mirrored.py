@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from tests.helpers import SMOKE_SLICE as SLICE
-from xbench.common.workload.data import Images
+from xbench.common.workload.samples import Images
 from xbench.pt_backend import train as pt_train
 from xbench.tf_backend import train as tf_train
 from xbench.tf_backend.collectives import OneTensorFlowProcess

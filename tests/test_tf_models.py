@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 import torch
 
-from xbench.common.workload.models import MODELS, flops_per_sample, initial_weights, parameter_count
+from xbench.common.workload.models import MODELS
 
 MNIST_MODELS = [name for name, spec in MODELS.items() if spec.dataset == "mnist"]
 from xbench.keras_models import models as keras_nets
@@ -21,16 +21,16 @@ BATCH = 64
 @pytest.mark.parametrize("name, params", [("small", 402_442), ("large", 4_104_202),
                                           ("resnet18", 11_173_962), ("vgg19", 20_040_522)])
 def test_parameter_counts_equal_across_frameworks(name, params):
-    keras_model = keras_nets.build_model(name)
-    assert keras_nets.parameter_count(keras_model) == params == parameter_count(name)
-    assert sum(p.numel() for p in pt_models.build_model(name).parameters()) == params
+    keras_model = keras_nets.build_model(MODELS[name])
+    assert keras_nets.parameter_count(keras_model) == params == MODELS[name].parameters()
+    assert sum(p.numel() for p in pt_models.build_model(MODELS[name]).parameters()) == params
 
 
 @pytest.mark.parametrize("name", list(MODELS))
 def test_keras_flops_equal_torch_flops_and_the_spec(name):
     keras_side, torch_side = keras_nets.describe(name), pt_models.describe(name)
     assert (keras_side["flops_per_sample"] == torch_side["flops_per_sample"]
-            == flops_per_sample(name))
+            == MODELS[name].flops_per_sample())
     assert keras_side["params"] == torch_side["params"]
     assert keras_side["framework"].startswith("Keras 3.")
     assert keras_side["framework"].endswith("on tensorflow")
@@ -40,8 +40,9 @@ def test_keras_flops_equal_torch_flops_and_the_spec(name):
 def test_both_frameworks_start_from_the_weights_drawn_in_common(name):
     """Every tensor of the torch model is common.workload.models.initial_weights'; the Keras model
     holds the same values in its layout, so both compute the same function from the first step."""
-    torch_model, keras_model = pt_models.build_model(name, seed=5), keras_nets.build_model(name, 5)
-    drawn = initial_weights(name, 5)
+    torch_model = pt_models.build_model(MODELS[name], seed=5)
+    keras_model = keras_nets.build_model(MODELS[name], 5)
+    drawn = MODELS[name].initial_weights(5)
     for parameter, value in zip(torch_model.parameters(), drawn, strict=True):
         assert np.array_equal(parameter.detach().numpy(), value)
     for held, values in zip(keras_nets.trainable_leaf_weights(keras_model),
@@ -51,7 +52,8 @@ def test_both_frameworks_start_from_the_weights_drawn_in_common(name):
 
 @pytest.mark.parametrize("name", MNIST_MODELS)
 def test_same_weights_give_the_same_logits_loss_and_adam_step(name, mnist):
-    torch_model, keras_model = pt_models.build_model(name, seed=0), keras_nets.build_model(name, 0)
+    torch_model = pt_models.build_model(MODELS[name], seed=0)
+    keras_model = keras_nets.build_model(MODELS[name], 0)
     images, labels = mnist.train_images[:BATCH].copy(), mnist.train_labels[:BATCH]
     torch_images = pt_train.normalise(torch.from_numpy(images), mnist.mean, mnist.std)
     torch_labels = torch.from_numpy(labels.astype(np.int64))
@@ -96,7 +98,8 @@ def test_sgd_momentum_weight_decay_and_a_changing_rate_step_alike(optimizer, set
     same weights: PyTorch's SGD (momentum, L2 weight decay) and Adam (L2) and their Keras
     counterparts end with the same weights. Keras' own SGD (v = m v - lr g) and decoupled
     weight decay would not: their steps differ once lr changes or decay is on."""
-    torch_model, keras_model = pt_models.build_model("small", 0), keras_nets.build_model("small", 0)
+    torch_model = pt_models.build_model(MODELS["small"], 0)
+    keras_model = keras_nets.build_model(MODELS["small"], 0)
     torch_optimizer = pt_models.build_optimizer(torch_model.parameters(), optimizer, **settings)
     keras_optimizer = keras_nets.build_optimizer(optimizer, **settings)
     totals = tf_train.EpochTotals(tf.distribute.get_strategy())
@@ -118,7 +121,8 @@ def test_sgd_momentum_weight_decay_and_a_changing_rate_step_alike(optimizer, set
                    tf.constant(labels.astype(np.int32)),
                    tf.range(BATCH))
     trained = [p.detach().numpy() for p in torch_model.parameters()]
-    moved = max(float(np.abs(w - w0).max()) for w, w0 in zip(trained, initial_weights("small", 0)))
+    moved = max(float(np.abs(w - w0).max())
+                for w, w0 in zip(trained, MODELS["small"].initial_weights(0)))
     for mine, theirs in zip(keras_nets.trainable_leaf_weights(keras_model),
                             keras_nets.keras_layout("small", trained), strict=True):
         assert max(np.abs(a - b).max() for a, b in zip(mine, theirs, strict=True)) < 1e-5

@@ -5,6 +5,7 @@ import tensorflow as tf
 
 from xbench.common.running.profile import STEP_PASSES, time_passes
 from xbench.common.workload.data import load
+from xbench.common.workload.resolve import resolve_model
 from xbench.keras_models.models import TiedLogits, build_model, build_optimizer
 from xbench.tf_backend.device import device_name
 from xbench.tf_backend.train import cross_entropy, model_inputs
@@ -12,8 +13,9 @@ from xbench.tf_backend.train import cross_entropy, model_inputs
 
 def profile(cell, kind, request):
     """The seconds of every pass of `request`'s units and of the step (common.running.profile)."""
-    data = load(cell, "tensorflow")
-    model = build_model(cell.model, cell.seed)
+    spec = resolve_model(cell.model)
+    data = load(cell, spec, "tensorflow")
+    model = build_model(spec, cell.seed)
     x = model_inputs(tf.constant(data.train_images), data)
     labels = tf.constant(data.train_labels.astype("int64"))
     generator = tf.random.Generator.from_seed(cell.seed)

@@ -18,8 +18,8 @@ from xbench.common.measuring.attribution import CALL
 from xbench.common.measuring.target import Evaluation
 from xbench.common.running.env import peak_rss_bytes
 from xbench.common.running.training import INPUT_PIPELINE_PER_DEVICE, TrainingLoop, eval_batch
-from xbench.common.workload.data import rank_indices
 from xbench.common.workload.precision import LOSS_SCALE_GROWTH_STEPS, LOSS_SCALE_START, lower_dtype
+from xbench.common.workload.samples import rank_indices
 from xbench.keras_models.models import (
     batchnorm_statistics,
     build_model,
@@ -60,7 +60,7 @@ class EpochTotals:
 
 
 class TrainPipeline:
-    """tf.data over the uint8 arrays, in common.workload.data's seeded per-epoch order: this
+    """tf.data over the uint8 arrays, in common.workload.samples' seeded per-epoch order: this
     process's share of each global batch, gathered by index (a k-times multiple is index % base
     size), normalised in the pipeline and prefetched, with the sample indices it holds (the evidence
     of what was trained on); the strategy splits it over its replicas. `threads`: the pipeline's
@@ -217,7 +217,7 @@ class TensorFlowLoop(TrainingLoop):
         lower = lower_dtype(cell.precision)
         keras.mixed_precision.set_global_policy(f"mixed_{lower}" if lower else "float32")
         with self.strategy.scope():
-            self.model = build_model(cell.model, cell.seed)
+            self.model = build_model(self.job.model, cell.seed)
             self.optimizer = build_optimizer(cell.optimizer, cell.lr, cell.momentum,
                                              cell.weight_decay)
             if cell.precision == "fp16":
@@ -375,7 +375,7 @@ class TensorFlowLoop(TrainingLoop):
 
             self.evaluation_sums = tf.function(sums)
         loss_sum = correct = 0.0
-        size = eval_batch(self.cell.model)
+        size = eval_batch(self.job.model)
         for start in range(0, len(data.test_images), size):
             loss, right = self.evaluation_sums(data.test_images[start:start + size],
                                        data.test_labels[start:start + size].astype(np.int32))

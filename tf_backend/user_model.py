@@ -1,24 +1,17 @@
 """`python -m xbench.tf_backend.user_model FILE`: a user's model file as Keras builds it
-(common.workload.user_models): its keras() checked, the model built once and run on a batch of 2,
+(common.workload.model_file): its keras() checked, the model built once and run on a batch of 2,
 its parameters, tensor shapes and TensorFlow's own count of a forward pass's floating-point
 operations (its profiler on the traced graph), printed as JSON. Exit 2 with one line where the
 file is wrong."""
 import math
 from pathlib import Path
-from types import ModuleType
 
 import keras
 import numpy as np
 import tensorflow as tf
 
 from xbench.common.errors import UserError
-from xbench.common.workload.user_models import (
-    NotServed,
-    call,
-    data_check,
-    run_describer,
-    what_it_takes,
-)
+from xbench.common.workload.file_checks import run_describer
 
 BATCH = 2
 
@@ -48,13 +41,9 @@ def forward_flops(model, takes: dict) -> tuple[int, str]:
 UNCOUNTED = {"Einsum", "BatchMatMulV3"}
 
 
-def describe(module: ModuleType, path: Path) -> dict:
-    if not callable(getattr(module, "keras", None)):
-        raise NotServed(f"{path.name} defines no keras()")
-    keras.utils.set_random_seed(0)
-    spec = call(module, "keras", path)
-    takes = what_it_takes(spec, "keras")
-    model = spec["model"]
+def count(model, takes: dict, path: Path) -> dict:
+    """What Keras and TensorFlow count of the file's model: its parameters, tensor shapes and
+    forward FLOPs, and whether it has BatchNorm."""
     if not isinstance(model, keras.Model):
         raise UserError(f"{path.name}: keras()'s model is {type(model).__name__}, not a "
                         f"keras.Model")
@@ -70,10 +59,7 @@ def describe(module: ModuleType, path: Path) -> dict:
         raise UserError(f"{path.name}: keras()'s model returned {shape or type(logits).__name__} "
                         f"for a batch of {BATCH}; its targets and classes need logits of {wanted}")
     flops, how = forward_flops(model, takes)
-    sizes = data_check(call(module, "data", path), takes, path.name) \
-        if callable(getattr(module, "data", None)) else None
-    return {**takes, "data": sizes,
-            "params": sum(math.prod(v.shape) for v in model.trainable_variables),
+    return {"params": sum(math.prod(v.shape) for v in model.trainable_variables),
             "tensor_shapes": [list(v.shape) for v in model.trainable_variables],
             "flops_per_sample": flops, "activations_per_sample": None,
             "batchnorm": any(isinstance(layer, keras.layers.BatchNormalization)
@@ -82,4 +68,4 @@ def describe(module: ModuleType, path: Path) -> dict:
 
 
 if __name__ == "__main__":
-    run_describer(describe)
+    run_describer("keras", lambda: keras.utils.set_random_seed(0), count)

@@ -16,12 +16,12 @@ from xbench.common.backends.traits import TRAITS, Traits
 from xbench.common.errors import Unsupported
 from xbench.common.workload.compression import label as compression_label
 from xbench.common.workload.compression import wire_bytes
-from xbench.common.workload.models import tensor_shapes
 
 if TYPE_CHECKING:
     from xbench.common.grids.cell import Cell
     from xbench.common.results.schema import Measurement
     from xbench.common.running.job import Job
+    from xbench.common.workload.model import Model
 
 
 class Backend(abc.ABC):
@@ -63,11 +63,12 @@ class Backend(abc.ABC):
         """What this backend records of itself in the row: what ran, how it was launched."""
         return {}
 
-    def traffic(self, cell: Cell, reduction: str) -> list[dict]:
+    def traffic(self, cell: Cell, model: Model, reduction: str) -> list[dict]:
         """What crosses between the cell's devices in one optimizer step, all links together
-        (`wire` items): by default the gradients as `reduction` (the row's) moves them."""
+        (`wire` items): by default the gradients of the cell's `model` as `reduction` (the
+        row's) moves them."""
         devices = cell.world
-        size = wire_bytes(tensor_shapes(cell.model, self.traits.framework.name), cell.compression,
+        size = wire_bytes(model.tensor_shapes(self.traits.framework.name), cell.compression,
                           cell.powersgd_rank)
         if reduction == "all-reduce":
             compressed = ("" if cell.compression == "none" else

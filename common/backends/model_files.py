@@ -1,5 +1,5 @@
 """Build a user's model file once in each framework, before any cell runs
-(common.workload.user_models): each framework's describer (its traits name it) in a child process,
+(common.workload.model_file): each framework's describer (its traits name it) in a child process,
 within a time limit, says what it takes and what it counted; a wrong file is one line."""
 from __future__ import annotations
 
@@ -11,20 +11,35 @@ import sys
 
 from xbench.common.backends.traits import FRAMEWORKS
 from xbench.common.errors import UserError
-from xbench.common.workload import user_models
-from xbench.common.workload.user_models import NOT_SERVED, UserModel
+from xbench.common.workload.file_checks import NOT_SERVED
+from xbench.common.workload.model import Model
+from xbench.common.workload.model_file import ModelFile, NotDescribed, split
+from xbench.common.workload.resolve import model_name, resolve_model
 
 DESCRIBE_SECONDS = 300  # one framework's construction of the model, in its child process
+# How each framework's loop lays out an image sample, what a model file's images must match.
+IMAGE_LAYOUTS = {framework.name: framework.image_layout for framework in FRAMEWORKS}
 
 
-def described(reference: str) -> UserModel:
-    """What xbench knows of the model file `reference` names: kept from before, or found now by
+def described(given: str) -> Model:
+    """The model a --model value names; a model file's facts kept from before, or found now by
     building it in each framework that is installed here."""
+    name = model_name(given)
     try:
-        return user_models.facts(reference)
-    except UserError:
-        pass
-    path, digest = user_models.split(reference)
+        return resolve_model(name)
+    except NotDescribed:
+        return build(name)
+
+
+def check_fits(data: str, name: str) -> None:
+    """A clear error where the model `name` cannot take the samples of `data` (a model file's
+    images as each framework lays them out)."""
+    resolve_model(name).check_data(data, IMAGE_LAYOUTS)
+
+
+def build(reference: str) -> ModelFile:
+    """The model file `reference` names, built in each framework installed here, and kept."""
+    path, digest = split(reference)
     built, not_served, takes, absent = {}, {}, None, []
     for framework in FRAMEWORKS:
         function = framework.model_function
@@ -66,16 +81,8 @@ def described(reference: str) -> UserModel:
     if not built:
         raise UserError(f"{path.name}: no framework here can build it "
                         f"({'; '.join(not_served.values())})")
-    return user_models.keep(UserModel(
+    return ModelFile(
         path=str(path), digest=digest, input_dtype=takes["input_dtype"],
         target_shape=tuple(takes["target_shape"]), classes=takes["classes"], data=takes["data"],
-        built=built, not_served=not_served))
-
-
-def model_file_of(model: str) -> dict | None:
-    """A job's record of its model file (what the worker remembers instead of building it
-    again), or None for xbench's own models."""
-    if not user_models.looks_like_file_or_module(model):
-        return None
-    return user_models.to_json(user_models.facts(model))
+        built=built, not_served=not_served).keep()
 

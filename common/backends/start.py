@@ -26,13 +26,8 @@ from xbench.common.backends.traits import (
 )
 from xbench.common.workload import faults
 from xbench.common.workload.data import train_samples
-from xbench.common.workload.models import (
-    activations_per_sample,
-    has_batchnorm,
-    parameter_count,
-    user_model,
-)
 from xbench.common.workload.precision import LOWER
+from xbench.common.workload.resolve import resolve_model
 
 if TYPE_CHECKING:
     from xbench.common.grids.cell import Cell
@@ -114,11 +109,12 @@ class Start:
         batch kept for the backward pass, their gradients and a workspace as large. A cell
         asked to run on GPUs keeps those on the devices; a cell whose device is `auto` is
         counted as if on the CPU, the conservative case."""
-        samples = min(train_samples(cell.data, cell.model),
+        model = resolve_model(cell.model)
+        samples = min(train_samples(cell.data, model),
                       cell.max_train_samples or math.inf) * cell.multiple
         per_device = 0 if cell.device == "cuda" else (
-            parameter_count(cell.model, self.traits.framework.name) * 4 * 4
-            + cell.per_device_batch * activations_per_sample(cell.model) * 4 * 3)
+            model.parameters(self.traits.framework.name) * 4 * 4
+            + cell.per_device_batch * model.activations_per_sample() * 4 * 3)
         per_process = (self.traits.framework.memory_mb * 2**20 + samples * 8 * (cell.epochs + 2)
                        + per_device * self.devices_per_process(cell))
         return int(per_process * self.processes(cell))  # on each node
@@ -126,7 +122,8 @@ class Start:
     def batchnorm(self, cell: Cell) -> str | None:
         """What it does with BatchNorm's statistics where the cell's model has BatchNorm."""
         framework = self.traits.framework.name
-        return self.traits.batchnorm_statistics if has_batchnorm(cell.model, framework) else None
+        has_batchnorm = resolve_model(cell.model).has_batchnorm(framework)
+        return self.traits.batchnorm_statistics if has_batchnorm else None
 
     # --- what it cannot run --------------------------------------------------------------------
 
@@ -153,10 +150,9 @@ class Start:
         if cell.compression not in traits.compressions:
             return (f"compression {cell.compression}: {self.name} does "
                     f"{', '.join(traits.compressions)}; {traits.no_compression}")
-        user = user_model(cell.model)
-        if user and traits.framework.name not in user.built:
-            return (f"{user.not_served.get(traits.framework.name, 'not built')}: "
-                    f"{traits.framework.name}'s backends have no model to train")
+        why_not = resolve_model(cell.model).why_not_served(traits.framework.name)
+        if why_not:
+            return f"{why_not}: {traits.framework.name}'s backends have no model to train"
         return self._input_refused(cell)
 
     def _input_refused(self, cell: Cell) -> str | None:

@@ -41,7 +41,7 @@ class Framework:
     input: str           # what forms its batches
     uses_dataloader: bool  # whether that is PyTorch's DataLoader (host_memory, loader_workers)
     image_layout: str    # how its loop lays out an image sample (CHANNELS_FIRST, CHANNELS_LAST)
-    # What a user's model file defines for it (common.workload.user_models) and the module that
+    # What a user's model file defines for it (common.workload.model_file) and the module that
     # builds such a file's model and says what it counted; None where its backends train only
     # xbench's own models.
     model_function: str | None

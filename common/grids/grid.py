@@ -8,11 +8,13 @@ import tomllib
 from pathlib import Path
 
 from xbench import experiments
+from xbench.common.backends.model_files import check_fits
 from xbench.common.backends.traits import TRAITS, spanning_nodes
 from xbench.common.errors import UserError, did_you_mean
 from xbench.common.grids.cell import Cell
 from xbench.common.grids.settings import AXES, IN_CELL, OPTIMIZERS, SETTINGS, check_axis, defaults
-from xbench.common.workload.data import check_fits, test_samples, train_samples
+from xbench.common.workload.data import test_samples, train_samples
+from xbench.common.workload.resolve import resolve_model
 
 EXPERIMENTS = Path(experiments.__file__).resolve().parent
 SWEEP = re.compile(r"^(\d+)\s*x\s*(\d+)$")
@@ -102,7 +104,7 @@ def sweep_batches(text: str, settings: dict, models: list[str], multiples: list[
     if factor < 2:
         raise UserError(f"a batch sweep grows the batch by a factor of 2 or more; {factor} "
                         f"would never grow it")
-    samples = min(min(train_samples(settings["data"], m) for m in models),
+    samples = min(min(train_samples(settings["data"], resolve_model(m)) for m in models),
                   settings["max_train_samples"] or math.inf)
     world = max(nodes) * max(devices) if settings["batch_mode"] == "per_device" else 1
     limit = samples * min(multiples) // world
@@ -159,13 +161,13 @@ def _check_sizes(values, settings):
                         f"{settings['seed'] + settings['seeds'] - 1:,}"
                         f" go past {SETTINGS['seed'].maximum:,} (seeds are 32-bit in every "
                         f"framework): lower --seed or --seeds")
-    smallest = min(train_samples(settings["data"], m) for m in values["models"])
+    smallest = min(train_samples(settings["data"], resolve_model(m)) for m in values["models"])
     if settings["max_train_samples"] > smallest:
         raise UserError(f"max_train_samples {settings['max_train_samples']:,} is more than the "
                         f"training set ({smallest:,} {settings['data']} samples for these models; "
                         f"cell keys would name a cap that is not there): lower it in the grid "
                         f"file or with {option}")
-    tested = min(test_samples(settings["data"], m) for m in values["models"])
+    tested = min(test_samples(settings["data"], resolve_model(m)) for m in values["models"])
     if settings["max_test_samples"] > tested:
         raise UserError(f"max_test_samples {settings['max_test_samples']:,} is more than the test "
                         f"set ({tested:,} {settings['data']} samples for these models; cell keys "

@@ -32,7 +32,7 @@ from xbench.common.workload import faults
 from xbench.common.workload.compression import COMPRESSIONS
 from xbench.common.workload.compression import label as compression_label
 from xbench.common.workload.data import DATA_KINDS, TEST_SAMPLES, TRAIN_SAMPLES
-from xbench.common.workload.models import MODELS, check_model_name
+from xbench.common.workload.models import MODELS
 
 OPTIMIZERS = {"adam": 1e-3, "sgd": 0.01}  # name -> its learning rate when none is given
 BATCH_MODES = ("global", "per_device")
@@ -81,10 +81,7 @@ def _optimizer_part(cell) -> str:
 def check_model(name: str) -> str:
     """One of xbench's models, or a user's model file named by `path@digest` and built once in
     each framework here before any cell runs (common.backends.model_files)."""
-    name = check_model_name(name)
-    if name not in MODELS:
-        described(name)
-    return name
+    return described(name).name
 
 
 SETTINGS: dict[str, Setting] = {s.key: s for s in [

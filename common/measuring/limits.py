@@ -120,7 +120,7 @@ def peak_flops(matmul: list[dict], framework: str, device_type: str, nodes: int,
 
 def flop_utilisation(training_flops: float, rate: float, peak: float) -> float:
     """Model FLOP utilisation: a training step's FLOPs per sample
-    (common.workload.models.training_flops_per_sample) x samples per second, over the peak
+    (common.workload.models.SpecModel.training_flops_per_sample) x samples per second, over the peak
     FLOP/s."""
     return training_flops * rate / peak
 

@@ -13,7 +13,7 @@ from typing import Any
 from xbench.common.grids.settings import IN_ROW
 from xbench.common.measuring.attribution import PARTS
 from xbench.common.results.upgrades import CURRENT
-from xbench.common.workload.models import flops_per_sample, parameter_count
+from xbench.common.workload.resolve import resolve_model
 
 SCHEMA_VERSION = CURRENT  # the last of common.results.upgrades' named upgrades
 # What rows of older versions lack; they are reported and left out, never mixed with these.
@@ -196,14 +196,15 @@ def make_row(cell, run_id: str, started_at: str, status: str, error: str | None,
     whose processes crashed)."""
     measured = measurement.to_dict() if measurement else {}
     memory = measured.get("peak_memory_per_device")
+    model = resolve_model(cell.model)
     row = {
         "schema_version": SCHEMA_VERSION, "run_id": run_id, "grid": cell.grid,
         "cell_key": cell.key, "repeat": cell.repeat, "look": cell.look, "status": status,
         "error": error,
         "started_at": started_at, "finished_at": now(),
         **{s.row_name: s.row_value(getattr(cell, s.field_name)) for s in IN_ROW},
-        "framework": framework, "params": measured.get("params", parameter_count(cell.model)),
-        "flops_per_sample": flops_per_sample(cell.model, framework),
+        "framework": framework, "params": measured.get("params", model.parameters()),
+        "flops_per_sample": model.flops_per_sample(framework),
         "global_batch": cell.global_batch,
         "per_device_batch": cell.per_device_batch, "world_size": cell.world,
         "threads_per_device": threads_per_device, "threads_pinned": bool(cell.threads),

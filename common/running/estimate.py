@@ -25,6 +25,7 @@ from xbench.common.results.store import read_rows, results_files
 from xbench.common.running.launch import Launcher, refused
 from xbench.common.running.progress import duration
 from xbench.common.workload.data import train_samples
+from xbench.common.workload.resolve import resolve_model
 
 PROBE_BATCH, PROBE_STEPS = 128, 20
 PROBE_OVERHEAD_SECONDS = 15  # launch, imports, data, test accuracy: what a probe does not see
@@ -70,7 +71,8 @@ def history(results_path: Path) -> list[dict]:
 
 
 def samples_per_epoch(cell: Cell) -> int:
-    base = min(train_samples(cell.data, cell.model), cell.max_train_samples or math.inf)
+    base = min(train_samples(cell.data, resolve_model(cell.model)),
+               cell.max_train_samples or math.inf)
     return base * cell.multiple // cell.global_batch * cell.global_batch
 
 

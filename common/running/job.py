@@ -5,15 +5,17 @@ from dataclasses import dataclass, field
 
 from xbench.common.grids.cell import Cell
 from xbench.common.running.progress import ProgressReport
-from xbench.common.workload.data import Images
+from xbench.common.workload.model import Model
+from xbench.common.workload.samples import Images
 
 
 @dataclass
 class Job:
-    """What each launched process is given: the cell, its data, the compute threads of each of its
-    devices, and the wall-clock time (`time.time()`) at which the runner launched it (start-up is
-    counted from it)."""
+    """What each launched process is given: the cell, its model (resolved once, from what the job
+    carried), its data, the compute threads of each of its devices, and the wall-clock time
+    (`time.time()`) at which the runner launched it (start-up is counted from it)."""
     cell: Cell
+    model: Model
     data: Images
     threads_per_device: int
     launched_at: float

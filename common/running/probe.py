@@ -20,7 +20,7 @@ from xbench.common.results.probes import PROBE_VERSION
 from xbench.common.results.schema import now
 from xbench.common.running import env
 from xbench.common.running.runner import check_devices, measure, stop_on_signals
-from xbench.common.workload.models import MODELS, gradient_bytes
+from xbench.common.workload.models import MODELS
 
 # The matmul through each framework's single-device reference, the all-reduce through one backend
 # of each collective library (common.backends.traits).
@@ -51,7 +51,7 @@ def probe_cell(backend: str, devices: int, nodes: int, threads: int, device: str
 def plan(backends: list[str], devices: list[int], nodes: list[int], device: str,
          cores: int, launcher_name: str) -> list[tuple[Cell, dict]]:
     """(cell, request) of every probe to run: the matmuls first, then the all-reduces."""
-    sizes = sorted({gradient_bytes(model) for model in MODELS})
+    sizes = sorted({model.gradient_bytes() for model in MODELS.values()})
     steps = []
     for name in backends:
         if name in MATMUL_BACKENDS:

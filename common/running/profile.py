@@ -1,6 +1,7 @@
 """`xbench profile`: the per-layer timing a study of CPU offloading asks for. A model's units
-(conv1, bn1, block1 ... as common.workload.models.named_layers names them) are timed forward and
-backward on one device, in each framework, beside the whole training step they belong to.
+(conv1, bn1, block1 ... as common.workload.models.SpecModel.named_layers names them) are timed
+forward and backward on one device, in each framework, beside the whole training step they
+belong to.
 
 A time is taken the same way in both frameworks. pt_backend.profile and tf_backend.profile give
 the passes, and `time_passes` runs them:
@@ -40,24 +41,10 @@ from xbench.common.results.schema import now
 from xbench.common.running import env
 from xbench.common.running.placement import node_name
 from xbench.common.running.runner import measure, stop_on_signals
-from xbench.common.workload.models import (
-    MODELS,
-    BatchNorm,
-    Block,
-    Conv,
-    Dense,
-    Embedding,
-    GlobalAvgPool,
-    LayerNorm,
-    MaxPool,
-    Residual,
-    TiedLogits,
-    check_model_name,
-    layer_flops,
-    layer_parameters,
-    named_layers,
-    output_shape,
-)
+from xbench.common.workload import layers
+from xbench.common.workload.layers import layer_flops, layer_parameters, output_shape
+from xbench.common.workload.models import MODELS
+from xbench.common.workload.resolve import model_name, own_model
 
 PROFILE_VERSION = 1
 # one device, where a unit's time is its own: the frameworks whose units xbench times
@@ -75,7 +62,8 @@ SEEDS = 2 ** 32  # seeds are 32-bit in every framework
 def check_request(model: str, batch: int, backends: list[str], units: list[str],
                   steps: int, warmup: int, seed: int) -> list[str]:
     """The units to time (every one where `units` is empty); a UserError on bad input."""
-    if check_model_name(model) not in MODELS:
+    spec = own_model(model_name(model))
+    if spec is None:
         raise UserError("xbench profile times the units of xbench's own models, whose spec "
                         "names them; a model file's units are not known to it: time its cells "
                         "with `xbench grid`, whose rows split each step into its parts")
@@ -94,7 +82,7 @@ def check_request(model: str, batch: int, backends: list[str], units: list[str],
         if name not in PROFILE_BACKENDS:
             raise UserError(f"profile times units on one device: backend '{name}' is not one of "
                             f"{', '.join(PROFILE_BACKENDS)}")
-    known = [unit for unit, _, _ in named_layers(model)]
+    known = [unit for unit, _, _ in spec.named_layers()]
     for unit in units:
         if unit not in known:
             raise UserError(f"{model} has no layer '{unit}'{did_you_mean(unit, known)}; its "
@@ -143,28 +131,28 @@ def median_interval(values: list[float] | np.ndarray) -> dict:
 
 def layer_text(layer) -> str:
     """What a unit is, in a few words."""
-    if isinstance(layer, Conv):
+    if isinstance(layer, layers.Conv):
         return (f"conv {layer.kernel}x{layer.kernel}/{layer.stride} "
                 f"{layer.in_channels}->{layer.out_channels}" + (" +relu" if layer.relu else ""))
-    if isinstance(layer, BatchNorm):
+    if isinstance(layer, layers.BatchNorm):
         return f"batchnorm {layer.channels}" + (" +relu" if layer.relu else "")
-    if isinstance(layer, Dense):
+    if isinstance(layer, layers.Dense):
         return f"dense {layer.in_features}->{layer.out_features}" + (" +relu" if layer.relu else "")
-    if isinstance(layer, Residual):
-        convs = [inner for inner in layer.body if isinstance(inner, Conv)]
+    if isinstance(layer, layers.Residual):
+        convs = [inner for inner in layer.body if isinstance(inner, layers.Conv)]
         return (f"residual {convs[0].in_channels}->{convs[0].out_channels}/{convs[0].stride}: "
                 f"{len(convs)} convs" + (" + shortcut" if layer.shortcut else ""))
-    if isinstance(layer, MaxPool):
+    if isinstance(layer, layers.MaxPool):
         return f"max pool {layer.size}x{layer.size}"
-    if isinstance(layer, GlobalAvgPool):
+    if isinstance(layer, layers.GlobalAvgPool):
         return "global average pool"
-    if isinstance(layer, Embedding):
+    if isinstance(layer, layers.Embedding):
         return f"token + position embedding {layer.vocab}+{layer.context}->{layer.width}"
-    if isinstance(layer, Block):
+    if isinstance(layer, layers.Block):
         return f"transformer block {layer.width}, {layer.heads} heads"
-    if isinstance(layer, LayerNorm):
+    if isinstance(layer, layers.LayerNorm):
         return f"layernorm {layer.width}"
-    if isinstance(layer, TiedLogits):
+    if isinstance(layer, layers.TiedLogits):
         return f"logits {layer.width}->{layer.vocab} (embedding's table)"
     return "flatten"
 
@@ -175,7 +163,7 @@ def backward_flops(layer, shape: tuple, first: bool) -> int:
     first, its embedding, has no products at all). The tied output layer's weight gradient is
     its embedding table's, computed in its pass too."""
     flops = layer_flops(layer, shape)
-    return flops if first and isinstance(layer, (Conv, Dense)) else 2 * flops
+    return flops if first and isinstance(layer, (layers.Conv, layers.Dense)) else 2 * flops
 
 
 def summarize(model: str, batch: int, measured: dict) -> dict:
@@ -188,7 +176,7 @@ def summarize(model: str, batch: int, measured: dict) -> dict:
     step = {name: median_interval(seconds[f"step.{name}"]) for name in STEP_PASSES}
     step["total"] = median_interval(total)
     units, units_total = [], np.zeros_like(total)
-    for index, (unit, layer, shape) in enumerate(named_layers(model)):
+    for index, (unit, layer, shape) in enumerate(MODELS[model].named_layers()):
         if f"{unit}.forward" not in seconds:
             continue
         forward, backward = seconds[f"{unit}.forward"], seconds.get(f"{unit}.backward")
@@ -209,7 +197,7 @@ def summarize(model: str, batch: int, measured: dict) -> dict:
     return {"units": units, "step": step, "units_seconds": median_interval(units_total),
             "units_share": median_interval(units_total / total),
             "rest_seconds": median_interval(total - units_total),
-            "all_units": len(units) == len(list(named_layers(model)))}
+            "all_units": len(units) == len(list(MODELS[model].named_layers()))}
 
 
 def run_profile(model: str, batch: int, backends: list[str], units: list[str], steps: int,

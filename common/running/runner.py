@@ -16,7 +16,6 @@ import traceback
 import uuid
 from pathlib import Path
 
-from xbench.common.backends.model_files import model_file_of
 from xbench.common.backends.start import Start
 from xbench.common.errors import UserError
 from xbench.common.grids.cell import Cell, threads_per_device
@@ -30,6 +29,7 @@ from xbench.common.running.launch import Launcher, refused
 from xbench.common.running.local import LocalLauncher
 from xbench.common.running.processes import signals_held
 from xbench.common.running.progress import GridProgress
+from xbench.common.workload.resolve import resolve_model
 
 LOG_TAIL_LINES = 15
 # A process killed by one of these crashed (heap corruption, a bad instruction): a framework's
@@ -194,7 +194,7 @@ def launch(backend, cell, log_path, launcher, watch=lambda folder: None, measure
         job_path.write_text(json.dumps({"cell": cell.to_dict(), "threads_per_device": threads,
                                         "memory_budget_mb": budget_mb,
                                         "launched_at": time.time(),
-                                        "model_file": model_file_of(cell.model),
+                                        "model_file": resolve_model(cell.model).carried(),
                                         **({"measure": measure} if measure else {})}))
         process_threads = threads * backend.devices_per_process(cell)
         environment = {**os.environ, "OMP_NUM_THREADS": str(process_threads),

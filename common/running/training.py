@@ -29,7 +29,7 @@ from xbench.common.results.schema import Measurement
 from xbench.common.running.job import Job
 from xbench.common.running.placement import node_name, pin_rank
 from xbench.common.workload import faults
-from xbench.common.workload.models import input_shape, is_language_model, user_model
+from xbench.common.workload.model import Model
 
 EVAL_BATCH = 1000  # test images per forward pass of an evaluation
 EVAL_TOKENS = 64 * 1024  # a language model's: test windows of this many tokens in all
@@ -349,8 +349,8 @@ class TrainingLoop(abc.ABC):
             contended=any(e["contention"]["contended"] for e in ran.epochs),
             evidence=self.evidence(ran),
             backend_details={"world_size": self.comm.world, **described, **details,
-                             **model_file_record(self.cell.model),
-                             "traffic": self.backend.traffic(self.cell,
+                             **self.job.model.row_record(),
+                             "traffic": self.backend.traffic(self.cell, self.job.model,
                                                              details.get("reduction", "none"))},
             attribution=ran.attribution,
             time_to_target=ran.target.summary() if ran.target else None)
@@ -386,23 +386,10 @@ class Ran:
     attribution: dict | None = None
 
 
-def model_file_record(model: str) -> dict:
-    """What a row of a model file's cell records of the file (nothing for xbench's models)."""
-    user = user_model(model)
-    if user is None:
-        return {}
-    return {"model_file": {
-        "path": user.path, "digest": user.digest, "frameworks": sorted(user.built),
-        "counted_by": {f: built["counted_by"] for f, built in user.built.items()},
-        "one_trajectory": "not claimed: each framework builds the file's model with its own "
-                          "initial weights, so its rows of different frameworks are not the "
-                          "same training"}}
-
-
-def eval_batch(model: str) -> int:
+def eval_batch(model: Model) -> int:
     """Test samples per forward pass of an evaluation: EVAL_BATCH images, or windows of
     EVAL_TOKENS tokens in all."""
-    return max(1, EVAL_TOKENS // input_shape(model)[0]) if is_language_model(model) else EVAL_BATCH
+    return max(1, EVAL_TOKENS // model.input_shape()[0]) if model.predicts_sequence else EVAL_BATCH
 
 
 def part_seconds(step, part: str) -> float:

@@ -22,7 +22,7 @@ from xbench.common.running import env
 from xbench.common.running.job import Job
 from xbench.common.running.progress import ProgressReport
 from xbench.common.workload import data as data_module
-from xbench.common.workload import user_models
+from xbench.common.workload.resolve import resolve_model
 
 
 def write_json(path, payload):
@@ -51,8 +51,6 @@ def main(job_path, out_dir):
     spec = json.loads(Path(job_path).read_text())
     out_dir = Path(out_dir)
     cell = Cell.from_dict(spec["cell"])
-    if spec.get("model_file"):  # what the grid found of the user's model file, not found again
-        user_models.remember(user_models.from_json(spec["model_file"]))
     backend = get_backend(cell.backend)
     budget = spec["memory_budget_mb"]
     # the machine as this process found it, before a backend narrowed the cores it may use (a
@@ -69,7 +67,10 @@ def main(job_path, out_dir):
         limit = min(cell.memory_limit_mb or budget, budget)
         if cell.memory_limit_mb and backend.bound_tensor_memory(limit):
             limit = budget  # the framework's allocator holds its tensors; this is a backstop
-        job = Job(cell=cell, data=data_module.load(cell, backend.traits.framework.name),
+        # what the grid found of the cell's model (a model file's facts), not found again
+        model = resolve_model(cell.model, spec.get("model_file"))
+        job = Job(cell=cell, model=model,
+                  data=data_module.load(cell, model, backend.traits.framework.name),
                   threads_per_device=spec["threads_per_device"], launched_at=spec["launched_at"],
                   progress=ProgressReport(out_dir))
         limit_memory(limit, backend.traits.framework.module)

@@ -1,12 +1,14 @@
-"""The initial weights (common.workload.models.initial_weights, PyTorch's layout) in the
+"""Image layouts (channels first or last: a framework's traits say which its loop uses), and the
+initial weights (common.workload.models.SpecModel.initial_weights, PyTorch's layout) in the
 channels-last layout of Keras and Flax, framework-free so that both backends convert them one
 way."""
 from itertools import islice
 
 import numpy as np
 
-from xbench.common.workload import models as spec
-from xbench.common.workload.models import BLOCK_TENSORS, layer_shapes, tensor_shapes_of
+from xbench.common.workload import layers as spec
+from xbench.common.workload.layers import BLOCK_TENSORS, tensor_shapes_of
+from xbench.common.workload.models import MODELS
 
 # How a framework's loop lays out an image sample (its traits' `image_layout`).
 CHANNELS_FIRST, CHANNELS_LAST = "channels first", "channels last"
@@ -26,7 +28,7 @@ def channels_last(name: str, tensors: list[np.ndarray]) -> list[list[np.ndarray]
     weights are transposed (a block: one list of its 12 tensors in BLOCK_TENSORS' order)."""
     converted, values = [], iter(tensors)
     flattened = None
-    for layer, shape in layer_shapes(name):
+    for layer, shape in MODELS[name].layer_shapes():
         if isinstance(layer, spec.Flatten):
             flattened = shape
         if isinstance(layer, spec.BatchNorm):
