@@ -8,6 +8,7 @@ import pandas as pd
 
 from xbench.reports import analysis, goodput, predict
 from xbench.reports.compare import compare
+from xbench.reports.limits import against_limits
 from xbench.reports.load import load, load_probes
 from xbench.reports.predict import Link
 
@@ -73,7 +74,7 @@ class ReportData:
 
     @cached_property
     def limits(self) -> pd.DataFrame:
-        return analysis.against_limits(self.cells, self.attributed, self.probes)
+        return against_limits(self.cells, self.attributed, self.probes)
 
     @cached_property
     def failures(self) -> pd.DataFrame:

@@ -13,6 +13,7 @@ import numpy as np
 
 from xbench.common.measuring.attribution import COMPUTE
 from xbench.reports import analysis
+from xbench.reports.limits import against_limits
 from xbench.reports.stats import (
     LEVEL,
     LOOKS,
@@ -313,7 +314,7 @@ def judged(cells, attributed=None, limits=None) -> tuple[list[Family], Judge]:
     """The verdicts of every family and the Judge that decided them: a first pass collects
     every comparison's p-value, the second states what the control allows."""
     attributed = analysis.attribution(cells) if attributed is None else attributed
-    limits = analysis.against_limits(cells, attributed, {}) if limits is None else limits
+    limits = against_limits(cells, attributed, {}) if limits is None else limits
     looks = cells.groupby("cell_key")["looks"].max().to_dict() if len(cells) else {}
     collected = Judge(looks=looks)
     family_verdicts(cells, attributed, limits, collected)

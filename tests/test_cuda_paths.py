@@ -11,6 +11,7 @@ from xbench.common.workload.models import MODELS
 from xbench.pt_backend.ddp import DistributedDataParallelBackend
 from xbench.pt_backend.dp import DataParallelBackend
 from xbench.pt_backend.single import SingleDeviceTorchBackend
+from xbench.reports.limits import against_limits
 
 
 def cell(backend, devices, device="cuda"):
@@ -215,7 +216,7 @@ def test_mfu_on_an_h100_is_against_the_tf32_peak_and_the_data_sheet(tmp_path):
          "gflops": gflops} for framework in ("torch", "tensorflow")
         for precision, gflops in (("fp32", 50_000.0), ("tf32", 400_000.0), ("bf16", 700_000.0))],
         "all_reduce": []}
-    limits = analysis.against_limits(cells, analysis.attribution(cells), {"A": probe})
+    limits = against_limits(cells, analysis.attribution(cells), {"A": probe})
     limits = limits.set_index("backend")
     for backend in ("pt-single", "tf-single"):
         row = limits.loc[backend]

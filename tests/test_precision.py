@@ -11,6 +11,7 @@ import pytest
 from tests.helpers import REPO, write_grid, xbench
 from xbench.common.results.store import read_rows
 from xbench.common.workload.precision import LOSS_SCALE_START
+from xbench.reports.limits import against_limits
 
 SINGLE = ["pt-single", "pt-dp", "tf-single", "jax-single"]
 SPANNING = ["pt-ddp", "tf-mirrored", "tf-multiworker", "hvd-torch", "hvd-tf", "jax-dp",
@@ -128,7 +129,7 @@ def test_mfu_of_a_mixed_precision_cell_is_against_the_probes_peak_at_that_precis
     probes, problems = load_probes([results], frame)
     assert not problems
     cells = analysis.cell_table(frame)
-    limits = analysis.against_limits(cells, analysis.attribution(cells), probes)
+    limits = against_limits(cells, analysis.attribution(cells), probes)
     for _, limit in limits.iterrows():
         precision = "bf16" if limit["cell_key"].endswith("|bf16") else "fp32"
         assert limit["precision"] == precision, limit["cell_key"]

@@ -17,6 +17,7 @@ from tests.report_fixtures import (
 from xbench.common.workload.models import MODELS
 from xbench.reports import analysis
 from xbench.reports.build import build_report
+from xbench.reports.limits import against_limits
 from xbench.reports.load import load
 from xbench.reports.stats import summarize
 
@@ -185,7 +186,7 @@ def test_an_mfu_above_the_peak_is_suspect_not_a_result(tmp_path):
     for gflops in (0.1, 10.0):  # the small model trains at 100 x 3.3 MFLOP = 0.33 GFLOP/s
         probe = {"matmul": [{"framework": "torch", "device_type": "cpu", "precision": "fp32",
                              "threads": 1, "gflops": gflops}], "all_reduce": []}
-        limits = analysis.against_limits(cells, analysis.attribution(cells), {"A": probe})
+        limits = against_limits(cells, analysis.attribution(cells), {"A": probe})
         column = limits_table(limits)["MFU, 95% CI of the rate"]
         shown.append(column.iloc[0])
     assert shown[0].startswith("SUSPECT: 33") and shown[0].endswith("not a result")

@@ -19,7 +19,7 @@ from xbench.reports.tables import (
 
 def precision_table(data: ReportData) -> Numbers:
     """The cells of setups run at more than one precision, side by side: the rate, MFU against
-    the probe's peak at the precision each ran in (reports.analysis.against_limits) and the
+    the probe's peak at the precision each ran in (reports.limits.against_limits) and the
     test accuracy that the lower precision may cost."""
     measured = analysis.measured(data.cells)
     setup = list(dict.fromkeys([  # all but the precision
