@@ -45,7 +45,7 @@ TIME_TEXT = (
     "the runs no other load contended.")
 
 
-def targets(frame: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+def given_targets(frame: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     """Each row's target accuracy and target loss, 0 where it has none."""
     accuracy, loss = (pd.to_numeric(frame[f"target_{metric}"], errors="coerce").fillna(0)
                       for metric in ("accuracy", "loss"))
@@ -54,7 +54,7 @@ def targets(frame: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
 
 def target_rows(frame: pd.DataFrame) -> pd.DataFrame:
     """The rows of runs given a target (an accuracy, or a loss)."""
-    accuracy, loss = targets(frame)
+    accuracy, loss = given_targets(frame)
     return frame[(accuracy > 0) | (loss > 0)]
 
 
@@ -62,7 +62,7 @@ def target_table(frame: pd.DataFrame) -> pd.DataFrame:
     """One record per configuration with a target (an accuracy, or a loss) and environment: its
     runs (usable ones: ok and not contended unless asked), how many converged, the time,
     training time, samples and epochs to the target over them, and its throughput."""
-    accuracy, loss = targets(frame)
+    accuracy, loss = given_targets(frame)
     rows = target_rows(frame)
     if rows.empty:
         return pd.DataFrame(columns=TARGET_COLUMNS)
