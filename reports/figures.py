@@ -1,39 +1,140 @@
-"""What the report's figures share (matplotlib, Agg): colours, panels, lines with their intervals,
-one legend, and the words under a figure. Each figure itself is its section's
-(reports.sections).
+"""What the report's figures share (matplotlib, Agg): how each backend and series is drawn,
+panels, lines with their intervals, one legend, and the words under a figure. Each figure itself
+is its section's (reports.sections).
 
-Every backend keeps one colour in every figure (from the traits table's order); a figure that varies
-some axes holds the others at their most common value and says which in its caption. Error bars
-are 95% CIs (reports.stats) and appear only where a cell has more than one repeat; what a bar
-cannot show (no interval at all, or an unbounded one) the caption says once.
+Every backend keeps one look in every figure, from its traits alone (never its name): a colour
+family per framework, a shade of it per backend, a marker per wrapper (Horovod's backends share
+one, in their frameworks' colours). A series' data, environment and nodes change other channels:
+hollow markers on synthetic data, a line style per environment, a wider line over more nodes. A
+figure that varies some axes holds the others at their most common value and says which in its
+caption, and says which runs of the results it draws none of (left_out). Error bars are 95% CIs
+(reports.stats) and appear only where a cell has more than one repeat; what a bar cannot show (no
+interval at all, or an unbounded one) the caption says once.
 """
 import io
+import math
+import zlib
+from dataclasses import dataclass
 
 import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
+from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 
 from xbench.common.backends.traits import TRAITS
+from xbench.common.results.schema import STATUSES
 from xbench.reports import analysis
+from xbench.reports.load import environment_number
 
 matplotlib.use("Agg")  # files only, never a display
 
 TAB10 = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22"]
-COLORS = dict(zip(TRAITS, TAB10, strict=False))  # a backend past the palette: OTHER_COLOR
-OTHER_COLOR = "#7f7f7f"
-LINESTYLES = ["-", "--", "-.", ":"]
+# A colour map per framework, in the order the traits table first names each (one past them
+# shares a family again, its markers still apart); grey: a backend the table does not hold.
+FAMILIES = ("Blues", "Oranges", "Greens", "Purples", "Reds")
+UNKNOWN_FAMILY, UNKNOWN_SHADES = "Greys", 4
+DARKEST, LIGHTEST = 0.9, 0.45  # where a family's shades lie on its colour map (0 white, 1 dark)
+# A marker per wrapper, in the order the table first names each; those past them mark backends
+# the table does not hold. Each has an inside, so that a hollow one is still itself.
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "p", "h", "<", ">", "d", "H", "8")
+LINESTYLES = ["-", "--", "-.", ":"]  # one per environment
+LINEWIDTH = 1.5  # of a series on one node; over N nodes, (1 + log2 N) times it
 RATE = "epoch-2 rate (samples/s)"
 DEVICES = "devices (count)"
 CI_NOTE = "Error bars: 95% CI over repeats (only where n > 1)."
 # What a point's 95% interval is (interval_kinds): an error bar, none, or unbounded.
 BOUNDED, NO_INTERVAL, UNBOUNDED = "bounded", "none", "unbounded"
 Point = tuple[str, str]  # (which point, in words; the kind of its interval)
+# A run that did not end ok, as a caption counts it: "2 failed runs" (the schema's STATUSES).
+NOT_OK = {"failed": "failed", "timeout": "timed-out", "oom": "out-of-memory",
+          "unsupported": "unsupported"}
 
 
-def color(backend):
-    return COLORS.get(backend, OTHER_COLOR)
+@dataclass(frozen=True)
+class Look:
+    """How one backend is drawn in every figure."""
+    color: str   # a shade of its framework's family
+    marker: str  # its wrapper's
+
+
+def shade(family: str, index: int, count: int) -> str:
+    """The `index`th of `count` shades of a colour map, darkest first."""
+    step = (DARKEST - LIGHTEST) / max(count - 1, 1)
+    return to_hex(matplotlib.colormaps[family](DARKEST - index * step))
+
+
+def registered_looks() -> dict[str, Look]:
+    """Every backend of the traits table: its framework's family, a shade each in the table's
+    order, its wrapper's marker."""
+    frameworks = list(dict.fromkeys(t.framework.name for t in TRAITS.values()))
+    wrappers = list(dict.fromkeys(t.wrapper for t in TRAITS.values()))
+    looks = {}
+    for number, framework in enumerate(frameworks):
+        family = [t for t in TRAITS.values() if t.framework.name == framework]
+        for index, traits in enumerate(family):
+            looks[traits.name] = Look(shade(FAMILIES[number % len(FAMILIES)], index, len(family)),
+                                      MARKERS[wrappers.index(traits.wrapper) % len(MARKERS)])
+    return looks
+
+
+LOOKS = registered_looks()
+SPARE_MARKERS = [m for m in MARKERS if m not in {look.marker for look in LOOKS.values()}] or MARKERS
+
+
+def look(backend: str) -> Look:
+    """`backend`'s look; one the traits table does not hold (a row of another xbench) gets a grey
+    and a marker no wrapper has, both from a checksum of its name: the same in every figure and
+    every report."""
+    if backend in LOOKS:
+        return LOOKS[backend]
+    checksum = zlib.crc32(str(backend).encode())
+    return Look(shade(UNKNOWN_FAMILY, checksum % UNKNOWN_SHADES, UNKNOWN_SHADES),
+                SPARE_MARKERS[checksum // UNKNOWN_SHADES % len(SPARE_MARKERS)])
+
+
+def color(backend: str) -> str:
+    return look(backend).color
+
+
+def series_style(backend: str, synthetic: bool, env: str, nodes: int) -> dict:
+    """matplotlib's style of one series: its backend's colour and marker, hollow on synthetic
+    data, its environment's line style, wider over more nodes."""
+    drawn = look(backend)
+    return {"color": drawn.color, "marker": drawn.marker,
+            "fillstyle": "none" if synthetic else "full",
+            "linestyle": LINESTYLES[environment_number(env) % len(LINESTYLES)],
+            "linewidth": LINEWIDTH * (1 + math.log2(max(int(nodes), 1)))}
+
+
+def without_faults(cells: pd.DataFrame) -> pd.DataFrame:
+    """The cells with no injected fault: a fault's cell is slow on purpose, and would join its
+    twin's line (a series is its backend, data, environment and nodes)."""
+    if cells.empty:
+        return cells
+    return cells[cells["training"] == cells["training_without_fault"]]
+
+
+def left_out(runs: pd.DataFrame, faults: bool = True) -> str:
+    """' Left out: 3 contended runs, 1 run with an injected fault.': which of `runs` a figure
+    draws none of, and how many (nothing where it drew from all): a run that did not end ok, by
+    its status; an ok one that is not usable (contended, unless --include-contended:
+    reports.load); with `faults` (the figure draws without_faults), a usable run with an
+    injected fault."""
+    if runs.empty:
+        return ""
+    ok, usable = runs["status"] == "ok", runs["usable"].astype(bool)
+    statuses = [*STATUSES, *sorted(set(runs["status"]) - set(STATUSES))]
+    counts = [(ok & ~usable, "contended", ""),
+              (usable & (runs["training"] != runs["training_without_fault"]) & faults, "",
+               "with an injected fault"),
+              *[(runs["status"] == status, NOT_OK.get(status, status), "")
+                for status in statuses if status != "ok"]]
+    parts = [" ".join(word for word in (str(count), before, "run" if count == 1 else "runs",
+                                        after) if word)
+             for chosen, before, after in counts if (count := int(chosen.sum()))]
+    return " Left out: " + ", ".join(parts) + "." if parts else ""
 
 
 def plain(text):
@@ -95,15 +196,12 @@ def panels(count, width=4.6, height=3.4, columns=3):
 
 def by_series(cells):
     """(series, style, rows) per line, backends in the traits table's order."""
-    envs = sorted(cells["env"].unique())
     backend_of = dict(zip(cells["series"], cells["backend"], strict=True))
     for series in sorted(backend_of, key=lambda s: (analysis.backend_order(backend_of[s]), s)):
         rows = cells[cells["series"] == series]
         first = rows.iloc[0]
-        style = {"color": color(first["backend"]),
-                 "linestyle": LINESTYLES[envs.index(first["env"]) % len(LINESTYLES)],
-                 "marker": "x" if first["dataset"] == "synthetic" else "o"}
-        yield series, style, rows
+        yield series, series_style(first["backend"], first["dataset"] == "synthetic",
+                                   first["env"], first["nodes"]), rows
 
 
 def interval_bars(rows, y) -> np.ndarray | None:

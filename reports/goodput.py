@@ -45,13 +45,25 @@ TIME_TEXT = (
     "the runs no other load contended.")
 
 
+def given_targets(frame: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """Each row's target accuracy and target loss, 0 where it has none."""
+    accuracy, loss = (pd.to_numeric(frame[f"target_{metric}"], errors="coerce").fillna(0)
+                      for metric in ("accuracy", "loss"))
+    return accuracy, loss
+
+
+def target_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows of runs given a target (an accuracy, or a loss)."""
+    accuracy, loss = given_targets(frame)
+    return frame[(accuracy > 0) | (loss > 0)]
+
+
 def target_table(frame: pd.DataFrame) -> pd.DataFrame:
     """One record per configuration with a target (an accuracy, or a loss) and environment: its
     runs (usable ones: ok and not contended unless asked), how many converged, the time,
     training time, samples and epochs to the target over them, and its throughput."""
-    accuracy, loss = (pd.to_numeric(frame[f"target_{metric}"], errors="coerce").fillna(0)
-                      for metric in ("accuracy", "loss"))
-    rows = frame[(accuracy > 0) | (loss > 0)]
+    accuracy, loss = given_targets(frame)
+    rows = target_rows(frame)
     if rows.empty:
         return pd.DataFrame(columns=TARGET_COLUMNS)
     rows = rows.assign(configuration=analysis.configuration(rows))
@@ -71,7 +83,7 @@ def target_table(frame: pd.DataFrame) -> pd.DataFrame:
             seeds=sorted({int(s) for s in ran["seed"]}), runs=len(ran),
             not_ok=len(group) - len(ran), timed_runs=len(usable),
             converged=sum(bool(t.get("converged")) for t in reached),
-            curves=[t.get("curve") or [] for t in reached])
+            curves=[t.get("curve") or [] for t in timed])  # its seconds: usable runs' only
         for field in ("seconds", "training_seconds", "samples", "epochs"):
             runs = timed if field.endswith("seconds") else reached
             values = [t[field] if t.get("converged") else math.inf for t in runs]

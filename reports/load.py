@@ -111,10 +111,20 @@ def add_environment(frame, rows):
     """Each row's environment, its key and its label (A, B, ...), and its cores."""
     frame["env_record"] = [row.get("env") or {} for row in rows]
     frame["env_key"] = [environment_key(env) for env in frame["env_record"]]
-    labels = {key: chr(ord("A") + i) if i < 26 else f"E{i}"
-              for i, key in enumerate(dict.fromkeys(frame["env_key"]))}
+    labels = {key: environment_label(i) for i, key in enumerate(dict.fromkeys(frame["env_key"]))}
     frame["env"] = frame["env_key"].map(labels)
     frame["cores"] = [env.get("cpu_count") for env in frame["env_record"]]
+
+
+def environment_label(number: int) -> str:
+    """The label of the environment first seen `number`th (from 0): A ... Z, then E26, E27, ..."""
+    return chr(ord("A") + number) if number < 26 else f"E{number}"
+
+
+def environment_number(label: str) -> int:
+    """Which environment a label names (environment_label's inverse): what keeps its line style
+    the same in every figure, whichever environments a figure holds."""
+    return ord(label) - ord("A") if len(label) == 1 else int(label[1:])
 
 
 def add_details(frame, rows):

@@ -9,10 +9,12 @@ from xbench.reports.figures import (
     by_series,
     fixed_text,
     interval_note,
+    left_out,
     legend,
     lines,
     panels,
     plain,
+    without_faults,
 )
 from xbench.reports.sections.section import NO_ROWS, Figure, Made, Section, Table
 from xbench.reports.tables import (
@@ -26,7 +28,7 @@ from xbench.reports.tables import (
     numbers,
 )
 
-MARKERS = "osD^v<>"  # one per device count
+MARKER_SIZES = (5, 8, 11, 14)  # one per device count (a series' marker is its backend's)
 
 
 def accuracy_table(data: ReportData) -> Numbers:
@@ -53,21 +55,22 @@ def batchnorm_table(data: ReportData) -> Numbers:
 
 
 def by_epoch(axes, cells) -> None:
-    """Loss (axes[0]) and training accuracy (axes[1]) per epoch: a colour per backend, a
-    marker per device count, and a legend entry for each marker."""
+    """Loss (axes[0]) and training accuracy (axes[1]) per epoch: each series in its style, a
+    marker size per device count, and a legend entry for each size."""
     device_counts = sorted(cells["devices"].unique())
+
+    def size(count):
+        return MARKER_SIZES[min(device_counts.index(count), len(MARKER_SIZES) - 1)]
     for series, style, rows in by_series(cells):
         for n, (_, cell) in enumerate(rows.sort_values("devices").iterrows()):
             epochs = list(cell["epoch_means"])
-            marker = MARKERS[device_counts.index(cell["devices"]) % len(MARKERS)]
             for ax, index in ((axes[0], 0), (axes[1], 1)):
-                ax.plot(epochs, [cell["epoch_means"][e][index] for e in epochs],
-                        color=style["color"], linestyle=style["linestyle"], marker=marker,
+                ax.plot(epochs, [cell["epoch_means"][e][index] for e in epochs], **style,
+                        markersize=size(cell["devices"]),
                         label=plain(series) if n == 0 else "_nolegend_")
     for count in device_counts:
-        axes[0].plot([], [], color="black", linestyle="none",
-                     marker=MARKERS[device_counts.index(count) % len(MARKERS)],
-                     label=f"marker: {analysis.devices_text(count)}")
+        axes[0].plot([], [], color="black", linestyle="none", marker="o", markersize=size(count),
+                     label=f"marker size: {analysis.devices_text(count)}")
     axes[0].set_ylabel("mean training loss (cross-entropy)")
     axes[1].set_ylabel("training accuracy (fraction)")
     epochs = sorted({e for means in cells["epoch_means"] for e in means})
@@ -79,7 +82,7 @@ def by_epoch(axes, cells) -> None:
 
 def accuracy_figure(data: ReportData) -> Made:
     """Loss and training accuracy per epoch; test accuracy vs devices and vs batch."""
-    cells = data.cells
+    cells = without_faults(data.cells)
     fixed = analysis.reference(cells, analysis.held_fixed())
     shown = analysis.at(cells, {k: v for k, v in fixed.items() if k != "devices"})
     shown = shown[shown["epoch_means"].map(bool)]
@@ -101,7 +104,7 @@ def accuracy_figure(data: ReportData) -> Made:
     axes[3].set_title(batch_title)
     legend(figure, list(axes))
     return (fixed_text({k: v for k, v in fixed.items() if k != "devices"}) + CI_NOTE
-            + interval_note(drawn), figure)
+            + interval_note(drawn) + left_out(data.frame), figure)
 
 
 SECTION = Section(

@@ -11,12 +11,14 @@ from xbench.reports.figures import (
     error_bars,
     fixed_text,
     interval_note,
+    left_out,
     legend,
     lines,
     needs_values,
     panels,
     plain,
     points,
+    without_faults,
 )
 from xbench.reports.sections.section import NO_ROWS, Figure, Made, Section
 
@@ -26,49 +28,51 @@ AXIS_WORDS = {"devices": ("device counts", "the smoke grid has 1 and 2, the seed
               "dataset_multiple": ("dataset multiples", "the seed grid has 1x, 4x, 8x")}
 
 
-def faceted_lines(cells, facet, fixed_columns, x, y, xlabel, ylabel, facet_title) -> Made:
+def faceted_lines(data: ReportData, facet, fixed_columns, x, y, xlabel, ylabel,
+                  facet_title) -> Made:
     """Lines of y vs x, one panel per value of `facet`, the other axes held at their reference."""
+    cells = without_faults(data.cells)
     fixed = analysis.reference(cells, fixed_columns)
-    data = analysis.at(cells, fixed).dropna(subset=[y])
-    if data.empty:
+    shown = analysis.at(cells, fixed).dropna(subset=[y])
+    if shown.empty:
         return NO_ROWS
-    reason = needs_values(data, x, *AXIS_WORDS[x])
+    reason = needs_values(shown, x, *AXIS_WORDS[x])
     if reason:
         return reason
-    values = sorted(data[facet].unique())
+    values = sorted(shown[facet].unique())
     figure, axes = panels(len(values))
     drawn = []
     for ax, value in zip(axes, values, strict=True):
         title = plain(facet_title(value))
-        drawn += lines(ax, data[data[facet] == value], x, y, xlabel, ylabel,
+        drawn += lines(ax, shown[shown[facet] == value], x, y, xlabel, ylabel,
                        panel=title if len(values) > 1 else "")
         ax.set_title(title)
     legend(figure, axes)
-    return fixed_text(fixed) + CI_NOTE + interval_note(drawn), figure
+    return fixed_text(fixed) + CI_NOTE + interval_note(drawn) + left_out(data.frame), figure
 
 
 def rate_vs_devices(data: ReportData) -> Made:
-    return faceted_lines(data.cells, "model", analysis.held_fixed("model", "devices"), "devices",
+    return faceted_lines(data, "model", analysis.held_fixed("model", "devices"), "devices",
                          "epoch2_rate", DEVICES, RATE, lambda m: f"model: {m}")
 
 
 def rate_vs_batch(data: ReportData) -> Made:
     held = analysis.held_fixed("devices", analysis.BATCH)
-    fixed = analysis.reference(data.cells, held)
-    return faceted_lines(data.cells, "devices", held, "batch",
+    fixed = analysis.reference(without_faults(data.cells), held)
+    return faceted_lines(data, "devices", held, "batch",
                          "epoch2_rate", batch_label(fixed.get("batch_mode")), RATE,
                          analysis.devices_text)
 
 
 def time_by_multiple(data: ReportData) -> Made:
-    return faceted_lines(data.cells, "dataset_multiple",
+    return faceted_lines(data, "dataset_multiple",
                          analysis.held_fixed("dataset_multiple", "devices"), "devices",
                          "epoch2_seconds", DEVICES, "epoch-2 time (s)",
                          lambda m: f"dataset ×{m}")
 
 
 def rate_vs_multiple(data: ReportData) -> Made:
-    return faceted_lines(data.cells, "devices",
+    return faceted_lines(data, "devices",
                          analysis.held_fixed("devices", "dataset_multiple"), "dataset_multiple",
                          "epoch2_rate", "dataset multiple (× MNIST training set)", RATE,
                          analysis.devices_text)
@@ -76,8 +80,9 @@ def rate_vs_multiple(data: ReportData) -> Made:
 
 def epoch1_vs_epoch2(data: ReportData) -> Made:
     """Bars per series and device count: epoch 1 (hatched) beside epoch 2 (solid)."""
-    fixed = analysis.reference(data.cells, analysis.held_fixed("devices"))
-    shown = analysis.at(data.cells, fixed).dropna(subset=["epoch1_rate", "epoch2_rate"],
+    cells = without_faults(data.cells)
+    fixed = analysis.reference(cells, analysis.held_fixed("devices"))
+    shown = analysis.at(cells, fixed).dropna(subset=["epoch1_rate", "epoch2_rate"],
                                                   how="all")
     if shown.empty:
         return NO_ROWS
@@ -103,7 +108,7 @@ def epoch1_vs_epoch2(data: ReportData) -> Made:
     ax.grid(axis="y", alpha=0.3)
     legend(figure, [ax])
     return (fixed_text(fixed) + "Hatched: epoch 1 (one-time costs); solid: epoch 2. " + CI_NOTE
-            + interval_note(drawn), figure)
+            + interval_note(drawn) + left_out(data.frame), figure)
 
 
 SECTION = Section(

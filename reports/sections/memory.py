@@ -7,7 +7,14 @@ import pandas as pd
 from xbench.common.backends.traits import TRAITS
 from xbench.reports import analysis
 from xbench.reports.data import ReportData
-from xbench.reports.figures import cell_labels, color, fixed_text, panels
+from xbench.reports.figures import (
+    cell_labels,
+    color,
+    fixed_text,
+    left_out,
+    panels,
+    without_faults,
+)
 from xbench.reports.sections.section import NO_ROWS, Figure, Made, Section, Table
 from xbench.reports.tables import (
     CELL_VALUES,
@@ -85,8 +92,9 @@ def peak_and_state(value: tuple[float, float | None] | None) -> str:
 
 def memory_figure(data: ReportData) -> Made:
     """Bars of peak memory per device, one group per cell (device 0 first)."""
-    fixed = analysis.reference(data.cells, analysis.held_fixed("devices"))
-    shown = analysis.at(data.cells, fixed)
+    cells = without_faults(data.cells)
+    fixed = analysis.reference(cells, analysis.held_fixed("devices"))
+    shown = analysis.at(cells, fixed)
     shown = shown[shown["memory_per_device"].map(bool)]
     if shown.empty:
         return NO_ROWS
@@ -100,7 +108,8 @@ def memory_figure(data: ReportData) -> Made:
     ax.set_ylabel("peak memory per device (MiB)")
     ax.grid(axis="y", alpha=0.3)
     return (fixed_text(fixed) + "One bar per device of the cell, device 0 first. On GPU: peak "
-            "allocated memory per GPU; on CPU: peak resident memory of each process."), figure
+            "allocated memory per GPU; on CPU: peak resident memory of each process."
+            + left_out(data.frame)), figure
 
 
 SHARDING = ", ".join(t.name for t in TRAITS.values() if t.shards_parameters)

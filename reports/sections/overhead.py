@@ -7,10 +7,12 @@ from xbench.reports.figures import (
     DEVICES,
     fixed_text,
     interval_note,
+    left_out,
     legend,
     lines,
     needs_values,
     panels,
+    without_faults,
 )
 from xbench.reports.sections.section import NO_ROWS, Figure, Made, Section, Table
 from xbench.reports.tables import CELL_VALUES, Numbers, field, numbers
@@ -24,8 +26,9 @@ def overhead_table(data: ReportData) -> Numbers:
 
 def overhead_figure(data: ReportData) -> Made:
     """Start-up seconds and epoch-1 minus epoch-2 seconds vs devices."""
-    fixed = analysis.reference(data.cells, analysis.held_fixed("devices"))
-    shown = analysis.at(data.cells, fixed)
+    cells = without_faults(data.cells)
+    fixed = analysis.reference(cells, analysis.held_fixed("devices"))
+    shown = analysis.at(cells, fixed)
     if shown[["startup_seconds", "first_epoch_overhead"]].isna().all().all():
         return NO_ROWS
     reason = needs_values(shown, "devices", "device counts", "the smoke grid has 1 and 2")
@@ -39,7 +42,7 @@ def overhead_figure(data: ReportData) -> Made:
     axes[0].set_title("launch to first batch")
     axes[1].set_title("first-epoch one-time costs")
     legend(figure, list(axes))
-    return fixed_text(fixed) + CI_NOTE + interval_note(drawn), figure
+    return fixed_text(fixed) + CI_NOTE + interval_note(drawn) + left_out(data.frame), figure
 
 
 SECTION = Section(

@@ -4,7 +4,7 @@ from matplotlib import ticker
 
 from xbench.reports import analysis, predict
 from xbench.reports.data import ReportData
-from xbench.reports.figures import color, legend, panels, plain
+from xbench.reports.figures import left_out, legend, look, panels, plain
 from xbench.reports.sections.section import Figure, Made, Section, Table
 from xbench.reports.tables import check_table
 
@@ -35,11 +35,12 @@ def predicted_figure(data: ReportData) -> Made:
     figure, (ax,) = panels(1, width=5.5, height=4.5, columns=1)
     for backend in sorted(check["backend"].unique(), key=analysis.backend_order):
         rows = check[check["backend"] == backend]
-        capped = rows["link"] == "the cap"
-        for chosen, marker, how in ((~capped, "o", ""), (capped, "^", ", capped link")):
+        capped, drawn = rows["link"] == "the cap", look(backend)
+        for chosen, edge, how in ((~capped, drawn.color, ""), (capped, "black", ", capped link")):
             if chosen.any():
                 ax.scatter(rows.loc[chosen, "measured_seconds"], rows.loc[chosen, "epoch_seconds"],
-                           color=color(backend), marker=marker, label=plain(backend + how))
+                           color=drawn.color, marker=drawn.marker, edgecolors=edge,
+                           linewidths=1.5, label=plain(backend + how))
     reach = [min(check["measured_seconds"].min(), check["epoch_seconds"].min()) * 0.8,
              max(check["measured_seconds"].max(), check["epoch_seconds"].max()) * 1.2]
     ax.plot(reach, reach, "k--", linewidth=1, label="y = x")
@@ -58,7 +59,7 @@ def predicted_figure(data: ReportData) -> Made:
     legend(figure, [ax])
     return ("Each point: one N-device cell, predicted from its backend's 1-device cell and a "
             "calibration on every other configuration's cells (reports.predict); on the dashed "
-            "line the model is right."), figure
+            "line the model is right." + left_out(data.frame, faults=False)), figure
 
 
 SECTION = Section(

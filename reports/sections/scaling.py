@@ -5,11 +5,13 @@ from xbench.reports.figures import (
     DEVICES,
     fixed_text,
     interval_note,
+    left_out,
     legend,
     lines,
     needs_values,
     panels,
     plain,
+    without_faults,
 )
 from xbench.reports.sections.section import NO_ROWS, Figure, Made, Section, Table
 from xbench.reports.tables import (
@@ -45,8 +47,9 @@ def scaling_table(data: ReportData) -> Numbers:
 
 def scaling_figure(data: ReportData) -> Made:
     """Speedup and efficiency vs devices per model, with the ideal lines."""
-    fixed = analysis.reference(data.scaling, analysis.held_fixed("model", "devices"))
-    shown = analysis.at(data.scaling, fixed)
+    scaled = without_faults(data.scaling)
+    fixed = analysis.reference(scaled, analysis.held_fixed("model", "devices"))
+    shown = analysis.at(scaled, fixed)
     if shown.empty:
         return NO_ROWS
     reason = needs_values(shown, "devices", "device counts of one backend and setup",
@@ -72,7 +75,8 @@ def scaling_figure(data: ReportData) -> Made:
     legend(figure, list(axes))
     return (fixed_text(fixed) + f"{kind.capitalize()} scaling: the "
             f"{analysis.batch_kind(fixed.get('batch_mode'))} batch is fixed as devices grow. "
-            "R = mean epoch-2 rate; dashed: ideal." + interval_note(drawn)), figure
+            "R = mean epoch-2 rate; dashed: ideal." + interval_note(drawn)
+            + left_out(data.frame)), figure
 
 
 SECTION = Section(

@@ -7,7 +7,15 @@ from xbench.common.backends.protocol import ALL_REDUCE
 from xbench.common.measuring.attribution import MEANING, PARTS
 from xbench.reports import analysis
 from xbench.reports.data import ReportData
-from xbench.reports.figures import by_series, cell_labels, fixed_text, legend, panels, plain
+from xbench.reports.figures import (
+    by_series,
+    cell_labels,
+    fixed_text,
+    left_out,
+    legend,
+    panels,
+    plain,
+)
 from xbench.reports.sections.section import Figure, Made, Section, Table
 from xbench.reports.tables import (
     CELL_VALUES,
@@ -134,7 +142,8 @@ def step_parts(data: ReportData) -> Made:
     legend(figure, list(axes))
     return (fixed_text(fixed) + "Each bar: one step of the cell, split into its parts (the mean "
             "over its ranks and repeats): input, forward, backward, optimizer, waiting for the "
-            "slowest rank, exposed communication, host overhead."), figure
+            "slowest rank, exposed communication, host overhead."
+            + left_out(data.frame, faults=False)), figure
 
 
 SECTION = Section(

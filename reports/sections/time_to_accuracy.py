@@ -2,7 +2,7 @@
 throughput (reports.goodput)."""
 from xbench.reports import analysis, goodput
 from xbench.reports.data import ReportData
-from xbench.reports.figures import TAB10, panels, plain
+from xbench.reports.figures import TAB10, left_out, panels, plain
 from xbench.reports.sections.section import Figure, Made, Section, Table
 
 NO_TARGET = ("no usable run has a target: run a grid with --target-accuracy (or a language "
@@ -38,7 +38,8 @@ def accuracy_curves(data: ReportData) -> Made:
         ax.grid(alpha=0.3)
     return ("One line per run (seed); dashed: the target. A run that reached it ends at the end "
             "of that epoch and evaluates no more, so its last point is the one that reached it; "
-            "a run that never did ends at its last epoch.", figure)
+            "a run that never did ends at its last epoch."
+            + left_out(goodput.target_rows(data.frame), faults=False), figure)
 
 
 SECTION = Section(
