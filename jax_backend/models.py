@@ -47,15 +47,15 @@ def unit_names(layers: tuple) -> Iterator[tuple[str, object]]:
         yield f"{kind}{counts[kind]}", layer
 
 
-class TorchBatchNorm(nn.Module):
+class FlaxBatchNormAsTorch(nn.Module):
     """BatchNorm as torch.nn.BatchNorm2d computes it, over the last (channel) axis: training
     normalises with the batch's biased variance and updates the running statistics with
     momentum 0.1 and the batch's unbiased variance (n / (n - 1), n the values per channel);
     evaluation normalises with the running statistics; epsilon 1e-5. flax's nn.BatchNorm would
     update the running variance with the biased one, so its statistics would drift from
-    PyTorch's and Keras' (keras_models.models.TorchBatchNorm). It computes in float32 at least
-    (bfloat16 and float16 inputs in float32, as torch.autocast and Keras' BatchNormalization
-    do)."""
+    PyTorch's and Keras' (keras_models.models.KerasBatchNormAsTorch). It computes in float32 at
+    least (bfloat16 and float16 inputs in float32, as torch.autocast and Keras'
+    BatchNormalization do)."""
     momentum: float = BATCHNORM["torch_momentum"]
     epsilon: float = BATCHNORM["epsilon"]
 
@@ -81,7 +81,7 @@ class TorchBatchNorm(nn.Module):
         return (normalised * scale + bias).astype(x.dtype)
 
 
-class TokenEmbedding(nn.Module):
+class FlaxTokenEmbedding(nn.Module):
     """spec.Embedding: a token's learned embedding plus its position's, in float32. Its token
     table is also the output layer's weight (`attend`): one parameter, whose gradient sums both
     uses."""
@@ -102,8 +102,8 @@ class TokenEmbedding(nn.Module):
         return jnp.dot(x.astype(dtype), self.token.embedding.astype(dtype).T)
 
 
-class TransformerBlock(nn.Module):
-    """spec.Block as pt_backend.models.TransformerBlock computes it: x + proj(causal
+class FlaxTransformerBlock(nn.Module):
+    """spec.Block as pt_backend.models.TorchTransformerBlock computes it: x + proj(causal
     self-attention(ln1(x))), then x + out(gelu(fc(ln2(x)))), exact-erf GELU, PyTorch's
     LayerNorm (epsilon 1e-5, the variance in two passes). The residual stream stays float32;
     the linear layers and attention compute in `dtype`."""
@@ -148,7 +148,7 @@ class SpecLayers(nn.Module):
                             use_bias=layer.bias, dtype=self.dtype, param_dtype=jnp.float32,
                             name=unit)(x)
             elif isinstance(layer, spec.BatchNorm):
-                x = TorchBatchNorm(name=unit)(x, train)
+                x = FlaxBatchNormAsTorch(name=unit)(x, train)
             elif isinstance(layer, spec.MaxPool):
                 x = nn.max_pool(x, (layer.size, layer.size), (layer.size, layer.size))
             elif isinstance(layer, spec.GlobalAvgPool):
@@ -159,12 +159,12 @@ class SpecLayers(nn.Module):
                 x = nn.Dense(layer.out_features, dtype=self.dtype, param_dtype=jnp.float32,
                              name=unit)(x)
             elif isinstance(layer, spec.Residual):
-                x = ResidualBlock(layer, self.dtype, name=unit)(x, train=train)
+                x = FlaxResidualBlock(layer, self.dtype, name=unit)(x, train=train)
             elif isinstance(layer, spec.Embedding):
-                embeddings[unit] = TokenEmbedding(layer, name=unit)
+                embeddings[unit] = FlaxTokenEmbedding(layer, name=unit)
                 x = embeddings[unit](x)
             elif isinstance(layer, spec.Block):
-                x = TransformerBlock(layer, self.dtype, name=unit)(x)
+                x = FlaxTransformerBlock(layer, self.dtype, name=unit)(x)
             elif isinstance(layer, spec.LayerNorm):
                 x = nn.LayerNorm(epsilon=LAYERNORM_EPSILON, dtype=KEPT_FLOAT32,
                                  use_fast_variance=False, name=unit)(x)
@@ -175,7 +175,7 @@ class SpecLayers(nn.Module):
         return x
 
 
-class ResidualBlock(nn.Module):
+class FlaxResidualBlock(nn.Module):
     """spec.Residual: relu(body(x) + shortcut(x)), the empty shortcut the identity; their
     layers' variables under "body" and "shortcut"."""
     layer: spec.Residual

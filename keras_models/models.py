@@ -16,7 +16,7 @@ from xbench.common.workload.model_file import ModelFile
 from xbench.common.workload.models import ADAM, MODELS, SpecModel
 
 
-class TorchBatchNorm(keras.layers.BatchNormalization):
+class KerasBatchNormAsTorch(keras.layers.BatchNormalization):
     """BatchNormalization as torch.nn.BatchNorm2d computes it (momentum 0.1 there is 0.9 here,
     epsilon 1e-5 in both): training normalises with the batch's biased variance, as Keras does,
     but the running variance is updated with its unbiased estimate (n / (n - 1), n the values per
@@ -43,9 +43,9 @@ class TorchBatchNorm(keras.layers.BatchNormalization):
                                        scale=self.gamma, epsilon=self.epsilon)
 
 
-class TokenEmbedding(keras.layers.Layer):
+class KerasTokenEmbedding(keras.layers.Layer):
     """spec.Embedding: a token's learned embedding plus its position's. `token_table` is also the
-    output layer's weight (TiedLogits)."""
+    output layer's weight (KerasTiedLogits)."""
 
     def __init__(self, layer: spec.Embedding, **settings):
         super().__init__(**settings)
@@ -64,8 +64,8 @@ class TokenEmbedding(keras.layers.Layer):
         return ops.take(self.token_table, tokens, axis=0) + positions
 
 
-class TransformerBlock(keras.layers.Layer):
-    """spec.Block as pt_backend.models.TransformerBlock computes it: x + proj(causal
+class KerasTransformerBlock(keras.layers.Layer):
+    """spec.Block as pt_backend.models.TorchTransformerBlock computes it: x + proj(causal
     self-attention(ln1(x))), then x + out(gelu(fc(ln2(x)))), exact-erf GELU. Its sublayers are
     assigned in PyTorch's parameter order, which is the order of its weights."""
 
@@ -105,13 +105,13 @@ class TransformerBlock(keras.layers.Layer):
         return 2 * self.tokens * linear + 2 * 2 * self.tokens ** 2 * self.width
 
 
-class TiedLogits(keras.layers.Layer):
+class KerasTiedLogits(keras.layers.Layer):
     """spec.TiedLogits: the next token's logits through the token embedding's table, read where
     it lives at each call. The embedding is referenced past Keras' attribute tracking, so the
     table is one variable of the model (counted, all-reduced and stepped once) whose gradient
     sums both of its uses."""
 
-    def __init__(self, embedding: TokenEmbedding, **settings):
+    def __init__(self, embedding: KerasTokenEmbedding, **settings):
         super().__init__(**settings)
         object.__setattr__(self, "embedding", embedding)
         self.tokens = None
@@ -140,13 +140,13 @@ def language_unit(name: str, layer, built: dict[str, keras.layers.Layer]
     block1 ... ln1, head1): the unit `xbench profile` times. `built`: the units made before it
     by name (the output layer reads the embedding's table)."""
     if isinstance(layer, spec.Embedding):
-        return TokenEmbedding(layer, name=name, dtype=RESIDUAL_DTYPE)
+        return KerasTokenEmbedding(layer, name=name, dtype=RESIDUAL_DTYPE)
     if isinstance(layer, spec.Block):
-        return TransformerBlock(layer, name=name, dtype=RESIDUAL_DTYPE)
+        return KerasTransformerBlock(layer, name=name, dtype=RESIDUAL_DTYPE)
     if isinstance(layer, spec.LayerNorm):
         return keras.layers.LayerNormalization(epsilon=LAYERNORM_EPSILON, name=name,
                                                dtype=RESIDUAL_DTYPE)
-    return TiedLogits(built[EMBEDDING_UNIT], name=name)
+    return KerasTiedLogits(built[EMBEDDING_UNIT], name=name)
 
 
 def keras_layers(layer, leaves):
@@ -163,7 +163,7 @@ def keras_layers(layer, leaves):
             return [keras.layers.ZeroPadding2D(layer.kernel // 2), conv]
         return [conv]
     if isinstance(layer, spec.BatchNorm):
-        norm = TorchBatchNorm()
+        norm = KerasBatchNormAsTorch()
         leaves.append(norm)
         return [norm, keras.layers.ReLU()] if layer.relu else [norm]
     if isinstance(layer, spec.MaxPool):
@@ -218,7 +218,7 @@ def spec_network(spec_model: SpecModel, seed: int):
             built[unit] = language_unit(unit, layer, built)
         units = list(built.values())
         inputs = keras.Input(spec_model.input_shape(), dtype="int32")
-        leaves = [unit for unit in units if not isinstance(unit, TiedLogits)]
+        leaves = [unit for unit in units if not isinstance(unit, KerasTiedLogits)]
     else:
         leaves = []
         units = [keras_unit(unit, layer, shape, leaves)
@@ -229,7 +229,7 @@ def spec_network(spec_model: SpecModel, seed: int):
     model.spec_leaves = leaves
     for keras_layer, values in zip(leaves, keras_layout(name, spec_model.initial_weights(seed)),
                                    strict=True):
-        if isinstance(keras_layer, TorchBatchNorm):  # running mean 0 and variance 1
+        if isinstance(keras_layer, KerasBatchNormAsTorch):  # running mean 0 and variance 1
             values = [*values, np.zeros_like(values[0]), np.ones_like(values[0])]
         keras_layer.set_weights(values)
     return model
@@ -323,7 +323,7 @@ def forward_flops(layer: keras.layers.Layer) -> int:
         return 2 * math.prod(layer.kernel.shape) * height * width
     if isinstance(layer, keras.layers.Dense):
         return 2 * math.prod(layer.kernel.shape)
-    if isinstance(layer, (TransformerBlock, TiedLogits)):
+    if isinstance(layer, (KerasTransformerBlock, KerasTiedLogits)):
         return layer.forward_flops()
     return sum(forward_flops(inner)
                for inner in layer._flatten_layers(include_self=False, recursive=False))

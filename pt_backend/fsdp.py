@@ -22,10 +22,10 @@ class FullyShardedBackend(TorchrunBackend):
         units of their own would each gather and reduce the one table."""
         from torch.distributed.fsdp import fully_shard
 
-        from xbench.pt_backend.models import TokenEmbedding
+        from xbench.pt_backend.models import TorchTokenEmbedding
         after_forward = self.cell.reshard == "after-forward"
         for unit in model.children():
-            if any(True for _ in unit.parameters()) and not isinstance(unit, TokenEmbedding):
+            if any(True for _ in unit.parameters()) and not isinstance(unit, TorchTokenEmbedding):
                 fully_shard(unit, reshard_after_forward=after_forward)
         return fully_shard(model, reshard_after_forward=after_forward)
 

@@ -14,7 +14,7 @@ from xbench.common.workload.model_file import ModelFile
 from xbench.common.workload.models import ADAM, MODELS, SpecModel
 
 
-class ResidualBlock(nn.Module):
+class TorchResidualBlock(nn.Module):
     """relu(body(x) + shortcut(x)); an empty shortcut is the identity."""
 
     def __init__(self, body: nn.Sequential, shortcut: nn.Sequential):
@@ -25,7 +25,7 @@ class ResidualBlock(nn.Module):
         return torch.relu(self.body(x) + self.shortcut(x))
 
 
-class TokenEmbedding(nn.Module):
+class TorchTokenEmbedding(nn.Module):
     """A token's embedding plus its position's (spec.Embedding); `token` is also the output
     layer's weight."""
 
@@ -39,7 +39,7 @@ class TokenEmbedding(nn.Module):
                                                                device=tokens.device))
 
 
-class TransformerBlock(nn.Module):
+class TorchTransformerBlock(nn.Module):
     """spec.Block: pre-LayerNorm causal self-attention and a 4x GELU MLP, each added to the
     residual stream. Attention is torch's scaled_dot_product_attention (its fused kernels on a
     GPU; FlopCounterMode counts its two products under the math kernel)."""
@@ -63,13 +63,13 @@ class TransformerBlock(nn.Module):
         return x + self.out(functional.gelu(self.fc(self.ln2(x))))
 
 
-class TiedLogits(nn.Module):
+class TorchTiedLogits(nn.Module):
     """The next token's logits through the token embedding's table (spec.TiedLogits). It holds
     no parameter: the embedding is referenced, not registered, so the weight is one parameter
     (counted, all-reduced and stepped once) and is read where it lives at each call (a
     DataParallel replica passes its own: `TiedSequential`)."""
 
-    def __init__(self, embedding: TokenEmbedding):
+    def __init__(self, embedding: TorchTokenEmbedding):
         super().__init__()
         object.__setattr__(self, "embedding", embedding)
 
@@ -84,7 +84,7 @@ class TiedSequential(nn.Sequential):
     def forward(self, x):
         for unit in self:
             x = (unit(x, self.get_submodule(EMBEDDING_UNIT).token.weight)
-                 if isinstance(unit, TiedLogits) else unit(x))
+                 if isinstance(unit, TorchTiedLogits) else unit(x))
         return x
 
 
@@ -92,16 +92,16 @@ def torch_layer(layer, units=None) -> nn.Module:
     """One spec layer as a module (a ReLU after it where the spec says so); `units`: the modules
     built before it (the tied output layer's embedding)."""
     if isinstance(layer, spec.Embedding):
-        return TokenEmbedding(layer)
+        return TorchTokenEmbedding(layer)
     if isinstance(layer, spec.Block):
-        return TransformerBlock(layer)
+        return TorchTransformerBlock(layer)
     if isinstance(layer, spec.LayerNorm):
         return nn.LayerNorm(layer.width, eps=LAYERNORM_EPSILON)
     if isinstance(layer, spec.TiedLogits):
-        return TiedLogits(units[EMBEDDING_UNIT])
+        return TorchTiedLogits(units[EMBEDDING_UNIT])
     if isinstance(layer, spec.Residual):
-        return ResidualBlock(nn.Sequential(*map(torch_layer, layer.body)),
-                             nn.Sequential(*map(torch_layer, layer.shortcut)))
+        return TorchResidualBlock(nn.Sequential(*map(torch_layer, layer.body)),
+                                  nn.Sequential(*map(torch_layer, layer.shortcut)))
     if isinstance(layer, spec.Conv):
         module = nn.Conv2d(layer.in_channels, layer.out_channels, layer.kernel, layer.stride,
                            padding=layer.kernel // 2, bias=layer.bias)

@@ -8,7 +8,7 @@ from xbench.common.running.profile import STEP_PASSES, time_passes
 from xbench.common.workload.data import load
 from xbench.common.workload.resolve import resolve_model
 from xbench.pt_backend.limits import device_name
-from xbench.pt_backend.models import TiedLogits, build_model, build_optimizer
+from xbench.pt_backend.models import TorchTiedLogits, build_model, build_optimizer
 from xbench.pt_backend.train import mean_loss, model_inputs
 
 
@@ -41,7 +41,8 @@ def unit_passes(name, unit: nn.Module, unit_input, gradient, input_gradient: boo
     input where training needs them) from `gradient`, returned, not accumulated."""
     unit_input = unit_input.detach().requires_grad_(input_gradient)
     # the tied output layer's weight is the embedding's table: its gradient is computed there too
-    weights = [unit.embedding.token.weight] if isinstance(unit, TiedLogits) else unit.parameters()
+    weights = ([unit.embedding.token.weight] if isinstance(unit, TorchTiedLogits)
+               else unit.parameters())
     wanted = [*([unit_input] if input_gradient else []), *weights]
     kept = {}
 

@@ -13,7 +13,9 @@ import pandas as pd
 
 from xbench.common.backends.protocol import Protocol
 from xbench.common.backends.traits import TRAITS, protocol_of, references
-from xbench.common.grids.settings import SETTINGS, Role, columns, draws
+from xbench.common.grids.columns import columns, draws
+from xbench.common.grids.setting import Role
+from xbench.common.grids.settings import SETTINGS
 from xbench.common.measuring.attribution import PARTS
 from xbench.common.measuring.limits import (
     bus_bandwidth,
@@ -23,7 +25,7 @@ from xbench.common.workload.resolve import own_model
 from xbench.reports.repeats import epoch_rate, evidence_of, repeated_values, statuses_text
 from xbench.reports.stats import difference_of_means, ratio_of_means, summarize
 
-# The columns of the settings by their role (common.grids.settings): never listed by hand here.
+# The columns of the settings by their role (common.grids.columns): never listed by hand here.
 PLACED = columns(Role.PLACEMENT)  # the backend, nodes and devices a report compares
 WORKLOAD = columns(Role.SETUP)  # what is trained on what: model, data, batch, epochs, seed, ...
 AXES = columns(Role.SETUP, axes=True)  # the setup's axes a figure varies or holds fixed

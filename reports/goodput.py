@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from xbench.common.grids.settings import draws
+from xbench.common.grids.columns import draws
 from xbench.reports import analysis
 from xbench.reports.stats import LEVEL, false_discoveries_controlled, summarize
 

@@ -11,7 +11,9 @@ import numpy as np
 import pandas as pd
 
 from xbench.common.errors import UserError
-from xbench.common.grids.settings import IN_ROW, Role, training_label
+from xbench.common.grids.columns import training_label
+from xbench.common.grids.setting import Role
+from xbench.common.grids.settings import IN_ROW
 from xbench.common.measuring.contention import taken_share
 from xbench.common.results.probes import probe_path, read_probes
 from xbench.common.results.store import flat_table, read_rows, results_files

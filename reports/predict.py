@@ -23,7 +23,9 @@ import pandas as pd
 
 from xbench.common.backends.traits import TRAITS
 from xbench.common.errors import UserError
-from xbench.common.grids.settings import SETTINGS, Role, columns, draws
+from xbench.common.grids.columns import columns, draws
+from xbench.common.grids.setting import Role
+from xbench.common.grids.settings import SETTINGS
 from xbench.common.measuring.attribution import COMPUTE
 from xbench.common.workload import faults
 from xbench.reports import analysis

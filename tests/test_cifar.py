@@ -24,7 +24,8 @@ from xbench.common.workload.models import MODELS
 from xbench.keras_models import models as keras_nets
 from xbench.pt_backend import models as pt_models
 from xbench.pt_backend import train as pt_train
-from xbench.tf_backend import train as tf_train
+from xbench.tf_backend import pipeline as tf_pipeline
+from xbench.tf_backend import step as tf_step
 from xbench.tf_backend.collectives import OneTensorFlowProcess
 
 CIFAR_MODELS = [name for name, spec in MODELS.items() if spec.dataset == "cifar10"]
@@ -41,7 +42,7 @@ def one_batch():
     x, y = images.train_images, images.train_labels
     return (pt_train.normalise(torch.from_numpy(x), images.mean, images.std),
             torch.from_numpy(y.astype(np.int64)),
-            tf_train.normalise(x, images.mean, images.std), tf.constant(y.astype(np.int32)))
+            tf_pipeline.normalise(x, images.mean, images.std), tf.constant(y.astype(np.int32)))
 
 
 @pytest.mark.parametrize("name", CIFAR_MODELS)
@@ -67,7 +68,7 @@ def test_both_frameworks_compute_the_same_function_batchnorm_included(name):
 
     reference, torch_float32 = torch_gradients(torch.float64), torch_gradients(torch.float32)
     with tf.GradientTape() as tape:
-        loss = tf.reduce_mean(tf_train.cross_entropy(keras_y, keras_model(keras_x, training=True)))
+        loss = tf.reduce_mean(tf_step.cross_entropy(keras_y, keras_model(keras_x, training=True)))
     leaves = [w for leaf in keras_model.spec_leaves for w in leaf.trainable_weights]
     keras_gradients = [g.numpy() for g in tape.gradient(loss, leaves)]
     largest = max(np.linalg.norm(g) for g in reference)
@@ -90,10 +91,10 @@ def test_one_sgd_step_gives_both_frameworks_the_same_model(name):
     torch_optimizer = pt_models.build_optimizer(torch_model.parameters(), "sgd", **settings)
     torch.nn.functional.cross_entropy(torch_model(torch_x), torch_y).backward()
     torch_optimizer.step()
-    totals = tf_train.EpochTotals(tf.distribute.get_strategy())
-    tf_train.make_replica_step(keras_model, keras_nets.build_optimizer("sgd", **settings),
-                               OneTensorFlowProcess(), BATCH, totals)(keras_x, keras_y,
-                                                                      tf.range(BATCH))
+    totals = tf_step.EpochTotals(tf.distribute.get_strategy())
+    tf_step.make_replica_step(keras_model, keras_nets.build_optimizer("sgd", **settings),
+                              OneTensorFlowProcess(), BATCH, totals)(keras_x, keras_y,
+                                                                     tf.range(BATCH))
     trained = keras_nets.keras_layout(name, [p.detach().numpy() for p in torch_model.parameters()])
     steps = [np.abs(a - b).max() for leaf, start in zip(
         trained, keras_nets.keras_layout(name, MODELS[name].initial_weights(0)))

@@ -1,6 +1,7 @@
 """The house's shape: imports run one way (cli -> reports -> common <- backends), common/ has no
-import cycle, everything is imported under the one installed namespace `xbench`, and a plain
-wheel installs and runs in a fresh environment."""
+import cycle, everything is imported under the one installed namespace `xbench`, a plain wheel
+installs and runs in a fresh environment, and the source keeps its houses of a size, one name per
+thing: no file over 400 lines, no function over 60, no class name defined twice."""
 import ast
 import re
 import shutil
@@ -223,3 +224,50 @@ def test_the_report_names_no_backend_and_no_protocol_word():
              for path in source_files("reports") for line, text in literals(path)
              for word in words if word in text]
     assert not found, "\n".join(found)
+
+
+# The source the house rules hold for (tests are not in it): every folder of Python code the
+# project ships or runs.
+SOURCE = ["cli", "common", "reports", "pt_backend", "tf_backend", "jax_backend", "keras_models",
+          "examples", "scripts", "benchmarks"]
+MOST_FILE_LINES = 400
+MOST_FUNCTION_LINES = 60
+
+
+def parsed_source() -> list[tuple[str, ast.Module, int]]:
+    """(path from the repository's root, syntax tree, lines) of every source file."""
+    found = []
+    for folder in SOURCE:
+        for path in source_files(folder):
+            text = path.read_text()
+            found.append((str(path.relative_to(REPO)), ast.parse(text), len(text.splitlines())))
+    return found
+
+
+def test_no_source_file_is_over_400_lines():
+    """A file that outgrows 400 lines holds more than one concept: split it at a seam."""
+    long = [f"{path}: {lines} lines" for path, _, lines in parsed_source()
+            if lines > MOST_FILE_LINES]
+    assert not long, f"over {MOST_FILE_LINES} lines: " + "; ".join(long)
+
+
+def test_no_function_is_over_60_lines():
+    """A function's lines from its `def` to its last (a nested function counts in its own and in
+    its enclosing function's)."""
+    long = [f"{path}:{node.lineno} {node.name}: {node.end_lineno - node.lineno + 1} lines"
+            for path, tree, _ in parsed_source() for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.end_lineno - node.lineno + 1 > MOST_FUNCTION_LINES]
+    assert not long, f"over {MOST_FUNCTION_LINES} lines: " + "; ".join(long)
+
+
+def test_no_class_name_is_defined_twice():
+    """One name per thing: a framework's class names its framework (TorchTiedLogits,
+    KerasTiedLogits), the framework-free spec's keeps the plain name (common.workload.models)."""
+    places: dict[str, list[str]] = {}
+    for path, tree, _ in parsed_source():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                places.setdefault(node.name, []).append(f"{path}:{node.lineno}")
+    twice = [f"{name} ({', '.join(where)})" for name, where in places.items() if len(where) > 1]
+    assert not twice, "class names defined more than once: " + "; ".join(twice)

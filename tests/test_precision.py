@@ -163,7 +163,7 @@ ONE_OVERFLOW = """
 import json, keras, tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-from xbench.tf_backend.train import AgreedLossScaleOptimizer
+from xbench.tf_backend.step import AgreedLossScaleOptimizer
 keras.mixed_precision.set_global_policy("mixed_float16")
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 with strategy.scope():

@@ -6,7 +6,9 @@ import ast
 import pytest
 
 from tests.helpers import REPO
-from xbench.common.grids.settings import IN_ROW, SETTINGS, Role, columns, training_label
+from xbench.common.grids.columns import columns, training_label
+from xbench.common.grids.setting import Role
+from xbench.common.grids.settings import IN_ROW, SETTINGS
 from xbench.reports import analysis
 
 DEFAULT_ROW = {s.row_name: s.row_value(s.cell_default) for s in IN_ROW}

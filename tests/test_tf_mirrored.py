@@ -7,7 +7,7 @@ import torch
 from tests.helpers import SMOKE_SLICE as SLICE
 from xbench.common.workload.samples import Images
 from xbench.pt_backend import train as pt_train
-from xbench.tf_backend import train as tf_train
+from xbench.tf_backend import pipeline as tf_pipeline
 from xbench.tf_backend.collectives import OneTensorFlowProcess
 
 # What may differ between a tf-mirrored and a pt-ddp row of one cell: backend fields and
@@ -96,8 +96,8 @@ def test_tf_data_yields_pytorchs_global_batches(mnist):
     sampler.set_epoch(2)
     torch_batches = list(torch.utils.data.DataLoader(dataset, batch_size=128, sampler=sampler,
                                                      drop_last=True, collate_fn=lambda b: b))
-    pipeline = tf_train.TrainPipeline(data, multiple=2, global_batch=128, seed=7,
-                                      comm=OneTensorFlowProcess(), threads=1, replicas=1)
+    pipeline = tf_pipeline.TrainPipeline(data, multiple=2, global_batch=128, seed=7,
+                                         comm=OneTensorFlowProcess(), threads=1, replicas=1)
     tf_batches = list(pipeline.dataset(epochs=2).as_numpy_iterator())[pipeline.steps_per_epoch:]
     assert len(tf_batches) == len(torch_batches) == 600 // 128 == pipeline.steps_per_epoch
     for (tf_images, tf_labels, tf_indices), (torch_images, torch_labels, torch_indices) in zip(

@@ -6,9 +6,10 @@ import tensorflow as tf
 from xbench.common.running.profile import STEP_PASSES, time_passes
 from xbench.common.workload.data import load
 from xbench.common.workload.resolve import resolve_model
-from xbench.keras_models.models import TiedLogits, build_model, build_optimizer
+from xbench.keras_models.models import KerasTiedLogits, build_model, build_optimizer
 from xbench.tf_backend.device import device_name
-from xbench.tf_backend.train import cross_entropy, model_inputs
+from xbench.tf_backend.pipeline import model_inputs
+from xbench.tf_backend.step import cross_entropy
 
 
 def profile(cell, kind, request):
@@ -47,7 +48,7 @@ def unit_passes(unit, unit_input, gradient, input_gradient: bool):
     input where training needs them) from `gradient`."""
     run = tf.function(lambda inputs: unit(inputs, training=True))
     # the tied output layer's weight is the embedding's table: its gradient is computed there too
-    weights = ([unit.embedding.token_table] if isinstance(unit, TiedLogits)
+    weights = ([unit.embedding.token_table] if isinstance(unit, KerasTiedLogits)
                else unit.trainable_variables)
     kept = {}
 
@@ -68,7 +69,7 @@ def unit_passes(unit, unit_input, gradient, input_gradient: bool):
 
 
 def step_passes(model, optimizer, x, labels):
-    """One training step as tf_backend.train runs it (the mean loss, the optimizer's update), in
+    """One training step as tf_backend.step runs it (the mean loss, the optimizer's update), in
     three timed passes."""
     loss_of = tf.function(lambda images, targets: tf.reduce_mean(
         cross_entropy(targets, model(images, training=True))))

@@ -1,5 +1,6 @@
 """The TensorFlow training loop of every TensorFlow backend: the hooks of
-common.running.training's loop.
+common.running.training's loop, around its input (tf_backend.pipeline) and its replica's step
+(tf_backend.step).
 
 The backend gives the `tf.distribute` strategy that holds the replicas of its process and the
 collectives its processes talk through (tf-mirrored: one process, N replicas; hvd-tf: N
@@ -19,7 +20,6 @@ from xbench.common.measuring.target import Evaluation
 from xbench.common.running.env import peak_rss_bytes
 from xbench.common.running.training import INPUT_PIPELINE_PER_DEVICE, TrainingLoop, eval_batch
 from xbench.common.workload.precision import LOSS_SCALE_GROWTH_STEPS, LOSS_SCALE_START, lower_dtype
-from xbench.common.workload.samples import rank_indices
 from xbench.keras_models.models import (
     batchnorm_statistics,
     build_model,
@@ -27,164 +27,15 @@ from xbench.keras_models.models import (
     parameter_count,
 )
 from xbench.tf_backend.device import device_name, math_allowed, use_float32_math
-from xbench.tf_backend.trace import (
-    BOOKKEEPING_SCOPE,
-    INJECTED_SCOPE,
-    OPTIMIZER_SCOPE,
-    SAMPLED,
-    Tracer,
+from xbench.tf_backend.pipeline import TrainPipeline, model_inputs
+from xbench.tf_backend.step import (
+    AgreedLossScaleOptimizer,
+    EpochTotals,
+    correct_count,
+    cross_entropy,
+    make_replica_step,
 )
-
-
-class EpochTotals:
-    """Loss sum and correct count of an epoch, kept on each replica's device (sync-on-read: no
-    cross-device traffic per step) and summed over the replicas when read at the epoch's end.
-    Create it inside the strategy's scope."""
-
-    def __init__(self, strategy):
-        self.strategy = strategy
-        self.values = tf.Variable(tf.zeros(2, tf.float64), trainable=False,
-                                  synchronization=tf.VariableSynchronization.ON_READ,
-                                  aggregation=tf.VariableAggregation.SUM)
-
-    def add(self, loss_sum, correct):
-        self.values.assign_add(tf.cast(tf.stack([loss_sum, correct]), tf.float64))
-
-    def reset(self):
-        self.values.assign(tf.zeros(2, tf.float64))
-
-    def read(self):
-        """[loss sum, correct] over this process's replicas (the collectives sum the
-        processes)."""
-        return sum(v.numpy() for v in self.strategy.experimental_local_results(self.values))
-
-
-class TrainPipeline:
-    """tf.data over the uint8 arrays, in common.workload.samples' seeded per-epoch order: this
-    process's share of each global batch, gathered by index (a k-times multiple is index % base
-    size), normalised in the pipeline and prefetched, with the sample indices it holds (the evidence
-    of what was trained on); the strategy splits it over its replicas. `threads`: the pipeline's
-    private thread pool."""
-
-    def __init__(self, data, multiple, global_batch, seed, comm, threads, replicas):
-        self.images = tf.constant(data.train_images)
-        self.labels = tf.constant(data.train_labels.astype(np.int32))
-        self.data = data
-        self.base = len(data.train_images)
-        self.samples = self.base * multiple
-        self.global_batch, self.seed, self.comm, self.threads = global_batch, seed, comm, threads
-        self.replicas = replicas
-
-    @property
-    def steps_per_epoch(self):
-        """Global batches per epoch (the incomplete last one dropped)."""
-        return self.samples // self.global_batch
-
-    def indices(self, epoch):
-        """This process's share of each global batch, ordered for the strategy's contiguous
-        split over its replicas."""
-        return rank_indices(self.samples, self.global_batch, self.seed, epoch, self.comm.rank,
-                            self.comm.world, self.replicas)
-
-    def dataset(self, epochs):
-        """All the epochs' batches in one dataset, so that one iterator serves the whole run:
-        creating and destroying a (multi-device) iterator per epoch cost seconds, at random,
-        inside the epoch times (TF 2.21, logical CPU devices)."""
-        def load(index):
-            base = index % self.base
-            samples = model_inputs(tf.gather(self.images, base), self.data)
-            return samples, tf.gather(self.labels, base), index
-
-        options = tf.data.Options()
-        options.threading.private_threadpool_size = self.threads
-        order = np.concatenate([self.indices(epoch) for epoch in range(1, epochs + 1)])
-        return (tf.data.Dataset.from_tensor_slices(order)
-                .batch(self.global_batch // self.comm.world, drop_remainder=True)
-                .map(load, num_parallel_calls=tf.data.AUTOTUNE)
-                .prefetch(tf.data.AUTOTUNE)
-                .with_options(options))
-
-
-def normalise(images, mean, std):
-    """uint8 (B, H, W, C) -> float32, normalised per channel (`mean`, `std`: the dataset's) as
-    the PyTorch backends do."""
-    return (tf.cast(images, tf.float32) / 255 - mean) / std
-
-
-def model_inputs(samples, data):
-    """What the model takes of a batch of `data`'s samples: normalised images, a language model's
-    token ids, or a model file's samples as they are (float32, or int64 ids)."""
-    if data.is_text:
-        return tf.cast(samples, tf.int32)
-    if data.as_given:
-        return tf.cast(samples, tf.float32 if samples.dtype.is_floating else tf.int64)
-    return normalise(samples, data.mean, data.std)
-
-
-def per_sample(values):
-    """A value per sample: a language model's is the mean over its window's tokens."""
-    return tf.reduce_mean(values, axis=1) if values.shape.rank > 1 else values
-
-
-def cross_entropy(labels, logits):
-    """Per-sample cross-entropy on logits (a window's: the mean over its tokens)."""
-    return per_sample(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
-
-
-def correct_count(labels, logits):
-    """Per sample the share of its predictions that are right (an image's 0 or 1, a window's
-    share of next tokens), summed over the batch (pt_backend.train.loss_and_correct)."""
-    right = tf.equal(tf.argmax(logits, -1, output_type=labels.dtype), labels)
-    return tf.reduce_sum(per_sample(tf.cast(right, tf.float32)))
-
-
-class AgreedLossScaleOptimizer(keras.mixed_precision.LossScaleOptimizer):
-    """Keras' loss-scale optimizer, with every replica agreeing whether a step's gradients are
-    finite. Under MirroredStrategy and MultiWorkerMirroredStrategy the gradients reach it
-    unsummed (the inner optimizer's update sums them), yet Keras takes the first local replica's
-    verdict alone: another replica's overflow would be summed into every weight, and one worker
-    would skip the step's all-reduce that the other waits in."""
-
-    def check_finite(self, grads):
-        finite = super().check_finite(grads)
-        context = tf.distribute.get_replica_context()
-        if context is None or context.num_replicas_in_sync == 1:
-            return finite
-        overflowed = tf.cast(tf.logical_not(finite), tf.float32)  # replicas that overflowed
-        return context.all_reduce(tf.distribute.ReduceOp.SUM, overflowed) == 0
-
-
-def make_replica_step(model, optimizer, comm, global_batch, totals, slow_seconds=0.0):
-    """One optimizer step on one replica's share of a global batch. Its loss is its samples'
-    loss sum / the global batch, so gradients summed over every replica are those of the global
-    batch's mean loss: the same step as on one device. `slow_seconds`: the slow-rank fault,
-    this rank's compute made that much longer (an op of its own scope, which the trace counts as
-    the rank's backward pass). A LossScaleOptimizer (fp16) gets its loss scaled."""
-    scaled = isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer)
-
-    def replica_step(images, labels, indices):
-        with tf.GradientTape() as tape:
-            logits = tf.cast(model(images, training=True), tf.float32)  # the loss in float32
-            losses = cross_entropy(labels, logits)
-            loss = tf.reduce_sum(losses) / global_batch
-            if slow_seconds:
-                with tf.name_scope(INJECTED_SCOPE):
-                    loss += tf.numpy_function(lambda: _sleep(slow_seconds), [], tf.float32)
-            if scaled:  # fp16: the loss scaled up, its gradients scaled down in apply_gradients
-                loss = optimizer.scale_loss(loss)
-        gradients = comm.gradients(tape, loss, model.trainable_variables)
-        with tf.name_scope(OPTIMIZER_SCOPE):
-            optimizer.apply_gradients(zip(gradients, model.trainable_variables))
-        with tf.name_scope(BOOKKEEPING_SCOPE):
-            totals.add(tf.reduce_sum(losses), correct_count(labels, logits))
-        return indices
-
-    return replica_step
-
-
-def _sleep(seconds):
-    time.sleep(seconds)
-    return np.float32(0.0)
+from xbench.tf_backend.trace import SAMPLED, Tracer
 
 
 def set_threads(intra_op, inter_op):

@@ -147,7 +147,6 @@ def expand(spec: dict, overrides: dict | None = None, data_dir=None) -> list[Cel
 def _check_sizes(values, settings):
     """A name that is a file name, a grid that fits in memory, a cap and batches no larger than
     the training set."""
-    option = SETTINGS["max_train_samples"].flag_name
     if not NAME.match(settings["name"]):
         raise UserError(f"grid name {settings['name']!r} must be letters, digits, '.', '_' or '-' "
                         f"(it names the results file results/<name>.jsonl), starting with a "
@@ -161,18 +160,11 @@ def _check_sizes(values, settings):
                         f"{settings['seed'] + settings['seeds'] - 1:,}"
                         f" go past {SETTINGS['seed'].maximum:,} (seeds are 32-bit in every "
                         f"framework): lower --seed or --seeds")
-    smallest = min(train_samples(settings["data"], resolve_model(m)) for m in values["models"])
-    if settings["max_train_samples"] > smallest:
-        raise UserError(f"max_train_samples {settings['max_train_samples']:,} is more than the "
-                        f"training set ({smallest:,} {settings['data']} samples for these models; "
-                        f"cell keys would name a cap that is not there): lower it in the grid "
-                        f"file or with {option}")
-    tested = min(test_samples(settings["data"], resolve_model(m)) for m in values["models"])
-    if settings["max_test_samples"] > tested:
-        raise UserError(f"max_test_samples {settings['max_test_samples']:,} is more than the test "
-                        f"set ({tested:,} {settings['data']} samples for these models; cell keys "
-                        f"would name a cap that is not there): lower it in the grid file or with "
-                        f"{SETTINGS['max_test_samples'].flag_name}")
+    models = [resolve_model(m) for m in values["models"]]
+    smallest = min(train_samples(settings["data"], m) for m in models)
+    _check_cap("max_train_samples", "training set", smallest, settings)
+    _check_cap("max_test_samples", "test set",
+               min(test_samples(settings["data"], m) for m in models), settings)
     base = min(smallest, settings["max_train_samples"] or math.inf)
     for batch, nodes, devices, multiple in itertools.product(
             values["batches"], values["nodes"], values["devices"], values["multiples"]):
@@ -184,6 +176,17 @@ def _check_sizes(values, settings):
                 f"batch_mode {settings['batch_mode']}) is larger than the training set of "
                 f"{base * multiple:,} samples ({base:,} samples x {multiple}): no epoch would have "
                 f"one step; lower --batch or raise --multiple / --max-train-samples")
+
+
+def _check_cap(key: str, capped: str, available: int, settings) -> None:
+    """A cap (max_train_samples, max_test_samples) no larger than the set it caps (`capped`),
+    `available` samples of it for the grid's models: else cell keys would name a cap that is
+    not there."""
+    if settings[key] > available:
+        raise UserError(f"{key} {settings[key]:,} is more than the {capped} ({available:,} "
+                        f"{settings['data']} samples for these models; cell keys would name a "
+                        f"cap that is not there): lower it in the grid file or with "
+                        f"{SETTINGS[key].flag_name}")
 
 
 def _check_choices(values, settings):

@@ -13,7 +13,7 @@ version that added it. From this table:
   (common/results/schema.py);
 - the report's columns are derived from each setting's `role` (what it is to a reader of the
   results: an axis of the setup, a training choice, the placement, a fault, bookkeeping), and the
-  training label from each training choice's `label`.
+  training label from each training choice's `label` (common/grids/columns.py).
 
 Adding a setting is one entry here, one upgrade of the schema, plus the code that uses it.
 """
@@ -359,28 +359,6 @@ def _check_table() -> None:
 
 
 _check_table()
-
-
-def columns(*roles: Role, axes: bool = False) -> list[str]:
-    """The report's columns of the settings of `roles`, in the table's order (with `axes`, of
-    the axes alone): what it groups, pairs and shows cells by."""
-    return [s.column_name for s in SETTINGS.values() if s.role in roles and s.column_name
-            and (s.axis or not axes)]
-
-
-def draws() -> list[str]:
-    """The columns that change only a random draw (the seed): one configuration's cells."""
-    return [s.column_name for s in SETTINGS.values() if s.draw]
-
-
-def training_label(row: Mapping[str, Any], roles: tuple[Role, ...] = (Role.TRAINING,
-                                                                       Role.FAULT)) -> str:
-    """How a row's cell is trained, in a few words ('adam 0.001'; 'sgd 0.1 m0.9 wd0.0005, lr
-    linear/128, warm-up 1'; '..., precision bf16, compressed fp16, inject link=400mbit'): each
-    choice of `roles` in the table's order, where it says something (its default says
-    nothing, but the optimizer's words are always said)."""
-    words = [s.label(row) for s in SETTINGS.values() if s.role in roles and callable(s.label)]
-    return ", ".join(w for w in words if w)
 
 
 def defaults() -> dict[str, Any]:

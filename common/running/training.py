@@ -3,24 +3,21 @@
 `TrainingLoop.run` is the order of the parts (set-up; per epoch: barrier, clock, timed steps,
 totals; then the evidence, the attribution of the steps and the measurement) and all the
 arithmetic on them, written once. A framework's loop (pt_backend.train.TorchLoop,
-tf_backend.train.TensorFlowLoop) implements only the hooks, which are framework code: building the
-model, one training step (marking where its parts end: common.measuring.attribution), reading its
-totals.
+tf_backend.train.TensorFlowLoop) implements only the hooks (common.running.training_hooks), which
+are framework code: building the model, one training step (marking where its parts end:
+common.measuring.attribution), reading its totals.
 """
 from __future__ import annotations
 
-import abc
 import itertools
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import astuple, dataclass, field
-
-import numpy as np
 
 from xbench.common.backends.backend import Backend
 from xbench.common.backends.collectives import Collectives
 from xbench.common.measuring import attribution
-from xbench.common.measuring.attribution import Step, StepMarks
+from xbench.common.measuring.attribution import StepMarks
 from xbench.common.measuring.contention import ContentionProbe, epoch_contention
 from xbench.common.measuring.evidence import batchnorm_evidence, sample_evidence, weights_digest
 from xbench.common.measuring.target import Evaluation, TargetRun
@@ -28,6 +25,7 @@ from xbench.common.measuring.timing import EpochClock, epoch_record, step_percen
 from xbench.common.results.schema import Measurement
 from xbench.common.running.job import Job
 from xbench.common.running.placement import node_name, pin_rank
+from xbench.common.running.training_hooks import TrainingHooks
 from xbench.common.workload import faults
 from xbench.common.workload.model import Model
 
@@ -40,129 +38,13 @@ INTER_OP_PER_DEVICE = 1
 INPUT_PIPELINE_PER_DEVICE = 1
 
 
-class TrainingLoop(abc.ABC):
-    """Train one cell in this process and measure it. Subclasses implement the hooks below."""
+class TrainingLoop(TrainingHooks):
+    """Train one cell in this process and measure it. Subclasses implement the hooks
+    (`TrainingHooks`)."""
 
     def __init__(self, job: Job, comm: Collectives, backend: Backend):
         self.job, self.cell, self.comm, self.backend = job, job.cell, comm, backend
         self.faults = faults.parse(self.cell.inject)
-
-    # --- hooks: the framework's part -------------------------------------------------------
-
-    @abc.abstractmethod
-    def set_up(self) -> None:
-        """Build the model, optimizer and input pipeline (counted in start-up, not in epochs)."""
-
-    def sync(self) -> None:
-        """Wait until the device has finished its queued work (nothing to wait for on the CPU)."""
-
-    def step_clock(self) -> tuple[Callable[[], object], Callable[[object, object], float]]:
-        """Where each step's moments come from, and the seconds between two of them: the host
-        clock (on a GPU: CUDA events, so that a part is device time)."""
-        return time.perf_counter, lambda start, end: end - start
-
-    @abc.abstractmethod
-    def batches(self, epoch: int) -> Iterable:
-        """This process's batches of `epoch`, lazily: nothing may be fetched before the loop asks
-        for the first batch, which happens after the epoch's clock has started."""
-
-    @abc.abstractmethod
-    def set_learning_rate(self, value: float) -> None:
-        """Use `value` from the next optimizer step on (called only when it changes)."""
-
-    @abc.abstractmethod
-    def train_step(self, batch) -> None:
-        """One optimizer step on `batch`, adding its loss sum and correct count to the totals and
-        keeping the sample indices each replica consumed (read from the batch). It marks where
-        each part it can see ends (`self.marks.mark(part)`), reports its collective
-        (`self.marks.collective`), and makes this rank's compute `self.faults.slow_for(rank)`
-        seconds longer (the slow-rank fault)."""
-
-    def between_steps(self, epoch: int, step: int | None) -> None:
-        """Work between two timed steps that is no part of training (TensorFlow's tracer
-        started before a sampled step and stopped after it), before step `step` of `epoch`
-        begins (None: after its last): its seconds are taken out of the epoch's time and lie
-        outside every step's window, as an evaluation's do."""
-
-    def traced_steps(self) -> list[tuple[int, int, Step]] | None:
-        """(epoch, step, what a tracer saw inside that step's call: a
-        common.measuring.attribution.Step in seconds from its epoch's origin) of the timed
-        steps a tracer sampled, for a framework whose step is one opaque call; None where
-        `train_step`'s marks see every part."""
-        return None
-
-    def tracing(self) -> dict | None:
-        """Which timed steps the tracer sampled, as the row records it (None: none)."""
-        return None
-
-    def attribution_sources(self) -> dict[str, str]:
-        """How each part of a step is known here: {part: how}."""
-        return {}
-
-    def sampler_evidence(self) -> dict:
-        """What the framework's own sampler dealt, where the backend uses one (PyTorch's
-        DistributedSampler: the lab's question 5)."""
-        return {}
-
-    @abc.abstractmethod
-    def consumed(self) -> list[np.ndarray]:
-        """Per replica of this process, the sample indices it trained on since the last call
-        (the epoch just timed), in order; called after the epoch's clock stopped."""
-
-    @abc.abstractmethod
-    def reset_totals(self) -> None:
-        """Zero the epoch's loss sum and correct count."""
-
-    @abc.abstractmethod
-    def totals(self):
-        """[loss sum, correct count] of this process's replicas, as the framework's tensor or
-        array (the collectives add them over the processes)."""
-
-    @property
-    @abc.abstractmethod
-    def steps_per_epoch(self) -> int:
-        """Optimizer steps in one epoch (global batches; the incomplete last one dropped)."""
-
-    @abc.abstractmethod
-    def replica_weights(self) -> list[Iterable[np.ndarray]]:
-        """The final weights of each replica this process holds, as numpy arrays."""
-
-    @abc.abstractmethod
-    def replica_batchnorm(self) -> list[list[np.ndarray]]:
-        """Per replica of this process, every BatchNorm's running mean and variance as it holds
-        them (empty lists where the model has no BatchNorm)."""
-
-    @abc.abstractmethod
-    def peak_memory(self) -> list[int]:
-        """Peak bytes per device of this process (per GPU, or the process's peak RSS on CPU)."""
-
-    @abc.abstractmethod
-    def model_state_bytes(self) -> list[int]:
-        """Per device of this process: bytes of the trainable parameters and the optimizer's
-        state it holds between steps (the part a sharding backend divides over the devices),
-        counted on the tensors at the end of the run."""
-
-    @abc.abstractmethod
-    def evaluate(self) -> Evaluation:
-        """Accuracy and mean loss on the whole test set (called on rank 0 only)."""
-
-    def gather_for_evaluation(self) -> None:
-        """On every rank, before rank 0 evaluates: assemble the whole model where the ranks
-        hold shards of it (a collective); nothing where every rank holds all of it."""
-
-    @abc.abstractmethod
-    def describe(self) -> dict:
-        """framework_version, params, train_samples, device_type, device_name, and the
-        framework's own backend details."""
-
-    @abc.abstractmethod
-    def thread_pools(self) -> dict:
-        """The process's thread pools as the framework reports them: intra_op, inter_op,
-        input_pipeline."""
-
-    def gpu_indices(self) -> list[int]:
-        """The GPUs this process drives (whose other users are watched); none on the CPU."""
-        return []
 
     # --- the loop ----------------------------------------------------------------------------
 
@@ -302,7 +184,7 @@ class TrainingLoop(abc.ABC):
             yield batch
 
     def between(self, epoch: int, step: int | None, untimed: list[float]) -> None:
-        if type(self).between_steps is TrainingLoop.between_steps:
+        if type(self).between_steps is TrainingHooks.between_steps:
             return  # nothing of the framework's runs between its steps
         began = time.perf_counter()
         self.between_steps(epoch, step)

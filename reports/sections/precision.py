@@ -1,7 +1,8 @@
 """Precision: each setup run at more than one precision, side by side."""
 import math
 
-from xbench.common.grids.settings import Role, columns
+from xbench.common.grids.columns import columns
+from xbench.common.grids.setting import Role
 from xbench.reports import analysis
 from xbench.reports.data import ReportData
 from xbench.reports.sections.section import Section, Table
