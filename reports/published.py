@@ -22,7 +22,7 @@ from xbench.reports.predict import Calibration, parse_link, read_links
 from xbench.reports.step_model import collective_seconds, exposed_seconds, overlap_of
 
 PUBLISHED_FILE = Path(__file__).with_name("published.toml")
-RESHARD = SETTINGS["reshard"].default[0]  # a record that names none: FSDP's default
+RESHARD = SETTINGS["reshard"].default[0]  # a sharded backend's record: FSDP's default
 BACKWARD_SHARE = 2 / 3  # of a step's compute, where nothing measured it: twice forward's work
 NEEDED = ("title", "backend", "per_device_rate", "per_device_batch", "parameters", "devices",
           "nodes", "link", "efficiency", "sources")
@@ -62,7 +62,7 @@ def published_record(name: str, entry: dict, links: dict, calibration: Calibrati
     def step(devices: int, nodes: int, share: float) -> float:
         crossing = traits.protocol_on("cuda")  # GPUs
         moving = collective_seconds(crossing, size, devices, nodes, link, node_link,
-                                    crossing.messages(size), entry.get("reshard", RESHARD))
+                                    crossing.messages(size), RESHARD)
         return compute + exposed_seconds(moving, share, BACKWARD_SHARE * compute)
 
     def efficiency(share: float) -> float:

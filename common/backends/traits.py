@@ -11,7 +11,7 @@ smoke grid's rows record.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from xbench.common.backends.protocol import (
@@ -112,7 +112,8 @@ HOROVOD_COMPRESSIONS = ("none", "fp16")
 HOROVOD_NO_COMPRESSION = "Horovod's compressors are hvd.Compression.none and fp16"
 # Horovod's documented fusion buffer, 64 MiB, sized by HOROVOD_FUSION_THRESHOLD.
 HOROVOD_PROTOCOL = everywhere(Protocol(ALL_REDUCE, reduce_passes=2, message_bytes=64 * MIB,
-                                       bucket_knob="HOROVOD_FUSION_THRESHOLD"))
+                                       bucket_knob="Horovod's fusion threshold "
+                                                   "(HOROVOD_FUSION_THRESHOLD)"))
 # jax-dp and jax-multiprocess: one jax.jit-compiled step over a batch sharded on a mesh of the
 # devices, its parameters replicated; XLA's SPMD partitioner inserts the gradients' all-reduce.
 XLA_BUCKETS = ("XLA's SPMD partitioner places the gradients' all-reduces in the "
@@ -323,6 +324,26 @@ def references() -> dict[str, str]:
     """{framework: its single-device reference}: the backend of each framework with no parallel
     wrapper (what the others cost at one device is measured against it)."""
     return {t.framework.name: t.name for t in TRAITS.values() if not t.spans_devices}
+
+
+def having(test: Callable[[Traits], object]) -> list[str]:
+    """The backends whose traits pass `test`, in the table's order."""
+    return [t.name for t in TRAITS.values() if test(t)]
+
+
+def in_words(names: list[str]) -> str:
+    """'a', 'a and b', 'a, b and c': backends (or anything) named in a help text."""
+    return " and ".join(filter(None, [", ".join(names[:-1]), names[-1]])) if names else "none"
+
+
+def served(capability: Callable[[Traits], object]) -> str:
+    """'pt-ddp: X; hvd-torch and hvd-tf: Y': what each backend that has a `capability` (its
+    value, not None or empty) has of it, backends of the same value together."""
+    found: dict[object, list[str]] = {}
+    for traits in TRAITS.values():
+        if capability(traits):
+            found.setdefault(capability(traits), []).append(traits.name)
+    return "; ".join(f"{in_words(names)}: {value}" for value, names in found.items())
 
 
 def profiled() -> list[str]:

@@ -26,6 +26,7 @@ import psutil
 
 from xbench.common.backends.model_files import described
 from xbench.common.backends.registry import BACKENDS, check_backend_name
+from xbench.common.backends.traits import having, in_words, served
 from xbench.common.errors import UserError
 from xbench.common.grids.setting import Role, Setting
 from xbench.common.workload import faults
@@ -199,7 +200,8 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
     Setting("retries", int, 1,
             "Times a cell runs again after one of its processes crashed (killed by SIGSEGV, "
             "SIGABRT, SIGBUS, SIGILL or SIGFPE: a fault inside a framework, such as the heap "
-            "corruption tf-multiworker's workers show now and then), as its launcher reports it "
+            "corruption TensorFlow's multi-worker processes show now and then), as its launcher "
+            "reports it "
             "(xbench's own spawner passes the signal on; torchrun and horovodrun exit 1, "
             "which is not taken for a crash); every crash is kept in the row's 'crashes'.",
             row=None, minimum=0, maximum=5,
@@ -274,15 +276,17 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
             role=Role.TRAINING,
             label=lambda v: f"warm-up {v['warmup_epochs']}" if v["warmup_epochs"] else ""),
     Setting("set_epoch", bool, True,
-            "pt-ddp and hvd-torch: call DistributedSampler.set_epoch each epoch (default), or "
-            "keep epoch 0's order in every epoch (the lab's question 5, measured).",
+            f"{in_words(having(lambda t: t.distributed_sampler))}: call DistributedSampler."
+            f"set_epoch each epoch (default), or keep epoch 0's order in every epoch (the lab's "
+            f"question 5, measured).",
             section="training", key_part=lambda c: "" if c.set_epoch else "|no-set-epoch",
             since=3, role=Role.TRAINING,
             label=lambda v: "" if v["set_epoch"] else "no set_epoch"),
     Setting("compression", str, ["none"],
             "Gradients on the wire: none, fp16, bf16 (cast to 16 bits for the all-reduce) or "
-            "powersgd (low-rank factors with error feedback; on GPUs); pt-ddp has all four, "
-            "hvd-torch and hvd-tf none and fp16, the others none (an axis, comma-separated).",
+            "powersgd (low-rank factors with error feedback; on GPUs), by backend: "
+            + served(lambda t: ", ".join(t.compressions) if len(t.compressions) > 1 else None)
+            + "; the others none (an axis, comma-separated).",
             axis=True,
             section="training", choices=COMPRESSIONS,
             key_part=lambda c: ("" if c.compression == "none" else f"|compress-{c.compression}"
@@ -296,7 +300,8 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
             since=7, role=Role.TRAINING,
             label="compression"),
     Setting("reshard", str, ["after-forward"],
-            "pt-fsdp: a unit frees the parameters it gathered after its forward pass and "
+            f"{in_words(having(lambda t: t.shards_parameters))}: a unit frees the parameters it "
+            "gathered after its forward pass and "
             "gathers them again for backward (after-forward, FSDP's default: least memory), or "
             "keeps them until its backward is done (after-backward: one all-gather fewer per "
             "step); an axis, comma-separated.", axis=True, section="training", choices=RESHARDS,
@@ -305,11 +310,9 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
             label=lambda v: "" if v["reshard"] == "after-forward" else f"reshard {v['reshard']}"),
     Setting("bucket_mb", float, [0.0],
             "Gradients one collective carries at most, in MB of 2^20 bytes as DDP counts them "
-            "(an axis, e.g. 1,25): DDP's "
-            "bucket_cap_mb; Horovod's fusion threshold, its gradients grouped into buckets of "
-            "that size as DDP's are (groups), so that a bucket launches only when it is whole; "
-            "MultiWorkerMirroredStrategy's bytes_per_pack; 0 (default): each library's own. "
-            "The other backends have no such knob: unsupported there, with the reason.",
+            "(an axis, e.g. 1,25), by backend: " + served(lambda t: t.bucket_knob) + "; 0 "
+            "(default): each library's own. The other backends have no such knob: unsupported "
+            "there, with the reason.",
             axis=True, section="training", minimum=0, maximum=2**20,
             why="a megabyte count no model here comes near", role=Role.TRAINING,
             key_part=lambda c: f"|bucket{c.bucket_mb:g}" if c.bucket_mb else "", since=12,
