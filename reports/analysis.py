@@ -219,11 +219,6 @@ def protocol(cell) -> Protocol:
     return protocol_of(cell["backend"], cell.get("device_type"), cell.get("reduction"))
 
 
-def one_of(names: list[str]) -> str:
-    """'a, b or c': names from the traits table in a sentence."""
-    return " or ".join(filter(None, [", ".join(names[:-1]), names[-1]])) if names else ""
-
-
 def wire_size(cell) -> float:
     """The bytes a step's gradients put into the all-reduce, under the cell's compression."""
     spec = own_model(cell["model"])

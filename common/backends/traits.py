@@ -331,9 +331,9 @@ def having(test: Callable[[Traits], object]) -> list[str]:
     return [t.name for t in TRAITS.values() if test(t)]
 
 
-def in_words(names: list[str]) -> str:
-    """'a', 'a and b', 'a, b and c': backends (or anything) named in a help text."""
-    return " and ".join(filter(None, [", ".join(names[:-1]), names[-1]])) if names else "none"
+def in_words(names: list[str], last: str = "and") -> str:
+    """'a', 'a and b', 'a, b and c' (or `last` another word): backends named in a sentence."""
+    return f" {last} ".join(filter(None, [", ".join(names[:-1]), names[-1]])) if names else "none"
 
 
 def served(capability: Callable[[Traits], object]) -> str:

@@ -6,7 +6,7 @@ import math
 
 import pandas as pd
 
-from xbench.common.backends.traits import TRAITS
+from xbench.common.backends.traits import TRAITS, in_words
 from xbench.reports import analysis, goodput
 from xbench.reports.data import Options
 from xbench.reports.sections.section import Section, Table
@@ -237,7 +237,7 @@ SECTION = Section(
               "(--lr-scaling none,linear --warmup-epochs 0,1)"),
         Table("lab_q5", "Question 5: sample orders with and without set_epoch",
               lambda data: question_5(data.cells),
-              f"it needs {analysis.one_of(SAMPLERS)} cells on N > 1 devices (--no-set-epoch for "
+              f"it needs {in_words(SAMPLERS, 'or')} cells on N > 1 devices (--no-set-epoch for "
               f"the contrast)"),
         Table("lab_q6", "Question 6: what crosses the wire in one step",
               lambda data: question_6(data.cells), "it needs cells on N > 1 devices"),

@@ -1,6 +1,6 @@
 """What the parallel machinery costs at one device: each backend against its framework's
 single-device reference with no parallel wrapper."""
-from xbench.common.backends.traits import references
+from xbench.common.backends.traits import in_words, references
 from xbench.reports import analysis
 from xbench.reports.data import ReportData
 from xbench.reports.sections.section import Section, Table
@@ -25,5 +25,5 @@ SECTION = Section(
         f"parallel wrapper ({', '.join(REFERENCES)}), in the same setup: below 1× the "
         "wrapper costs time even when there is nothing to parallelise."],
     tables=(Table("wrapper", "Rate at one device against no parallel wrapper", wrapper_table,
-                  f"it needs {analysis.one_of(REFERENCES)} beside the other backends at one "
+                  f"it needs {in_words(REFERENCES, 'or')} beside the other backends at one "
                   f"device (every preset has them)"),))
