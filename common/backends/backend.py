@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 from typing import TYPE_CHECKING, ClassVar
 
+from xbench.common.backends.protocol import ALL_REDUCE, REDUCE_TO_ONE
 from xbench.common.backends.start import Start
 from xbench.common.backends.traits import TRAITS, Traits
 from xbench.common.errors import Unsupported
@@ -70,13 +71,13 @@ class Backend(abc.ABC):
         devices = cell.world
         size = wire_bytes(model.tensor_shapes(self.traits.framework.name), cell.compression,
                           cell.powersgd_rank)
-        if reduction == "all-reduce":
+        if reduction == ALL_REDUCE:
             compressed = ("" if cell.compression == "none" else
                           f" ({compression_label(cell.compression, cell.powersgd_rank)})")
             return [wire("gradients", 2 * (devices - 1) * size, "computed",
                          f"ring all-reduce: each of N devices sends 2(N-1)/N of the "
                          f"gradients{compressed}")]
-        if reduction == "reduce-to-one":
+        if reduction == REDUCE_TO_ONE:
             return [wire("gradients", 2 * (devices - 1) * size, "computed",
                          "N-1 copies to the reducing device, the sum copied back to N-1")]
         return []
