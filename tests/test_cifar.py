@@ -302,6 +302,7 @@ MIRRORED_READ = """
 import numpy as np, tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from xbench.common.workload.models import MODELS
 from xbench.keras_models.models import batchnorm_statistics, build_model
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 with strategy.scope():

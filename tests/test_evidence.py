@@ -20,16 +20,16 @@ from xbench.reports.build import build_report
 SAMPLES = 1024
 # In every process (sitecustomize runs at start-up): each rank is dealt rank 0's shard, the bug of
 # a sampler that was never told its rank.
-WRONG_ORDER = '''import xbench.common.workload.data as data
+WRONG_ORDER = '''import xbench.common.workload.samples as samples
 
-real_rank_indices = data.rank_indices
+real_rank_indices = samples.rank_indices
 
 
 def every_rank_takes_rank_0s_shard(samples, global_batch, seed, epoch, rank, world, replicas=1):
     return real_rank_indices(samples, global_batch, seed, epoch, 0, world, replicas)
 
 
-data.rank_indices = every_rank_takes_rank_0s_shard
+samples.rank_indices = every_rank_takes_rank_0s_shard
 '''
 
 
