@@ -17,19 +17,22 @@ from xbench.common.backends.registry import get_backend
 from xbench.common.grids.cell import Cell
 from xbench.common.machine import cpu_cores
 from xbench.common.running.job import Job
-from xbench.common.workload.data import MEAN, STD, epoch_order, load_mnist
+from xbench.common.workload.mnist import load_mnist
+from xbench.common.workload.models import MODELS
+from xbench.common.workload.samples import epoch_order
 from xbench.pt_backend.models import build_model, build_optimizer
 
 
 def xbench_rate(cell, data, threads):
-    measurement = get_backend(cell.backend).train(Job(cell, data, threads, time.time()))
+    job = Job(cell, MODELS[cell.model], data, threads, time.time())
+    measurement = get_backend(cell.backend).train(job)
     return measurement.epochs[1]["rate"]
 
 
 def minimal_rate(cell, data):
     """The loop anyone would write: index, normalise, forward, backward, step."""
     torch.manual_seed(cell.seed)
-    model = build_model(cell.model)
+    model = build_model(MODELS[cell.model], cell.seed)
     optimizer = build_optimizer(model.parameters())
     images, labels = torch.from_numpy(data.train_images), torch.from_numpy(data.train_labels).long()
     steps = len(images) // cell.batch
@@ -38,7 +41,8 @@ def minimal_rate(cell, data):
         start = time.perf_counter()
         for step in range(steps):
             index = order[step * cell.batch:(step + 1) * cell.batch]
-            x = images[index].unsqueeze(1).float().div_(255).sub_(MEAN).div_(STD)
+            x = images[index].permute(0, 3, 1, 2).float().div_(255)  # (B, H, W, C) -> NCHW
+            x = x.sub_(data.mean[0]).div_(data.std[0])
             optimizer.zero_grad()  # set_to_none, the default since torch 2.0
             F.cross_entropy(model(x), labels[index]).backward()
             optimizer.step()
