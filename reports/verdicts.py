@@ -90,10 +90,6 @@ class Judge:
         """The last look of --until-conclusive at a comparison of these cells (0: none)."""
         return max(self.looks.get(key, 0) for key in keys)
 
-    def decide(self, ratio, a_seconds, b_seconds, keys: tuple[str, str] = ("", "")) -> str | None:
-        """'above' or 'below' the threshold, 'held', or None (Judgement.side)."""
-        return self.judge(ratio, a_seconds, b_seconds, keys).side
-
     def judge(self, ratio, a_seconds, b_seconds, keys: tuple[str, str] = ("", "")) -> Judgement:
         """How `ratio` (mean(a)/mean(b), maybe scaled per sample: its threshold of 1 is 1/scale
         for the epoch times' ratio) is decided. A comparison not stated is kept in `open` with

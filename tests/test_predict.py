@@ -130,9 +130,9 @@ def test_what_a_backend_declares_of_its_gradients_is_what_its_rows_record(smoke)
                 for r in smoke.all if r["status"] == "ok" and r["devices"] == 2}
     assert len(recorded) >= 6
     for (backend, device_type), reduction in recorded.items():
-        assert TRAITS[backend].reduction_on(device_type) == reduction, backend
-    assert TRAITS["tf-mirrored"].reduction_on("cuda") == "all-reduce"
-    assert TRAITS["pt-single"].reduction_on("cpu") == "none"
+        assert TRAITS[backend].protocol_on(device_type).reduction == reduction, backend
+    assert TRAITS["tf-mirrored"].protocol_on("cuda").reduction == "all-reduce"
+    assert TRAITS["pt-single"].protocol_on("cpu").reduction == "none"
     assert TRAITS["pt-ddp"].protocol_on("cpu").message_bytes == 25 * 2**20  # bucket_cap_mb
     assert TRAITS["hvd-torch"].protocol_on("cpu").message_bytes == 64 * 2**20  # fusion threshold
 

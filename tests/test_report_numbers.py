@@ -167,9 +167,9 @@ def test_a_verdict_the_false_discovery_control_does_not_allow_is_held_back():
                             ([strong] + [nothing] * 19, "above")):
         collected = Judge()
         for pair in pairs:
-            collected.decide(ratio_of_means(*pair), *pair)
+            collected.judge(ratio_of_means(*pair), *pair)
         judge = Judge(false_discoveries_controlled(collected.p_values))
-        decided = [judge.decide(ratio_of_means(*pair), *pair) for pair in pairs]
+        decided = [judge.judge(ratio_of_means(*pair), *pair).side for pair in pairs]
         assert decided[0] == expected and set(decided[1:]) == {None}
         assert "Benjamini-Hochberg" in control_text(judge.control())
 

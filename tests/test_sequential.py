@@ -22,9 +22,9 @@ def stated_at_some_look(rng, difference: float, sequential: bool = True) -> bool
         ratio, keys = ratio_of_means(a, b), ("a", "b")
         looks = dict.fromkeys(keys, look if sequential else 0)
         collected = Judge(looks=looks)
-        collected.decide(ratio, a, b, keys)
+        collected.judge(ratio, a, b, keys)
         judge = Judge(false_discoveries_controlled(collected.p_values), looks)
-        if judge.decide(ratio, a, b, keys) in ("above", "below"):
+        if judge.judge(ratio, a, b, keys).side in ("above", "below"):
             return True
         a.append(rng.normal(1.0, SPREAD))
         b.append(rng.normal(1.0 + difference, SPREAD))
@@ -52,7 +52,7 @@ def test_looking_keeps_the_power_to_see_a_10_percent_difference():
 def test_a_grid_s_own_repeats_are_tested_as_before():
     judge = Judge(looks={"a": 0, "b": 0})
     a, b = [1.0, 1.02, 0.98], [1.1, 1.12, 1.08]
-    judge.decide(ratio_of_means(a, b), a, b, ("a", "b"))
+    judge.judge(ratio_of_means(a, b), a, b, ("a", "b"))
     looked = Judge(looks={"a": 0, "b": 2})
-    looked.decide(ratio_of_means(a, b), a, b, ("a", "b"))
+    looked.judge(ratio_of_means(a, b), a, b, ("a", "b"))
     assert looked.p_values[0] == pytest.approx(min(1.0, judge.p_values[0] * LOOKS))

@@ -191,10 +191,6 @@ class Traits:
         before any ran (xbench predict's what-if)."""
         return self.protocol[device_type]
 
-    def reduction_on(self, device_type: str) -> str:
-        """Its reduction's word on `device_type` (what its N-device rows record)."""
-        return self.protocol[device_type].reduction
-
 
 TRAITS: dict[str, Traits] = {t.name: t for t in [
     Traits("pt-single", TORCH, "xbench.pt_backend.single:SingleDeviceTorchBackend",
@@ -349,11 +345,6 @@ def served(capability: Callable[[Traits], object]) -> str:
 def profiled() -> list[str]:
     """The single-device references whose model's units `xbench profile` times."""
     return [name for name in references().values() if TRAITS[name].framework.units_timed]
-
-
-def with_wrapper(wrapper: str) -> list[str]:
-    """The backends that spread training over devices with `wrapper` (Traits.wrapper)."""
-    return [t.name for t in TRAITS.values() if t.wrapper == wrapper]
 
 
 def spanning_nodes() -> list[str]:
