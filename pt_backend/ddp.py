@@ -1,7 +1,11 @@
 """pt-ddp: DistributedDataParallel, one process per device, started by torchrun (nccl / gloo)."""
 from xbench.common.backends.backend import wire
 from xbench.common.measuring.attribution import INSTRUMENTED
-from xbench.common.workload.compression import POWERSGD_MIN_RATE, POWERSGD_START_STEP
+from xbench.common.workload.compression import (
+    POWERSGD_MIN_RATE,
+    POWERSGD_START_STEP,
+    gradient_wire_bytes,
+)
 from xbench.common.workload.compression import label as compression_label
 from xbench.pt_backend.torchrun import TorchrunBackend
 
@@ -51,13 +55,20 @@ class DistributedDataParallelBackend(TorchrunBackend):
         def timed_hook(state, bucket):
             if self.clock is None:
                 return hook(state, bucket)
-            op = self.clock.launch()
+            op = self.clock.launch(self.bucket_wire_bytes(bucket.buffer()))
 
             def completed(future):
                 self.clock.complete(op)
                 return future.value()
             return hook(state, bucket).then(completed)
         return timed_hook
+
+    def bucket_wire_bytes(self, buffer) -> int | None:
+        """The bytes a bucket's flat gradient buffer puts on the wire under the cell's
+        compression (None under PowerSGD, whose messages are its factors, not the buffer)."""
+        if self.cell.compression == "powersgd":
+            return None
+        return gradient_wire_bytes((buffer.numel(),), self.cell.compression, 0)
 
     def traffic(self, cell, model, reduction):
         """Besides the gradients: the buffers DDP broadcasts from rank 0 before each forward."""

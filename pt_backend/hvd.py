@@ -36,9 +36,9 @@ class HorovodTorchBackend(TorchBackend):
             groups=buckets(model, self.cell.bucket_mb) if self.cell.bucket_mb else None)
 
     def watch_collectives(self, wrapped, model, optimizer, clock):
+        self.watch_gradients(model, clock)  # at size 1 too: when backward makes each gradient
         if self.hvd.size() == 1:  # at size 1 Horovod reduces nothing
             return
-        self.watch_gradients(model, clock)
         self.handles = HandleWatch(self.hvd.poll, clock)
         for name in ("_allreduce_grad_async", "_grouped_allreduce_grad_async"):
             setattr(optimizer, name, self.handles.timed(getattr(optimizer, name), clock))
@@ -73,6 +73,13 @@ def buckets(model, megabytes: float) -> list[list]:
     return groups
 
 
+def tensor_bytes(argument) -> int:
+    """The bytes of the gradients one launch all-reduces: a parameter's, or a group's (a list
+    of them), as they are before compression."""
+    tensors = argument if isinstance(argument, (list, tuple)) else [argument]
+    return sum(t.grad.numel() * t.grad.element_size() for t in tensors if t.grad is not None)
+
+
 class HandleWatch:
     """Horovod tells a collective's completion only through its handle: a thread asks the
     step's outstanding handles every POLL_SECONDS whether they are done, and tells the clock the
@@ -88,7 +95,7 @@ class HandleWatch:
         """Horovod's `launch` (the optimizer's method that starts one gradient's or group's
         all-reduce), its handle watched from the moment it is called."""
         def timed_launch(argument):
-            op = clock.launch()
+            op = clock.launch(tensor_bytes(argument))
             handle, context = launch(argument)
             with self.changed:
                 self.pending[handle] = op

@@ -6,7 +6,7 @@ import json
 import numpy as np
 
 from xbench.common.grids.cell import Cell
-from xbench.common.measuring.attribution import MARKED, Step
+from xbench.common.measuring.attribution import MARKED, Flight, Step
 from xbench.common.measuring.attribution import summarize as summarize_steps
 from xbench.common.results import schema
 from xbench.common.workload.models import MODELS
@@ -32,7 +32,7 @@ def hand_attribution(epoch_seconds, steps, devices, comm):
             step.end = at + comm * seconds
             if comm:
                 step.ready, step.collective_end = at, step.end
-                step.collectives = [(at, step.end)]  # launched when the rank was ready
+                step.collectives = [Flight(at, step.end)]  # launched when the rank was ready
                 step.collective_bytes = MODELS["small"].gradient_bytes()
             made.append(step)
         return made

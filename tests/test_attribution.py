@@ -17,6 +17,7 @@ from xbench.common.measuring.attribution import (
     COUNTED,
     MARKED,
     CollectiveClock,
+    Flight,
     Step,
     StepMarks,
     call_shares,
@@ -105,7 +106,7 @@ def test_an_all_reduce_after_backward_overlaps_nothing():
     step.intervals[1] = ("backward", 10 * MS, 50 * MS, MARKED)  # it waited for the all-reduce
     step.intervals[2] = ("optimizer", 50 * MS, 55 * MS, MARKED)
     step.end = 55 * MS
-    step.collectives = [(40 * MS, 50 * MS)]
+    step.collectives = [Flight(40 * MS, 50 * MS)]
     communicating, overlapped = overlap(step)
     assert communicating == pytest.approx(10 * MS) and overlapped == 0
     parts = partition(step, None)
@@ -118,7 +119,8 @@ def test_buckets_all_reduced_while_backward_computes_overlap_it():
     launched when backward ends: 8 of their 12 ms overlap compute; the last's 4 ms are exposed."""
     step = marked(0.0, ("forward", 10 * MS), ("backward", 34 * MS), ("optimizer", 6 * MS))
     step.ready, step.collective_end = 40 * MS, 44 * MS
-    step.collectives = [(20 * MS, 24 * MS), (30 * MS, 34 * MS), (40 * MS, 44 * MS)]
+    step.collectives = [Flight(20 * MS, 24 * MS), Flight(30 * MS, 34 * MS),
+                        Flight(40 * MS, 44 * MS)]
     communicating, overlapped = overlap(step)
     assert communicating == pytest.approx(12 * MS) and overlapped == pytest.approx(8 * MS)
     record = summarize([step], [None], 50 * MS)["collective"]
@@ -130,14 +132,19 @@ def test_buckets_all_reduced_while_backward_computes_overlap_it():
 def test_a_collective_clock_keeps_ready_end_each_collective_and_bytes():
     moments = iter([1.0, 1.2, 2.0, 2.1, 3.0, 3.5])
     clock = CollectiveClock(stamp=lambda: next(moments))
-    clock.ready(100)        # 1.0: the first bucket's gradients ready
-    first = clock.launch()  # 1.2: its all-reduce launched
-    clock.ready(50)         # 2.0: the last: this rank is ready
-    clock.launch()          # 2.1: the last bucket's, whose completion nobody told
-    clock.complete(first)   # 3.0: the first completed (on the library's thread)
-    clock.done()            # 3.5: backward (or synchronize) stopped waiting for them
-    assert clock.take() == (2.0, 3.5, [(1.2, 3.0), (2.1, 3.5)], 150)
+    clock.ready(100)           # 1.0: the first bucket's gradients ready
+    first = clock.launch(100)  # 1.2: its all-reduce launched, its bytes told
+    clock.ready(50)            # 2.0: the last: this rank is ready
+    clock.launch()             # 2.1: the last bucket's, whose bytes and completion nobody told
+    clock.complete(first)      # 3.0: the first completed (on the library's thread)
+    clock.done()               # 3.5: backward (or synchronize) stopped waiting for them
+    assert clock.take() == (2.0, 3.5, [(1.2, 3.0, 100), (2.1, 3.5, None)], 150,
+                            [(1.0, 100), (2.0, 50)])
     assert clock.take() is None  # the next step starts empty
+    one = CollectiveClock(stamp=iter([1.0, 1.5]).__next__)  # one process: nothing launched
+    one.ready(40)
+    one.done()
+    assert one.take() == (None, None, [], 40, [(1.0, 40)])
     assert covered_seconds([(0, 1), (0.5, 2), (3, 4)]) == pytest.approx(3.0)
 
 

@@ -33,6 +33,7 @@ ADDED_IN = {
     12: ["bucket_mb"],
     13: ["look"],
     14: ["target_loss", "test_loss"],
+    15: [],  # each rank's timeline, nested in the attribution
 }
 
 
@@ -57,7 +58,7 @@ def as_of(row: dict, version: int) -> dict:
 
 def test_the_history_is_the_list_of_named_upgrades():
     assert [f.__name__ for f in UPGRADES] == [f"update_to_{v}" for v in VERSIONS]
-    assert VERSIONS == list(range(3, SCHEMA_VERSION + 1)) and SCHEMA_VERSION == 14
+    assert VERSIONS == list(range(3, SCHEMA_VERSION + 1)) and SCHEMA_VERSION == 15
     assert set(ADDED_IN) == set(VERSIONS)
 
 
@@ -107,6 +108,7 @@ def test_version_11_rows_count_no_untraced_time():
     upgraded = upgrade(old)
     parts = upgraded["attribution"]["epochs"][0]["ranks"][0]["parts"]
     assert parts["untraced"]["seconds"] == 0.0 and parts["host"]["seconds"] == 1.0
+    assert upgraded["attribution"]["epochs"][0]["ranks"][0]["timeline"] is None  # schema 15
     assert upgraded["bucket_mb"] == 0.0 and upgraded["schema_version"] == SCHEMA_VERSION
 
 

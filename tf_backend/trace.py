@@ -18,7 +18,7 @@ from collections.abc import Callable
 import tensorflow as tf
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
-from xbench.common.measuring.attribution import COUNTED, Step
+from xbench.common.measuring.attribution import COUNTED, Flight, Step
 
 STEP_EVENT = "xbench_step"
 SAMPLED = 8  # steps of each timed epoch from the second on, evenly spaced, that are traced
@@ -151,7 +151,7 @@ def _read(folder: str, starts: list[float]) -> list[Step]:
                 part = label(name)
                 step.intervals.append(("communication" if part == "collective" else part,
                                        at(start), at(min(end, high)), COUNTED))
-        mine = [(at(a), at(min(b, high))) for a, b in collectives if low <= a < high]
+        mine = [Flight(at(a), at(min(b, high))) for a, b in collectives if low <= a < high]
         if mine:
             step.ready = max(a for a, _ in mine)  # the last one launched: this rank is ready
             step.collective_end = max(b for _, b in mine)

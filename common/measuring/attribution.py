@@ -24,6 +24,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -60,6 +61,14 @@ ADDS_UP = 0.05  # the residual (epoch time the step windows do not cover) allowe
 MARKED, COLLECTIVE, COUNTED = 1, 2, 3
 
 
+class Flight(NamedTuple):
+    """One collective of a step on one rank: when it was launched and completed, and the bytes
+    it reduced where the library tells them (a DDP bucket's buffer, a Horovod tensor)."""
+    launch: float
+    end: float
+    size: int | None = None
+
+
 @dataclass
 class Step:
     """One step of one rank: its window, the labelled intervals its loop and backend saw, and
@@ -72,8 +81,11 @@ class Step:
     # Each collective of the step on this rank, from its launch to its completion, as the
     # library that runs it tells (DDP's communication hook and its future, Horovod's handles,
     # TensorFlow's trace).
-    collectives: list[tuple[float, float]] = field(default_factory=list)
+    collectives: list[Flight] = field(default_factory=list)
     collective_bytes: int | None = None  # the bytes its collectives reduced, where counted
+    # Each gradient as it became ready (its hook), with its bytes on the wire, in that order:
+    # the curve of bytes ready over backward that reports.timeline forms buckets from.
+    gradients: list[tuple[float, int]] = field(default_factory=list)
 
 
 class StepMarks:
@@ -104,11 +116,13 @@ class StepMarks:
         self._raw[-1][2].append((part, self._last, moment))
         self._last = moment
 
-    def collective(self, ready, end, timed: list[tuple], size: int | None = None) -> None:
+    def collective(self, ready, end, timed: list[tuple], size: int | None = None,
+                   gradients: list[tuple] = ()) -> None:
         """This step's collectives: `ready` (this rank's compute for them done) and `end` (it
-        stopped waiting for them) are moments of `stamp`, `timed` each one's (launch, completion)
-        moments, `size` the bytes they reduced (where counted)."""
-        self._raw[-1][3] = (ready, end, timed, size)
+        stopped waiting for them) are moments of `stamp` (None where nothing was launched),
+        `timed` each one's (launch, completion, bytes or None), `size` the bytes they reduced
+        (where counted), `gradients` each gradient's (ready moment, bytes)."""
+        self._raw[-1][3] = (ready, end, timed, size, gradients)
 
     def end(self) -> None:
         self.mark("host")
@@ -125,9 +139,12 @@ class StepMarks:
         for start, end, marks, collective in self._raw:
             step = Step(at(start), at(end), [(part, at(a), at(b), MARKED) for part, a, b in marks])
             if collective:
-                step.ready, step.collective_end = at(collective[0]), at(collective[1])
-                step.collectives = [(at(a), at(b)) for a, b in collective[2]]
-                step.collective_bytes = collective[3]
+                ready, end, timed, size, gradients = collective
+                step.gradients = [(at(moment), bytes_) for moment, bytes_ in gradients]
+                if timed:
+                    step.ready, step.collective_end = at(ready), at(end)
+                    step.collectives = [Flight(at(a), at(b), n) for a, b, n in timed]
+                    step.collective_bytes = size
             steps.append(step)
         return steps
 
@@ -139,7 +156,8 @@ class WindowMarks(StepMarks):
         if part == "input":
             super().mark(part)
 
-    def collective(self, ready, end, timed: list[tuple], size: int | None = None) -> None:
+    def collective(self, ready, end, timed: list[tuple], size: int | None = None,
+                   gradients: list[tuple] = ()) -> None:
         pass
 
     def end(self) -> None:
@@ -150,10 +168,11 @@ class WindowMarks(StepMarks):
 class CollectiveClock:
     """What a library tells of one step's gradient collectives, as they happen: when each
     gradient was ready (this rank's compute for it done) with the bytes it puts on the wire
-    (`ready`), when each collective was launched and when it completed (`launch`, then
-    `complete` from whichever thread sees it done), and when the step stopped waiting for them
-    all (`done`: after DDP's backward, or Horovod's synchronize). `take` ends the step: (ready,
-    end, [(launch, completion)], bytes), or None where nothing was launched."""
+    (`ready`), when each collective was launched, with its bytes, and when it completed
+    (`launch`, then `complete` from whichever thread sees it done), and when the step stopped
+    waiting for them all (`done`: after DDP's backward, or Horovod's synchronize). `take` ends
+    the step: (ready, end, [(launch, completion, bytes)], bytes, [(ready, bytes)]), or None
+    where nothing was told."""
 
     def __init__(self, stamp: Callable[[], object] = time.perf_counter,
                  seconds: Callable[[object, object], float] = lambda a, b: b - a):
@@ -162,12 +181,13 @@ class CollectiveClock:
 
     def ready(self, size: int = 0) -> None:
         """A gradient is ready (its bytes as they go on the wire)."""
-        self._ready.append(self.stamp())
+        self._ready.append((self.stamp(), size))
         self._bytes += size
 
-    def launch(self) -> list:
-        """A collective is launched now: the token `complete` takes."""
-        op = [self.stamp(), None]
+    def launch(self, size: int | None = None) -> list:
+        """A collective of `size` bytes (None: not told) is launched now: the token `complete`
+        takes."""
+        op = [self.stamp(), None, size]
         self._ops.append(op)
         return op
 
@@ -184,13 +204,15 @@ class CollectiveClock:
     def take(self) -> tuple | None:
         ready, ops, done, size = self._ready, self._ops, self._done, self._bytes
         self._ready, self._ops, self._done, self._bytes = [], [], None, 0
-        if not ops or done is None:
+        if done is None or not (ops or ready):
             return None
+        if not ops:  # nothing to reduce (one process): only when its gradients were ready
+            return None, None, [], size, ready
         # a completion the library did not report was seen, at the latest, when the step
         # stopped waiting for them all
-        timed = [(launch, completion if completion is not None else done)
-                 for launch, completion in ops]
-        return (ready[-1] if ready else ops[-1][0]), done, timed, size
+        timed = [(launch, completion if completion is not None else done, bytes_)
+                 for launch, completion, bytes_ in ops]
+        return (ready[-1][0] if ready else ops[-1][0]), done, timed, size, ready
 
 
 def with_trace(marked: Step, traced: Step) -> Step:
@@ -200,7 +222,7 @@ def with_trace(marked: Step, traced: Step) -> Step:
     return Step(marked.start, marked.end,
                 [i for i in marked.intervals if i[0] != CALL] + traced.intervals,
                 traced.ready, traced.collective_end, list(traced.collectives),
-                traced.collective_bytes)
+                traced.collective_bytes, list(traced.gradients))
 
 
 def covered_seconds(spans: Sequence[tuple[float, float]]) -> float:
@@ -241,7 +263,7 @@ def overlap(step: Step) -> tuple[float, float]:
     forward, backward and optimizer until the rank's gradients were all ready (a backward call
     that waits for its collectives, as DDP's does, computes nothing while it waits)."""
     until = step.ready if step.ready is not None else step.end
-    flying = [(max(a, step.start), min(b, step.end)) for a, b in step.collectives
+    flying = [(max(a, step.start), min(b, step.end)) for a, b, _ in step.collectives
               if b > step.start and a < step.end]
     computing = [(a, min(b, until)) for label, a, b, _ in step.intervals
                  if label in COMPUTE and a < until]

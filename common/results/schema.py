@@ -153,7 +153,14 @@ RANK_ATTRIBUTION = {
     "collective": {"busy_seconds": NUMBER, "moving_seconds": NUMBER, "moving_median": NUMBER,
                    "bytes_per_step": Maybe(WHOLE), "busy_median?": NUMBER,  # schema 12 on
                    "overlapped_seconds?": NUMBER, "overlapped_median?": NUMBER,
-                   "overlap_share?": Maybe(NUMBER)}}
+                   "overlap_share?": Maybe(NUMBER)},
+    # schema 15 on: the step as a timeline (common.measuring.timeline), seconds from backward's
+    # start
+    "timeline?": Maybe({"steps": WHOLE, "backward_seconds": NUMBER,
+                        "gradients": [{"ready": NUMBER, "bytes": WHOLE}],
+                        "collectives": [{"launch": NUMBER, "end": NUMBER, "bytes": Maybe(WHOLE)}],
+                        "after_backward": Maybe({"steps": WHOLE, "bytes": WHOLE,
+                                                 "seconds": NUMBER})})}
 NESTED = {
     "epochs": [EPOCH], "crashes": [TEXT],
     "env": {"host?": Maybe(TEXT), "cpu_count?": Maybe(WHOLE), "python?": Maybe(TEXT),

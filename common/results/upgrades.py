@@ -114,9 +114,22 @@ def update_to_14(row: Row) -> Row:
     return {**settings_added(14), "test_loss": None, **row}
 
 
+def update_to_15(row: Row) -> Row:
+    """Each rank's step as a timeline (when each gradient was ready, when each collective ran):
+    not recorded then (None)."""
+    attribution = row.get("attribution")
+    if not (isinstance(attribution, dict) and isinstance(attribution.get("epochs"), list)):
+        return row
+    epochs = [{**epoch, "ranks": [{"timeline": None, **rank} if isinstance(rank, dict) else rank
+                                  for rank in epoch["ranks"]]}
+              if isinstance(epoch, dict) and isinstance(epoch.get("ranks"), list) else epoch
+              for epoch in attribution["epochs"]]
+    return {**row, "attribution": {**attribution, "epochs": epochs}}
+
+
 UPGRADES: list[Callable[[Row], Row]] = [
     update_to_3, update_to_4, update_to_5, update_to_6, update_to_7, update_to_8, update_to_9,
-    update_to_10, update_to_11, update_to_12, update_to_13, update_to_14]
+    update_to_10, update_to_11, update_to_12, update_to_13, update_to_14, update_to_15]
 OLDEST_READ = 2  # the oldest version whose rows are read (schema 1's are not: OLDER_VERSIONS)
 VERSIONS = list(range(OLDEST_READ + 1, OLDEST_READ + 1 + len(UPGRADES)))
 assert [int(f.__name__.removeprefix("update_to_")) for f in UPGRADES] == VERSIONS, \

@@ -21,6 +21,7 @@ from xbench.common.measuring.attribution import StepMarks
 from xbench.common.measuring.contention import ContentionProbe, epoch_contention
 from xbench.common.measuring.evidence import batchnorm_evidence, sample_evidence, weights_digest
 from xbench.common.measuring.target import Evaluation, TargetRun
+from xbench.common.measuring.timeline import timeline_record
 from xbench.common.measuring.timing import EpochClock, epoch_record, step_percentiles
 from xbench.common.results.schema import Measurement
 from xbench.common.running.job import Job
@@ -206,7 +207,8 @@ class TrainingLoop(TrainingHooks):
             steps = [attribution.with_trace(step, seen[(epoch, index)])
                      if (epoch, index) in seen else step for index, step in enumerate(steps, 1)]
             latest = attribution.latest_ready(self.comm.gather([s.ready for s in steps]))
-            ranks = self.comm.gather(attribution.summarize(steps, latest, seconds, shares))
+            ranks = self.comm.gather({**attribution.summarize(steps, latest, seconds, shares),
+                                      "timeline": timeline_record(steps, latest)})
             epochs.append({"ranks": ranks, "slowest_rank": attribution.slowest_rank(ranks)})
         return {"how": self.attribution_sources(), "epochs": epochs,
                 "traced_steps": self.tracing()}
