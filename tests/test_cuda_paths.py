@@ -148,6 +148,7 @@ def test_ddp_times_each_bucket_from_launch_to_its_futures_completion(compression
     bucket's collective was launched and when its future completed; backward's return ends the
     wait."""
     import dataclasses
+    import types
 
     from xbench.common.measuring.attribution import CollectiveClock
     moments = iter([1.0, 2.0, 2.5, 4.0, 5.0])
@@ -158,11 +159,14 @@ def test_ddp_times_each_bucket_from_launch_to_its_futures_completion(compression
     backend.watch_collectives(model, model, None, clock)
     model(torch.ones(4, 3)).sum().backward()  # 1.0, 2.0: weight and bias ready
     future = torch.futures.Future()
-    reduced = backend.timed(lambda state, bucket: future)(None, "bucket")  # 2.5: launched
+    bucket = types.SimpleNamespace(buffer=lambda: torch.zeros(3 * 2 + 2))  # its flat gradients
+    reduced = backend.timed(lambda state, bucket: future)(None, bucket)  # 2.5: launched
     future.set_result(torch.ones(2))  # 4.0: completed, in the future's callback
     assert reduced.wait().tolist() == [1.0, 1.0]
     backend.wait_for_gradients(None, clock)  # 5.0
-    assert clock.take() == (2.0, 5.0, [(2.5, 4.0)], (3 * 2 + 2) * value_bytes)
+    sent = (3 * 2 + 2) * value_bytes
+    assert clock.take() == (2.0, 5.0, [(2.5, 4.0, sent)], sent,
+                            [(1.0, 3 * 2 * value_bytes), (2.0, 2 * value_bytes)])
 
 
 # --- MFU on a GPU: the peak of the math the framework ran ---------------------------------------
