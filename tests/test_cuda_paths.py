@@ -157,7 +157,7 @@ def test_ddp_times_each_bucket_from_launch_to_its_futures_completion(compression
     backend = DistributedDataParallelBackend()
     backend.cell = dataclasses.replace(cell("pt-ddp", 2, "cpu"), compression=compression)
     backend.watch_collectives(model, model, None, clock)
-    model(torch.ones(4, 3)).sum().backward()  # 1.0, 2.0: weight and bias ready
+    model(torch.ones(4, 3)).sum().backward()  # 1.0, 2.0: bias, then weight ready
     future = torch.futures.Future()
     bucket = types.SimpleNamespace(buffer=lambda: torch.zeros(3 * 2 + 2))  # its flat gradients
     reduced = backend.timed(lambda state, bucket: future)(None, bucket)  # 2.5: launched
@@ -166,7 +166,7 @@ def test_ddp_times_each_bucket_from_launch_to_its_futures_completion(compression
     backend.wait_for_gradients(None, clock)  # 5.0
     sent = (3 * 2 + 2) * value_bytes
     assert clock.take() == (2.0, 5.0, [(2.5, 4.0, sent)], sent,
-                            [(1.0, 3 * 2 * value_bytes), (2.0, 2 * value_bytes)])
+                            [(1.0, 2 * value_bytes), (2.0, 3 * 2 * value_bytes)])
 
 
 # --- MFU on a GPU: the peak of the math the framework ran ---------------------------------------
