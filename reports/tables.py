@@ -179,7 +179,8 @@ def check_table(check):
         ("predicted compute + exposed + waiting (ms/step)", lambda c: " + ".join(
             num(c[part] * 1000) for part in ("compute", "exposed", "waiting"))
             if math.isfinite(c["step"]) else "—"),
-        ("overlap", lambda c: f"{c['overlap']:.0%}" if math.isfinite(c["overlap"]) else "—"),
+        ("predicted hidden", lambda c: f"{c['hidden']:.0%}" if math.isfinite(c["hidden"])
+         else "—"),
         ("predicted epoch (s)", lambda c: num(c["epoch_seconds"])),
         ("measured epoch (s)", lambda c: num(c["measured_seconds"]) + (
             f" ({num(c['measured_low'])}–{num(c['measured_high'])} over {c['measured_runs']} runs)"
@@ -216,6 +217,8 @@ def what_if_table(scaled):
         ("env", column("env")), ("backend", column("backend")), ("model", column("model")),
         ("batch", batch_text), ("nodes × devices", lambda c: f"{c['nodes']} × {c['devices']}"),
         ("links: devices / nodes", lambda c: f"{c['link']} / {c['node_link']}"),
+        ("bucket (MiB)", lambda c: (f"{c['bucket_mb']:g}" if c["bucket_mb"] else "library's")
+         + (" (best)" if c["best_bucket"] else "")),
         ("predicted rate (samples/s)", predicted(
             lambda c: num(c["rate"]) + ("" if math.isnan(c["rate_low"]) else
                                         f" {bounds(c['rate_low'], c['rate_high'])}"))),

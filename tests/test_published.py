@@ -8,31 +8,18 @@ from tests.helpers import strict_json, xbench_here
 from tests.report_fixtures import known_rows, write_rows
 from xbench.reports import analysis
 from xbench.reports.load import load
-from xbench.reports.predict import calibrate, references
 from xbench.reports.published import PUBLISHED_FILE, against_published
-from xbench.reports.step_model import exposed_seconds
 
 
-def test_nothing_overlapping_adds_the_communication_all_of_it_takes_the_longer():
-    """Constructed steps: 100 ms of compute of which 60 ms backward, 40 ms of collectives."""
-    compute, backward, moving = 0.100, 0.060, 0.040
-    assert compute + exposed_seconds(moving, 0.0, backward) == pytest.approx(compute + moving)
-    assert compute + exposed_seconds(moving, 1.0, backward) == pytest.approx(
-        max(compute, moving))
-    assert exposed_seconds(moving, 0.5, backward) == pytest.approx(0.020)
-    assert exposed_seconds(0.080, 1.0, backward) == pytest.approx(0.020)  # hides only backward
-
-
-def test_collectives_launched_after_backward_calibrate_to_no_overlap(tmp_path):
-    """The hand-made rows' all-reduce starts when every rank's compute is done: the measured
-    share is 0, so the model adds all of it (the old inferred share made it 0.975)."""
+def test_collectives_launched_after_backward_hide_nothing(tmp_path):
+    """The hand-made rows' all-reduce starts when every rank's compute is done: nothing of it
+    overlaps compute, and the step waits for all of it (hidden share 0)."""
     frame, _ = load([write_rows(tmp_path / "r.jsonl", known_rows())])
     cells = analysis.cell_table(frame)
     attributed = analysis.attribution(cells)
     many = attributed[attributed["devices"] > 1]
     assert len(many) and (many["overlap_share"] == 0).all()
-    calibration = calibrate(references(cells, attributed))
-    assert calibration.overlap == {"pt-ddp": {"uncapped": 0.0}}
+    assert many["hidden_share"].to_numpy() == pytest.approx(0.0, abs=1e-12)
 
 
 def test_the_shipped_records_come_from_several_publications():
@@ -40,9 +27,10 @@ def test_the_shipped_records_come_from_several_publications():
     assert len(records) >= 8
     publishers = {name.split("-")[0] for name in records}
     assert len(publishers) >= 3, publishers
-    found = against_published(None)
+    found = against_published()
     assert len(found) == len(records) and found["sources"].str.len().min() > 100
-    assert (found["no_overlap"] <= found["full_overlap"] + 1e-12).all()
+    assert (found["no_overlap"] <= found["predicted"] + 1e-12).all()
+    assert (found["predicted"] <= found["full_overlap"] + 1e-12).all()
 
 
 def test_a_users_own_records_with_links_given_as_rate_and_latency(tmp_path):
@@ -63,24 +51,24 @@ baseline_devices = 8
 gradient_bytes_per_parameter = 2
 sources = "measured by hand"
 """)
-    found = against_published(None, path).iloc[0]
+    found = against_published(path).iloc[0]
     assert found["devices"] == 32 and found["baseline"] == 8
     assert found["no_overlap"] < 1.0 and found["full_overlap"] == pytest.approx(1.0)
     run = xbench_here("predict", write_rows(tmp_path / "r.jsonl", known_rows()), "--published",
                       path, "--json")
     assert run.returncode == 0, run.stderr
     mine = strict_json(run.stdout)["published"]["mine"]
-    assert set(mine) >= {"published", "no_overlap", "full_overlap", "measured_overlap"}
-    assert mine["published"] == 0.9 and mine["measured_overlap"] == pytest.approx(
-        mine["no_overlap"])  # the known rows' overlap: none
+    assert set(mine) >= {"published", "no_overlap", "full_overlap", "predicted", "hidden"}
+    assert mine["published"] == 0.9
+    assert mine["no_overlap"] <= mine["predicted"] <= mine["full_overlap"]
 
 
 def test_published_prints_every_record_beside_three_predictions(tmp_path):
     run = xbench_here("predict", write_rows(tmp_path / "r.jsonl", known_rows()), "--published")
     assert run.returncode == 0, run.stderr
     assert run.stdout.count("| NVIDIA DLE") >= 8 and "| Goyal et al. 2017" in run.stdout
-    assert "predicted: none hidden" in run.stdout and "predicted: the overlap measured here" in \
-        run.stdout and "predicted: all hidden behind backward" in run.stdout
+    assert "| none hidden |" in run.stdout and "| predicted (its timeline) |" in run.stdout \
+        and "| all hidden behind backward |" in run.stdout
 
 
 @pytest.mark.parametrize("text, message", [
