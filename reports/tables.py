@@ -179,8 +179,7 @@ def check_table(check):
         ("predicted compute + exposed + waiting (ms/step)", lambda c: " + ".join(
             num(c[part] * 1000) for part in ("compute", "exposed", "waiting"))
             if math.isfinite(c["step"]) else "—"),
-        ("predicted hidden", lambda c: f"{c['hidden']:.0%}" if math.isfinite(c["hidden"])
-         else "—"),
+        ("predicted hidden", lambda c: "—" if math.isnan(c["hidden"]) else f"{c['hidden']:.0%}"),
         ("predicted epoch (s)", lambda c: num(c["epoch_seconds"])),
         ("measured epoch (s)", lambda c: num(c["measured_seconds"]) + (
             f" ({num(c['measured_low'])}–{num(c['measured_high'])} over {c['measured_runs']} runs)"

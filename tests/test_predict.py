@@ -229,3 +229,24 @@ def test_the_report_checks_every_cell_and_predicts_when_given_a_link(smoke, tmp_
     assert "## Predicted on other hardware" in text
     assert "### Predicted, not measured: PCIe 4.0 x16 between devices, 100 Gbit/s Ethernet" in text
     assert "| 64 × 8 |" in text
+
+
+def test_the_what_if_predicts_each_bucket_size_and_marks_the_best(smoke):
+    """`--bucket-mb A,B,...`: each size for the backends whose library takes one, exactly one
+    best per setup and count, the others at their own buckets; a size that is no size exits 2."""
+    run = xbench_here("predict", smoke.results, "--link", "10gbit,20us", "--devices", "2,8",
+                      "--bucket-mb", "1,25,1000", "--json")
+    assert run.returncode == 0, run.stderr
+    scaled = [r for r in strict_json(run.stdout)["predicted"] if r["note"] == "predicted"]
+    ddp = [r for r in scaled if r["backend"] == "pt-ddp"]
+    assert {r["bucket_mb"] for r in ddp} == {1.0, 25.0, 1000.0}
+    for total in (2, 8):
+        rows = [r for r in ddp if r["total"] == total]
+        assert sum(r["best_bucket"] for r in rows) == 1
+        best = max(rows, key=lambda r: r["rate"])
+        assert best["best_bucket"]
+        one = next(r for r in rows if r["bucket_mb"] == 1000.0)  # one bucket hides nothing
+        assert one["hidden"] == pytest.approx(0.0)
+    assert {r["bucket_mb"] for r in scaled if r["backend"] == "tf-mirrored"} == {0.0}
+    bad = xbench_here("predict", smoke.results, "--link", "ib-ndr", "--bucket-mb", "0,4")
+    assert bad.returncode == 2 and "--bucket-mb '0,4'" in bad.stderr, bad.stderr
