@@ -130,7 +130,8 @@ def cell_link(pair, calibration: Calibration, probes: dict) -> tuple[Link, str] 
     if wire is not None:
         return (Link(f"{nominal.name}, calibrated", nominal.rate * wire.efficiency, wire.latency,
                      "calibration", shared=nominal.shared),
-                f"{'the cap, ' if kind == 'capped' else ''}calibrated on {wire.cells} cells")
+                f"{'the cap, ' if kind == 'capped' else ''}calibrated: {wire.basis} of "
+                f"{wire.cells} cell{'s' * (wire.cells != 1)}")
     if kind == "capped":
         return nominal, "the cap"
     if (rate := probe_rate(pair, probes)) is not None:
