@@ -199,7 +199,8 @@ def published_table(record):
         ("collectives moving (ms/step)", lambda r: num(r["moving"] * 1000)),
         ("published efficiency", lambda r: share(r["published"])),
         ("predicted: none hidden", lambda r: share(r["no_overlap"])),
-        ("predicted: the overlap measured here", lambda r: f"{share(r['predicted'])} (hides {share(r['overlap'])})"),
+        ("predicted: the overlap measured here",
+         lambda r: f"{share(r['predicted'])} (hides {share(r['overlap'])})"),
         ("predicted: all hidden behind backward", lambda r: share(r["full_overlap"])),
         ("difference (predicted)", lambda r: "—" if pd.isna(r["predicted"]) else
          f"{(r['predicted'] - r['published']) * 100:+.0f} points"),
