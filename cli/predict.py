@@ -20,6 +20,19 @@ def counts_option(ctx, param, value):
     return sorted(set(found))
 
 
+def bucket_sizes_option(ctx, param, value):
+    """A comma list of bucket sizes above 0 in MiB (a UserError, exit 2, otherwise)."""
+    if value is None:
+        return None
+    try:
+        found = [float(v) for v in value.split(",")]
+    except ValueError:
+        found = []
+    if not found or not all(0 < v < float("inf") for v in found):
+        raise UserError(f"--bucket-mb {value!r}: give bucket sizes in MiB above 0, e.g. 1,25,100")
+    return sorted(set(found))
+
+
 @click.command()
 @click.argument("results_files", nargs=-1, type=click.Path(exists=True, dir_okay=False))
 @click.option("--link", help="Between the devices of a node: a named link (nvlink4, nvlink3, "
@@ -31,33 +44,30 @@ def counts_option(ctx, param, value):
               help="Devices per node to predict.")
 @click.option("--nodes", default="1", show_default=True, callback=counts_option,
               help="Nodes to predict, e.g. 1,8,64.")
+@click.option("--bucket-mb", callback=bucket_sizes_option, metavar="A,B,...",
+              help="Predict at each of these bucket sizes (MiB) where the backend's library "
+                   "takes one, and mark the best for each link and count (with --link).")
 @click.option("--where", help="Keep only the rows matching a filter, as `xbench report --where`.")
 @click.option("--published", is_flag=False, flag_value="", default=None, metavar="[FILE]",
               help="Also put published scaling results through the model, beside their "
                    "published efficiency: FILE's records (TOML, as reports/published.toml), or "
                    "reports/published.toml's (NVIDIA's, Horovod's, TensorFlow's, Goyal et al.'s "
                    "and torchtitan's, with their sources): each with none of its collectives "
-                   "hidden, all hidden, as predicted, and the terms it used.")
+                   "hidden, all hidden, as its timeline predicts, and the terms it used.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
-def predict(results_files, link, node_link, devices, nodes, where, published, as_json):
+def predict(results_files, link, node_link, devices, nodes, bucket_mb, where, published,
+            as_json):
     """Predict the step time, rate and efficiency on more devices and nodes from the results'
     1-device cells (their step attribution) and a link, and check the model against every
     N-device cell in the results: each predicted from the other cells' calibration (default
     results: the newest in results/). Every predicted number is labelled predicted."""
     from xbench.reports import analysis  # pandas and scipy: loaded here
     from xbench.reports.load import load, load_probes, newest_results
-    from xbench.reports.predict import (
-        band_text,
-        calibrate,
-        check_summary,
-        checked,
-        given_links,
-        references,
-        what_if,
-    )
+    from xbench.reports.predict import band_text, check_summary, checked, given_links
     from xbench.reports.published import PUBLISHED_FILE, against_published
     from xbench.reports.published import as_json as published_json
     from xbench.reports.tables import check_table, markdown, published_table, what_if_table
+    from xbench.reports.what_if import what_if
     chosen, between = given_links(link, node_link)
     paths = [Path(p) for p in results_files] or [newest_results(DEFAULT_RESULTS_DIR)]
     frame, problems = load(paths, where, False)
@@ -67,12 +77,11 @@ def predict(results_files, link, node_link, devices, nodes, where, published, as
     attributed = analysis.attribution(cells)
     probes, _ = load_probes(paths, frame)
     check = checked(cells, attributed, probes)
-    scaled = (what_if(cells, attributed, probes, devices, nodes, chosen, between)
+    scaled = (what_if(cells, attributed, probes, devices, nodes, chosen, between, bucket_mb)
               if chosen else None)
     record = None
     if published is not None:
-        calibration = calibrate(references(cells, attributed)) if len(attributed) else None
-        record = against_published(calibration, Path(published) if published else PUBLISHED_FILE)
+        record = against_published(Path(published) if published else PUBLISHED_FILE)
     if as_json:
         click.echo(json_text({
             "check": check.to_dict("records"), "summary": check_summary(check),

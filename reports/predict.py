@@ -4,18 +4,19 @@ and every measured N-device cell beside what the model said of it.
 A step on N devices is its compute, the part of its gradients' collectives that the compute does
 not hide, and the wait for the slowest rank: reports.step_model says how each is had.
 
-This machine's link is the probe's bus bandwidth of the backend's library at the nearest size
-(`xbench probe`), else the fastest bandwidth the calibration cells' collectives moved at; a
-capped link (inject link=RATE) is its cap, shared by the ranks on the one loopback. Each
-measured cell is predicted from a calibration on the cells of every other configuration (leave
-one out, its seeds and capped-link twins held out with it), so no error is fitted to itself.
+This machine's link is what the calibration cells' collectives that ran after backward moved at
+(reports.calibration: a latency and an efficiency per library and class of link), else the
+probe's bus bandwidth of the backend's library at the nearest size (`xbench probe`); a capped
+link (inject link=RATE) is its cap, shared by the ranks on the one loopback, at the efficiency
+its library reached on other capped cells. Each measured cell is predicted from a calibration
+on the cells of every other configuration (leave one out, its seeds and capped-link twins held
+out with it), so no error is fitted to itself.
 """
 from __future__ import annotations
 
 import math
 import re
 import tomllib
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -23,35 +24,35 @@ import pandas as pd
 
 from xbench.common.backends.traits import TRAITS
 from xbench.common.errors import UserError
-from xbench.common.grids.columns import columns, draws
+from xbench.common.grids.columns import columns
 from xbench.common.grids.setting import Role
-from xbench.common.grids.settings import SETTINGS
 from xbench.common.measuring.attribution import COMPUTE
 from xbench.common.workload import faults
 from xbench.reports import analysis
-from xbench.reports.analysis import CONFIG, SETUP, WORKLOAD, wire_size
+from xbench.reports.analysis import CONFIG, SETUP, wire_size
+from xbench.reports.calibration import (
+    Calibration,
+    calibrate,
+    link_class,
+    nominal_link,
+    wire_of,
+)
 from xbench.reports.step_model import (
     COMPUTE_PARTS,
-    PER_SAMPLE,
     Link,
     bucket_bytes,
     carrier,
-    collective_seconds,
     compute_parts,
-    cores_lost,
     expected_largest,
-    exposed_seconds,
     fault_outside_model,
     injected_link,
-    link_class,
-    moved_bytes,
-    overlap_of,
     pair_one,
     pooled,
     probe_rate,
     protocol,
     relative_spread,
     split_apart,
+    step_collectives,
 )
 
 LINKS_FILE = Path(__file__).with_name("links.toml")
@@ -109,8 +110,8 @@ def references(cells: pd.DataFrame, attributed: pd.DataFrame) -> pd.DataFrame:
     mostly one untraced call (a JAX step) has no parts to calibrate on: left out."""
     family = [*[c for c in SETUP if c != "training"], "training_without_fault"]
     keyed = cells.merge(attributed[["env", "cell_key", *[f"{p}_step" for p in (
-        *COMPUTE_PARTS, "waiting", "communication")], "moving_seconds", "bytes",
-        "overlap_share", *[f"{p}_share" for p in COMPUTE]]],
+        *COMPUTE_PARTS, "waiting", "communication")], "moving_seconds", "bytes", "timeline",
+        "after_bytes", "after_seconds", "after_messages", *[f"{p}_share" for p in COMPUTE]]],
         on=["env", "cell_key"])
     keyed = keyed[keyed["backend"].isin(list(TRAITS)) & split_apart(keyed)]
     ones = keyed[(keyed["devices"] == 1) & (keyed["nodes"] == 1)
@@ -118,82 +119,47 @@ def references(cells: pd.DataFrame, attributed: pd.DataFrame) -> pd.DataFrame:
     many = keyed[keyed["devices"] > 1]  # the world: every node's devices
     return many.merge(ones, on=family, suffixes=("", "_1"))
 
-
-@dataclass
-class Calibration:
-    """What the model takes from measured cells: how a rank's compute grows with the cores it
-    lost (the exponent, per device type and backend), each backend's measured overlap share
-    (per link class), the bandwidth of each carrier here (by family, see carrier), and how many
-    cells it came from."""
-    core_exponent: dict[str, dict[str, float]]
-    overlap: dict[str, dict[str, float]]
-    rate: dict[str, dict[str, float]]
-    cells: int
-
-
-def calibrate(pairs: pd.DataFrame) -> Calibration:
-    """Each calibrated factor over `pairs` (cells with their 1-device cells): the median, but
-    the rates the fastest."""
-    exponents, overlaps, rates = {}, {}, {}
-    for _, pair in pairs.iterrows():
-        measured = sum(pair[f"{p}_step"] for p in COMPUTE_PARTS)
-        unslowed = sum(compute_parts(pair, 0.0).values())
-        lost = cores_lost(pair)
-        # a backend whose collectives' time is inside its compute (FSDP's) says nothing of it
-        if not protocol(pair).collectives_in_compute and unslowed > 0 and lost != 1:
-            exponents.setdefault(pair["device_type"], {}).setdefault(
-                pair["backend"], []).append(math.log(measured / unslowed) / math.log(lost))
-        moving, share = pair["moving_seconds"], pair["overlap_share"]
-        if share is not None and np.isfinite(share):  # measured: its collectives were timed
-            overlaps.setdefault(pair["backend"], {}).setdefault(link_class(pair), []).append(share)
-        if not (moving and np.isfinite(moving) and moving > 0):
-            # nothing timed its copies apart from the step: all of them were exposed
-            moving = pair["communication_step"]
-        if injected_link(pair["inject"]) is None and moving and np.isfinite(moving) and moving > 0:
-            family, name = carrier(pair)
-            rates.setdefault(family, {}).setdefault(name, []).append(moved_bytes(pair) / moving)
-    median = lambda found: {k: float(np.median(v)) for k, v in found.items()}  # noqa: E731
-    # a collective's moving time is at least its transfer (DDP's and Horovod's run on until
-    # backward ends), so the fastest cell's rate is the nearest to the link's
-    fastest = lambda found: {k: float(np.max(v)) for k, v in found.items()}  # noqa: E731
-    return Calibration({kind: median(found) for kind, found in exponents.items()},
-                       {backend: median(found) for backend, found in overlaps.items()},
-                       {family: fastest(found) for family, found in rates.items()}, len(pairs))
+def cell_link(pair, calibration: Calibration, probes: dict) -> tuple[Link, str] | None:
+    """The link an N-device cell's collectives run over as its library uses it, and where that
+    came from: its carrier's calibrated Wire on its class of link (reports.calibration), else
+    the cap as it is, else the probe's bus bandwidth; None where nothing says."""
+    if not protocol(pair).crosses:
+        return Link("none", math.inf, 0.0, "none"), "no collective"
+    kind, nominal = link_class(pair), nominal_link(pair)
+    wire = wire_of(calibration, pair, kind)
+    if wire is not None:
+        return (Link(f"{nominal.name}, calibrated", nominal.rate * wire.efficiency, wire.latency,
+                     "calibration", shared=nominal.shared),
+                f"{'the cap, ' if kind == 'capped' else ''}calibrated: {wire.basis} of "
+                f"{wire.cells} cell{'s' * (wire.cells != 1)}")
+    if kind == "capped":
+        return nominal, "the cap"
+    if (rate := probe_rate(pair, probes)) is not None:
+        return Link("probe", rate, 0.0, "probe"), "the probe"
+    return None
 
 
 def predict_cell(pair, calibration: Calibration, probes: dict) -> dict | None:
     """The model's step and epoch seconds of one N-device cell, with each part and where its
-    link came from; None where it has no link (nothing measured its library's bandwidth)."""
-    crossing = protocol(pair)
-    cap = injected_link(pair["inject"])
-    devices = pair["devices"]
-    if cap is not None:
-        link, how = Link("capped loopback", cap, 0.0, "inject", shared=True), "the cap"
-    elif (rate := probe_rate(pair, probes)) is not None:
-        link, how = Link("probe", rate, 0.0, "probe"), "the probe"
-    elif (rate := pooled(calibration.rate.get(carrier(pair)[0], {}), carrier(pair)[1],
-                         None)) is not None:
-        link, how = Link("calibrated", rate, 0.0, "calibration"), "calibrated"
-    elif not crossing.crosses:
-        link, how = Link("none", math.inf, 0.0, "none"), "no collective"
-    else:
+    link came from; None where it has no link (nothing measured its library's collectives)."""
+    found = cell_link(pair, calibration, probes)
+    if found is None:
         return None
+    link, how = found
     parts = compute_parts(pair, pooled(calibration.core_exponent.get(pair["device_type"], {}),
                                        pair["backend"], 1.0))
     compute = sum(parts.values())
-    size = pair["bytes"] or wire_size(pair)
     # the probe and the calibration measured this machine's rings as per-device bus bandwidth,
     # one link for every rank, nodes or not
-    moving = collective_seconds(crossing, size, devices, 1, link, link,
-                                crossing.messages(size, bucket_bytes(pair)), pair["reshard"])
-    overlap = overlap_of(calibration.overlap, pair["backend"], link_class(pair))
-    exposed = exposed_seconds(moving, overlap, parts["backward"])
-    waiting = compute * relative_spread(pair_one(pair)) * expected_largest(devices)
-    step = compute + exposed + waiting
+    timeline = step_collectives(pair.get("timeline_1"), protocol(pair),
+                                pair["bytes"] or wire_size(pair), parts["backward"],
+                                pair["devices"], 1, link, link, bucket_bytes(pair),
+                                pair["reshard"])
+    waiting = compute * relative_spread(pair_one(pair)) * expected_largest(pair["devices"])
+    step = compute + timeline["exposed"] + waiting
     windows = sum(pair[f"{p}_step_1"] for p in COMPUTE_PARTS)
     outside = pair["epoch2_seconds_1"] / (pair["steps_per_epoch_1"] * windows) if windows else 1.0
-    return {"compute": compute, "moving": moving, "overlap": overlap, "exposed": exposed,
-            "waiting": waiting, "step": step, "link": how,
+    return {"compute": compute, **timeline, "waiting": waiting, "step": step, "link": how,
             "epoch_seconds": step * pair["steps_per_epoch"] * outside}
 
 
@@ -227,7 +193,8 @@ def checked(cells: pd.DataFrame, attributed: pd.DataFrame, probes: dict) -> pd.D
 
 
 CHECKED = [*CONFIG, "devices_per_node", "cell_key", "training", *columns(Role.FAULT)]
-CHECK_COLUMNS = [*CHECKED, "compute", "moving", "overlap", "exposed", "waiting", "step", "link",
+CHECK_COLUMNS = [*CHECKED, "compute", "moving", "hidden", "under_backward", "exposed", "waiting",
+                 "step", "link",
                  "epoch_seconds", "measured_seconds", "measured_runs", "measured_low",
                  "measured_high", "error", "calibrated_on"]
 
@@ -287,101 +254,3 @@ def band_text(check: pd.DataFrame) -> str:
             f"measured epoch time, 10th to 90th percentile: the error seen over the measured "
             f"range ({int(headline['devices'].min())} to {int(headline['devices'].max())} "
             f"devices), not known beyond it")
-
-
-def counts(devices: list[int], nodes: list[int]) -> list[tuple[int, int]]:
-    """(nodes, devices per node) in the order of the total count."""
-    return sorted(((m, n) for m in nodes for n in devices), key=lambda c: (c[0] * c[1], c))
-
-
-def what_if(cells: pd.DataFrame, attributed: pd.DataFrame, probes: dict, devices: list[int],
-            nodes: list[int], link: Link, node_link: Link) -> pd.DataFrame:
-    """For each backend's attributed 1-device cells of one setup (their mean over seeds and
-    repeats): the predicted step, rate, speedup and efficiency on every count of devices per node
-    and nodes over `link` (between the devices of a node) and `node_link` (between nodes), each
-    device as fast as the measured one, with the interval of the held-out errors, and the count
-    from which adding devices stops paying."""
-    if cells.empty or attributed.empty:
-        return pd.DataFrame(columns=WHAT_IF_COLUMNS)
-    band = error_band(checked(cells, attributed, probes))
-    calibration = calibrate(references(cells, attributed))
-    parts = [f"{p}_step" for p in COMPUTE_PARTS]
-    ones = cells.merge(attributed[["env", "cell_key", "untraced_share",
-                                   *[f"{p}_share" for p in COMPUTE], *parts]],
-                       on=["env", "cell_key"])
-    ones = ones[(ones["devices"] == 1) & (ones["nodes"] == 1)
-                & (ones["training"] == ones["training_without_fault"])
-                & ones["backend"].map(lambda b: b in TRAITS and TRAITS[b].spans_devices)]
-    records = []
-    for key, group in ones.groupby(SETUP_OF_WHAT_IF, sort=False, dropna=False):
-        one = {**dict(zip(SETUP_OF_WHAT_IF, key, strict=True)), "params": group["params"].iloc[0],
-               **group[[*parts, "step_time_p50", "step_time_p90"]].mean().to_dict()}
-        if not split_apart(group).all():  # one opaque call (a JAX step): nothing to scale
-            records.append({**dict(zip(SETUP_OF_WHAT_IF, key, strict=True)), "nodes": 1,
-                            "devices": 1, "total": 1, "link": "—", "node_link": "—",
-                            "note": f"not predicted: {group['untraced_share'].mean():.0%} of "
-                                    f"its step is one call no mark or trace splits, so its "
-                                    f"compute cannot be told from its communication"})
-            continue
-        records += scaled_out(one, calibration, devices, nodes, link, node_link, band)
-    return pd.DataFrame(records, columns=WHAT_IF_COLUMNS)
-
-
-# A 1-device setup of the what-if: its seeds averaged, everything else its own.
-SETUP_OF_WHAT_IF = ["env", "backend", "device_type", *[c for c in WORKLOAD if c not in draws()],
-                    "training", *columns(Role.TRAINING)]
-
-
-def scaled_out(one: dict, calibration: Calibration, devices: list[int], nodes: list[int],
-               link: Link, node_link: Link, band: tuple[float, float] | None) -> list[dict]:
-    """The what-if rows of one 1-device setup, to every count its backend can run (a count its
-    global batch cannot be split over is a row "not predicted", with why)."""
-    kind = TRAITS[one["backend"]]
-    crossing, size = kind.protocol_on(one["device_type"]), wire_size(one)
-    overlap = overlap_of(calibration.overlap, one["backend"], "uncapped")
-    base = sum(one[f"{p}_step"] for p in COMPUTE_PARTS)
-    rows, best, stopped = [], {}, None  # best: the highest rate at each smaller count
-    for node_count, per_node in counts(devices, nodes):
-        total = node_count * per_node
-        if node_count > 1 and (not kind.spans_nodes or crossing.through_one_device):
-            continue
-        where = {**{c: one[c] for c in SETUP_OF_WHAT_IF}, "nodes": node_count,
-                 "devices": per_node, "total": total,
-                 "link": link.name if per_node > 1 else "—",
-                 "node_link": node_link.name if node_count > 1 else "—"}
-        if total > MOST_DEVICES:
-            rows.append({**where, "note": f"not predicted: {total:,} devices in all, beyond "
-                                          f"the {MOST_DEVICES:,} it predicts for"})
-            continue
-        if one["batch_mode"] == "global" and one["batch"] % total:
-            rows.append({**where, "note": f"not predicted: a global batch of {one['batch']} "
-                                          f"does not split over {total} devices"})
-            continue
-        share = 1 / total if one["batch_mode"] == "global" else 1.0
-        parts = {p: one[f"{p}_step"] * (share if p in PER_SAMPLE else 1) for p in COMPUTE_PARTS}
-        compute = sum(parts.values())
-        moving = collective_seconds(crossing, size, per_node, node_count, link, node_link,
-                                    crossing.messages(size, bucket_bytes(one)), one["reshard"])
-        waiting = compute * relative_spread(one) * expected_largest(total)
-        exposed = exposed_seconds(moving, overlap, parts["backward"])
-        step = compute + exposed + waiting
-        rate = one["batch"] * (1 if one["batch_mode"] == "global" else total) / step
-        efficiency = rate / (one["batch"] / base) / total
-        fewer = [r for count, r in best.items() if count < total]
-        if stopped is None and total > 1 and (efficiency < STOPS_PAYING
-                                              or (fewer and rate < max(fewer))):
-            stopped = total
-        best[total] = max(best.get(total, 0.0), rate)
-        low, high = band if band and total > 1 else (math.nan, math.nan)  # 1 device: 100%
-        rows.append({**where, "step": step, "exposed": exposed, "waiting": waiting,
-                     "overlap": overlap, "rate": rate, "rate_low": rate * low,
-                     "rate_high": rate * high, "speedup": efficiency * total,
-                     "efficiency": efficiency, "efficiency_low": efficiency * low,
-                     "efficiency_high": efficiency * high, "note": "predicted"})
-    return [{**row, "stops_paying_at": stopped} for row in rows]
-
-
-MOST_DEVICES = SETTINGS["devices"].maximum  # in all: a grid's limit on a count, the what-if's
-WHAT_IF_COLUMNS = [*SETUP_OF_WHAT_IF, "nodes", "devices", "total", "link", "node_link", "step",
-                   "exposed", "waiting", "overlap", "rate", "rate_low", "rate_high", "speedup",
-                   "efficiency", "efficiency_low", "efficiency_high", "note", "stops_paying_at"]

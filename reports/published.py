@@ -3,21 +3,24 @@
 inputs the model needs (the per-device rate at the per-device batch, the parameters and the bytes
 of each one's gradient, the devices per node and the nodes, the links, and the backend whose
 collectives carried them), and the model's efficiency is printed three ways beside the published
-one: none of the collectives hidden, all of them hidden behind backward, and as predicted (the
-share this machine's cells of that backend measured hidden, none where nothing was measured).
-No waiting for the slowest rank is added: none of the records published their steps' spread.
+one: none of the collectives hidden, all of them hidden behind backward, and as the step's
+timeline predicts (reports.timeline: the gradients ready evenly over backward, in the backend's
+messages, on one stream). No waiting for the slowest rank is added: none of the records
+published their steps' spread; nothing measured on this machine enters.
 
 Terms beyond the step model's own, each with a source other than the records, and named in each
 record's `terms`: `achieved NAME`, a link's rate as NVIDIA's published nccl-tests bus bandwidth
 (links.toml `achieved`) in place of the data sheet's, since a ring's pass sees the bus bandwidth;
 `accumulation`, micro-batches per collective (the publication's table): the collective runs
 once per `accumulation` forward-backward passes and hides behind the last one's backward only.
+A record's `bucket_bytes` is the bucket its run set (DDP's bucket_cap_mb), where not the default.
 """
 from __future__ import annotations
 
 import math
 import statistics
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -25,8 +28,8 @@ import pandas as pd
 from xbench.common.backends.traits import TRAITS
 from xbench.common.errors import UserError
 from xbench.common.grids.settings import SETTINGS
-from xbench.reports.predict import LINKS_FILE, Calibration, parse_link, read_links
-from xbench.reports.step_model import Link, collective_seconds, exposed_seconds, overlap_of
+from xbench.reports.predict import LINKS_FILE, parse_link, read_links
+from xbench.reports.step_model import Link, step_collectives
 
 PUBLISHED_FILE = Path(__file__).with_name("published.toml")
 RESHARD = SETTINGS["reshard"].default[0]  # a sharded backend's record: FSDP's default
@@ -40,16 +43,14 @@ ERROR_GOAL_POINTS = 5.0  # the median absolute error of `predicted`, points of e
 BRACKET_GOAL = 0.8  # the share of records whose bounds bracket the published efficiency
 
 
-def against_published(calibration: Calibration | None,
-                      path: Path = PUBLISHED_FILE) -> pd.DataFrame:
-    """Every record of the published file `path` through the model (`published_record`);
-    `calibration`: what this machine's cells measured (None: no measured overlap)."""
+def against_published(path: Path = PUBLISHED_FILE) -> pd.DataFrame:
+    """Every record of the published file `path` through the model (`published_record`)."""
     try:
         entries = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise UserError(f"--published {path}: cannot read it as TOML: {e}") from None
     links, achieved = read_links(), achieved_links()
-    return pd.DataFrame([published_record(name, entry, links, achieved, calibration)
+    return pd.DataFrame([published_record(name, entry, links, achieved)
                          for name, entry in entries.items()])
 
 
@@ -91,54 +92,52 @@ def record_link(name: str, entry: dict, key: str, links: dict[str, Link],
     return parse_link(text, links, f"published record [{name}]: {key}"), []
 
 
-def published_record(name: str, entry: dict, links: dict[str, Link], achieved: dict[str, Link],
-                     calibration: Calibration | None) -> dict:
-    """One record: a micro-batch's compute from its per-device rate, the collectives' seconds
-    over its links once per `accumulation` micro-batches, and its efficiency against its
-    baseline (one device, or `baseline_devices` on one node, at `baseline_accumulation`) with
-    none, all and the predicted share of them hidden behind the last micro-batch's backward
-    (taken as BACKWARD_SHARE of it)."""
+def published_record(name: str, entry: dict, links: dict[str, Link],
+                     achieved: dict[str, Link]) -> dict:
+    """One record: a micro-batch's compute from its per-device rate, the collectives over its
+    links once per `accumulation` micro-batches, and its efficiency against its baseline (one
+    device, or `baseline_devices` on one node, at `baseline_accumulation`) with none of them
+    hidden, all hidden behind the last micro-batch's backward (BACKWARD_SHARE of it), and as
+    the step's timeline predicts them (reports.timeline)."""
     entry = checked_entry(name, entry)
     link, terms = record_link(name, entry, "link", links, achieved)
     node_link, node_terms = record_link(name, entry, "node_link", links, achieved)
     terms = list(dict.fromkeys(terms + node_terms))
     crossing = TRAITS[entry["backend"]].protocol_on("cuda")  # GPUs
     micro = entry["per_device_batch"] / entry["per_device_rate"]
+    backward = BACKWARD_SHARE * micro
     size = entry.get("gradient_bytes_per_parameter", 4) * entry["parameters"]
+    bucket = int(entry["bucket_bytes"]) if "bucket_bytes" in entry else None
     baseline = int(entry.get("baseline_devices", 1))
     accumulation = int(entry.get("accumulation", 1))
     baseline_accumulation = int(entry.get("baseline_accumulation", accumulation))
     if max(accumulation, baseline_accumulation) > 1:
         terms.append("accumulation")
 
-    def moving(devices: int, nodes: int) -> float:
-        return collective_seconds(crossing, size, devices, nodes, link, node_link,
-                                  crossing.messages(size, entry.get("bucket_bytes")), RESHARD)
+    def collectives(devices: int, nodes: int) -> dict[str, float]:
+        return step_collectives(None, crossing, size, backward, devices, nodes, link, node_link,
+                                bucket, RESHARD)
 
-    def step(devices: int, nodes: int, passes: int, share: float) -> float:
-        return passes * micro + exposed_seconds(moving(devices, nodes), share,
-                                                BACKWARD_SHARE * micro)
-
-    def efficiency(share: float) -> float:  # per-sample time at the baseline over at N
-        return (step(baseline, 1, baseline_accumulation, share) / baseline_accumulation
-                / (step(entry["devices"], entry["nodes"], accumulation, share) / accumulation))
-    overlaps = calibration.overlap if calibration and calibration.overlap else {}
-    share = overlap_of(overlaps, entry["backend"], "uncapped")
+    def efficiency(exposed: Callable[[dict], float]) -> float:  # per-sample time, base over N
+        base, scaled = collectives(baseline, 1), collectives(entry["devices"], entry["nodes"])
+        return ((baseline_accumulation * micro + exposed(base)) / baseline_accumulation
+                / ((accumulation * micro + exposed(scaled)) / accumulation))
+    scaled = collectives(entry["devices"], entry["nodes"])
     return {"name": name, "title": entry["title"], "sources": entry["sources"],
             "devices": entry["devices"] * entry["nodes"], "baseline": baseline,
-            "compute": accumulation * micro, "moving": moving(entry["devices"], entry["nodes"]),
+            "compute": accumulation * micro, "moving": scaled["moving"],
             "published": entry["efficiency"], "terms": ", ".join(terms) or "none",
-            "no_overlap": efficiency(0.0), "full_overlap": efficiency(1.0), "overlap": share,
-            "predicted": efficiency(share),
-            "measured_overlap": efficiency(share) if overlaps else math.nan}
+            "no_overlap": efficiency(lambda c: c["moving"]),
+            "full_overlap": efficiency(lambda c: max(c["moving"] - backward, 0.0)),
+            "hidden": scaled["hidden"], "predicted": efficiency(lambda c: c["exposed"])}
 
 
 def as_json(record: pd.DataFrame) -> dict:
-    """{record name: its efficiencies as fractions (NaN where there is none), the overlap share
-    predicted, the terms it used, title, devices}."""
+    """{record name: its efficiencies as fractions (NaN where there is none), the share of its
+    collectives its timeline hides, the terms it used, title, devices}."""
     return {row["name"]: {key: row[key] for key in
-                          ("published", "no_overlap", "full_overlap", "predicted",
-                           "measured_overlap", "overlap", "terms")}
+                          ("published", "no_overlap", "full_overlap", "predicted", "hidden",
+                           "terms")}
             | {"title": row["title"], "devices": int(row["devices"])}
             for _, row in record.iterrows()}
 

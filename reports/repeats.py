@@ -77,7 +77,7 @@ def last_epoch_attribution(record: dict) -> dict:
     seconds (the mean over the ranks), the steps, whether every epoch and rank added up, the
     time its collectives moved data per step (median over steps, on the rank that saw the most
     of it), the share of their time that overlapped compute, the bytes they reduced where
-    counted, the slowest rank and how each part is known."""
+    counted, each rank's timeline, the slowest rank and how each part is known."""
     epoch = record["epochs"][-1]
     ranks = epoch["ranks"]
     busy = sum(r["collective"]["busy_seconds"] for r in ranks)
@@ -91,4 +91,6 @@ def last_epoch_attribution(record: dict) -> dict:
             "overlap": (sum(overlapped) / busy if busy > 0 and None not in overlapped
                         else None),
             "bytes": ranks[0]["collective"]["bytes_per_step"],
+            # each rank's step as a timeline (None: a row from before schema 15 recorded it)
+            "timelines": [r.get("timeline") for r in ranks],
             "slowest_rank": epoch["slowest_rank"], "how": record["how"]}

@@ -21,11 +21,13 @@ not hide, and the wait for the slowest rank:
   FSDP's gathers and reduce-scatter three, two when it reshards after backward); a reduction
   through one device moves 2(N-1) copies through that device. Messages: the protocol's, in the
   cell's buckets where its library takes them.
-- overlap: the share of its collectives' time a backend's cells spent while their ranks
-  computed, measured (common.measuring.attribution: each collective timed from launch to
-  completion, as HTA defines overlap), per backend and per link class (capped or not) where
-  cells of both were measured; what it hides is at most the backward pass, the only compute a
-  gradient's collective can hide behind. None hidden where nothing was measured.
+- exposed: what of the collectives the step waits for once backward is over, from the step's
+  timeline (reports.timeline): the 1-device cell's gradients ready over its backward (scaled to
+  the N-device cell's), formed into messages as the library forms them and queued on one
+  stream, each lasting its ring's latencies and bytes over the link at the library's
+  calibrated efficiency (reports.calibration). HTA's overlap share, the time a collective was in
+  flight while its rank computed, is not what is hidden: on a CPU a collective in flight beside
+  backward may only be waiting for a core.
 - waiting: the expected maximum of N ranks' step times over their mean, from the 1-device cell's
   spread (p50 and p90 of its steps, read as a normal distribution, and the expected largest of N
   draws from it).
@@ -43,6 +45,15 @@ from xbench.common.backends.protocol import Protocol
 from xbench.common.measuring.attribution import COMPUTE
 from xbench.common.workload import faults
 from xbench.reports.analysis import protocol, wire_size
+from xbench.reports.timeline import (
+    Gradient,
+    even_curve,
+    exposed_seconds,
+    hidden_share,
+    messages,
+    recorded_curve,
+    under_backward,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -147,20 +158,6 @@ def compute_parts(pair, core_exponent: float) -> dict[str, float]:
             for p in COMPUTE_PARTS}
 
 
-def exposed_seconds(moving: float, share: float, backward: float) -> float:
-    """The seconds of a step's `moving` seconds of collectives that it waits for: all but the
-    `share` of them that overlaps compute, hiding no more than the `backward` pass. Nothing
-    overlaps (share 0): the step is its compute and its communication; all of it does, behind a
-    longer backward: the step is its compute, the longer of the two."""
-    return moving - min(share * moving, backward)
-
-
-def link_class(pair) -> str:
-    """What a measured overlap is of: a capped link's cells (the experimenter's cap) or the
-    machine's own."""
-    return "capped" if injected_link(pair["inject"]) is not None else "uncapped"
-
-
 def bucket_bytes(pair) -> int | None:
     """The cell's bucket_mb in bytes, None where it set none (its library's own buckets: the
     protocol's messages)."""
@@ -196,23 +193,41 @@ def carrier(pair) -> tuple[str, str]:
     return "between processes", library if isinstance(library, str) else pair["backend"]
 
 
-def overlap_of(overlaps: dict[str, dict[str, float]], backend: str, kind: str) -> float:
-    """The measured overlap share for `backend` on links of `kind`: its own there, else its own
-    on the other kind, else the median of the other backends', else 0 (none hidden)."""
-    mine = overlaps.get(backend, {})
-    if kind in mine:
-        return mine[kind]
-    if mine:
-        return float(np.median(list(mine.values())))
-    others = [v for found in overlaps.values() for v in found.values()]
-    return float(np.median(others)) if others else 0.0
-
-
 def pooled(values: dict[str, float], key: str, default: float | None) -> float | None:
     """The value for `key`, else the median over the other keys, else `default`."""
     if key in values:
         return values[key]
     return float(np.median(list(values.values()))) if values else default
+
+
+def gradient_curve(timeline: dict | None, size: float, backward: float) -> list[Gradient]:
+    """The gradients of a step ready over `backward` seconds, `size` bytes in all: the 1-device
+    cell's recorded curve scaled to them, else ready evenly."""
+    recorded = timeline["gradients"] if timeline else []
+    total = sum(g["bytes"] for g in recorded)
+    if not total:
+        return even_curve(size, backward)
+    return [Gradient(g.ready, g.size * size / total) for g in
+            recorded_curve(recorded, backward, timeline["backward_seconds"])]
+
+
+def step_collectives(timeline: dict | None, crossing: Protocol, size: float, backward: float,
+                     devices: int, nodes: int, link: Link, node_link: Link,
+                     bucket: int | None, reshard: str) -> dict[str, float]:
+    """One step's collectives on its timeline: their own seconds (moving), the share the step
+    did not wait for (hidden), the seconds that ran before backward's end, and the seconds the
+    step waits for after it (exposed)."""
+    if devices * nodes < 2 or not crossing.crosses:
+        return {"moving": 0.0, "hidden": math.nan, "under_backward": 0.0, "exposed": 0.0}
+    def seconds(message: float) -> float:
+        return collective_seconds(crossing, message, devices, nodes, link, node_link, 1, reshard)
+    found = messages(gradient_curve(timeline, size, backward), backward, crossing, bucket,
+                     seconds)
+    moving = sum(m.end - m.start for m in found)
+    exposed = exposed_seconds(found, backward)
+    share = hidden_share(exposed, moving)
+    return {"moving": moving, "hidden": math.nan if share is None else share,
+            "under_backward": under_backward(found, backward), "exposed": exposed}
 
 
 def pair_one(pair) -> dict:

@@ -179,7 +179,7 @@ def check_table(check):
         ("predicted compute + exposed + waiting (ms/step)", lambda c: " + ".join(
             num(c[part] * 1000) for part in ("compute", "exposed", "waiting"))
             if math.isfinite(c["step"]) else "—"),
-        ("overlap", lambda c: f"{c['overlap']:.0%}" if math.isfinite(c["overlap"]) else "—"),
+        ("predicted hidden", lambda c: "—" if math.isnan(c["hidden"]) else f"{c['hidden']:.0%}"),
         ("predicted epoch (s)", lambda c: num(c["epoch_seconds"])),
         ("measured epoch (s)", lambda c: num(c["measured_seconds"]) + (
             f" ({num(c['measured_low'])}–{num(c['measured_high'])} over {c['measured_runs']} runs)"
@@ -198,12 +198,11 @@ def published_table(record):
         ("compute (ms/step)", lambda r: num(r["compute"] * 1000)),
         ("collectives moving (ms/step)", lambda r: num(r["moving"] * 1000)),
         ("published efficiency", lambda r: share(r["published"])),
-        ("predicted: none hidden", lambda r: share(r["no_overlap"])),
-        ("predicted: the overlap measured here",
-         lambda r: f"{share(r['predicted'])} (hides {share(r['overlap'])})"),
-        ("predicted: all hidden behind backward", lambda r: share(r["full_overlap"])),
-        ("difference (predicted)", lambda r: "—" if pd.isna(r["predicted"]) else
-         f"{(r['predicted'] - r['published']) * 100:+.0f} points"),
+        ("none hidden", lambda r: share(r["no_overlap"])),
+        ("predicted (its timeline)", lambda r: f"{share(r['predicted'])} (hides "
+                                               f"{share(r['hidden'])})"),
+        ("all hidden behind backward", lambda r: share(r["full_overlap"])),
+        ("predicted − published", lambda r: f"{(r['predicted'] - r['published']) * 100:+.0f} pt"),
         ("terms", column("terms"))])
 
 
@@ -217,6 +216,8 @@ def what_if_table(scaled):
         ("env", column("env")), ("backend", column("backend")), ("model", column("model")),
         ("batch", batch_text), ("nodes × devices", lambda c: f"{c['nodes']} × {c['devices']}"),
         ("links: devices / nodes", lambda c: f"{c['link']} / {c['node_link']}"),
+        ("bucket (MiB)", lambda c: (f"{c['bucket_mb']:g}" if c["bucket_mb"] else "library's")
+         + (" (best)" if c["best_bucket"] else "")),
         ("predicted rate (samples/s)", predicted(
             lambda c: num(c["rate"]) + ("" if math.isnan(c["rate_low"]) else
                                         f" {bounds(c['rate_low'], c['rate_high'])}"))),

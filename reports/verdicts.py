@@ -199,6 +199,21 @@ PART_WORDS = {"communication": "waiting for the collective after every rank's co
               "host": "on host overhead"}
 
 
+def hidden_words(cell) -> str:
+    """'; of 29 ms of all-reduce a step, 2 ms ran under backward and 27 ms were exposed (hidden
+    7%; in flight while computing, HTA's overlap share: 45%)' from the cell's timeline columns
+    (reports.analysis), '' where its collectives were not timed."""
+    alone, hidden = cell["alone_seconds"], cell["hidden_share"]
+    if not (np.isfinite(alone) and alone > 0 and np.isfinite(hidden)):
+        return ""
+    overlap = cell["overlap_share"]
+    return (f"; of {alone * 1000:.3g} ms of {cell['reduction']} a step, "
+            f"{cell['under_backward_seconds'] * 1000:.3g} ms ran under backward and "
+            f"{cell['communication_step'] * 1000:.3g} ms were exposed (hidden {hidden:.0%}"
+            + (f"; in flight while computing, HTA's overlap share: {overlap:.0%}"
+               if np.isfinite(overlap) else "") + ")")
+
+
 def why(cell, attributed, limits):
     """What an N-device cell's step spends beyond compute, how its compute compares with the
     same backend's 1-device compute, and its bandwidth against the probe's (None where its rows
@@ -220,6 +235,7 @@ def why(cell, attributed, limits):
              if mine[f"{part}_share"] >= 0.05]
     text = ("the step spends " + ", ".join(parts) if parts
             else "the step is nearly all compute")
+    text += hidden_words(mine)
     one = same(attributed, 1)
     if len(one):
         compute = sum(mine[f"{part}_step"] for part in COMPUTE)

@@ -8,6 +8,8 @@ import pytest
 
 from tests.helpers import write_grid, xbench, xbench_here
 from xbench.common.results.store import read_rows
+from xbench.reports import analysis
+from xbench.reports.load import rows_frame
 
 ONE_BUCKET, SMALL_BUCKET, CAP = 32.0, 1.0, "link=400mbit"
 
@@ -65,3 +67,28 @@ def test_the_backends_without_a_bucket_knob_say_why(mnist_dir, tmp_path):
     dry = xbench_here("grid", write_grid(tmp_path, backends=["pt-single"], devices=[1]),
                       "--bucket-mb", "4", "--dry-run", "--results", tmp_path / "dry.jsonl")
     assert dry.returncode == 0 and "unsupported here" in dry.stdout, dry.stdout
+
+
+@pytest.mark.parametrize("backend", ["pt-ddp", "hvd-torch"])
+def test_the_timeline_shows_one_bucket_after_backward_and_nothing_hidden(bucketed, backend):
+    """One bucket as large as the model: one collective, launched once backward is over, with
+    every byte of the step; the step waits for all of it (hidden share at most 0.05). With 1 MB
+    buckets the first is launched while backward still computes."""
+    whole, small = bucketed[(backend, ONE_BUCKET)], bucketed[(backend, SMALL_BUCKET)]
+    for rank in whole["attribution"]["epochs"][-1]["ranks"]:
+        timeline = rank["timeline"]
+        [collective] = timeline["collectives"]
+        assert collective["launch"] >= timeline["backward_seconds"]
+        assert collective["bytes"] == sum(g["bytes"] for g in timeline["gradients"])
+        assert timeline["after_backward"]["bytes"] == collective["bytes"]
+    for rank in small["attribution"]["epochs"][-1]["ranks"]:
+        timeline = rank["timeline"]
+        assert len(timeline["collectives"]) > 1
+        assert timeline["collectives"][0]["launch"] < timeline["backward_seconds"]
+    [cell] = attributed_cells([whole]).to_dict("records")
+    assert 0.0 <= cell["hidden_share"] <= 0.05, cell["hidden_share"]
+
+
+def attributed_cells(rows):
+    """The report's attributed cells of `rows` (reports.analysis)."""
+    return analysis.attribution(analysis.cell_table(rows_frame(rows)))

@@ -10,19 +10,11 @@ from xbench.common.backends.protocol import RING_ALL_REDUCE
 from xbench.common.backends.traits import TRAITS
 from xbench.common.errors import UserError
 from xbench.reports import analysis
+from xbench.reports.calibration import calibrate
 from xbench.reports.load import load
-from xbench.reports.predict import (
-    Link,
-    calibrate,
-    checked,
-    collective_seconds,
-    expected_largest,
-    parse_link,
-    predicted,
-    read_links,
-    references,
-)
+from xbench.reports.predict import checked, parse_link, predicted, read_links, references
 from xbench.reports.published import against_published
+from xbench.reports.step_model import Link, collective_seconds, expected_largest
 
 LINK = Link("test", rate=10e9, latency=5e-6, source="by hand")
 NODE_LINK = Link("test nodes", rate=25e9, latency=20e-6, source="by hand")
@@ -92,13 +84,19 @@ node_link = "eth-100g"
 efficiency = 0.9
 sources = "none"
 """)
-    # 0.5 s of compute; 100 MB in one 64 MiB-fusion... two messages, across 4 nodes at 12.5 GB/s
-    # with 10 us a ring step: two passes of 3/4 of the bytes and 2 x 3 latencies
-    moving = 2 * (0.75 * 100e6 / 12.5e9 + 2 * 3 * 10e-6)
-    found = against_published(None, published).iloc[0]
+    # 0.5 s of compute, its backward 2/3 of it; 100 MB ready evenly over backward in 64 pieces,
+    # 5.2 ms apart, each fused alone by Horovod's 1 ms cycle and done long before the next:
+    # across 4 nodes at 12.5 GB/s with 10 us a ring step, two passes of 3/4 of the bytes and,
+    # per message, 2 x 3 latencies
+    moving = 2 * (0.75 * 100e6 / 12.5e9 + 64 * 3 * 10e-6)
+    found = against_published(published).iloc[0]
     assert found["moving"] == pytest.approx(moving)
     assert found["no_overlap"] == pytest.approx(0.5 / (0.5 + moving))
-    assert found["full_overlap"] == 1.0 and math.isnan(found["measured_overlap"])
+    assert found["full_overlap"] == 1.0
+    # the step waits only for the last piece: from the first cycle's tick after backward (at
+    # 1/3 s, the tick at 334 ms) to its end
+    last = 2 * (0.75 * 100e6 / 64 / 12.5e9 + 3 * 10e-6)
+    assert found["predicted"] == pytest.approx(0.5 / (0.5 + 0.334 - 1 / 3 + last))
 
 
 def test_the_slowest_of_n_ranks():
@@ -134,7 +132,7 @@ def test_what_a_backend_declares_of_its_gradients_is_what_its_rows_record(smoke)
     assert TRAITS["tf-mirrored"].protocol_on("cuda").reduction == "all-reduce"
     assert TRAITS["pt-single"].protocol_on("cpu").reduction == "none"
     assert TRAITS["pt-ddp"].protocol_on("cpu").message_bytes == 25 * 2**20  # bucket_cap_mb
-    assert TRAITS["hvd-torch"].protocol_on("cpu").message_bytes == 64 * 2**20  # fusion threshold
+    assert TRAITS["hvd-torch"].protocol_on("cpu").message_bytes == 128 * 2**20  # fusion buffer
 
 
 def test_bad_input_is_one_clear_error(smoke):
@@ -182,6 +180,7 @@ def test_a_cell_is_never_calibrated_on_itself(smoke):
     mine = changed["cell_key"] == target
     changed.loc[mine, "communication_step"] *= 10
     changed.loc[mine, "moving_seconds"] *= 10
+    changed.loc[mine, "after_seconds"] *= 10
     after = checked(cells, changed, {})
     assert after.set_index("cell_key").loc[target, "epoch_seconds"] == \
         pytest.approx(before.set_index("cell_key").loc[target, "epoch_seconds"])
@@ -230,3 +229,24 @@ def test_the_report_checks_every_cell_and_predicts_when_given_a_link(smoke, tmp_
     assert "## Predicted on other hardware" in text
     assert "### Predicted, not measured: PCIe 4.0 x16 between devices, 100 Gbit/s Ethernet" in text
     assert "| 64 × 8 |" in text
+
+
+def test_the_what_if_predicts_each_bucket_size_and_marks_the_best(smoke):
+    """`--bucket-mb A,B,...`: each size for the backends whose library takes one, exactly one
+    best per setup and count, the others at their own buckets; a size that is no size exits 2."""
+    run = xbench_here("predict", smoke.results, "--link", "10gbit,20us", "--devices", "2,8",
+                      "--bucket-mb", "1,25,1000", "--json")
+    assert run.returncode == 0, run.stderr
+    scaled = [r for r in strict_json(run.stdout)["predicted"] if r["note"] == "predicted"]
+    ddp = [r for r in scaled if r["backend"] == "pt-ddp"]
+    assert {r["bucket_mb"] for r in ddp} == {1.0, 25.0, 1000.0}
+    for total in (2, 8):
+        rows = [r for r in ddp if r["total"] == total]
+        assert sum(r["best_bucket"] for r in rows) == 1
+        best = max(rows, key=lambda r: r["rate"])
+        assert best["best_bucket"]
+        one = next(r for r in rows if r["bucket_mb"] == 1000.0)  # one bucket hides nothing
+        assert one["hidden"] == pytest.approx(0.0)
+    assert {r["bucket_mb"] for r in scaled if r["backend"] == "tf-mirrored"} == {0.0}
+    bad = xbench_here("predict", smoke.results, "--link", "ib-ndr", "--bucket-mb", "0,4")
+    assert bad.returncode == 2 and "--bucket-mb '0,4'" in bad.stderr, bad.stderr

@@ -10,36 +10,23 @@ from tests.report_fixtures import known_rows, write_rows
 from xbench.common.errors import UserError
 from xbench.reports import analysis
 from xbench.reports.load import load
-from xbench.reports.predict import Calibration, calibrate, references
 from xbench.reports.published import (
     PUBLISHED_FILE,
     achieved_links,
     against_published,
     published_summary,
 )
-from xbench.reports.step_model import exposed_seconds
 
 
-def test_nothing_overlapping_adds_the_communication_all_of_it_takes_the_longer():
-    """Constructed steps: 100 ms of compute of which 60 ms backward, 40 ms of collectives."""
-    compute, backward, moving = 0.100, 0.060, 0.040
-    assert compute + exposed_seconds(moving, 0.0, backward) == pytest.approx(compute + moving)
-    assert compute + exposed_seconds(moving, 1.0, backward) == pytest.approx(
-        max(compute, moving))
-    assert exposed_seconds(moving, 0.5, backward) == pytest.approx(0.020)
-    assert exposed_seconds(0.080, 1.0, backward) == pytest.approx(0.020)  # hides only backward
-
-
-def test_collectives_launched_after_backward_calibrate_to_no_overlap(tmp_path):
-    """The hand-made rows' all-reduce starts when every rank's compute is done: the measured
-    share is 0, so the model adds all of it (the old inferred share made it 0.975)."""
+def test_collectives_launched_after_backward_hide_nothing(tmp_path):
+    """The hand-made rows' all-reduce starts when every rank's compute is done: nothing of it
+    overlaps compute, and the step waits for all of it (hidden share 0)."""
     frame, _ = load([write_rows(tmp_path / "r.jsonl", known_rows())])
     cells = analysis.cell_table(frame)
     attributed = analysis.attribution(cells)
     many = attributed[attributed["devices"] > 1]
     assert len(many) and (many["overlap_share"] == 0).all()
-    calibration = calibrate(references(cells, attributed))
-    assert calibration.overlap == {"pt-ddp": {"uncapped": 0.0}}
+    assert many["hidden_share"].to_numpy() == pytest.approx(0.0, abs=1e-12)
 
 
 def test_the_shipped_records_come_from_several_publications():
@@ -47,14 +34,11 @@ def test_the_shipped_records_come_from_several_publications():
     assert len(records) >= 30
     publishers = {name.split("-")[0] for name in records}
     assert len(publishers) >= 5, publishers
-    found = against_published(None)
+    found = against_published()
     assert len(found) == len(records) and found["sources"].str.len().min() > 300
     assert found["sources"].str.lower().str.contains("assumed").all()
-    half = Calibration({}, {"pt-ddp": {"uncapped": 0.5}, "hvd-tf": {"uncapped": 0.3}}, {}, 2)
-    for calibration in (None, half):
-        found = against_published(calibration)
-        assert (found["no_overlap"] <= found["predicted"] + 1e-12).all()
-        assert (found["predicted"] <= found["full_overlap"] + 1e-12).all()
+    assert (found["no_overlap"] <= found["predicted"] + 1e-12).all()
+    assert (found["predicted"] <= found["full_overlap"] + 1e-12).all()
     summary = published_summary(found)
     assert summary["records"] == len(records) and summary["publishers"] >= 5
 
@@ -77,14 +61,14 @@ sources = "by hand"
 
 
 def test_an_achieved_link_rate_replaces_the_data_sheets(tmp_path):
-    """nvlink3 at NVIDIA's published busbw, 230 GB/s, not 300: 100 MB in 25 MB buckets (a 1 MB
-    first one: 5 messages) over 8 GPUs, then 2 nodes at 100 GB/s with 5 us a ring step."""
+    """nvlink3 at NVIDIA's published busbw, 230 GB/s, not 300: 100 MB in one bucket over 8 GPUs,
+    then 2 nodes at 100 GB/s with 5 us a ring step."""
     assert achieved_links()["nvlink3"].rate == 230e9
     path = tmp_path / "hand.toml"
-    path.write_text(RECORD)
-    found = against_published(None, path).iloc[0]
-    within = 2 * (7 / 8 * 100e6 / 230e9 + 5 * 7 * 3e-6)
-    between = 2 * (1 / 2 * 100e6 / 100e9 + 5 * 1 * 5e-6)
+    path.write_text(RECORD.replace("sources", "bucket_bytes = 100e6\nsources"))
+    found = against_published(path).iloc[0]
+    within = 2 * (7 / 8 * 100e6 / 230e9 + 7 * 3e-6)
+    between = 2 * (1 / 2 * 100e6 / 100e9 + 5e-6)
     assert found["moving"] == pytest.approx(within + between)
     assert found["no_overlap"] == pytest.approx((0.5 + within) / (0.5 + within + between))
     assert found["terms"] == "achieved nvlink3" and found["full_overlap"] == pytest.approx(1.0)
@@ -96,7 +80,7 @@ def test_accumulation_runs_the_collective_once_per_micro_batches(tmp_path):
     path = tmp_path / "hand.toml"
     path.write_text(RECORD.replace('link = "nvlink3"', 'link = "200gbps,3us"').replace(
         "sources", "accumulation = 4\nbaseline_accumulation = 8\nbucket_bytes = 100e6\nsources"))
-    found = against_published(None, path).iloc[0]
+    found = against_published(path).iloc[0]
     within = 2 * (7 / 8 * 100e6 / 200e9 + 7 * 3e-6)
     between = 2 * (1 / 2 * 100e6 / 100e9 + 5e-6)
     per_sample_baseline = (8 * 0.5 + within) / 8
@@ -104,7 +88,8 @@ def test_accumulation_runs_the_collective_once_per_micro_batches(tmp_path):
     assert found["compute"] == pytest.approx(2.0) and found["terms"] == "accumulation"
     assert found["no_overlap"] == pytest.approx(per_sample_baseline / per_sample)
     assert found["full_overlap"] == pytest.approx(1.0)  # 2/3 of one micro-batch hides them all
-    assert found["predicted"] == pytest.approx(found["no_overlap"])  # nothing measured
+    # one bucket, ready when backward ends: its timeline hides none of it
+    assert found["predicted"] == pytest.approx(found["no_overlap"]) and found["hidden"] == 0
 
 
 def test_the_summary_says_the_median_error_and_the_bracketed_share():
@@ -129,7 +114,7 @@ def test_a_bad_record_is_one_user_error_naming_it(change, message, tmp_path):
     path = tmp_path / "bad.toml"
     path.write_text(RECORD.replace(*change))
     with pytest.raises(UserError) as raised:
-        against_published(None, path)
+        against_published(path)
     assert message in str(raised.value)
 
 
@@ -151,24 +136,24 @@ baseline_devices = 8
 gradient_bytes_per_parameter = 2
 sources = "measured by hand"
 """)
-    found = against_published(None, path).iloc[0]
+    found = against_published(path).iloc[0]
     assert found["devices"] == 32 and found["baseline"] == 8
     assert found["no_overlap"] < 1.0 and found["full_overlap"] == pytest.approx(1.0)
     run = xbench_here("predict", write_rows(tmp_path / "r.jsonl", known_rows()), "--published",
                       path, "--json")
     assert run.returncode == 0, run.stderr
     mine = strict_json(run.stdout)["published"]["mine"]
-    assert set(mine) >= {"published", "no_overlap", "full_overlap", "predicted", "terms"}
-    assert mine["published"] == 0.9 and mine["predicted"] == pytest.approx(
-        mine["no_overlap"])  # the known rows' overlap: none
+    assert set(mine) >= {"published", "no_overlap", "full_overlap", "predicted", "hidden", "terms"}
+    assert mine["published"] == 0.9
+    assert mine["no_overlap"] <= mine["predicted"] <= mine["full_overlap"]
 
 
 def test_published_prints_every_record_beside_three_predictions(tmp_path):
     run = xbench_here("predict", write_rows(tmp_path / "r.jsonl", known_rows()), "--published")
     assert run.returncode == 0, run.stderr
     assert run.stdout.count("| NVIDIA DLE") >= 8 and "| Goyal et al. 2017" in run.stdout
-    assert "predicted: none hidden" in run.stdout and "predicted: the overlap measured here" in \
-        run.stdout and "predicted: all hidden behind backward" in run.stdout
+    assert "| none hidden |" in run.stdout and "| predicted (its timeline) |" in run.stdout \
+        and "| all hidden behind backward |" in run.stdout and "| terms |" in run.stdout
 
 
 @pytest.mark.parametrize("text, message", [

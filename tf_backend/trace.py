@@ -153,8 +153,8 @@ def _read(folder: str, starts: list[float]) -> list[Step]:
                                        at(start), at(min(end, high)), COUNTED))
         mine = [Flight(at(a), at(min(b, high))) for a, b in collectives if low <= a < high]
         if mine:
-            step.ready = max(a for a, _ in mine)  # the last one launched: this rank is ready
-            step.collective_end = max(b for _, b in mine)
+            step.ready = max(f.launch for f in mine)  # the last one launched: this rank is ready
+            step.collective_end = max(f.end for f in mine)
             step.collectives = mine
         steps.append(step)
     return steps

@@ -16,6 +16,10 @@ REDUCE_SCATTER = "reduce-scatter"  # each rank keeps the sum of its shard (param
 REDUCE_TO_ONE = "reduce-to-one"    # every replica's gradients copied to one device, summed there
 NO_REDUCTION = "none"              # one device: nothing crosses
 MIB = 2**20
+# When a message of the gradients can start (reports.timeline forms them so):
+BUCKET_READY = "bucket-ready"          # a bucket as soon as its last gradient is ready (DDP)
+FUSED_EACH_CYCLE = "fused-each-cycle"  # every cycle, the tensors ready by then, fused (Horovod)
+AFTER_BACKWARD = "after-backward"      # every message once backward is over
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,10 @@ class Protocol:
     # Whether its collectives' time lies inside the forward and backward passes (or the one
     # compiled call) rather than timed apart: their compute cannot be told from them.
     collectives_in_compute: bool = False
+    # When its messages can start (BUCKET_READY, FUSED_EACH_CYCLE, AFTER_BACKWARD), and the
+    # cycle of a library that fuses each cycle (seconds).
+    launch: str = AFTER_BACKWARD
+    cycle_seconds: float = 0.0
 
     @property
     def crosses(self) -> bool:

@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 
 from xbench.common.backends.protocol import (
     ALL_REDUCE,
+    BUCKET_READY,
     BY_REDUCTION,
+    FUSED_EACH_CYCLE,
     MIB,
     NONE,
     REDUCE_SCATTER,
@@ -110,10 +112,13 @@ HOROVOD_BATCHNORM = ("Horovod broadcasts rank 0's state once, at the start; then
                      "rank 0's")
 HOROVOD_COMPRESSIONS = ("none", "fp16")
 HOROVOD_NO_COMPRESSION = "Horovod's compressors are hvd.Compression.none and fp16"
-# Horovod's documented fusion buffer, 64 MiB, sized by HOROVOD_FUSION_THRESHOLD.
-HOROVOD_PROTOCOL = everywhere(Protocol(ALL_REDUCE, reduce_passes=2, message_bytes=64 * MIB,
+# Horovod's fusion: every cycle (1 ms), the tensors ready by then fused into a buffer of 128 MiB
+# (HOROVOD_FUSION_THRESHOLD), its defaults since 0.21.0 (release notes: "Changed default cycle
+# time from 5ms to 1ms and fusion threshold from 64MB to 128MB", #2468); xbench runs 0.28.1.
+HOROVOD_PROTOCOL = everywhere(Protocol(ALL_REDUCE, reduce_passes=2, message_bytes=128 * MIB,
                                        bucket_knob="Horovod's fusion threshold "
-                                                   "(HOROVOD_FUSION_THRESHOLD)"))
+                                                   "(HOROVOD_FUSION_THRESHOLD)",
+                                       launch=FUSED_EACH_CYCLE, cycle_seconds=1e-3))
 # jax-dp and jax-multiprocess: one jax.jit-compiled step over a batch sharded on a mesh of the
 # devices, its parameters replicated; XLA's SPMD partitioner inserts the gradients' all-reduce.
 XLA_BUCKETS = ("XLA's SPMD partitioner places the gradients' all-reduces in the "
@@ -217,7 +222,7 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
            # bucket_cap_mb, 25; with none given, the first bucket is capped at 1 MiB
            # (torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES) to start the all-reduces early
            protocol=everywhere(Protocol(ALL_REDUCE, reduce_passes=2, message_bytes=25 * MIB,
-                                        first_message_bytes=MIB,
+                                        first_message_bytes=MIB, launch=BUCKET_READY,
                                         bucket_knob="DistributedDataParallel's bucket_cap_mb")),
            library="torch.distributed", compressions=COMPRESSIONS,  # its communication hooks
            gpu_only={"powersgd": "PowerSGD's hook chains each bucket's all-reduces in "

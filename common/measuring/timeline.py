@@ -33,16 +33,28 @@ def backward_window(step: Step) -> tuple[float, float] | None:
     return min(starts), max(end, min(starts))
 
 
-def after_backward(step: Step, end: float, latest: float | None) -> tuple[int, float] | None:
+def after_backward(step: Step, end: float, latest: float | None
+                   ) -> tuple[int | None, float] | None:
     """(bytes, seconds moving) of the collectives a step launched once its backward was over:
-    each from its launch, or from when the last rank became ready if later, to its end. None
-    where none was launched then or their bytes are not told."""
+    each from its launch, or from when the last rank became ready if later, to its end. The
+    bytes: as the library told them, else the step's where every collective ran then, else
+    None. None where none was launched then."""
     flights = [f for f in step.collectives if f.launch >= end]
-    if not flights or any(f.size is None for f in flights):
+    if not flights:
         return None
     begin = latest if latest is not None else end
     spans = [(max(f.launch, begin), f.end) for f in flights if f.end > max(f.launch, begin)]
-    return sum(f.size for f in flights), covered_seconds(spans)
+    if all(f.size is not None for f in flights):
+        size = sum(f.size for f in flights)
+    else:
+        size = step.collective_bytes if len(flights) == len(step.collectives) else None
+    return size, covered_seconds(spans)
+
+
+def after_bytes(after: list[tuple[int | None, float]]) -> int | None:
+    """The median bytes of the collectives after backward, None where a step's are not told."""
+    sizes = [size for size, _ in after]
+    return None if None in sizes else int(np.median(sizes))
 
 
 def _medians(rows: list[list[float]]) -> list[float]:
@@ -84,9 +96,10 @@ def timeline_record(steps: Sequence[Step], latest: Sequence[float | None]) -> di
         "collectives": [{"launch": launch, "end": end,
                          "bytes": None if np.isnan(size) else int(size)}
                         for launch, end, size in _by_index(flights)],
-        "after_backward": ({"steps": len(after),
-                            "bytes": int(np.median([size for size, _ in after])),
-                            "seconds": float(np.median([seconds for _, seconds in after]))}
+        "after_backward": ({"steps": len(after), "bytes": after_bytes(after),
+                            "seconds": float(np.median([seconds for _, seconds in after])),
+                            "all": all(f.launch >= end for step, (_, end), _ in windows
+                                       for f in step.collectives)}
                            if after else None),
     }
 

@@ -159,8 +159,8 @@ RANK_ATTRIBUTION = {
     "timeline?": Maybe({"steps": WHOLE, "backward_seconds": NUMBER,
                         "gradients": [{"ready": NUMBER, "bytes": WHOLE}],
                         "collectives": [{"launch": NUMBER, "end": NUMBER, "bytes": Maybe(WHOLE)}],
-                        "after_backward": Maybe({"steps": WHOLE, "bytes": WHOLE,
-                                                 "seconds": NUMBER})})}
+                        "after_backward": Maybe({"steps": WHOLE, "bytes": Maybe(WHOLE),
+                                                 "seconds": NUMBER, "all": BOOL})})}
 NESTED = {
     "epochs": [EPOCH], "crashes": [TEXT],
     "env": {"host?": Maybe(TEXT), "cpu_count?": Maybe(WHOLE), "python?": Maybe(TEXT),

@@ -14,12 +14,13 @@ PREDICT_TEXT = (
     "What `xbench predict` would have said of each N-device cell from its backend's 1-device "
     "cell of the same setup and batch: compute from that cell's attributed parts (the "
     "per-sample ones in proportion to the per-device batch; on a CPU slower by the cores a rank "
-    "lost, to a power calibrated per backend), the collectives' bytes through the link (a ring's "
-    "passes, the cell's buckets), less the share of them its backend's cells were measured to "
-    "overlap with compute (each collective timed from launch to completion; per link class, "
-    "never more than the backward pass), and the wait for the slowest rank from the 1-device "
-    "cell's spread. The link is the probe's bandwidth of the library, the fastest bandwidth "
-    "calibration cells moved at, or a capped link's cap. Every cell is predicted from a "
+    "lost, to a power calibrated per backend), the collectives the step waits for after "
+    "backward on its timeline (the 1-device cell's gradients ready over backward, formed into "
+    "buckets as the library forms them, queued on one stream, each its ring's passes over the "
+    "link), and the wait for the slowest rank from the 1-device cell's spread. The link is what "
+    "the library's collectives moved at when they ran after backward in other cells (a latency "
+    "and an efficiency per library and class of link), else the probe's bandwidth, or a capped "
+    "link's cap. Every cell is predicted from a "
     "calibration on the cells of every other configuration (its seeds and capped-link twins held "
     "out with it), so its error is held out; the errors are given apart for uncapped cells on "
     "one node (the headline), capped links (whose link is the cap set by hand) and several "
@@ -35,7 +36,7 @@ def predicted_figure(data: ReportData) -> Made:
     figure, (ax,) = panels(1, width=5.5, height=4.5, columns=1)
     for backend in sorted(check["backend"].unique(), key=analysis.backend_order):
         rows = check[check["backend"] == backend]
-        capped, drawn = rows["link"] == "the cap", look(backend)
+        capped, drawn = rows["link"].str.startswith("the cap"), look(backend)
         for chosen, edge, how in ((~capped, drawn.color, ""), (capped, "black", ", capped link")):
             if chosen.any():
                 ax.scatter(rows.loc[chosen, "measured_seconds"], rows.loc[chosen, "epoch_seconds"],

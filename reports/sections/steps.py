@@ -42,15 +42,20 @@ COMMUNICATION = (
     "library that runs it (DDP's communication hook and its future, Horovod's handles, "
     "TensorFlow's profiler trace). Communication = the time a collective was in flight; "
     "overlap share = the part of it during which the rank also computed / communication (HTA's "
-    "and the PyTorch profiler's definition); exposed communication = the step's wait for the "
-    "collectives after every rank's compute was done; waiting = from this rank's compute done "
-    "to the last rank's. Moving time = communication less waiting, per step (median; the rank "
-    "that saw the most of it): the collectives' own time, so the bandwidth over it is the "
-    f"link's as the library used it, overlapped or not. Bandwidth for backends that {ALL_REDUCE} "
-    "(nccl-tests' convention: algbw = bytes reduced / moving time, busbw = algbw × 2(N−1)/N), "
-    "from the bytes the library reduced where counted, else the model's gradients as the "
-    "cell's compression sends them; a reduction to one device (DataParallel, "
-    "MirroredStrategy on a CPU) gets no ring bandwidth.")
+    "and the PyTorch profiler's definition: on a CPU a collective in flight beside backward may "
+    "only be waiting for a core, so it is not what is hidden); exposed communication = the "
+    "step's wait for the collectives after every rank's compute was done; waiting = from this "
+    "rank's compute done to the last rank's. Moving time = communication less waiting, per step "
+    "(median; the rank that saw the most of it). Collectives alone = the step's bytes at the "
+    "rate its collectives launched after backward moved at (sharing no core with it), where "
+    "those carried at least a quarter of the bytes, else the moving time; hidden share = 1 − "
+    "exposed communication / collectives alone: what of its collectives the step did not wait "
+    f"for (0 for one bucket launched after backward). Bandwidth for backends that {ALL_REDUCE} "
+    "(nccl-tests' convention: algbw = bytes reduced / time, busbw = algbw × 2(N−1)/N), from "
+    "the collectives after backward where every run had enough of them, else from the moving "
+    "time (busbw from says which), from the bytes the library reduced where counted, else the "
+    "model's gradients as the cell's compression sends them; a reduction to one device "
+    "(DataParallel, MirroredStrategy on a CPU) gets no ring bandwidth.")
 ATTRIBUTION_TEXT = (
     "The parts: " + "; ".join(f"{part}, {meaning}" for part, meaning in MEANING.items()) + ". "
     "Each in ms per step (the mean over the cell's ranks and repeats, with the "
@@ -107,13 +112,18 @@ def communication_table(data: ReportData) -> Numbers:
                estimate_text()),
         Column("moving (ms/step)", lambda c: milliseconds(c, "moving_seconds", "moving_ci"),
                estimate_text()),
-        field("overlap share (of communication, while computing)", "overlap_share",
+        field("overlap share (in flight while computing, HTA's)", "overlap_share",
+              lambda v: "—" if pd.isna(v) else f"{v:.0%}"),
+        field("collectives alone (ms/step)", "alone_seconds",
+              lambda v: "—" if pd.isna(v) else num(v * 1000)),
+        field("hidden share (not waited for)", "hidden_share",
               lambda v: "—" if pd.isna(v) else f"{v:.0%}"),
         Column("bytes reduced (MiB/step)", lambda c: (c["bytes"] / MIB, c["bytes_how"]),
                lambda v: f"{num(v[0])} ({v[1]})"),
         Column("algbw (GB/s)", ring(lambda c: c["algbw"] * 1e-9), num),
         Column("busbw (GB/s)", ring(lambda c: estimate(c["busbw"] * 1e-9, c["busbw_ci"] * 1e-9)),
-               estimate_text())])
+               estimate_text()),
+        ("busbw from", lambda c: c["busbw_from"] or "—")])
 
 
 def step_parts(data: ReportData) -> Made:

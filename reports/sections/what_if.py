@@ -1,6 +1,6 @@
 """Predicted on other hardware (with --link): what the model predicts for each backend's 1-device
 cells on more devices and nodes over the link given."""
-from xbench.reports import predict
+from xbench.reports import predict, what_if
 from xbench.reports.data import Options, ReportData
 from xbench.reports.sections.section import Section, Table
 from xbench.reports.tables import what_if_table
@@ -15,7 +15,7 @@ WHAT_IF_TEXT = (
 
 def scaled_out(data: ReportData):
     options = data.options
-    return what_if_table(predict.what_if(data.cells, data.attributed, data.probes,
+    return what_if_table(what_if.what_if(data.cells, data.attributed, data.probes,
                                          WHAT_IF_DEVICES, WHAT_IF_NODES, options.link,
                                          options.between_nodes))
 

@@ -1,0 +1,120 @@
+"""Does the step's timeline predict? Issue 48's goals, each printed beside what was reached:
+
+- held out (each N-device cell predicted from its own 1-device cell, calibrated without it):
+  the median absolute error on uncapped and on capped-link cells (goal: at most 10% each, over
+  at least 8 cells each), a bucket sweep (1 MB, the library's default, one bucket) of pt-ddp
+  and hvd-torch on capped links among them;
+- the predicted best bucket size is the measured best in at least 3 of 4 capped-link setups;
+- the one-bucket cells: a hidden share of 0 predicted and measured (at most 0.05);
+- published records: median absolute error at most 5 points of efficiency over at least 30
+  records, the bounds (none hidden .. all hidden) bracketing the published efficiency in at
+  least 80% of them.
+
+    python benchmarks/predict_check.py --run --data-dir ../shared/data/mnist   # the sweep, then
+    python benchmarks/predict_check.py RESULTS.jsonl [MORE.jsonl ...]           # the check
+
+`--run` trains the sweep (large model, 1 and 2 ranks, bucket sizes 1, the library's and 1000 MB,
+links uncapped and capped at CAPS) into benchmarks/out/predict-sweep.jsonl and checks it
+together with any results given (e.g. a smoke grid's, for more uncapped cells). Timings are this
+machine's: noisy, so each run is a fact about that run only.
+"""
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from xbench.reports import analysis
+from xbench.reports.load import load, load_probes
+from xbench.reports.predict import checked, error_groups, predicted
+from xbench.reports.published import against_published
+from xbench.reports.step_model import injected_link
+
+OUT = Path(__file__).with_name("out") / "predict-sweep.jsonl"
+CAPS = ("link=200mbit", "link=400mbit")
+BUCKETS = "0,1,1000"  # the library's own, 1 MB, one bucket as large as the model
+ONE_BUCKET = 1000.0
+
+
+def run_sweep(data_dir: str, samples: int) -> Path:
+    """The bucket sweep through the real command line, every link in one results file."""
+    OUT.parent.mkdir(exist_ok=True)
+    subprocess.run([sys.executable, "-m", "xbench.cli.main", "grid", "--preset", "smoke",
+                    "--backend", "pt-ddp,hvd-torch", "--model", "large", "--devices", "1,2",
+                    "--bucket-mb", BUCKETS, "--inject", ",".join(("none", *CAPS)),
+                    "--max-train-samples", str(samples), "--max-test-samples", "256",
+                    "--data-dir", data_dir, "--results", str(OUT), "--contention-limit", "1"],
+                   check=True)
+    return OUT
+
+
+def held_out(check) -> None:
+    for name, cells in error_groups(predicted(check)).items():
+        errors = cells["error"].abs()
+        if len(errors):
+            print(f"  {name}: median absolute error {errors.median():.0%} over {len(errors)} "
+                  f"cells (goal: at most 10% over at least 8)")
+
+
+def best_buckets(check) -> None:
+    """Per capped setup (backend, cap, devices) with 2 or more bucket sizes measured: the
+    bucket the model predicted fastest against the one measured fastest."""
+    found = predicted(check)
+    capped = found[found["inject"].map(lambda i: injected_link(i) is not None).astype(bool)]
+    agree = setups = 0
+    for key, group in capped.groupby(["backend", "inject", "devices", "model"]):
+        if group["bucket_mb"].nunique() < 2:
+            continue
+        setups += 1
+        guessed = group.loc[group["epoch_seconds"].idxmin(), "bucket_mb"]
+        measured = group.loc[group["measured_seconds"].idxmin(), "bucket_mb"]
+        agree += guessed == measured
+        print(f"  {' '.join(map(str, key))}: predicted best {guessed:g} MB, measured best "
+              f"{measured:g} MB (0: the library's own)")
+    print(f"  the predicted best is the measured best in {agree} of {setups} capped setups "
+          f"(goal: 3 of 4)")
+
+
+def one_bucket(check, attributed) -> None:
+    mine = attributed[(attributed["bucket_mb"] == ONE_BUCKET) & (attributed["devices"] > 1)]
+    guessed = check[(check["bucket_mb"] == ONE_BUCKET)]["hidden"]
+    print(f"  one bucket: measured hidden share {np.round(mine['hidden_share'].to_numpy(), 3)}"
+          f", predicted {np.round(guessed.to_numpy(), 3)} (goal: each at most 0.05)")
+
+
+def published_goals() -> None:
+    record = against_published()
+    error = (record["predicted"] - record["published"]).abs() * 100
+    bracketed = ((record["no_overlap"] <= record["published"] + 1e-9)
+                 & (record["published"] <= record["full_overlap"] + 1e-9))
+    print(f"  published: median absolute error {error.median():.1f} points over {len(record)} "
+          f"records (goal: at most 5 over at least 30); bounds bracket {bracketed.mean():.0%} "
+          f"(goal: at least 80%)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("results", nargs="*", type=Path)
+    parser.add_argument("--run", action="store_true", help="train the bucket sweep first")
+    parser.add_argument("--data-dir", default="../shared/data/mnist")
+    parser.add_argument("--samples", type=int, default=1024)
+    args = parser.parse_args()
+    paths = list(args.results) + ([run_sweep(args.data_dir, args.samples)] if args.run else [])
+    if paths:
+        frame, _ = load(paths, None, False)
+        cells = analysis.cell_table(frame)
+        attributed = analysis.attribution(cells)
+        probes, _ = load_probes(paths, frame)
+        check = checked(cells, attributed, probes)
+        print("Held out:")
+        held_out(check)
+        print("Bucket sizes:")
+        best_buckets(check)
+        one_bucket(check, attributed)
+    print("Published:")
+    published_goals()
+
+
+if __name__ == "__main__":
+    main()
