@@ -51,8 +51,9 @@ def bucket_sizes_option(ctx, param, value):
 @click.option("--published", is_flag=False, flag_value="", default=None, metavar="[FILE]",
               help="Also put published scaling results through the model, beside their "
                    "published efficiency: FILE's records (TOML, as reports/published.toml), or "
-                   "reports/published.toml's (NVIDIA's, Horovod's, TensorFlow's and Goyal et "
-                   "al.'s, with their sources).")
+                   "reports/published.toml's (NVIDIA's, Horovod's, TensorFlow's, Goyal et al.'s "
+                   "and torchtitan's, with their sources): each with none of its collectives "
+                   "hidden, all hidden, as its timeline predicts, and the terms it used.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 def predict(results_files, link, node_link, devices, nodes, bucket_mb, where, published,
             as_json):

@@ -189,7 +189,7 @@ def check_table(check):
 
 def published_table(record):
     """Published scaling results beside the efficiency the model predicts from their inputs
-    (reports.published)."""
+    (reports.published), and the terms beyond the step model each record used."""
     share = lambda value: "—" if pd.isna(value) else f"{value:.0%}"  # noqa: E731
     return table(record, [
         ("published result", column("title")),
@@ -198,12 +198,12 @@ def published_table(record):
         ("compute (ms/step)", lambda r: num(r["compute"] * 1000)),
         ("collectives moving (ms/step)", lambda r: num(r["moving"] * 1000)),
         ("published efficiency", lambda r: share(r["published"])),
-        ("predicted: none hidden", lambda r: share(r["no_overlap"])),
-        ("predicted: the overlap measured here", lambda r: (
-            f"{share(r['measured_overlap'])} (hides {share(r['overlap'])})")),
-        ("predicted: all hidden behind backward", lambda r: share(r["full_overlap"])),
-        ("difference (measured overlap)", lambda r: "—" if pd.isna(r["measured_overlap"]) else
-         f"{(r['measured_overlap'] - r['published']) * 100:+.0f} points")])
+        ("none hidden", lambda r: share(r["no_overlap"])),
+        ("predicted (its timeline)", lambda r: f"{share(r['predicted'])} (hides "
+                                               f"{share(r['hidden'])})"),
+        ("all hidden behind backward", lambda r: share(r["full_overlap"])),
+        ("predicted − published", lambda r: f"{(r['predicted'] - r['published']) * 100:+.0f} pt"),
+        ("terms", column("terms"))])
 
 
 def what_if_table(scaled):

@@ -2,13 +2,20 @@
 (`xbench predict --published [FILE]`), and what a measured overlap does to a prediction."""
 import tomllib
 
+import pandas as pd
 import pytest
 
 from tests.helpers import strict_json, xbench_here
 from tests.report_fixtures import known_rows, write_rows
+from xbench.common.errors import UserError
 from xbench.reports import analysis
 from xbench.reports.load import load
-from xbench.reports.published import PUBLISHED_FILE, against_published
+from xbench.reports.published import (
+    PUBLISHED_FILE,
+    achieved_links,
+    against_published,
+    published_summary,
+)
 
 
 def test_collectives_launched_after_backward_hide_nothing(tmp_path):
@@ -24,13 +31,91 @@ def test_collectives_launched_after_backward_hide_nothing(tmp_path):
 
 def test_the_shipped_records_come_from_several_publications():
     records = tomllib.loads(PUBLISHED_FILE.read_text())
-    assert len(records) >= 8
+    assert len(records) >= 30
     publishers = {name.split("-")[0] for name in records}
-    assert len(publishers) >= 3, publishers
+    assert len(publishers) >= 5, publishers
     found = against_published()
-    assert len(found) == len(records) and found["sources"].str.len().min() > 100
+    assert len(found) == len(records) and found["sources"].str.len().min() > 300
+    assert found["sources"].str.lower().str.contains("assumed").all()
     assert (found["no_overlap"] <= found["predicted"] + 1e-12).all()
     assert (found["predicted"] <= found["full_overlap"] + 1e-12).all()
+    summary = published_summary(found)
+    assert summary["records"] == len(records) and summary["publishers"] >= 5
+
+
+RECORD = """[hand]
+title = "by hand"
+backend = "pt-ddp"
+per_device_rate = 100
+per_device_batch = 50
+parameters = 25e6
+devices = 8
+nodes = 2
+link = "nvlink3"
+node_link = "100gbps,5us"
+efficiency = 0.9
+baseline_devices = 8
+gradient_bytes_per_parameter = 4
+sources = "by hand"
+"""
+
+
+def test_an_achieved_link_rate_replaces_the_data_sheets(tmp_path):
+    """nvlink3 at NVIDIA's published busbw, 230 GB/s, not 300: 100 MB in one bucket over 8 GPUs,
+    then 2 nodes at 100 GB/s with 5 us a ring step."""
+    assert achieved_links()["nvlink3"].rate == 230e9
+    path = tmp_path / "hand.toml"
+    path.write_text(RECORD.replace("sources", "bucket_bytes = 100e6\nsources"))
+    found = against_published(path).iloc[0]
+    within = 2 * (7 / 8 * 100e6 / 230e9 + 7 * 3e-6)
+    between = 2 * (1 / 2 * 100e6 / 100e9 + 5e-6)
+    assert found["moving"] == pytest.approx(within + between)
+    assert found["no_overlap"] == pytest.approx((0.5 + within) / (0.5 + within + between))
+    assert found["terms"] == "achieved nvlink3" and found["full_overlap"] == pytest.approx(1.0)
+
+
+def test_accumulation_runs_the_collective_once_per_micro_batches(tmp_path):
+    """4 micro-batches of 0.5 s per all-reduce at 2 nodes, 8 at the baseline node; one bucket
+    (bucket_bytes): one message a pass. Hidden behind the last micro-batch's backward only."""
+    path = tmp_path / "hand.toml"
+    path.write_text(RECORD.replace('link = "nvlink3"', 'link = "200gbps,3us"').replace(
+        "sources", "accumulation = 4\nbaseline_accumulation = 8\nbucket_bytes = 100e6\nsources"))
+    found = against_published(path).iloc[0]
+    within = 2 * (7 / 8 * 100e6 / 200e9 + 7 * 3e-6)
+    between = 2 * (1 / 2 * 100e6 / 100e9 + 5e-6)
+    per_sample_baseline = (8 * 0.5 + within) / 8
+    per_sample = (4 * 0.5 + within + between) / 4
+    assert found["compute"] == pytest.approx(2.0) and found["terms"] == "accumulation"
+    assert found["no_overlap"] == pytest.approx(per_sample_baseline / per_sample)
+    assert found["full_overlap"] == pytest.approx(1.0)  # 2/3 of one micro-batch hides them all
+    # one bucket, ready when backward ends: its timeline hides none of it
+    assert found["predicted"] == pytest.approx(found["no_overlap"]) and found["hidden"] == 0
+
+
+def test_the_summary_says_the_median_error_and_the_bracketed_share():
+    """Three records by hand: errors 1, 2 and 10 points; the first two bracketed."""
+    record = pd.DataFrame({"name": ["a-1", "b-1", "c-1"], "published": [0.90, 0.80, 0.70],
+                           "no_overlap": [0.85, 0.78, 0.80], "full_overlap": [0.95, 0.9, 0.9],
+                           "predicted": [0.91, 0.82, 0.80]})
+    summary = published_summary(record)
+    assert summary["median_absolute_error_points"] == pytest.approx(2.0)
+    assert summary["bracketed"] == 2 and summary["bracketed_share"] == pytest.approx(2 / 3)
+    assert summary["below_no_overlap"] == 1 and summary["publishers"] == 3
+    assert not summary["error_goal_met"] and not summary["bracket_goal_met"]  # 3 < 30 records
+
+
+@pytest.mark.parametrize("change, message", [
+    (("per_device_rate = 100\n", ""), "published record [hand]: no per_device_rate"),
+    (('link = "nvlink3"', 'link = "nvlink9"'),
+     "published record [hand]: link 'nvlink9' is neither"),
+    (("nodes = 2", "nodes = 0"), "published record [hand]: nodes = 0 is not a number above 0"),
+    (('backend = "pt-ddp"', 'backend = "mpi"'), "published record [hand]: unknown backend 'mpi'")])
+def test_a_bad_record_is_one_user_error_naming_it(change, message, tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text(RECORD.replace(*change))
+    with pytest.raises(UserError) as raised:
+        against_published(path)
+    assert message in str(raised.value)
 
 
 def test_a_users_own_records_with_links_given_as_rate_and_latency(tmp_path):
@@ -58,7 +143,7 @@ sources = "measured by hand"
                       path, "--json")
     assert run.returncode == 0, run.stderr
     mine = strict_json(run.stdout)["published"]["mine"]
-    assert set(mine) >= {"published", "no_overlap", "full_overlap", "predicted", "hidden"}
+    assert set(mine) >= {"published", "no_overlap", "full_overlap", "predicted", "hidden", "terms"}
     assert mine["published"] == 0.9
     assert mine["no_overlap"] <= mine["predicted"] <= mine["full_overlap"]
 
@@ -68,7 +153,7 @@ def test_published_prints_every_record_beside_three_predictions(tmp_path):
     assert run.returncode == 0, run.stderr
     assert run.stdout.count("| NVIDIA DLE") >= 8 and "| Goyal et al. 2017" in run.stdout
     assert "| none hidden |" in run.stdout and "| predicted (its timeline) |" in run.stdout \
-        and "| all hidden behind backward |" in run.stdout
+        and "| all hidden behind backward |" in run.stdout and "| terms |" in run.stdout
 
 
 @pytest.mark.parametrize("text, message", [
