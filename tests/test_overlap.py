@@ -58,9 +58,10 @@ def test_tensorflows_small_packs_after_backward_are_its_communication(bucketed):
     """MultiWorkerMirroredStrategy launches its 1 MB packs in the gradients' order, each when the
     one before is done: long after backward's last op, which is when the rank was ready. In
     every traced step (the epoch's 4 steps) the last pack is launched after backward's end; the
-    packs' time in flight, all of it after backward (next to none overlapped it), less the wait for the
-    slower rank, is communication, not untraced (the update of a reduced pack's variables,
-    counted as the optimizer's, may run while the next pack is in flight: hence 0.8)."""
+    packs' time in flight, all of it after backward (next to none overlapped it), less the wait
+    for the slower rank, is communication, not untraced (the update of a reduced pack's
+    variables, counted as the optimizer's, may run while the next pack is in flight: hence
+    0.8)."""
     row = bucketed[("tf-multiworker", SMALL_BUCKET)]
     assert row["status"] == "ok" and row["inject"] == CAP, row["error"]
     assert "|bucket1" in row["cell_key"]
