@@ -148,6 +148,74 @@ def test_a_collective_clock_keeps_ready_end_each_collective_and_bytes():
     assert covered_seconds([(0, 1), (0.5, 2), (3, 4)]) == pytest.approx(3.0)
 
 
+def write_trace(folder, step_ns, ops, collectives):
+    """A profiler trace (XSpace) as TensorFlow writes it, built by hand: the step's event over
+    `step_ns` (start, end), each op's event ((name, start, end) in ns) and each asynchronous
+    collective's launch and completion ((name, launch, done) in ns) with the stats TensorFlow
+    gives them."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    from xbench.tf_backend.trace import ASYNC_EVENTS, STEP_EVENT
+    space = xplane_pb2.XSpace()
+    plane = space.planes.add(name="/host:CPU")
+    ids = {}
+
+    def metadata(table, name):
+        if name not in ids:
+            ids[name] = len(ids) + 1
+            table[ids[name]].id, table[ids[name]].name = ids[name], name
+        return ids[name]
+
+    def event(line, label, start, end, stats=()):
+        added = line.events.add(metadata_id=metadata(plane.event_metadata, label),
+                                offset_ps=start * 1000, duration_ps=(end - start) * 1000)
+        for stat, value in dict(stats).items():
+            key = metadata(plane.stat_metadata, stat)
+            if isinstance(value, str):
+                added.stats.add(metadata_id=key, str_value=value)
+            else:
+                added.stats.add(metadata_id=key, int64_value=value)
+    python, compute = plane.lines.add(name="python"), plane.lines.add(name="tf_Compute/1")
+    event(python, STEP_EVENT, *step_ns)
+    for name, start, end in ops:
+        event(compute, name, start, end)
+    for name, launch, done in collectives:
+        stats = {"name": name, "kernel_type": "CollectiveReduceV2", "step_id": 7}
+        event(compute, ASYNC_EVENTS[0], launch, launch + 10, stats)
+        event(compute, ASYNC_EVENTS[1], done - 10, done, stats)
+    (folder / "host.xplane.pb").write_bytes(space.SerializeToString())
+
+
+def test_a_traced_rank_is_ready_when_its_backward_ends_not_at_its_last_launch(tmp_path):
+    """MultiWorkerMirroredStrategy's small packs, launched one after another once backward is
+    over (at 60 ms): the rank was ready when backward's last op ended (the slow-rank fault's
+    op is backward's), and the packs' 30 ms after it are communication, not untraced. Without a
+    backward op the last launch stays the rank's ready moment."""
+    from xbench.tf_backend.trace import INJECTED_SCOPE, _read
+    ms = 1_000_000
+    write_trace(tmp_path, (0, 100 * ms), [
+        ("dense/MatMul:MatMul", 0, 20 * ms),
+        ("gradient_tape/dense/MatMul:MatMul", 20 * ms, 50 * ms),
+        (f"{INJECTED_SCOPE}/Sleep:Sleep", 50 * ms, 60 * ms),
+        ("xbench_optimizer/adam/update:AssignSubVariableOp", 90 * ms, 100 * ms)],
+        [("CollectiveReduceV2_1", 70 * ms, 90 * ms),  # written out of order
+         ("CollectiveReduceV2", 60 * ms, 70 * ms)])
+    [step] = _read(str(tmp_path), [5.0])  # the call began 5 s into the epoch
+    assert step.ready == pytest.approx(5.06) and step.collective_end == pytest.approx(5.09)
+    # in the order they were launched; the trace tells no bytes
+    assert [(f.launch, f.end) for f in step.collectives] == [
+        pytest.approx((5.06, 5.07)), pytest.approx((5.07, 5.09))]
+    assert all(flight.size is None for flight in step.collectives)
+    parts = partition(step, latest_ready=None)
+    assert parts["communication"] == pytest.approx(0.03) and parts["untraced"] == pytest.approx(0)
+    assert parts["backward"] == pytest.approx(0.04)
+    write_trace(tmp_path, (0, 100 * ms), [("dense/MatMul:MatMul", 0, 20 * ms)],
+                [("CollectiveReduceV2", 30 * ms, 40 * ms), ("CollectiveReduceV2_1", 50 * ms,
+                                                            90 * ms)])
+    [step] = _read(str(tmp_path), [0.0])
+    assert step.ready == pytest.approx(0.05)
+
+
 def test_the_epoch_summary_names_its_residual_and_the_slowest_rank():
     moments = [0.0, 0.0, 0.001, 0.01, 0.01, 0.01, 0.011, 0.02, 0.02]  # origin, then 4 a step
     marks = StepMarks(stamp=iter(moments).__next__)

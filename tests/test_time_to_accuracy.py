@@ -32,7 +32,7 @@ def test_a_target_reached_in_epoch_1_still_trains_epoch_2_and_evaluates_no_more(
     run.record(1, 2, Evaluation(0.5, 1.2), training=1.0, wall=1.5)
     assert run.due(4) and not run.finished(1)
     run.record(1, 4, Evaluation(0.95, 0.2), training=2.0, wall=3.0)
-    run.end_epoch(training=2.0, evaluating=1.0)
+    run.end_epoch(1, training=2.0, evaluating=1.0)
     assert not run.due(2) and not run.due(4) and not run.finished(1) and run.finished(2)
     summary = run.summary()
     assert summary["converged"] and (summary["samples"], summary["epochs"]) == (4 * 64, 1.0)
@@ -43,6 +43,21 @@ def test_a_target_reached_in_epoch_1_still_trains_epoch_2_and_evaluates_no_more(
     assert run.curve[-1] | {"accuracy": 0} == {"epoch": 2, "step": 6, "samples": 6 * 64,
                                                "epochs": 1.5, "accuracy": 0, "loss": 0.1,
                                                "seconds": 3.75, "training_seconds": 2.5}
+
+
+def test_a_point_at_an_epochs_end_takes_the_epochs_recorded_time():
+    """The loop's clock at the evaluation (3.1 s here) is this rank's; the epoch's record (3.0 s
+    of training, the slowest rank's, the tracer's time between steps out) is what the row says
+    the epoch took: a target reached at the epoch's end took that. A point inside the epoch
+    keeps the loop's clock."""
+    run = target_run(4, evals=2, target=0.5)
+    run.record(1, 2, Evaluation(0.4, 1.2), training=1.5, wall=2.0)
+    run.record(1, 4, Evaluation(0.6, 0.9), training=3.1, wall=4.1)
+    run.end_epoch(1, training=3.0, evaluating=1.0)
+    assert [(p["training_seconds"], p["seconds"]) for p in run.curve] == [(1.5, 2.0), (3.0, 4.0)]
+    assert (run.summary()["training_seconds"], run.summary()["seconds"]) == (3.0, 4.0)
+    run.end_epoch(2, training=2.5, evaluating=0.0)  # epoch 2 evaluates nothing: no point moves
+    assert run.summary()["training_seconds"] == 3.0
 
 
 def test_a_run_that_never_reaches_its_target_has_no_time_to_it():
@@ -235,25 +250,51 @@ def test_a_target_no_run_reaches_is_ok_and_counted_as_not_converged(mnist_dir, t
     assert "no configuration reached the target" in report.stdout
 
 
-def test_one_accuracy_curve_across_frameworks(mnist_dir, tmp_path):
-    """The same evaluations of the same weights: PyTorch and TensorFlow, one process and two
-    (the ranks learn rank 0's accuracy through each library's gather)."""
-    grid = write_grid(tmp_path, name="curves", backends=["pt-single", "tf-single",
-                                                         "tf-multiworker", "hvd-torch"],
+@pytest.fixture(scope="module")
+def curves(mnist_dir, tmp_path_factory):
+    """PyTorch and TensorFlow, one process and two, to a target no run reaches: 2 epochs of 8
+    steps, the test set evaluated 4 times an epoch; TensorFlow traces every step of epoch 2."""
+    folder = tmp_path_factory.mktemp("curves")
+    grid = write_grid(folder, name="curves", backends=["pt-single", "tf-single",
+                                                       "tf-multiworker", "hvd-torch"],
                       devices=[1, 2], batches=[128], target_accuracy=0.999, seeds=1, epochs=2,
                       max_train_samples=1024, max_test_samples=1000)
-    results = tmp_path / "curves.jsonl"
+    results = folder / "curves.jsonl"
     run = xbench("grid", grid, "--data-dir", mnist_dir, "--results", results)
     assert run.returncode == 0, run.stdout + run.stderr
     rows, _ = read_rows(results)
-    curves = {(r["backend"], r["devices"]): r["time_to_target"]["curve"] for r in rows
-              if r["status"] == "ok"}
-    assert len(curves) == 6, json.dumps([(r["backend"], r["devices"], r["error"]) for r in rows])
-    reference = curves[("pt-single", 1)]
-    for key, curve in curves.items():
+    ok = {(r["backend"], r["devices"]): r for r in rows if r["status"] == "ok"}
+    assert len(ok) == 6, json.dumps([(r["backend"], r["devices"], r["error"]) for r in rows])
+    return ok
+
+
+def test_one_accuracy_curve_across_frameworks(curves):
+    """The same evaluations of the same weights: PyTorch and TensorFlow, one process and two
+    (the ranks learn rank 0's accuracy through each library's gather)."""
+    reference = curves[("pt-single", 1)]["time_to_target"]["curve"]
+    for key, row in curves.items():
+        curve = row["time_to_target"]["curve"]
         # never reached: every backend evaluates at the same 8 points
         assert [p["samples"] for p in curve] == [p["samples"] for p in reference], key
         assert len(curve) == 8, key
         # one trajectory (float32 losses agree to ~3e-6): at most 3 of the 1,000 images differ
         assert max(abs(p["accuracy"] - q["accuracy"]) for p, q in zip(curve, reference)) \
             <= 0.003, key
+
+
+def test_the_time_to_a_point_leaves_the_tracer_out_as_the_epochs_do(curves):
+    """TensorFlow's tracer, started and stopped between the traced steps of epoch 2, is the
+    epoch's untimed seconds: a point evaluated at an epoch's end counts the epochs' timed
+    seconds as recorded, and none of the tracer's."""
+    for (backend, devices), row in curves.items():
+        epochs = row["epochs"]
+        if row["framework"] == "tensorflow":
+            assert epochs[1]["untimed_seconds"] > 0, (backend, devices)  # the tracer ran
+        ends = [p for p in row["time_to_target"]["curve"] if p["epochs"] == p["epoch"]]
+        assert [p["epoch"] for p in ends] == [1, 2], (backend, devices)
+        for point in ends:
+            timed = epochs[:point["epoch"]]
+            assert point["training_seconds"] == pytest.approx(
+                sum(e["seconds"] for e in timed), rel=1e-12), (backend, devices)
+            assert point["seconds"] == pytest.approx(
+                sum(e["seconds"] + e["evaluation_seconds"] for e in timed), rel=1e-12)

@@ -6,7 +6,9 @@ a CPU), in the host clock of the loop's marks.
 A tf.function step is one call on the host: only a trace sees inside it. Ops are labelled by
 their name scope, which TensorFlow gives them from where they were made: `gradient_tape/...` is
 the backward pass, the optimizer's scope its update, the collectives by their op type, and the
-rest of the replica's function the forward pass and loss.
+rest of the replica's function the forward pass and loss. The rank is ready for its collectives
+when its backward's last op ends: what the step waits for its collectives after that is waiting
+or communication (common.measuring.attribution.partition), however late they were launched.
 """
 import glob
 import math
@@ -29,6 +31,9 @@ COPY_OPS = ("_Send", "_Recv", "_HostSend", "_HostRecv")  # between a process's d
 # 'EagerLocalExecute: Pack', tf.data's 'Iterator::...') are not ops.
 OP_EVENT = re.compile(r"^[^\s:]+:[A-Za-z_]\w*$")
 # An asynchronous op (a collective) is seen launched and done, with its name and type as stats.
+# They give its name, type and step, not its bytes, so a collective's size is left None: only the
+# allocation of a pack's concatenated input shows them, under a name of TensorFlow's making, and
+# a pack that needs no new buffer (one gradient) allocates nothing.
 ASYNC_EVENTS = ("ExecutorState::ProcessAsync::Start", "ExecutorState::ProcessAsync::Done")
 INPUT_THREADS = "tf_data"  # tf.data's threads: the input pipeline, running beside the step
 INJECTED_SCOPE = "xbench_slow_rank"  # common's slow-rank fault: this rank's compute, made longer
@@ -71,9 +76,10 @@ class Tracer:
     @staticmethod
     def sampled(epoch: int, step: int, steps: int) -> bool:
         """Whether step `step` (from 1) of `epoch` is traced: every k-th of each epoch from the
-        second, SAMPLED of them (k = the epoch's steps / SAMPLED)."""
+        second, SAMPLED of them (k = the epoch's steps / SAMPLED). The loop asks once past the
+        epoch's last step too, before it finds no batch: nothing to trace."""
         every = max(1, steps // SAMPLED)
-        return epoch >= 2 and step % every == 0 and step // every <= SAMPLED
+        return epoch >= 2 and step <= steps and step % every == 0 and step // every <= SAMPLED
 
     def start(self, epoch: int, step: int) -> None:
         folder = tempfile.mkdtemp(prefix="xbench-trace-")
@@ -115,8 +121,39 @@ def _read(folder: str, starts: list[float]) -> list[Step]:
     space = xplane_pb2.XSpace()
     with open(path, "rb") as file:
         space.ParseFromString(file.read())
-    # In the trace's clock (ns): the steps' windows, the ops (name, start, end), and when each
-    # asynchronous collective was launched and done.
+    windows, ops, collectives = _events(space)
+    steps = []
+    for (low, high), host_start in zip(sorted(windows), starts):
+        offset = host_start - low / 1e9
+        at = lambda ns, offset=offset: ns / 1e9 + offset  # noqa: E731
+        step = Step(host_start, at(high))
+        for name, start, end in ops:
+            if low <= start < high and name.rpartition(":")[2] not in COLLECTIVE_OPS:
+                part = label(name)
+                step.intervals.append(("communication" if part == "collective" else part,
+                                       at(start), at(min(end, high)), COUNTED))
+        mine = [Flight(at(a), at(min(b, high))) for a, b in collectives if low <= a < high]
+        if mine:
+            _set_collectives(step, mine)
+        steps.append(step)
+    return steps
+
+
+def _set_collectives(step: Step, flights: list[Flight]) -> None:
+    """The step's collectives; this rank was ready for them when its backward ended (its last
+    backward op, the slow-rank fault's included), not at the last launch: small packs run one
+    after another, launched long after backward, and the wait for them is the step's
+    communication (or waiting, until the slowest rank's backward ended). A step without a
+    backward op was ready at its last launch."""
+    backward = [end for part, _, end, _ in step.intervals if part == "backward"]
+    step.ready = max(backward) if backward else flights[-1].launch
+    step.collective_end = max(f.end for f in flights)
+    step.collectives = flights
+
+
+def _events(space) -> tuple[list, list, list]:
+    """In the trace's clock (ns): the steps' windows, the ops (name, start, end) and each
+    asynchronous collective's (launch, done), in the order they were launched."""
     windows, ops, launched, done = [], [], {}, {}
     for plane in space.planes:
         stat_names = {key: value.name for key, value in plane.stat_metadata.items()}
@@ -140,24 +177,8 @@ def _read(folder: str, starts: list[float]) -> list[Step]:
                     windows.append((start, end))
                 elif OP_EVENT.match(name):
                     ops.append((name, start, end))
-    collectives = [(launched[key], done[key]) for key in launched.keys() & done.keys()]
-    steps = []
-    for (low, high), host_start in zip(sorted(windows), starts):
-        offset = host_start - low / 1e9
-        at = lambda ns, offset=offset: ns / 1e9 + offset  # noqa: E731
-        step = Step(host_start, at(high))
-        for name, start, end in ops:
-            if low <= start < high and name.rpartition(":")[2] not in COLLECTIVE_OPS:
-                part = label(name)
-                step.intervals.append(("communication" if part == "collective" else part,
-                                       at(start), at(min(end, high)), COUNTED))
-        mine = [Flight(at(a), at(min(b, high))) for a, b in collectives if low <= a < high]
-        if mine:
-            step.ready = max(f.launch for f in mine)  # the last one launched: this rank is ready
-            step.collective_end = max(f.end for f in mine)
-            step.collectives = mine
-        steps.append(step)
-    return steps
+    return windows, ops, sorted((launched[key], done[key])
+                                for key in launched.keys() & done.keys())
 
 
 def _value(stat, stat_names: dict):

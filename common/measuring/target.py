@@ -5,8 +5,9 @@ the time to the target.
 
 The time to the target is counted as MLPerf counts it: the epochs' wall clock from the first step
 to the end of the evaluation that reached the target, evaluations included ("seconds"; xbench's
-bookkeeping between epochs is not counted); beside it the training alone ("training_seconds":
-the evaluations taken out, as every epoch's time is). A run
+bookkeeping between epochs is not counted, nor its work between steps: TensorFlow's tracer, which
+every epoch's time leaves out as `untimed_seconds`); beside it the training alone
+("training_seconds": the evaluations taken out, as every epoch's time is). A run
 that reaches its target goes on to the end of that epoch, and of epoch 2 at least, so that every
 epoch in its row is whole and its rate is read from epoch 2 as in every other row; no evaluation
 runs after the target is reached.
@@ -84,8 +85,15 @@ class TargetRun:
         if self.reached is None and self.met(evaluation):
             self.reached = point
 
-    def end_epoch(self, training: float, evaluating: float) -> None:
-        """The epoch just timed: its training seconds (the slowest rank's) and its evaluations'."""
+    def end_epoch(self, epoch: int, training: float, evaluating: float) -> None:
+        """Epoch `epoch` just timed: its training seconds as its record has them (the slowest
+        rank's, its evaluations and the work between its steps out) and its evaluations'. A point
+        evaluated after its last step takes these: a target reached at an epoch's end took the
+        epochs' time as their records have it (the slowest rank's, not this rank's own clock)."""
+        last = self.curve[-1] if self.curve else None
+        if last and last["step"] == epoch * self.steps_per_epoch:
+            last.update(seconds=self._wall_before + training + evaluating,
+                        training_seconds=self._training_before + training)
         self._training_before += training
         self._wall_before += training + evaluating
 

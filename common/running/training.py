@@ -75,7 +75,7 @@ class TrainingLoop(TrainingHooks):
             record = self.train_epoch(epoch, ran, probe)
             ran.epochs.append(record)
             if ran.target:
-                ran.target.end_epoch(record["seconds"], record["evaluation_seconds"])
+                ran.target.end_epoch(epoch, record["seconds"], record["evaluation_seconds"])
                 if ran.target.finished(epoch):
                     break
         report.stop()
@@ -106,7 +106,9 @@ class TrainingLoop(TrainingHooks):
             ran.steps += 1
             report.done = step  # read by the report's own thread, outside this loop
             if target and target.due(step):
-                evaluating += self.evaluate_for(target, epoch, step, clock, evaluating)
+                self.between(epoch, None, untimed)  # a tracer stopped: no evaluation is traced
+                evaluating += self.evaluate_for(target, epoch, step, clock, evaluating,
+                                                untimed[0])
         seconds = clock.stop() - evaluating - untimed[0]
         watched = probe.stop()
         report.end_epoch(seconds)
@@ -150,19 +152,21 @@ class TrainingLoop(TrainingHooks):
                            if attribution.INSTRUMENTED else None)
 
     def evaluate_for(self, target: TargetRun, epoch: int, step: int, clock: EpochClock,
-                     evaluated: float) -> float:
+                     evaluated: float, untimed: float) -> float:
         """Evaluate at one of the target's points, every rank told rank 0's accuracy (so that
         all stop together); the seconds it took, from the moment every rank had trained to the
         point (the wait for a slower rank is training's, as at a collective). `evaluated`: the
-        seconds of this epoch's earlier evaluations."""
+        seconds of this epoch's earlier evaluations; `untimed`: of the work between its steps so
+        far (TensorFlow's tracer), out of the time to the target as out of the epoch's."""
         self.sync()
         self.comm.barrier()
         began = time.perf_counter()
         self.gather_for_evaluation()
         found = self.comm.gather(astuple(self.evaluate()) if self.comm.rank == 0 else None)[0]
         ended = time.perf_counter()
-        target.record(epoch, step, Evaluation(*found), training=began - clock.started - evaluated,
-                      wall=ended - clock.started)
+        target.record(epoch, step, Evaluation(*found),
+                      training=began - clock.started - evaluated - untimed,
+                      wall=ended - clock.started - untimed)
         return ended - began
 
     def timed_batches(self, batches: Iterable, epoch: int, untimed: list[float]) -> Iterator:
