@@ -281,9 +281,9 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
            protocol=everywhere(Protocol(ALL_REDUCE, reduce_passes=2, bucket_knob=(
                "MultiWorkerMirroredStrategy's CommunicationOptions(bytes_per_pack)"))),
            no_compression=STRATEGIES_DO_NOT_COMPRESS,
-           collectives_counted="TensorFlow's CollectiveReduceV2 ops in the trace: from the last "
-                               "one's launch (this worker's gradients ready) to the end of the "
-                               "last",
+           collectives_counted="TensorFlow's CollectiveReduceV2 ops in the trace, each from its "
+                               "launch to its end; this worker is ready when its backward's "
+                               "last op ends",
            batchnorm_statistics=MIRRORED_BATCHNORM),
     Traits("hvd-torch", TORCH, "xbench.pt_backend.hvd:HorovodTorchBackend",
            wrapper="Horovod", start=HOROVODRUN,
@@ -299,8 +299,8 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
            wrapper="Horovod",
            start=HOROVODRUN, protocol=HOROVOD_PROTOCOL, library="horovod",
            compressions=HOROVOD_COMPRESSIONS, no_compression=HOROVOD_NO_COMPRESSION,
-           collectives_counted="Horovod's all-reduce ops in the trace: from the last one's "
-                               "launch (this rank's gradients ready) to the end of the last",
+           collectives_counted="Horovod's all-reduce ops in the trace, each from its launch to "
+                               "its end; this rank is ready when its backward's last op ends",
            batchnorm_statistics=HOROVOD_BATCHNORM, extension=HOROVOD_EXTENSIONS["TensorFlow"],
            install_hint=HOROVOD_BUILD_HINT),
     Traits("jax-single", JAX, "xbench.jax_backend.single:SingleDeviceJaxBackend",

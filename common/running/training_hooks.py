@@ -54,8 +54,8 @@ class TrainingHooks(abc.ABC):
     def between_steps(self, epoch: int, step: int | None) -> None:
         """Work between two timed steps that is no part of training (TensorFlow's tracer
         started before a sampled step and stopped after it), before step `step` of `epoch`
-        begins (None: after its last): its seconds are taken out of the epoch's time and lie
-        outside every step's window, as an evaluation's do."""
+        begins (None: after its last, or before an evaluation): its seconds are taken out of
+        the epoch's time and lie outside every step's window, as an evaluation's do."""
 
     def traced_steps(self) -> list[tuple[int, int, Step]] | None:
         """(epoch, step, what a tracer saw inside that step's call: a
