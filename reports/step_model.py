@@ -165,12 +165,6 @@ def bucket_bytes(pair) -> int | None:
     return int(bucket * 2**20) if bucket else None
 
 
-def moved_bytes(pair) -> float:
-    """The bytes one device's link carries per step by the model (all passes)."""
-    return protocol(pair).link_bytes(pair["bytes"] or wire_size(pair), pair["devices"],
-                                     pair["reshard"])
-
-
 def probe_rate(pair, probes: dict) -> float | None:
     """The probe's bus bandwidth of the cell's library on as many processes and nodes, at the
     size nearest the cell's gradients (bytes per second), or None."""

@@ -60,15 +60,6 @@ def even_curve(size: float, backward: float, pieces: int = EVEN_PIECES) -> list[
     return [Gradient(backward * (index + 1) / pieces, size / pieces) for index in range(pieces)]
 
 
-def caps(protocol: Protocol, bucket_bytes: int | None) -> tuple[float, float]:
-    """(the first message's cap, every other's) in bytes: the cell's buckets where its library
-    takes them, else its library's own (inf: one message for everything)."""
-    if bucket_bytes and protocol.bucket_knob:
-        return bucket_bytes, bucket_bytes
-    cap = protocol.message_bytes or math.inf
-    return protocol.first_message_bytes or cap, cap
-
-
 def buckets(curve: Sequence[Gradient], first_cap: float, cap: float) -> list[Gradient]:
     """Gradients in the order they are ready, closed into buckets as DDP closes them: a bucket
     takes gradients until its bytes reach its cap (the first bucket's cap apart); each is ready
@@ -123,7 +114,7 @@ def messages(curve: Sequence[Gradient], backward: float, protocol: Protocol,
     ready over `backward` seconds (`seconds(bytes)`: one message's duration)."""
     if not curve or not protocol.crosses:
         return []
-    first_cap, cap = caps(protocol, bucket_bytes)
+    first_cap, cap = protocol.caps(bucket_bytes)
     if protocol.launch == FUSED_EACH_CYCLE:
         return fused_each_cycle(curve, cap, protocol.cycle_seconds, seconds)
     if protocol.launch == AFTER_BACKWARD:

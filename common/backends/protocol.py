@@ -66,15 +66,19 @@ class Protocol:
         `reshard`."""
         return self.reduce_passes + self.gathers.get(reshard, 0)
 
-    def messages(self, size: float, bucket_bytes: int | None = None) -> int:
-        """How many collectives carry `size` bytes of gradients a step: in the cell's buckets
-        where its library takes them (`bucket_bytes`), else in its library's own."""
+    def caps(self, bucket_bytes: int | None = None) -> tuple[float, float]:
+        """(the first message's cap, every other's) in bytes: the cell's buckets where its
+        library takes them (`bucket_bytes`), else its library's own (inf: one message for all
+        the gradients)."""
         if bucket_bytes and self.bucket_knob:
-            cap = first = bucket_bytes
-        else:
-            cap = self.message_bytes
-            first = self.first_message_bytes or cap
-        if not cap:
+            return bucket_bytes, bucket_bytes
+        cap = self.message_bytes or math.inf
+        return self.first_message_bytes or cap, cap
+
+    def messages(self, size: float, bucket_bytes: int | None = None) -> int:
+        """How many collectives carry `size` bytes of gradients a step, in its caps."""
+        first, cap = self.caps(bucket_bytes)
+        if math.isinf(cap):
             return 1
         return 1 + max(0, math.ceil((size - first) / cap))
 
