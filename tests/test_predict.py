@@ -10,7 +10,14 @@ from xbench.common.backends.protocol import RING_ALL_REDUCE
 from xbench.common.backends.traits import TRAITS
 from xbench.common.errors import UserError
 from xbench.reports import analysis
-from xbench.reports.calibration import calibrate
+from xbench.reports.calibration import (
+    ALONE,
+    MOVING,
+    Wire,
+    calibrate,
+    calibration_point,
+    fit_wire,
+)
 from xbench.reports.load import load
 from xbench.reports.predict import checked, parse_link, predicted, read_links, references
 from xbench.reports.published import against_published
@@ -250,3 +257,23 @@ def test_the_what_if_predicts_each_bucket_size_and_marks_the_best(smoke):
     assert {r["bucket_mb"] for r in scaled if r["backend"] == "tf-mirrored"} == {0.0}
     bad = xbench_here("predict", smoke.results, "--link", "ib-ndr", "--bucket-mb", "0,4")
     assert bad.returncode == 2 and "--bucket-mb '0,4'" in bad.stderr, bad.stderr
+
+
+def test_a_library_is_calibrated_on_collectives_that_ran_alone():
+    """Collectives of two sizes that would take 0.1 and 0.4 s at the nominal link, over 2 ring
+    steps, measured 0.155 and 0.53 s: 15 ms a ring step and 80% of the nominal rate. On 2 ranks
+    sharing a cap of 10 MB/s, each of an all-reduce's 2 passes moves half the bytes at 5 MB/s:
+    3 MB are 0.6 s at the cap."""
+    assert fit_wire([(2, 0.1, 0.155), (2, 0.4, 0.53)], ALONE) == Wire(
+        pytest.approx(0.015), pytest.approx(0.8), 2, ALONE)
+    assert fit_wire([(2, 0.1, 0.125)], ALONE).efficiency == pytest.approx(0.8)  # one point
+    pair = {"backend": "pt-ddp", "device_type": "cpu", "reduction": "all-reduce",
+            "devices": 2, "reshard": "after-forward", "inject": "link=80mbit",
+            "bytes": 4e6, "moving_seconds": 0.6, "communication_step": 0.5, "bucket_mb": 0.0,
+            "collective_library": "gloo", "after_bytes": 3e6, "after_seconds": 0.4,
+            "after_messages": 1}
+    basis, (steps, nominal, seconds) = calibration_point(pair)
+    assert (basis, steps, seconds) == (ALONE, 2, 0.4) and nominal == pytest.approx(0.6)
+    # a last small bucket after backward says only its latency: the step's moving time instead
+    basis, (steps, nominal, seconds) = calibration_point({**pair, "after_bytes": 1e5})
+    assert (basis, seconds) == (MOVING, 0.6) and nominal == pytest.approx(0.8)

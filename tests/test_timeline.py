@@ -19,6 +19,7 @@ from xbench.reports.timeline import (
     recorded_curve,
     under_backward,
 )
+from xbench.reports.verdicts import hidden_words
 
 MS = 1e-3
 GBPS = 1e9  # a link moving 1 GB a second: a message of B bytes lasts B / 1e9 s
@@ -115,3 +116,12 @@ def test_a_recorded_curve_scales_to_another_backward_and_an_even_one_adds_up():
     assert [g.ready for g in even] == pytest.approx([25 * MS, 50 * MS, 75 * MS, 100 * MS])
     assert sum(g.size for g in even) == 64.0
     assert on_one_stream([], at_1gbps) == [] and hidden_share(0.0, 0.0) is None
+
+
+def test_the_why_reads_the_timeline_and_names_each_share_for_what_it_is():
+    cell = {"alone_seconds": 0.029, "hidden_share": 2 / 29, "under_backward_seconds": 0.002,
+            "communication_step": 0.027, "overlap_share": 0.45, "reduction": "all-reduce"}
+    assert hidden_words(cell) == ("; of 29 ms of all-reduce a step, 2 ms ran under backward and "
+                                  "27 ms were exposed (hidden 7%; in flight while computing, "
+                                  "HTA's overlap share: 45%)")
+    assert hidden_words({**cell, "hidden_share": math.nan}) == ""  # collectives not timed
