@@ -15,11 +15,12 @@ from xbench.reports.verdicts import judged
 def test_until_conclusive_adds_repeats_until_settled_or_says_why_not(tmp_path):
     """pt-ddp on 1 and 2 devices, 2 repeats, then repeats until the comparison is settled or
     the budget is spent: every run it added is one more repeat of a cell of an open comparison,
-    and it ends saying which."""
+    and it ends saying which. Half a minute: room for a round of both cells (a few seconds
+    each), and the loop's time is the budget's (a minute took half the test's time)."""
     results = tmp_path / "r.jsonl"
     done = xbench("grid", "--preset", "smoke", "--backend", "pt-ddp", "--devices", "1,2",
                   "--repeat", "2", "--max-train-samples", "512", "--data-dir", MNIST_DIR,
-                  "--results", results, "--until-conclusive", "--budget", "1")
+                  "--results", results, "--until-conclusive", "--budget", "0.5")
     assert done.returncode == 0, done.stdout + done.stderr
     rows = read_rows(results)[0]
     added = len(rows) - 4

@@ -5,7 +5,7 @@ rows read as what they were: tests/test_schema.py.)"""
 
 import pytest
 
-from tests.helpers import write_grid, xbench, xbench_here
+from tests.helpers import SMOKE_SLICE, write_grid, xbench, xbench_here
 from xbench.common.grids.cell import Cell
 from xbench.common.results.store import read_rows
 
@@ -46,25 +46,30 @@ def test_the_schedule_ramps_from_lr_to_the_scaled_lr():
     assert root.learning_rate(0, 10) == pytest.approx(0.1 * 2 ** 0.5)
 
 
-def test_without_set_epoch_every_epoch_trains_epoch_0s_order(mnist_dir, tmp_path):
+def test_without_set_epoch_every_epoch_trains_epoch_0s_order(smoke, mnist_dir, tmp_path):
     """pt-ddp without set_epoch deals epoch 0's order each epoch, and torch's own
     DistributedSampler, given the same calls, does the same; pt-single draws with a plain
     shuffling loader, which reshuffles by itself (the same orders as pt-ddp with set_epoch), so
-    it has no set_epoch to leave out, nor has TensorFlow."""
-    grid = write_grid(tmp_path, name="epochs", epochs=3, backends=["pt-ddp", "pt-single",
-                                                                  "tf-single"],
-                      devices=[2, 1], max_train_samples=512)
-    for flag in ("--set-epoch", "--no-set-epoch"):
-        run = xbench("grid", grid, flag, "--data-dir", mnist_dir, "--results",
-                     tmp_path / f"{flag}.jsonl")
-        assert run.returncode == 0, run.stderr
-    with_it, without = ({r["backend"]: r for r in read_rows(tmp_path / f"{flag}.jsonl")[0]
-                         if r["devices"] == 2 or r["backend"] != "pt-ddp"}
-                        for flag in ("--set-epoch", "--no-set-epoch"))
+    it has no set_epoch to leave out, nor has TensorFlow. With set_epoch: the shared grid's rows
+    (its settings, set_epoch the default); without it: the same cells run here."""
+    results = tmp_path / "no-set-epoch.jsonl"
+    shared = ("--preset", "smoke", "--no-set-epoch", "--max-train-samples", SMOKE_SLICE,
+              "--data-dir", mnist_dir, "--results", results)
+    run = xbench("grid", *shared, "--backend", "pt-ddp", "--devices", "2")
+    assert run.returncode == 0, run.stderr
+    # theirs are refused before anything runs: no process of their own to start
+    refused = xbench_here("grid", *shared, "--backend", "pt-single,tf-single", "--devices", "1")
+    assert refused.returncode == 0, refused.stderr
+    with_it = {backend: smoke.rows[(backend, devices)]
+               for backend, devices in (("pt-ddp", 2), ("pt-single", 1))}
+    without = {r["backend"]: r for r in read_rows(results)[0]}
+    assert with_it["pt-ddp"]["set_epoch"] is True and len(without) == 3
+    epochs = len(with_it["pt-ddp"]["epochs"])
+    assert epochs >= 2 and len(without["pt-ddp"]["epochs"]) == epochs
     ddp, alone = with_it["pt-ddp"]["evidence"], with_it["pt-single"]["evidence"]
-    assert len(set(ddp["global_batches_digests"])) == 3
+    assert len(set(ddp["global_batches_digests"])) == epochs  # a new order every epoch
     assert ddp["global_batches_digests"] == alone["global_batches_digests"]  # one trajectory
-    assert len(set(ddp["distributed_sampler_digests"])) == 3
+    assert len(set(ddp["distributed_sampler_digests"])) == epochs
     assert "distributed_sampler_digests" not in alone
     stuck = without["pt-ddp"]["evidence"]
     assert len(set(stuck["global_batches_digests"])) == 1
@@ -72,6 +77,8 @@ def test_without_set_epoch_every_epoch_trains_epoch_0s_order(mnist_dir, tmp_path
     assert stuck["distributed_sampler_digests"][0] not in ddp["distributed_sampler_digests"]  # 0
     assert without["pt-ddp"]["set_epoch"] is False
     assert without["pt-ddp"]["cell_key"].endswith("|no-set-epoch")
+    assert without["pt-ddp"]["cell_key"].replace("|no-set-epoch", "") == with_it["pt-ddp"][
+        "cell_key"]  # the same cell but for set_epoch
     for backend, reason in (("pt-single", "plain shuffling loader"),
                             ("tf-single", "DistributedSampler")):
         assert without[backend]["status"] == "unsupported" and reason in without[backend]["error"]
