@@ -77,7 +77,9 @@ def best_buckets(check) -> None:
 
 
 def one_bucket(check, attributed) -> None:
-    mine = attributed[(attributed["bucket_mb"] == ONE_BUCKET) & (attributed["devices"] > 1)]
+    mine = attributed[attributed["cell_key"].str.contains(f"|bucket{ONE_BUCKET:g}|",
+                                                          regex=False)
+                      & (attributed["devices"] > 1)]
     guessed = check[(check["bucket_mb"] == ONE_BUCKET)]["hidden"]
     print(f"  one bucket: measured hidden share {np.round(mine['hidden_share'].to_numpy(), 3)}"
           f", predicted {np.round(guessed.to_numpy(), 3)} (goal: each at most 0.05)")

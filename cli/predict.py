@@ -64,9 +64,10 @@ def predict(results_files, link, node_link, devices, nodes, bucket_mb, where, pu
     from xbench.reports import analysis  # pandas and scipy: loaded here
     from xbench.reports.load import load, load_probes, newest_results
     from xbench.reports.predict import band_text, check_summary, checked, given_links
+    from xbench.reports.predict_tables import check_table, published_table, what_if_table
     from xbench.reports.published import PUBLISHED_FILE, against_published
     from xbench.reports.published import as_json as published_json
-    from xbench.reports.tables import check_table, markdown, published_table, what_if_table
+    from xbench.reports.tables import markdown
     from xbench.reports.what_if import what_if
     chosen, between = given_links(link, node_link)
     paths = [Path(p) for p in results_files] or [newest_results(DEFAULT_RESULTS_DIR)]

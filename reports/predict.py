@@ -192,7 +192,7 @@ def checked(cells: pd.DataFrame, attributed: pd.DataFrame, probes: dict) -> pd.D
     return pd.DataFrame(records, columns=CHECK_COLUMNS)
 
 
-CHECKED = [*CONFIG, "devices_per_node", "cell_key", "training", *columns(Role.FAULT)]
+CHECKED = [*CONFIG, "devices_per_node", "cell_key", "training", "bucket_mb", *columns(Role.FAULT)]
 CHECK_COLUMNS = [*CHECKED, "compute", "moving", "hidden", "under_backward", "exposed", "waiting",
                  "step", "link",
                  "epoch_seconds", "measured_seconds", "measured_runs", "measured_low",

@@ -5,8 +5,8 @@ from matplotlib import ticker
 from xbench.reports import analysis, predict
 from xbench.reports.data import ReportData
 from xbench.reports.figures import left_out, legend, look, panels, plain
+from xbench.reports.predict_tables import check_table
 from xbench.reports.sections.section import Figure, Made, Section, Table
-from xbench.reports.tables import check_table
 
 NO_PREDICTION = ("no N-device cell could be predicted: it needs attributed cells on 1 and on "
                  "more devices of one backend and setup (the smoke grid has 1 and 2)")

@@ -2,8 +2,8 @@
 cells on more devices and nodes over the link given."""
 from xbench.reports import predict, what_if
 from xbench.reports.data import Options, ReportData
+from xbench.reports.predict_tables import what_if_table
 from xbench.reports.sections.section import Section, Table
-from xbench.reports.tables import what_if_table
 
 WHAT_IF_DEVICES, WHAT_IF_NODES = [1, 2, 4, 8], [1, 8, 64]
 WHAT_IF_TEXT = (
