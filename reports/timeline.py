@@ -116,6 +116,8 @@ def messages(curve: Sequence[Gradient], backward: float, protocol: Protocol,
         return []
     first_cap, cap = protocol.caps(bucket_bytes)
     if protocol.launch == FUSED_EACH_CYCLE:
+        if bucket_bytes and protocol.bucket_knob and protocol.whole_buckets:
+            curve = buckets(curve, first_cap, cap)  # each group launched whole, then fused
         return fused_each_cycle(curve, cap, protocol.cycle_seconds, seconds)
     if protocol.launch == AFTER_BACKWARD:
         curve = [Gradient(backward, g.size) for g in curve]

@@ -49,6 +49,9 @@ class Protocol:
     # cycle of a library that fuses each cycle (seconds).
     launch: str = AFTER_BACKWARD
     cycle_seconds: float = 0.0
+    # Whether the cell's bucket_mb also groups the gradients into buckets each launched whole
+    # (hvd-torch's DistributedOptimizer groups), not only caps what one message fuses.
+    whole_buckets: bool = False
 
     @property
     def crosses(self) -> bool:

@@ -12,7 +12,7 @@ smoke grid's rows record.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from xbench.common.backends.protocol import (
     ALL_REDUCE,
@@ -115,10 +115,12 @@ HOROVOD_NO_COMPRESSION = "Horovod's compressors are hvd.Compression.none and fp1
 # Horovod's fusion: every cycle (1 ms), the tensors ready by then fused into a buffer of 128 MiB
 # (HOROVOD_FUSION_THRESHOLD), its defaults since 0.21.0 (release notes: "Changed default cycle
 # time from 5ms to 1ms and fusion threshold from 64MB to 128MB", #2468); xbench runs 0.28.1.
-HOROVOD_PROTOCOL = everywhere(Protocol(ALL_REDUCE, reduce_passes=2, message_bytes=128 * MIB,
-                                       bucket_knob="Horovod's fusion threshold "
-                                                   "(HOROVOD_FUSION_THRESHOLD)",
-                                       launch=FUSED_EACH_CYCLE, cycle_seconds=1e-3))
+HOROVOD = Protocol(ALL_REDUCE, reduce_passes=2, message_bytes=128 * MIB,
+                   bucket_knob="Horovod's fusion threshold (HOROVOD_FUSION_THRESHOLD)",
+                   launch=FUSED_EACH_CYCLE, cycle_seconds=1e-3)
+# hvd-torch also groups the gradients into buckets of bucket_mb, each launched whole
+# (pt_backend.hvd: DistributedOptimizer's groups), as DDP's are.
+HOROVOD_GROUPS = replace(HOROVOD, whole_buckets=True)
 # jax-dp and jax-multiprocess: one jax.jit-compiled step over a batch sharded on a mesh of the
 # devices, its parameters replicated; XLA's SPMD partitioner inserts the gradients' all-reduce.
 XLA_BUCKETS = ("XLA's SPMD partitioner places the gradients' all-reduces in the "
@@ -287,7 +289,7 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
            batchnorm_statistics=MIRRORED_BATCHNORM),
     Traits("hvd-torch", TORCH, "xbench.pt_backend.hvd:HorovodTorchBackend",
            wrapper="Horovod", start=HOROVODRUN,
-           distributed_sampler=True, protocol=HOROVOD_PROTOCOL, library="horovod",
+           distributed_sampler=True, protocol=everywhere(HOROVOD_GROUPS), library="horovod",
            compressions=HOROVOD_COMPRESSIONS, no_compression=HOROVOD_NO_COMPRESSION,
            collectives_counted="Horovod: each gradient's (or bucket's) all-reduce from its "
                                "launch by the optimizer's hook to when its handle is seen done "
@@ -297,7 +299,7 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
            install_hint=HOROVOD_BUILD_HINT),
     Traits("hvd-tf", TENSORFLOW, "xbench.tf_backend.hvd:HorovodTensorFlowBackend",
            wrapper="Horovod",
-           start=HOROVODRUN, protocol=HOROVOD_PROTOCOL, library="horovod",
+           start=HOROVODRUN, protocol=everywhere(HOROVOD), library="horovod",
            compressions=HOROVOD_COMPRESSIONS, no_compression=HOROVOD_NO_COMPRESSION,
            collectives_counted="Horovod's all-reduce ops in the trace, each from its launch to "
                                "its end; this rank is ready when its backward's last op ends",
