@@ -5,6 +5,7 @@ import time
 
 from xbench.common.backends import horovod_support
 from xbench.common.backends.collectives import Collectives
+from xbench.common.workload.compression import gradient_wire_bytes
 from xbench.pt_backend.base import TorchBackend
 
 POLL_SECONDS = 0.0002  # how often the outstanding handles are asked whether they are done
@@ -39,7 +40,7 @@ class HorovodTorchBackend(TorchBackend):
         self.watch_gradients(model, clock)  # at size 1 too: when backward makes each gradient
         if self.hvd.size() == 1:  # at size 1 Horovod reduces nothing
             return
-        self.handles = HandleWatch(self.hvd.poll, clock)
+        self.handles = HandleWatch(self.hvd.poll, clock, self.cell.compression)
         for name in ("_allreduce_grad_async", "_grouped_allreduce_grad_async"):
             setattr(optimizer, name, self.handles.timed(getattr(optimizer, name), clock))
 
@@ -73,11 +74,12 @@ def buckets(model, megabytes: float) -> list[list]:
     return groups
 
 
-def tensor_bytes(argument) -> int:
-    """The bytes of the gradients one launch all-reduces: a parameter's, or a group's (a list
-    of them), as they are before compression."""
+def tensor_bytes(argument, compression: str) -> int:
+    """The bytes the gradients of one launch put on the wire under `compression`: a
+    parameter's, or a group's (a list of them)."""
     tensors = argument if isinstance(argument, (list, tuple)) else [argument]
-    return sum(t.grad.numel() * t.grad.element_size() for t in tensors if t.grad is not None)
+    return sum(gradient_wire_bytes(tuple(t.grad.shape), compression, 0)
+               for t in tensors if t.grad is not None)
 
 
 class HandleWatch:
@@ -85,8 +87,8 @@ class HandleWatch:
     step's outstanding handles every POLL_SECONDS whether they are done, and tells the clock the
     moment it sees each one done."""
 
-    def __init__(self, poll, clock):
-        self.poll, self.clock = poll, clock
+    def __init__(self, poll, clock, compression: str):
+        self.poll, self.clock, self.compression = poll, clock, compression
         self.pending: dict = {}  # handle -> the clock's token of its launch
         self.changed = threading.Condition()
         threading.Thread(target=self._watch, daemon=True, name="xbench-horovod-handles").start()
@@ -95,7 +97,7 @@ class HandleWatch:
         """Horovod's `launch` (the optimizer's method that starts one gradient's or group's
         all-reduce), its handle watched from the moment it is called."""
         def timed_launch(argument):
-            op = clock.launch(tensor_bytes(argument))
+            op = clock.launch(tensor_bytes(argument, self.compression))
             handle, context = launch(argument)
             with self.changed:
                 self.pending[handle] = op

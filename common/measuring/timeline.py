@@ -76,8 +76,10 @@ def _by_index(lists: list[list[tuple]]) -> list[list[float]]:
 def timeline_record(steps: Sequence[Step], latest: Sequence[float | None]) -> dict | None:
     """A rank's steps of an epoch as one timeline, in seconds from backward's start: backward's
     length, each gradient's ready moment and bytes, each collective's launch, end and bytes (per
-    index, the median over the steps), and the collectives launched after backward (bytes and
-    moving seconds a step, medians). None where no step had a backward and a gradient moment."""
+    index, the median over the steps), and the collectives launched after backward (bytes a
+    step, the median; moving seconds a step, the mean, as a step's attributed parts are: the
+    exposed communication it is set against). None where no step had a backward and a gradient
+    moment."""
     windows = [(step, window, moment) for step, moment in zip(steps, latest)
                if (window := backward_window(step)) is not None]
     if not windows:
@@ -97,7 +99,7 @@ def timeline_record(steps: Sequence[Step], latest: Sequence[float | None]) -> di
                          "bytes": None if np.isnan(size) else int(size)}
                         for launch, end, size in _by_index(flights)],
         "after_backward": ({"steps": len(after), "bytes": after_bytes(after),
-                            "seconds": float(np.median([seconds for _, seconds in after])),
+                            "seconds": float(np.mean([seconds for _, seconds in after])),
                             "all": all(f.launch >= end for step, (_, end), _ in windows
                                        for f in step.collectives)}
                            if after else None),
