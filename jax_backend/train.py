@@ -20,12 +20,14 @@ from jax.sharding import PartitionSpec as P
 
 from xbench.common.measuring.attribution import CALL
 from xbench.common.measuring.target import Evaluation
+from xbench.common.measuring.tracing import SAMPLED, TracedCalls
 from xbench.common.running.env import cpu_name, peak_rss_bytes
 from xbench.common.running.training import TrainingLoop, eval_batch
 from xbench.common.workload.models import MODELS
 from xbench.common.workload.precision import lower_dtype
 from xbench.common.workload.samples import rank_indices
 from xbench.jax_backend.base import AXIS
+from xbench.jax_backend.trace import TOTALS_SCOPE, Program, Tracer
 
 
 def model_inputs(samples, data):
@@ -51,7 +53,7 @@ def losses_and_right(logits, labels):
     return per_sample(losses), per_sample(right)
 
 
-class JaxLoop(TrainingLoop):
+class JaxLoop(TracedCalls, TrainingLoop):
     """Train on `backend`'s mesh of devices of `kind` ("cpu" or "cuda")."""
 
     def __init__(self, job, comm, backend, kind):
@@ -81,6 +83,9 @@ class JaxLoop(TrainingLoop):
         self.step = lowered.compile()
         self.compile_seconds = time.perf_counter() - began
         self.xla_flops = xla_flops(self.step)
+        on_gpu = self.kind == "cuda"
+        self.tracer = Tracer(Program(self.step.as_text()),
+                             [d.local_hardware_id if on_gpu else d.id for d in self.local], on_gpu)
         self.step_sums = []  # per step, this process's devices' loss and right sums (on device)
         self.taken = []      # per step, this process's share of the global batch (indices)
         self.evaluate_sums = None
@@ -115,9 +120,12 @@ class JaxLoop(TrainingLoop):
 
             grads, (losses, right, others) = jax.grad(loss, has_aux=True)(trainable)
             trainable, optimizer = network.update(grads, optimizer, trainable)
-            sums = jnp.stack([losses.reshape(parts, -1).sum(1), right.reshape(parts, -1).sum(1)])
-            return (trainable, others, optimizer), jax.lax.with_sharding_constraint(
-                sums, NamedSharding(self.mesh, P(None, AXIS)))
+            with jax.named_scope(TOTALS_SCOPE):
+                sums = jnp.stack([losses.reshape(parts, -1).sum(1),
+                                  right.reshape(parts, -1).sum(1)])
+                sums = jax.lax.with_sharding_constraint(
+                    sums, NamedSharding(self.mesh, P(None, AXIS)))
+            return (trainable, others, optimizer), sums
 
         return step
 
@@ -142,28 +150,42 @@ class JaxLoop(TrainingLoop):
     def train_step(self, batch):
         images, labels, indices = batch
         self.marks.mark("host")
-        time.sleep(self.faults.slow_for(self.comm.rank))  # the slow-rank fault, if injected
-        self.state, sums = self.step(self.state, images, labels)
-        jax.block_until_ready(self.state)
-        self.marks.mark(CALL)  # one compiled step, the slow-rank fault's sleep before it: not
-        # split (attribution_sources)
+        if slow := self.faults.slow_for(self.comm.rank):  # the slow-rank fault: this rank's
+            time.sleep(slow)  # compute made longer (backward, as TensorFlow's trace labels it)
+            self.marks.mark("backward")
+        if self.tracer.active:  # a sampled step
+            self.state, sums = self.tracer.call(self.run_step(images, labels),
+                                                time.perf_counter() - self.marks.origin)
+        else:
+            self.state, sums = self.run_step(images, labels)()
+        self.marks.mark(CALL)  # split by the trace, or as the traced steps' calls were
         self.step_sums.append(sums)
         self.taken.append(indices)
 
+    def run_step(self, images, labels):
+        """The compiled step's call on a batch, waiting for its result (JAX dispatches
+        asynchronously, on a CPU too: the call's window must hold its compute)."""
+        def run():
+            found = self.step(self.state, images, labels)
+            return jax.block_until_ready(found)
+        return run
+
     def attribution_sources(self):
-        call = ("not split: the step is one XLA program (forward, backward, the gradients' "
-                "all-reduce and the optimizer's update compiled together), timed by the host "
-                "clock from its call to its result (block_until_ready), an injected slow rank's "
-                "sleep just before it; xbench does not trace inside it, so the row holds its "
-                "time as untraced")
+        traced = (f"JAX's profiler inside the step's call (one compiled XLA program): every "
+                  f"k-th step of each timed epoch from the second, {SAMPLED} an epoch, traced, "
+                  f"each XLA op labelled by the name JAX gave it (jax_backend.trace); the "
+                  f"other steps' calls split by the traced calls' shares")
         traits = self.backend.traits
+        collective = (f"{traced}; the collective: {traits.collectives_counted}"
+                      if traits.collectives_counted else traits.collectives_not_counted)
         return {"input": "the host clock: gathering this process's share of the batch and "
                          "placing it on the mesh (jax.make_array_from_process_local_data)",
-                **dict.fromkeys(("forward", "backward", "optimizer"), call),
-                "waiting": traits.collectives_not_counted,
-                "communication": traits.collectives_not_counted,
-                "host": "the host clock outside the call (bookkeeping)",
-                "untraced": call}
+                **dict.fromkeys(("forward", "backward", "optimizer"), traced),
+                "waiting": collective, "communication": collective,
+                "host": "the host clock outside the call (bookkeeping), and the step's loss "
+                        "and right sums inside it",
+                "untraced": "the share of the call's time no op of the trace covers (its "
+                            "dispatch, the runtime between ops)"}
 
     def consumed(self):
         taken, self.taken = self.taken, []

@@ -231,6 +231,6 @@ def pair_one(pair) -> dict:
 
 def split_apart(frame: pd.DataFrame) -> pd.Series:
     """Which attributed cells' steps were split into parts: not those whose step is one call no
-    mark or trace splits (a JAX step: no forward, backward or optimizer seen at all), which the
-    model has no compute of to scale."""
+    mark or trace splits (a JAX step recorded before xbench traced it: no forward, backward or
+    optimizer seen at all), which the model has no compute of to scale."""
     return frame[[f"{part}_share" for part in COMPUTE]].sum(axis=1) > 0

@@ -228,7 +228,7 @@ def why(cell, attributed, limits):
     if mine.empty:
         return None
     mine = mine.iloc[0]
-    if not split_apart(mine.to_frame().T).iloc[0]:  # one opaque call (a JAX step)
+    if not split_apart(mine.to_frame().T).iloc[0]:  # one opaque call (an untraced JAX row)
         return (f"not known: {mine['untraced_share']:.0%} of the step is one call no mark or "
                 f"trace splits (its compute and communication together)")
     parts = [f"{mine[f'{part}_share']:.0%} {PART_WORDS[part]}" for part in PART_WORDS

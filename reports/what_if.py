@@ -59,7 +59,7 @@ def what_if(cells: pd.DataFrame, attributed: pd.DataFrame, probes: dict, devices
         one = {**dict(zip(SETUP_OF_WHAT_IF, key, strict=True)), "params": group["params"].iloc[0],
                **group[[*parts, "step_time_p50", "step_time_p90"]].mean().to_dict(),
                "timeline": recorded[0] if recorded else None}
-        if not split_apart(group).all():  # one opaque call (a JAX step): nothing to scale
+        if not split_apart(group).all():  # one opaque call (an untraced JAX row)
             records.append({**dict(zip(SETUP_OF_WHAT_IF, key, strict=True)), "nodes": 1,
                             "devices": 1, "total": 1, "link": "—", "node_link": "—",
                             "note": f"not predicted: {group['untraced_share'].mean():.0%} of "

@@ -45,18 +45,70 @@ def test_every_jax_cell_ran_its_mesh_and_says_how(smoke):
         assert len(row["hosts"]) == processes
 
 
-def test_the_compiled_step_is_one_untraced_call_and_the_input_is_its_own(smoke):
-    """The marks see the batch's placement and the call; what is inside the call is not
-    split, and the row says so rather than inventing shares."""
-    for key, row in jax_rows(smoke).items():
-        how = row["attribution"]["how"]
-        assert how["untraced"].startswith("not split: the step is one XLA program"), key
+def test_a_jax_step_is_split_by_the_xla_ops_its_trace_saw(smoke):
+    """Sampled steps are traced (jax.profiler) and their ops labelled by the names JAX gave
+    them; the gradients cross in one all-reduce XLA inserted after backward, carrying every
+    parameter's gradient once (float32), each gradient's ready moment recorded."""
+    for (backend, devices), row in jax_rows(smoke).items():
+        attribution = row["attribution"]
+        how = attribution["how"]
+        assert how["backward"].startswith("JAX's profiler inside the step's call"), backend
         assert "make_array_from_process_local_data" in how["input"]
-        for epoch in row["attribution"]["epochs"]:
-            for rank in epoch["ranks"]:
-                parts = rank["parts"]
-                assert parts["forward"]["seconds"] == parts["backward"]["seconds"] == 0
-                assert parts["untraced"]["seconds"] > 0 and parts["input"]["seconds"] > 0
+        steps = attribution["epochs"][0]["ranks"][0]["steps"]
+        assert attribution["traced_steps"] == {"epochs": "the second on",
+                                               "every": steps // 8, "steps": 8}
+        gradient_bytes = 4 * row["params"]
+        for rank in attribution["epochs"][-1]["ranks"]:
+            parts, collective = rank["parts"], rank["collective"]
+            assert all(parts[p]["seconds"] > 0 for p in ("forward", "backward", "optimizer",
+                                                          "input", "host")), (backend, parts)
+            timeline = rank["timeline"]
+            if devices == 1:
+                assert collective["bytes_per_step"] is None and collective["busy_seconds"] == 0
+                continue
+            assert collective["bytes_per_step"] == gradient_bytes, (backend, collective)
+            assert collective["busy_seconds"] > 0
+            assert len(timeline["collectives"]) == 1  # XLA's combiner: one all-reduce
+            assert timeline["after_backward"]["all"]  # launched once backward was over
+            assert timeline["after_backward"]["bytes"] == gradient_bytes
+            assert [g["bytes"] for g in timeline["gradients"]] and sum(
+                g["bytes"] for g in timeline["gradients"]) == gradient_bytes
+            assert len(timeline["gradients"]) == 6  # the small model's parameter arrays
+
+
+def test_the_parts_of_a_step_follow_the_names_jax_gave_its_ops():
+    """How an XLA instruction is labelled: by JAX's name for it, a fusion by the latest part
+    fused into it, an unnamed copy by its operands (or, with none, its consumer)."""
+    from xbench.jax_backend.trace import Program
+    program = Program("""HloModule jit_step, entry_computation_layout={}
+
+%fused_computation (param_0: f32[4], param_1: f32[4]) -> f32[4] {
+  %param_0 = f32[4]{0} parameter(0)
+  %param_1 = f32[4]{0} parameter(1)
+  %gt.0 = pred[4]{0} compare(%param_0, %param_1), direction=GT, metadata={op_name="jit(step)/jvp(SpecLayers)/gt"}
+  ROOT %select_n.2 = f32[4]{0} select(%gt.0, %param_0, %param_1), metadata={op_name="jit(step)/transpose(jvp(SpecLayers))/select_n"}
+}
+
+ENTRY %main (param: f32[4], images: f32[4]) -> f32[4] {
+  %param = f32[4]{0} parameter(0), metadata={op_name="state[0]"}
+  %images = f32[4]{0} parameter(1), metadata={op_name="images"}
+  %copy_fusion = f32[4]{0} fusion(%images), kind=kLoop, calls=%fused_computation
+  %forward = f32[4]{0} multiply(%copy_fusion, %param), metadata={op_name="jit(step)/jvp(SpecLayers)/conv1/mul"}
+  %mixed = f32[4]{0} fusion(%forward, %param), kind=kLoop, calls=%fused_computation, metadata={op_name="jit(step)/jvp(SpecLayers)/gt"}
+  %layout = f32[4]{0} copy(%mixed)
+  %all-reduce.1 = (f32[4]{0}, /*index=1*/f32[4]{0}) all-reduce(%layout, /*index=1*/%forward), channel_id=1, to_apply=%add, metadata={op_name="jit(step)/transpose(jvp(SpecLayers))/(a:b)"}
+  %gte = f32[4]{0} get-tuple-element(%all-reduce.1), index=0
+  %update = f32[4]{0} add(%param, %gte), metadata={op_name="jit(step)/add"}
+  ROOT %sums = f32[2]{0} reduce(%update), metadata={op_name="jit(step)/xbench_totals/reduce_sum"}
+}
+""")
+    assert program.module == "jit_step"
+    assert [program.part(n) for n in ("forward", "mixed", "layout", "all-reduce.1", "update",
+                                      "sums")] == ["forward", "backward", "backward",
+                                                   "collective", "optimizer", "host"]
+    assert program.part("copy_fusion") == "backward"  # its fused select runs in backward
+    assert program.is_collective("all-reduce.1") and not program.is_collective("layout")
+    assert program.gradients("all-reduce.1") == [("layout", 16), ("forward", 16)]
 
 
 def test_fp16_and_more_devices_than_the_cpu_can_split_are_refused(mnist_dir, tmp_path):
@@ -76,28 +128,29 @@ def test_fp16_and_more_devices_than_the_cpu_can_split_are_refused(mnist_dir, tmp
 
 
 @pytest.mark.parametrize("backend", JAX)
-def test_the_traits_say_what_the_compiled_step_does_not_let_xbench_see(backend):
+def test_the_traits_say_how_the_compiled_steps_collectives_are_counted(backend):
     traits = TRAITS[backend]
-    assert traits.collectives_counted is None
     if traits.spans_devices:
-        assert traits.collectives_not_counted.startswith("not counted apart: XLA puts")
+        assert traits.collectives_counted.startswith("the collectives XLA inserted")
         assert "SyncBatchNorm" in traits.batchnorm_statistics
+        assert not traits.protocol["cpu"].collectives_in_compute
+    else:
+        assert traits.collectives_counted is None
 
 
-def test_predict_does_not_read_parts_a_jax_step_does_not_have(smoke):
-    """A JAX step's compute and communication are one call: the what-if says it cannot scale
-    them apart (and predicts the others' as before)."""
+def test_predict_reads_a_jax_steps_parts_as_every_other_backends(smoke):
+    """A traced JAX step's compute and communication are apart: the what-if scales them as it
+    does pt-ddp's."""
     import json
     run = xbench_here("predict", smoke.results, "--link", "ib-ndr", "--devices", "1,8", "--json")
     assert run.returncode == 0, run.stderr
     predicted = json.loads(run.stdout)["predicted"]
-    for backend in ("jax-dp", "jax-multiprocess", "keras-jax"):
-        (row,) = [r for r in predicted if r["backend"] == backend]
-        assert row["note"].startswith("not predicted: ") and "one call" in row["note"], row
-    assert any(r["backend"] == "pt-ddp" and r["total"] == 8 and r["rate"] > 0 for r in predicted)
+    for backend in ("jax-dp", "jax-multiprocess", "keras-jax", "pt-ddp"):
+        rows = [r for r in predicted if r["backend"] == backend and r["total"] == 8]
+        assert rows and all(r["rate"] > 0 for r in rows), (backend, rows)
 
 
-def test_a_verdicts_why_says_a_jax_step_is_one_call(smoke):
+def test_a_verdicts_why_splits_a_jax_step_into_its_parts(smoke):
     import pandas as pd
 
     from xbench.reports import analysis, verdicts
@@ -109,7 +162,6 @@ def test_a_verdicts_why_says_a_jax_step_is_one_call(smoke):
     for backend in ("jax-dp", "jax-multiprocess", "keras-jax", "pt-ddp"):
         cell = cells[(cells["backend"] == backend) & (cells["devices"] == 2)].iloc[0]
         said = verdicts.why(cell, attributed, limits)
-        if backend == "pt-ddp":  # split into its parts
-            assert said.startswith(("the step spends", "the step is nearly all compute")), said
-        else:
-            assert said.startswith("not known: ") and "one call" in said, said
+        assert said.startswith(("the step spends", "the step is nearly all compute")), said
+        if backend != "pt-ddp":
+            assert "all-reduce a step" in said, said

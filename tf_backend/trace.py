@@ -11,19 +11,14 @@ when its backward's last op ends: what the step waits for its collectives after 
 or communication (common.measuring.attribution.partition), however late they were launched.
 """
 import glob
-import math
 import os
 import re
-import tempfile
-from collections.abc import Callable
 
 import tensorflow as tf
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
-from xbench.common.measuring.attribution import COUNTED, Flight, Step
-
-STEP_EVENT = "xbench_step"
-SAMPLED = 8  # steps of each timed epoch from the second on, evenly spaced, that are traced
+from xbench.common.measuring.attribution import Flight
+from xbench.common.measuring.tracing import STEP_EVENT, StepTracer, traced_step
 COLLECTIVE_OPS = ("CollectiveReduceV2", "CollectiveReduce", "NcclAllReduce", "HorovodAllreduce",
                   "HorovodGroupedAllreduce")
 COPY_OPS = ("_Send", "_Recv", "_HostSend", "_HostRecv")  # between a process's devices
@@ -61,94 +56,36 @@ def label(op: str) -> str:
     return "forward"
 
 
-class Tracer:
-    """TensorFlow's profiler around sampled steps of the timed epochs: started before such a
-    step and stopped after it, between steps (the loop takes that time out of the epoch's), the
-    step's call wrapped in a STEP_EVENT the trace shows, and the traces read once training is
-    over."""
+class Tracer(StepTracer):
+    """TensorFlow's profiler (common.measuring.tracing.StepTracer)."""
 
     def __init__(self):
+        super().__init__()
         self.options = tf.profiler.experimental.ProfilerOptions(
             host_tracer_level=2, python_tracer_level=0, device_tracer_level=1)
-        self.active = False
-        self.taken: list[tuple[int, int, str, float]] = []  # epoch, step, folder, call's start
 
-    @staticmethod
-    def sampled(epoch: int, step: int, steps: int) -> bool:
-        """Whether step `step` (from 1) of `epoch` is traced: every k-th of each epoch from the
-        second, SAMPLED of them (k = the epoch's steps / SAMPLED). The loop asks once past the
-        epoch's last step too, before it finds no batch: nothing to trace."""
-        every = max(1, steps // SAMPLED)
-        return epoch >= 2 and step <= steps and step % every == 0 and step // every <= SAMPLED
-
-    def start(self, epoch: int, step: int) -> None:
-        folder = tempfile.mkdtemp(prefix="xbench-trace-")
+    def begin(self, folder):
         tf.profiler.experimental.start(folder, options=self.options)
-        self.taken.append((epoch, step, folder, math.nan))
-        self.active = True
 
-    def call(self, run: Callable[[], object], start: float) -> object:
-        """Run the traced step's call, `start`: its start in the loop's clock."""
-        epoch, step, folder, _ = self.taken[-1]
-        self.taken[-1] = (epoch, step, folder, start)
-        with tf.profiler.experimental.Trace(STEP_EVENT, step_num=step, _r=1):
-            return run()
-
-    def stop(self) -> None:
+    def end(self):
         tf.profiler.experimental.stop()
-        self.active = False
 
-    def steps(self) -> list[tuple[int, int, Step]]:
-        """(epoch, step, what the trace saw of its call) of every traced step, in the loop's
-        clock (placed by the call's start, which both clocks see)."""
-        found = []
-        for epoch, step, folder, start in self.taken:
-            try:
-                found += [(epoch, step, traced) for traced in _read(folder, [start])]
-            finally:
-                for path in glob.glob(os.path.join(folder, "**"), recursive=True)[::-1]:
-                    (os.rmdir if os.path.isdir(path) else os.remove)(path)
-        return found
+    def annotate(self, step):
+        return tf.profiler.experimental.Trace(STEP_EVENT, step_num=step, _r=1)
 
-    def described(self, steps: int) -> dict:
-        """Which steps were traced, as the row records it."""
-        return {"epochs": "the second on", "every": max(1, steps // SAMPLED),
-                "steps": len(self.taken)}
-
-
-def _read(folder: str, starts: list[float]) -> list[Step]:
-    [path] = glob.glob(os.path.join(folder, "**", "*.xplane.pb"), recursive=True)
-    space = xplane_pb2.XSpace()
-    with open(path, "rb") as file:
-        space.ParseFromString(file.read())
-    windows, ops, collectives = _events(space)
-    steps = []
-    for (low, high), host_start in zip(sorted(windows), starts):
-        offset = host_start - low / 1e9
-        at = lambda ns, offset=offset: ns / 1e9 + offset  # noqa: E731
-        step = Step(host_start, at(high))
-        for name, start, end in ops:
-            if low <= start < high and name.rpartition(":")[2] not in COLLECTIVE_OPS:
-                part = label(name)
-                step.intervals.append(("communication" if part == "collective" else part,
-                                       at(start), at(min(end, high)), COUNTED))
-        mine = [Flight(at(a), at(min(b, high))) for a, b in collectives if low <= a < high]
-        if mine:
-            _set_collectives(step, mine)
-        steps.append(step)
-    return steps
-
-
-def _set_collectives(step: Step, flights: list[Flight]) -> None:
-    """The step's collectives; this rank was ready for them when its backward ended (its last
-    backward op, the slow-rank fault's included), not at the last launch: small packs run one
-    after another, launched long after backward, and the wait for them is the step's
-    communication (or waiting, until the slowest rank's backward ended). A step without a
-    backward op was ready at its last launch."""
-    backward = [end for part, _, end, _ in step.intervals if part == "backward"]
-    step.ready = max(backward) if backward else flights[-1].launch
-    step.collective_end = max(f.end for f in flights)
-    step.collectives = flights
+    def read(self, folder, starts):
+        [path] = glob.glob(os.path.join(folder, "**", "*.xplane.pb"), recursive=True)
+        space = xplane_pb2.XSpace()
+        with open(path, "rb") as file:
+            space.ParseFromString(file.read())
+        windows, ops, collectives = _events(space)
+        labelled = [("communication" if part == "collective" else part, start, end)
+                    for name, start, end in ops
+                    if name.rpartition(":")[2] not in COLLECTIVE_OPS
+                    for part in [label(name)]]
+        flights = [Flight(launch, done) for launch, done in collectives]
+        return [traced_step(window, start, labelled, flights)
+                for window, start in zip(sorted(windows), starts)]
 
 
 def _events(space) -> tuple[list, list, list]:

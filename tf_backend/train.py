@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from xbench.common.measuring.attribution import CALL
 from xbench.common.measuring.target import Evaluation
+from xbench.common.measuring.tracing import SAMPLED, TracedCalls
 from xbench.common.running.env import peak_rss_bytes
 from xbench.common.running.training import INPUT_PIPELINE_PER_DEVICE, TrainingLoop, eval_batch
 from xbench.common.workload.precision import LOSS_SCALE_GROWTH_STEPS, LOSS_SCALE_START, lower_dtype
@@ -35,7 +36,7 @@ from xbench.tf_backend.step import (
     cross_entropy,
     make_replica_step,
 )
-from xbench.tf_backend.trace import SAMPLED, Tracer
+from xbench.tf_backend.trace import Tracer
 
 
 def set_threads(intra_op, inter_op):
@@ -44,7 +45,7 @@ def set_threads(intra_op, inter_op):
     tf.config.threading.set_inter_op_parallelism_threads(inter_op)
 
 
-class TensorFlowLoop(TrainingLoop):
+class TensorFlowLoop(TracedCalls, TrainingLoop):
     """Train on `strategy`'s replicas. Tracing the tf.function train step (and tf.data's first
     iterator) happens at the first batch, so it falls in epoch 1, as torch's one-time costs do;
     epoch 2 is the steady state. One iterator serves every epoch, and an epoch requests exactly
@@ -129,21 +130,6 @@ class TensorFlowLoop(TrainingLoop):
             indices = self.step(*batch)
         self.marks.mark(CALL)  # split by the trace, or as the traced steps' calls were
         self.taken.append(self.strategy.experimental_local_results(indices))
-
-    def between_steps(self, epoch, step):
-        """The tracer stopped after a sampled step, and started (every rank at once, past a
-        barrier) before the next (trace.Tracer.sampled)."""
-        if self.tracer.active:
-            self.tracer.stop()
-        if step is not None and Tracer.sampled(epoch, step, self.steps_per_epoch):
-            self.tracer.start(epoch, step)
-            self.comm.barrier()
-
-    def traced_steps(self):
-        return self.tracer.steps()
-
-    def tracing(self):
-        return self.tracer.described(self.steps_per_epoch)
 
     def attribution_sources(self):
         traced = (f"TensorFlow's profiler inside the step's call (one tf.function): every k-th "

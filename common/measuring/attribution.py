@@ -41,9 +41,8 @@ MEANING = {
                      "rank's compute is done",
     "host": "host overhead: the step's own work outside the other parts (copies, dispatch, "
             "bookkeeping), as the loop marks it",
-    "untraced": "time in the step that no mark and no traced op covers (inside TensorFlow's "
-                "step call: what its trace does not account for; a JAX step's whole compiled "
-                "call, which xbench does not trace)",
+    "untraced": "time in the step that no mark and no traced op covers (inside a "
+                "tf.function's or a JAX program's call: what its trace does not account for)",
 }
 COMPUTE = ("forward", "backward", "optimizer")
 # "off": the loop keeps only each step's window and its input wait (what a row's step times and
@@ -51,8 +50,7 @@ COMPUTE = ("forward", "backward", "optimizer")
 # benchmarks/attribution_cost.py times the instruments against. Never off in a grid's rows.
 INSTRUMENTED = os.environ.get("XBENCH_ATTRIBUTION", "on") != "off"
 # A step's opaque call (a tf.function, a JAX compiled step): the marks see only its ends, so it
-# is split as the calls of the steps a tracer saw were (`call_shares`; a JAX step's, untraced,
-# is not).
+# is split as the calls of the steps a tracer saw were (`call_shares`).
 CALL = "call"
 ADDS_UP = 0.05  # the residual (epoch time the step windows do not cover) allowed
 # Which label wins where intervals overlap: a compute op counted in a trace over the collective's
