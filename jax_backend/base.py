@@ -125,6 +125,15 @@ class JaxBackend(Backend):
         return isinstance(error, MemoryError) or "RESOURCE_EXHAUSTED" in str(error)
 
 
+def one_axis_mesh(devices: list[jax.Device], axis: str = AXIS) -> jax.sharding.Mesh:
+    """A mesh of `devices` in that order along one axis, by jax.make_mesh (the pinned JAX's way
+    to lay one out). Its axis is Auto: the step says how its arrays lie (NamedSharding) and XLA's
+    partitioner carries that through the step, as it does with a Mesh built by hand."""
+    import jax
+    return jax.make_mesh((len(devices),), (axis,), axis_types=(jax.sharding.AxisType.Auto,),
+                         devices=devices)
+
+
 def platform(kind: str) -> str:
     """JAX's platform name of a device kind ("cpu", "cuda")."""
     return "gpu" if kind == "cuda" else "cpu"

@@ -9,7 +9,7 @@ import numpy as np
 
 from xbench.common.backends.collectives import Collectives
 from xbench.common.running.placement import Placement, local_task_index, task_index
-from xbench.jax_backend.base import JaxBackend, platform
+from xbench.jax_backend.base import JaxBackend, one_axis_mesh, platform
 
 
 class MultiProcessJaxBackend(JaxBackend):
@@ -67,11 +67,11 @@ class JaxProcesses(Collectives):
     def __init__(self):
         import jax
         from jax.experimental import multihost_utils
-        from jax.sharding import Mesh, NamedSharding
+        from jax.sharding import NamedSharding
         from jax.sharding import PartitionSpec as P
         self.jax, self.utils = jax, multihost_utils
         self.rank, self.world = jax.process_index(), jax.process_count()
-        mesh = Mesh(np.asarray(jax.devices()), ("process",))
+        mesh = one_axis_mesh(jax.devices(), "process")
         self.sharded = NamedSharding(mesh, P("process"))
         self.total = jax.jit(lambda x: x.sum(axis=0), out_shardings=NamedSharding(mesh, P()))
 

@@ -16,7 +16,7 @@ from xbench.common.errors import Unsupported
 from xbench.common.grids.cell import Cell
 from xbench.common.workload.precision import lower_dtype
 from xbench.common.workload.resolve import resolve_model
-from xbench.jax_backend.base import AXIS
+from xbench.jax_backend.base import AXIS, one_axis_mesh
 from xbench.jax_backend.models import parameter_count
 
 
@@ -68,7 +68,7 @@ class FlaxNetwork(Network):
 
     def __init__(self, cell: Cell, devices: list):
         from xbench.jax_backend.models import build_model, build_optimizer
-        self.mesh = Mesh(np.asarray(devices), (AXIS,))
+        self.mesh = one_axis_mesh(devices)
         self.module, self.variables = build_model(cell.model, cell.seed,
                                                   lower_dtype(cell.precision))
         self.optimizer = build_optimizer(cell.optimizer, cell.lr, cell.momentum,

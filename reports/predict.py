@@ -107,7 +107,8 @@ def references(cells: pd.DataFrame, attributed: pd.DataFrame) -> pd.DataFrame:
     """Every attributed N-device cell beside its backend's attributed 1-device cell of the same
     setup and batch (as scaling pairs them; a capped link's cell beside the uncapped 1-device
     cell, which has no link to cap), with the parts per step of both. A cell whose step is
-    mostly one untraced call (a JAX step recorded before xbench traced it) has no parts to calibrate on: left out."""
+    mostly one untraced call (a JAX step recorded before xbench traced it) has no parts to
+    calibrate on: left out."""
     family = [*[c for c in SETUP if c != "training"], "training_without_fault"]
     keyed = cells.merge(attributed[["env", "cell_key", *[f"{p}_step" for p in (
         *COMPUTE_PARTS, "waiting", "communication")], "moving_seconds", "bytes", "timeline",

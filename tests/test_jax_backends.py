@@ -4,6 +4,8 @@ count beside the spec's, the step recorded as one untraced call; and their bad i
 loss scaler in JAX) and more CPU devices than the machine can split. Their trajectory against
 every other backend is tests/test_smoke.py's (gpt-tiny's: tests/test_language_model.py's;
 ResNet-18's and VGG-19's: tests/test_cifar.py's)."""
+from pathlib import Path
+
 import pytest
 
 from tests.helpers import write_grid, xbench, xbench_here
@@ -11,6 +13,7 @@ from xbench.common.backends.traits import TRAITS
 from xbench.common.results.store import read_rows
 from xbench.common.workload.models import MODELS
 
+DATA = Path(__file__).with_name("data")
 JAX = [b for b in TRAITS if TRAITS[b].framework.name == "jax"]
 # XLA's cost analysis of the small model's compiled training step per sample against the spec's
 # products: 1.117 at 1 device, 1.131 at 2 (3,750,421 / 3,315,456): it counts the elementwise ops,
@@ -80,28 +83,7 @@ def test_the_parts_of_a_step_follow_the_names_jax_gave_its_ops():
     """How an XLA instruction is labelled: by JAX's name for it, a fusion by the latest part
     fused into it, an unnamed copy by its operands (or, with none, its consumer)."""
     from xbench.jax_backend.trace import Program
-    program = Program("""HloModule jit_step, entry_computation_layout={}
-
-%fused_computation (param_0: f32[4], param_1: f32[4]) -> f32[4] {
-  %param_0 = f32[4]{0} parameter(0)
-  %param_1 = f32[4]{0} parameter(1)
-  %gt.0 = pred[4]{0} compare(%param_0, %param_1), direction=GT, metadata={op_name="jit(step)/jvp(SpecLayers)/gt"}
-  ROOT %select_n.2 = f32[4]{0} select(%gt.0, %param_0, %param_1), metadata={op_name="jit(step)/transpose(jvp(SpecLayers))/select_n"}
-}
-
-ENTRY %main (param: f32[4], images: f32[4]) -> f32[4] {
-  %param = f32[4]{0} parameter(0), metadata={op_name="state[0]"}
-  %images = f32[4]{0} parameter(1), metadata={op_name="images"}
-  %copy_fusion = f32[4]{0} fusion(%images), kind=kLoop, calls=%fused_computation
-  %forward = f32[4]{0} multiply(%copy_fusion, %param), metadata={op_name="jit(step)/jvp(SpecLayers)/conv1/mul"}
-  %mixed = f32[4]{0} fusion(%forward, %param), kind=kLoop, calls=%fused_computation, metadata={op_name="jit(step)/jvp(SpecLayers)/gt"}
-  %layout = f32[4]{0} copy(%mixed)
-  %all-reduce.1 = (f32[4]{0}, /*index=1*/f32[4]{0}) all-reduce(%layout, /*index=1*/%forward), channel_id=1, to_apply=%add, metadata={op_name="jit(step)/transpose(jvp(SpecLayers))/(a:b)"}
-  %gte = f32[4]{0} get-tuple-element(%all-reduce.1), index=0
-  %update = f32[4]{0} add(%param, %gte), metadata={op_name="jit(step)/add"}
-  ROOT %sums = f32[2]{0} reduce(%update), metadata={op_name="jit(step)/xbench_totals/reduce_sum"}
-}
-""")
+    program = Program((DATA / "jax_step.hlo").read_text())  # a compiled step's text, cut
     assert program.module == "jit_step"
     assert [program.part(n) for n in ("forward", "mixed", "layout", "all-reduce.1", "update",
                                       "sums")] == ["forward", "backward", "backward",

@@ -19,6 +19,7 @@ from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
 from xbench.common.measuring.attribution import Flight
 from xbench.common.measuring.tracing import STEP_EVENT, StepTracer, traced_step
+
 COLLECTIVE_OPS = ("CollectiveReduceV2", "CollectiveReduce", "NcclAllReduce", "HorovodAllreduce",
                   "HorovodGroupedAllreduce")
 COPY_OPS = ("_Send", "_Recv", "_HostSend", "_HostRecv")  # between a process's devices
