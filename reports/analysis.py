@@ -238,7 +238,7 @@ def timeline_columns(record: dict, runs: list[dict]) -> dict:
     count: the median over ranks and runs), which shared no core with backward; the
     collectives' own time a step, alone (the step's bytes at the after-backward rate where
     those carried at least AFTER_BACKWARD_SHARE of them, else the moving time); and the hidden
-    share, 1 - exposed communication / that time, with the seconds that ran under backward."""
+    share, 1 - exposed communication / that time, with the seconds that ran under compute."""
     timelines = [t for r in runs for t in r.get("timelines") or [] if t]
     after = [found for t in timelines if (found := after_of(t, record["bytes"]))]
     found = {"timeline": timelines[0] if timelines else None, "after_bytes": math.nan,

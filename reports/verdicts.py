@@ -200,7 +200,7 @@ PART_WORDS = {"communication": "waiting for the collective after every rank's co
 
 
 def hidden_words(cell) -> str:
-    """'; of 29 ms of all-reduce a step, 2 ms ran under backward and 27 ms were exposed (hidden
+    """'; of 29 ms of all-reduce a step, 2 ms ran under compute and 27 ms were exposed (hidden
     7%; in flight while computing, HTA's overlap share: 45%)' from the cell's timeline columns
     (reports.analysis), '' where its collectives were not timed."""
     alone, hidden = cell["alone_seconds"], cell["hidden_share"]
@@ -208,7 +208,7 @@ def hidden_words(cell) -> str:
         return ""
     overlap = cell["overlap_share"]
     return (f"; of {alone * 1000:.3g} ms of {cell['reduction']} a step, "
-            f"{cell['under_backward_seconds'] * 1000:.3g} ms ran under backward and "
+            f"{cell['under_backward_seconds'] * 1000:.3g} ms ran under compute and "
             f"{cell['communication_step'] * 1000:.3g} ms were exposed (hidden {hidden:.0%}"
             + (f"; in flight while computing, HTA's overlap share: {overlap:.0%}"
                if np.isfinite(overlap) else "") + ")")

@@ -128,7 +128,7 @@ def test_a_recorded_curve_scales_to_another_backward_and_an_even_one_adds_up():
 def test_the_why_reads_the_timeline_and_names_each_share_for_what_it_is():
     cell = {"alone_seconds": 0.029, "hidden_share": 2 / 29, "under_backward_seconds": 0.002,
             "communication_step": 0.027, "overlap_share": 0.45, "reduction": "all-reduce"}
-    assert hidden_words(cell) == ("; of 29 ms of all-reduce a step, 2 ms ran under backward and "
+    assert hidden_words(cell) == ("; of 29 ms of all-reduce a step, 2 ms ran under compute and "
                                   "27 ms were exposed (hidden 7%; in flight while computing, "
                                   "HTA's overlap share: 45%)")
     assert hidden_words({**cell, "hidden_share": math.nan}) == ""  # collectives not timed
