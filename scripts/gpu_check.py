@@ -6,7 +6,8 @@ packages pyproject.toml maps them to). It runs the probe (matmul
 per GPU at fp32/tf32/bf16, nccl all-reduce at every GPU count), then pt-single, pt-dp, pt-ddp
 (and hvd-torch where Horovod is built) on 1, 2, 4 ... and all the GPUs, 3 repeats each, on real
 MNIST where it finds it (XBENCH_DATA_DIR, shared/data/mnist, ../shared/data/mnist; else synthetic
-data, and the rows say so), makes the report, and prints rates, MFU and memory per GPU; then
+data, and the rows say so), makes the report, and prints rates, MFU, memory per GPU and the parts
+of a step (JAX's from its profiler's trace of the GPU's kernels); then
 profiles ResNet-18's layers on one GPU (`xbench profile`, batch 128); then the gpt-gpu preset
 (gpt-small and gpt-medium at bf16 on real Tiny Shakespeare, beside MNIST's folder, else synthetic
 tokens) on the same GPU counts, and its report; then, where JAX (with CUDA) is importable, JAX's
@@ -29,7 +30,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 NEEDED = ("numpy", "pandas", "click", "scipy", "psutil", "rich", "matplotlib")
 DATA = ("shared/data/mnist", "../shared/data/mnist")
-PRINTED = ("### MFU and all-reduce bandwidth", "### Every cell: rates", "### Peak memory")
+PRINTED = ("### MFU and all-reduce bandwidth", "### Every cell: rates", "### Peak memory",
+           "### The parts of a step")
 
 
 def device_counts(gpus: int) -> list[int]:
