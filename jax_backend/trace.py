@@ -62,6 +62,7 @@ def shape_bytes(shape: str) -> int:
 
 @dataclass
 class Instruction:
+    """One HLO instruction, as much of it as the labelling needs."""
     opcode: str
     operands: list[str]
     bytes: int
@@ -132,8 +133,8 @@ class Program:
         return "optimizer"  # outside the derivative and the totals: the update
 
     def _own_part(self, name: str) -> str | None:
-        """The part from the instruction's own name, else the latest of those of the
-        instructions fused into it."""
+        """The latest part its own name and the names of the instructions fused into it say
+        (None where none says one)."""
         instruction = self.instructions[name]
         if self.is_collective(name):
             return "collective"
