@@ -16,9 +16,16 @@ model in Flax, jax_backend.models.build_model: the same layers and initial weigh
 optax.adam as anyone writes it, and normalises each batch inside its compiled step, as xbench
 does (uint8 images in), so that the two compile the same arithmetic.
 
+`--backend keras-jax` does the same for keras-jax against Keras' own `fit` on its JAX backend
+(xbench's Keras model and optimizer, compiled with the loss as anyone writes it, the images
+normalised in numpy before the clock, each epoch's samples in `epoch_order`'s order,
+shuffle off): the loop Keras users run.
+
     python benchmarks/jax_fidelity.py --data-dir ../shared/data/mnist [--rounds 6 --samples 8192]
+    python benchmarks/jax_fidelity.py --data-dir ../shared/data/mnist --backend keras-jax
 """
 import argparse
+import os
 import statistics
 import time
 from functools import partial
@@ -98,6 +105,29 @@ def minimal_rate(cell, data):
     return steps * cell.batch / seconds, float(np.mean(losses))
 
 
+def keras_fit_rate(cell, data):
+    """Keras' own `fit` on its JAX backend, one epoch a call: its epoch-2 rate and loss."""
+    import keras
+    import numpy as np
+
+    from xbench.common.workload.resolve import resolve_model
+    from xbench.keras_models.models import build_model, build_optimizer
+
+    model = build_model(resolve_model(cell.model), cell.seed)
+    model.compile(optimizer=build_optimizer(cell.optimizer, cell.lr),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    mean, std = np.float32(data.mean[0]), np.float32(data.std[0])
+    images = (data.train_images.astype(np.float32) / 255 - mean) / std
+    labels = data.train_labels.astype(np.int32)
+    for epoch in (1, 2):
+        order = epoch_order(len(images), cell.seed, epoch)
+        x, y = images[order], labels[order]
+        start = time.perf_counter()
+        history = model.fit(x, y, batch_size=cell.batch, epochs=1, shuffle=False, verbose=0)
+        seconds = time.perf_counter() - start
+    return (len(images) // cell.batch) * cell.batch / seconds, history.history["loss"][-1]
+
+
 def spread(rates):
     sd = statistics.stdev(rates) if len(rates) > 1 else 0.0
     return (f"mean {statistics.mean(rates):,.0f}, min {min(rates):,.0f}, max {max(rates):,.0f}, "
@@ -111,7 +141,12 @@ def main():
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--samples", type=int, default=8192, help="training images per epoch")
     parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--backend", choices=("jax-single", "keras-jax"), default="jax-single")
     args = parser.parse_args()
+    if args.backend == "keras-jax":
+        os.environ["KERAS_BACKEND"] = "jax"  # before Keras is first imported
+    plain, name = ((keras_fit_rate, "Keras fit") if args.backend == "keras-jax"
+                   else (minimal_rate, "plain loop"))
     if MODELS[args.model].dataset != "mnist":
         parser.error(f"{args.model} does not train on MNIST")
 
@@ -119,25 +154,26 @@ def main():
     data = load_mnist(args.data_dir)
     data.train_images, data.train_labels = (data.train_images[:args.samples],
                                             data.train_labels[:args.samples])
-    cell = Cell(grid="fidelity", backend="jax-single", model=args.model, multiple=1,
+    cell = Cell(grid="fidelity", backend=args.backend, model=args.model, multiple=1,
                 batch=args.batch, devices=1, epochs=2, batch_mode="global", seed=0,
                 max_train_samples=args.samples, data="mnist", device="cpu", timeout=0)
     xbench, minimal = [], []
     for round_ in range(1, args.rounds + 1):
         rate, xbench_loss = xbench_rate(cell, data, threads)
         xbench.append(rate)
-        rate, minimal_loss = minimal_rate(cell, data)
+        rate, minimal_loss = plain(cell, data)
         minimal.append(rate)
-        print(f"round {round_}: jax-single {xbench[-1]:,.0f} samples/s, "
-              f"plain loop {minimal[-1]:,.0f} samples/s ({xbench[-1] / minimal[-1]:.3f})",
+        print(f"round {round_}: {args.backend} {xbench[-1]:,.0f} samples/s, "
+              f"{name} {minimal[-1]:,.0f} samples/s ({xbench[-1] / minimal[-1]:.3f})",
               flush=True)
     print(f"{args.model} batch {args.batch}, {args.samples} images, {threads} cores, "
           f"{args.rounds} alternated rounds, epoch-2 rates (samples/s):")
-    print(f"  jax-single  {spread(xbench)}")
-    print(f"  plain loop  {spread(minimal)}")
-    print(f"  epoch-2 mean loss: jax-single {xbench_loss:.6f}, plain loop {minimal_loss:.6f} "
+    print(f"  {args.backend}  {spread(xbench)}")
+    print(f"  {name}  {spread(minimal)}")
+    print(f"  epoch-2 loss: {args.backend} {xbench_loss:.6f}, {name} {minimal_loss:.6f} "
           f"(one trajectory: the same model, data and order)")
-    print(f"  jax-single / plain loop = {statistics.mean(xbench) / statistics.mean(minimal):.3f} "
+    print(f"  {args.backend} / {name} = "
+          f"{statistics.mean(xbench) / statistics.mean(minimal):.3f} "
           f"ratio of means, {statistics.median(xbench) / statistics.median(minimal):.3f} "
           f"of medians (target >= 0.95)")
 

@@ -169,7 +169,7 @@ def _latest(parts) -> str | None:
     return known[-1] if known else None
 
 
-class Tracer(StepTracer):
+class JaxTracer(StepTracer):
     """JAX's profiler (common.measuring.tracing.StepTracer) around the compiled step `program`
     on this process's devices (`devices`: their ordinals in the trace). On a CPU, XLA's runtime
     marks each op on the host with its device; on GPUs the device's own plane holds its

@@ -27,7 +27,7 @@ from xbench.common.workload.models import MODELS
 from xbench.common.workload.precision import lower_dtype
 from xbench.common.workload.samples import rank_indices
 from xbench.jax_backend.base import AXIS
-from xbench.jax_backend.trace import TOTALS_SCOPE, Program, Tracer
+from xbench.jax_backend.trace import TOTALS_SCOPE, JaxTracer, Program
 
 
 def model_inputs(samples, data):
@@ -84,7 +84,7 @@ class JaxLoop(TracedCalls, TrainingLoop):
         self.compile_seconds = time.perf_counter() - began
         self.xla_flops = xla_flops(self.step)
         on_gpu = self.kind == "cuda"
-        self.tracer = Tracer(Program(self.step.as_text()),
+        self.tracer = JaxTracer(Program(self.step.as_text()),
                              [d.local_hardware_id if on_gpu else d.id for d in self.local], on_gpu)
         self.step_sums = []  # per step, this process's devices' loss and right sums (on device)
         self.taken = []      # per step, this process's share of the global batch (indices)

@@ -191,7 +191,7 @@ def test_a_traced_rank_is_ready_when_its_backward_ends_not_at_its_last_launch(tm
     over (at 60 ms): the rank was ready when backward's last op ended (the slow-rank fault's
     op is backward's), and the packs' 30 ms after it are communication, not untraced. Without a
     backward op the last launch stays the rank's ready moment."""
-    from xbench.tf_backend.trace import INJECTED_SCOPE, Tracer
+    from xbench.tf_backend.trace import INJECTED_SCOPE, TensorFlowTracer
     ms = 1_000_000
     write_trace(tmp_path, (0, 100 * ms), [
         ("dense/MatMul:MatMul", 0, 20 * ms),
@@ -200,7 +200,7 @@ def test_a_traced_rank_is_ready_when_its_backward_ends_not_at_its_last_launch(tm
         ("xbench_optimizer/adam/update:AssignSubVariableOp", 90 * ms, 100 * ms)],
         [("CollectiveReduceV2_1", 70 * ms, 90 * ms),  # written out of order
          ("CollectiveReduceV2", 60 * ms, 70 * ms)])
-    [step] = Tracer().read(str(tmp_path), [5.0])  # the call began 5 s into the epoch
+    [step] = TensorFlowTracer().read(str(tmp_path), [5.0])  # the call began 5 s into the epoch
     assert step.ready == pytest.approx(5.06) and step.collective_end == pytest.approx(5.09)
     # in the order they were launched; the trace tells no bytes
     assert [(f.launch, f.end) for f in step.collectives] == [
@@ -212,7 +212,7 @@ def test_a_traced_rank_is_ready_when_its_backward_ends_not_at_its_last_launch(tm
     write_trace(tmp_path, (0, 100 * ms), [("dense/MatMul:MatMul", 0, 20 * ms)],
                 [("CollectiveReduceV2", 30 * ms, 40 * ms), ("CollectiveReduceV2_1", 50 * ms,
                                                             90 * ms)])
-    [step] = Tracer().read(str(tmp_path), [0.0])
+    [step] = TensorFlowTracer().read(str(tmp_path), [0.0])
     assert step.ready == pytest.approx(0.05)
 
 

@@ -57,7 +57,7 @@ def label(op: str) -> str:
     return "forward"
 
 
-class Tracer(StepTracer):
+class TensorFlowTracer(StepTracer):
     """TensorFlow's profiler (common.measuring.tracing.StepTracer)."""
 
     def __init__(self):

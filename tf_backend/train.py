@@ -36,7 +36,7 @@ from xbench.tf_backend.step import (
     cross_entropy,
     make_replica_step,
 )
-from xbench.tf_backend.trace import Tracer
+from xbench.tf_backend.trace import TensorFlowTracer
 
 
 def set_threads(intra_op, inter_op):
@@ -93,7 +93,7 @@ class TensorFlowLoop(TracedCalls, TrainingLoop):
         self.step = train_step
         self.distributed = self.backend.distribute(self.strategy,
                                                    lambda: self.pipeline.dataset(cell.epochs))
-        self.tracer = Tracer()
+        self.tracer = TensorFlowTracer()
         self.iterator = None
         self.taken = []
 
