@@ -1,8 +1,9 @@
 """keras-jax: Keras 3 on its JAX backend, `keras.distribution.DataParallel` over this process's
-devices: the Keras models xbench's TensorFlow backends train (keras_models), their variables laid
-out replicated on DataParallel's mesh and each batch split over it, one jax.jit-compiled step of
-the model's `stateless_call` and the optimizer's `stateless_apply` (what Keras' own JAX trainer
-compiles in `fit`; jax_backend.networks.KerasNetwork), XLA inserting the gradients' all-reduce.
+devices: the Keras models xbench's TensorFlow backends train (keras_models: xbench's own, or a
+model file's keras(), which the Flax backends do not take), their variables laid out replicated
+on DataParallel's mesh and each batch split over it, one jax.jit-compiled step of the model's
+`stateless_call` and the optimizer's `stateless_apply` (what Keras' own JAX trainer compiles in
+`fit`; jax_backend.networks.KerasNetwork), XLA inserting the gradients' all-reduce.
 On a CPU the devices are XLA's host-platform devices, as jax-dp's are."""
 import os
 

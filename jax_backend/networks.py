@@ -116,7 +116,8 @@ class FlaxNetwork(Network):
 
 
 class KerasNetwork(Network):
-    """The spec's model as Keras builds it (keras_models.models), stepped by xbench's Keras
+    """The spec's model as Keras builds it, or a model file's keras() (keras_models.models's
+    build_model, Keras seeded with the cell's seed before the file's), stepped by xbench's Keras
     optimizers (Adam and SGD as PyTorch steps them), under keras.distribution.DataParallel: its
     DeviceMesh is the mesh, it lays out the variables (replicated) and each batch (split over
     the mesh's axis). The state is the values of the model's trainable and non-trainable

@@ -23,8 +23,8 @@ from xbench.common.measuring.target import Evaluation
 from xbench.common.measuring.tracing import SAMPLED, TracedCalls
 from xbench.common.running.env import cpu_name, peak_rss_bytes
 from xbench.common.running.training import TrainingLoop, eval_batch
-from xbench.common.workload.models import MODELS
 from xbench.common.workload.precision import lower_dtype
+from xbench.common.workload.resolve import own_model
 from xbench.common.workload.samples import rank_indices
 from xbench.jax_backend.base import AXIS
 from xbench.jax_backend.trace import TOTALS_SCOPE, JaxTracer, Program
@@ -32,9 +32,12 @@ from xbench.jax_backend.trace import TOTALS_SCOPE, JaxTracer, Program
 
 def model_inputs(samples, data):
     """What the model takes of a batch of `data`'s samples, inside the compiled step: normalised
-    images (channels last, as stored), or a language model's token ids."""
-    if data.is_text:
+    images (channels last, as stored), a language model's token ids, or a model file's samples
+    as they are (float32, or its int64 ids as JAX's int32)."""
+    if data.is_text or (data.as_given and not jnp.issubdtype(samples.dtype, jnp.floating)):
         return samples.astype(jnp.int32)
+    if data.as_given:
+        return samples.astype(jnp.float32)
     mean, std = (jnp.asarray(v, jnp.float32) for v in (data.mean, data.std))
     return (samples.astype(jnp.float32) / 255 - mean) / std
 
@@ -278,9 +281,7 @@ class JaxLoop(TracedCalls, TrainingLoop):
             "compile_seconds": self.compile_seconds,
             "cpu_affinity": self.backend.cores if self.kind == "cpu" else None,
             "xla_training_flops_per_sample": counted,
-            # JAX's backends train only xbench's own models (a model file's cells are refused)
-            "xla_flops_check": flops_check(
-                counted, MODELS[self.cell.model].training_flops_per_sample()),
+            "xla_flops_check": flops_check(counted, own_model(self.cell.model)),
             "math": {**dict.fromkeys(("matmul", "convolution"), self.float32_math()),
                      "precision": self.cell.precision, "lower": lower_dtype(self.cell.precision),
                      "jax_default_matmul_precision":
@@ -313,12 +314,15 @@ def xla_flops(compiled) -> float | None:
     return (compiled.cost_analysis() or {}).get("flops")
 
 
-def flops_check(counted: float | None, from_spec: int) -> dict:
-    """XLA's count of a training step's FLOPs per sample beside xbench's from the model's spec
+def flops_check(counted: float | None, spec) -> dict:
+    """XLA's count of a training step's FLOPs per sample beside xbench's from the model's `spec`
     (the MFU's numerator). They differ where their conventions do: XLA counts the elementwise
     ops too (the loss, activations, the optimizer's update), and leaves out a convolution's
     products with its zero padding, which the spec counts. XLA's is one device's program over
     its share of the batch, the whole optimizer update included (every device steps every
-    parameter), so its count per sample grows with the devices."""
+    parameter), so its count per sample grows with the devices. A model file (keras-jax's) has
+    no spec (`spec` None): its rows' FLOPs are XLA's own count of its forward pass
+    (jax_backend.user_model), no second opinion to check against, so none is given."""
+    from_spec = spec.training_flops_per_sample() if spec else None
     return {"xla": counted, "spec": from_spec,
             "ratio": counted / from_spec if counted and from_spec else None}

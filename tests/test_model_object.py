@@ -117,8 +117,10 @@ def test_a_model_file_answers_from_what_its_framework_counted(model_file):
         == (100, 200, 400)
     assert model.input_kind == IMAGES and model.input_shape() == (1, 28, 28)
     assert model.why_not_served("torch") is None
-    assert model.why_not_served("tensorflow") == "defines no keras()"
-    assert model.why_not_served("jax") == "not built"
+    assert model.why_not_served("tensorflow") == ("defines no keras(): tensorflow's backends "
+                                                  "have no model to train")
+    assert model.why_not_served("jax").startswith("not built: ")
+    assert model.why_not_served("torch", "Flax only") == "Flax only"  # a backend of its own
     assert model.name == f"{model_file.resolve()}@{file_digest(model_file)}"
 
 
@@ -127,6 +129,7 @@ def test_a_spec_model_is_served_everywhere_and_counts_from_its_layers():
     assert small is MODELS["small"] and small.input_kind == IMAGES and gpt.input_kind == TOKENS
     assert small.parameters("tensorflow") == small.parameters("torch") == 402_442
     assert all(small.why_not_served(f) is None for f in ("torch", "tensorflow", "jax"))
+    assert small.why_not_served("jax", "Flax only") is None
 
 
 def test_resolving_twice_reads_afresh(model_file):

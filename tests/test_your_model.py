@@ -1,8 +1,8 @@
 """A model a user brings (`--model FILE.py`): a wrong file is one line and exit 2 before any cell
 runs; the example vision transformer runs through PyTorch's and TensorFlow's backends on real
-MNIST, and the report and `xbench predict` work on its rows; a file's own data() trains; a
-framework the file does not serve is `unsupported`, with the reason; a changed file is a new
-cell."""
+MNIST, and the report and `xbench predict` work on its rows; a file's own data() trains, in
+keras-jax on tf-mirrored's trajectory; a framework the file does not serve, and JAX's Flax
+backends, are `unsupported`, with the reason; a changed file is a new cell."""
 import json
 import os
 import textwrap
@@ -16,14 +16,8 @@ EXAMPLE = REPO / "examples" / "vit_mnist.py"
 SLICE = 1024
 
 # A small classifier of 8 numbers into 3 classes, its data() drawn with numpy.
-MLP = '''
+DATA = '''
 import numpy as np
-
-
-def pytorch():
-    from torch import nn
-    return {"model": nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 3)),
-            "inputs": ((8,), "float32"), "classes": 3}
 
 
 def data():
@@ -31,6 +25,27 @@ def data():
     x = rng.standard_normal((640, 8)).astype(np.float32)
     y = (x[:, 0] > 0).astype(np.int64) + (x[:, 1] > 0.5)
     return {"train": (x[:512], y[:512]), "test": (x[512:], y[512:])}
+'''
+MLP = DATA + '''
+
+def pytorch():
+    from torch import nn
+    return {"model": nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 3)),
+            "inputs": ((8,), "float32"), "classes": 3}
+'''
+# The same classifier in Keras alone, its initial weights set from numpy: Keras on TensorFlow
+# and on JAX draw different weights from one seed, so a file that sets its own starts
+# tf-mirrored and keras-jax on one trajectory.
+KERAS_MLP = DATA + '''
+
+def keras():
+    import keras
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(32, activation="relu"),
+                              keras.layers.Dense(3)])
+    rng = np.random.default_rng(1)
+    model.set_weights([rng.normal(0, 0.3, w.shape).astype(np.float32)
+                       for w in model.get_weights()])
+    return {"model": model, "inputs": ((8,), "float32"), "classes": 3}
 '''
 
 
@@ -143,7 +158,7 @@ def test_the_example_runs_in_both_frameworks_and_says_what_it_counted(example):
         assert row["model"].startswith(str(EXAMPLE)) and "@" in row["model"]
         assert row["params"] == 71_946 and row["dataset"] == "mnist"
         recorded = row["backend_details"]["model_file"]
-        assert recorded["frameworks"] == ["tensorflow", "torch"]
+        assert recorded["frameworks"] == ["jax", "tensorflow", "torch"]
         assert recorded["one_trajectory"].startswith("not claimed")
         assert row["backend_details"]["traffic"] if key[1] == 2 else True
     # PyTorch's FlopCounterMode beside TensorFlow's own count, each in its framework's rows
@@ -170,23 +185,35 @@ def test_the_report_and_predict_work_on_its_rows(example):
 
 
 def test_its_own_data_trains_and_an_unserved_framework_is_unsupported(tmp_path, cache):
-    path = model_file(tmp_path, MLP)
+    """A Keras file: tf-mirrored and keras-jax train its data() on one trajectory; PyTorch's
+    backends have no pytorch() to train, and JAX's Flax backends take no model file."""
+    path = model_file(tmp_path, KERAS_MLP)
     results = tmp_path / "r.jsonl"
     done = xbench("grid", "--preset", "smoke", "--model", path, "--data", "model", "--backend",
-                  "pt-ddp,tf-mirrored", "--devices", "2", "--batch", 64,
+                  "pt-ddp,tf-mirrored,keras-jax,jax-dp", "--devices", "2", "--batch", 64,
                   "--max-train-samples", 0, "--results", results, env=cache)
     assert done.returncode == 0, done.stderr
     rows = {r["backend"]: r for r in read_rows(results)[0]}
-    trained = rows["pt-ddp"]
-    assert trained["status"] == "ok" and trained["dataset"] == "model"
-    assert trained["train_samples"] == 512 and trained["dataset_source"] == str(path)
+    trained = rows["tf-mirrored"]
+    for row in (trained, rows["keras-jax"]):
+        assert row["status"] == "ok" and row["dataset"] == "model", row["error"]
+        assert row["train_samples"] == 512 and row["dataset_source"] == str(path)
+        assert row["backend_details"]["model_file"]["frameworks"] == ["jax", "tensorflow"]
     assert trained["epochs"][-1]["loss"] < trained["epochs"][0]["loss"]
-    assert rows["tf-mirrored"]["status"] == "unsupported"
-    assert rows["tf-mirrored"]["error"].startswith("model.py defines no keras()")
+    # the same weights and global batches: keras-jax on tf-mirrored's trajectory (the smoke
+    # grid's tolerance for xbench's own models)
+    for mine, theirs in zip(rows["keras-jax"]["epochs"], trained["epochs"], strict=True):
+        assert mine["loss"] == pytest.approx(theirs["loss"], rel=2e-5)
+    assert rows["keras-jax"]["flops_per_sample"] > 0
+    assert rows["keras-jax"]["backend_details"]["xla_flops_check"]["spec"] is None
+    assert rows["pt-ddp"]["status"] == rows["jax-dp"]["status"] == "unsupported"
+    assert rows["pt-ddp"]["error"].startswith("model.py defines no pytorch()")
+    assert rows["jax-dp"]["error"].startswith("jax-single, jax-dp and jax-multiprocess train "
+                                              "Flax models")
     # a changed file is a new cell
     path.write_text(path.read_text() + "\n# changed\n")
     again = xbench_here("grid", "--preset", "smoke", "--model", path, "--data", "model",
-                        "--backend", "pt-ddp", "--devices", "2", "--batch", 64,
+                        "--backend", "tf-mirrored", "--devices", "2", "--batch", 64,
                         "--max-train-samples", 0, "--results", results, "--dry-run", env=cache)
     assert again.returncode == 0, again.stderr
     assert trained["cell_key"].split("|")[1] not in again.stdout

@@ -1,19 +1,14 @@
-"""`python -m xbench.tf_backend.user_model FILE`: a user's model file as Keras builds it
-(common.workload.model_file): its keras() checked, the model built once and run on a batch of 2,
-its parameters, tensor shapes and TensorFlow's own count of a forward pass's floating-point
-operations (its profiler on the traced graph), printed as JSON. Exit 2 with one line where the
-file is wrong."""
-import math
-from pathlib import Path
+"""`python -m xbench.tf_backend.user_model FILE`: a user's model file as Keras on TensorFlow
+builds it (common.workload.model_file): its keras() checked, the model built once and run on a
+batch of 2, its parameters and tensor shapes (keras_models.file_facts) and TensorFlow's own count
+of a forward pass's floating-point operations (its profiler on the traced graph), printed as
+JSON. Exit 2 with one line where the file is wrong."""
+from functools import partial
 
-import keras
-import numpy as np
 import tensorflow as tf
 
-from xbench.common.errors import UserError
 from xbench.common.workload.file_checks import run_describer
-
-BATCH = 2
+from xbench.keras_models.file_facts import counted, seed
 
 
 def forward_flops(model, takes: dict) -> tuple[int, str]:
@@ -41,31 +36,5 @@ def forward_flops(model, takes: dict) -> tuple[int, str]:
 UNCOUNTED = {"Einsum", "BatchMatMulV3"}
 
 
-def count(model, takes: dict, path: Path) -> dict:
-    """What Keras and TensorFlow count of the file's model: its parameters, tensor shapes and
-    forward FLOPs, and whether it has BatchNorm."""
-    if not isinstance(model, keras.Model):
-        raise UserError(f"{path.name}: keras()'s model is {type(model).__name__}, not a "
-                        f"keras.Model")
-    inputs = np.zeros((BATCH, *takes["input_shape"]), takes["input_dtype"])
-    wanted = (BATCH, *takes["target_shape"], takes["classes"])
-    try:
-        logits = model(inputs, training=False)
-    except Exception as e:  # the user's model on inputs of the shape it declared
-        raise UserError(f"{path.name}: keras()'s model on inputs of {inputs.shape} raised "
-                        f"{type(e).__name__}: {e}") from None
-    shape = tuple(getattr(logits, "shape", ()))
-    if shape != wanted:
-        raise UserError(f"{path.name}: keras()'s model returned {shape or type(logits).__name__} "
-                        f"for a batch of {BATCH}; its targets and classes need logits of {wanted}")
-    flops, how = forward_flops(model, takes)
-    return {"params": sum(math.prod(v.shape) for v in model.trainable_variables),
-            "tensor_shapes": [list(v.shape) for v in model.trainable_variables],
-            "flops_per_sample": flops, "activations_per_sample": None,
-            "batchnorm": any(isinstance(layer, keras.layers.BatchNormalization)
-                             for layer in model._flatten_layers()),
-            "counted_by": how}
-
-
 if __name__ == "__main__":
-    run_describer("keras", lambda: keras.utils.set_random_seed(0), count)
+    run_describer("keras", seed, partial(counted, forward_flops=forward_flops))

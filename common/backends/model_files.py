@@ -43,10 +43,6 @@ def build(reference: str) -> ModelFile:
     built, not_served, takes, absent = {}, {}, None, []
     for framework in FRAMEWORKS:
         function = framework.model_function
-        if function is None:
-            not_served[framework.name] = (f"{framework.name}'s backends train only xbench's own "
-                                          f"models")
-            continue
         if importlib.util.find_spec(framework.module) is None:
             not_served[framework.name] = f"{framework.name} is not installed here"
             absent.append(framework.name)

@@ -150,9 +150,10 @@ class Start:
         if cell.compression not in traits.compressions:
             return (f"compression {cell.compression}: {self.name} does "
                     f"{', '.join(traits.compressions)}; {traits.no_compression}")
-        why_not = resolve_model(cell.model).why_not_served(traits.framework.name)
+        why_not = resolve_model(cell.model).why_not_served(traits.framework.name,
+                                                           traits.own_models_only)
         if why_not:
-            return f"{why_not}: {traits.framework.name}'s backends have no model to train"
+            return why_not
         return self._input_refused(cell)
 
     def _input_refused(self, cell: Cell) -> str | None:

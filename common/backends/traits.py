@@ -44,10 +44,9 @@ class Framework:
     uses_dataloader: bool  # whether that is PyTorch's DataLoader (host_memory, loader_workers)
     image_layout: str    # how its loop lays out an image sample (CHANNELS_FIRST, CHANNELS_LAST)
     # What a user's model file defines for it (common.workload.model_file) and the module that
-    # builds such a file's model and says what it counted; None where its backends train only
-    # xbench's own models.
-    model_function: str | None
-    describer: str | None
+    # builds such a file's model and says what it counted.
+    model_function: str
+    describer: str
     # The mixed precisions its loop runs, and why it runs no other.
     mixed_precisions: tuple[str, ...] = ("bf16", "fp16")
     no_mixed_precision: str = ""
@@ -76,7 +75,9 @@ JAX = Framework(
     "environment",
     memory_mb=700, input="numpy batches placed on the devices (jax.device_put, "
                          "jax.make_array_from_process_local_data)",
-    uses_dataloader=False, image_layout=CHANNELS_LAST, model_function=None, describer=None,
+    uses_dataloader=False, image_layout=CHANNELS_LAST,
+    # keras-jax's: the Flax backends take no model file (Traits.own_models_only)
+    model_function="keras", describer="xbench.jax_backend.user_model",
     mixed_precisions=("bf16",),
     no_mixed_precision="fp16 trains only under a dynamic loss scale, and JAX has none of its own "
                        "(optax has no loss scaler; DeepMind's jmp is archived): xbench's JAX "
@@ -132,6 +133,10 @@ XLA_COLLECTIVES = ("the collectives XLA inserted (its combined all-reduce of the
                    "JAX's trace, each from when this process's last device reached it to when "
                    "its last device left it, its operands' bytes; this rank is ready when its "
                    "backward's last op ends")
+# jax-single, jax-dp and jax-multiprocess build xbench's specs in Flax.
+FLAX_ONLY = ("jax-single, jax-dp and jax-multiprocess train Flax models built from xbench's own "
+             "specs, and a model file defines no Flax model (pytorch() and keras() only): "
+             "keras-jax trains its keras()")
 JIT_BATCHNORM = ("jax.jit computes the model on the whole global batch sharded over the devices: "
                  "BatchNorm normalises over every device's samples together (as SyncBatchNorm "
                  "does, XLA reducing the statistics across the devices), and one copy of the "
@@ -178,6 +183,9 @@ class Traits:
     # tests/test_cifar.py checks it); the test accuracy is evaluated with rank 0's.
     batchnorm_statistics: str = ONE_REPLICA
     extension: str | None = None  # a compiled extension it needs besides its framework
+    # Why it trains only xbench's own models where it does (a model file's cells unsupported);
+    # "": it trains its framework's function of a model file.
+    own_models_only: str = ""
     install_hint: str = ""        # default: its framework's
 
     @property
@@ -309,16 +317,18 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
            batchnorm_statistics=HOROVOD_BATCHNORM, extension=HOROVOD_EXTENSIONS["TensorFlow"],
            install_hint=HOROVOD_BUILD_HINT),
     Traits("jax-single", JAX, "xbench.jax_backend.single:SingleDeviceJaxBackend",
-           spans_devices=False),
+           spans_devices=False, own_models_only=FLAX_ONLY),
     Traits("jax-dp", JAX, "xbench.jax_backend.dp:ShardedBatchBackend",
            wrapper="jax.jit over a mesh of devices",
            protocol=XLA_PROTOCOL, no_buckets=XLA_BUCKETS, no_compression=JAX_NO_COMPRESSION,
-           collectives_counted=XLA_COLLECTIVES, batchnorm_statistics=JIT_BATCHNORM),
+           collectives_counted=XLA_COLLECTIVES, batchnorm_statistics=JIT_BATCHNORM,
+           own_models_only=FLAX_ONLY),
     Traits("jax-multiprocess", JAX, "xbench.jax_backend.multiprocess:MultiProcessJaxBackend",
            wrapper="jax.jit over a mesh of processes",
            start=WORKER_PER_DEVICE, protocol=XLA_PROTOCOL, library="jax",
            no_buckets=XLA_BUCKETS, no_compression=JAX_NO_COMPRESSION,
-           collectives_counted=XLA_COLLECTIVES, batchnorm_statistics=JIT_BATCHNORM),
+           collectives_counted=XLA_COLLECTIVES, batchnorm_statistics=JIT_BATCHNORM,
+           own_models_only=FLAX_ONLY),
     Traits("keras-jax", JAX, "xbench.jax_backend.keras:KerasDataParallelBackend",
            wrapper="Keras DataParallel",
            protocol=XLA_PROTOCOL, no_buckets=XLA_BUCKETS, no_compression=JAX_NO_COMPRESSION,

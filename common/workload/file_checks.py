@@ -1,7 +1,8 @@
 """What a model file's functions must return, checked alike by each framework's describer
-(`python -m DESCRIBER FILE`, which its traits name: pt_backend.user_model, tf_backend.user_model)
-and by a worker reading the file's data() (common.workload.data): the flow a describer shares
-(`run_describer`), the framework's part (building and counting the model) passed in."""
+(`python -m DESCRIBER FILE`, which its traits name: pt_backend.user_model, tf_backend.user_model,
+jax_backend.user_model) and by a worker reading the file's data() (common.workload.data): the
+flow a describer shares (`run_describer`), the framework's part (building and counting the
+model) passed in."""
 import hashlib
 import json
 import sys
@@ -16,24 +17,28 @@ from xbench.common.workload.model_file import call, module_of
 
 
 def run_describer(function: str, seed: Callable[[], None],
-                  count: Callable[[object, dict, Path], dict]) -> None:
+                  count: Callable[[object, dict, Path], dict], runtime: str = "") -> None:
     """A describer's main: the file `sys.argv[1]`'s `function()` ("pytorch", "keras") checked,
     called after `seed()`, its model counted by `count(model, what it takes, path)`, and its
     data() checked, as JSON on stdout; exit 2 with one line where the file is wrong, NOT_SERVED
-    where it has no `function`."""
+    where it has no `function`. `runtime`: where given (Keras' JAX backend, whose describer runs
+    the keras() TensorFlow's took first), a file that fails here is not served on that runtime,
+    said in one line, rather than stopping the grid."""
     path = Path(sys.argv[1])
     try:
         print(json.dumps(describe(module_of(path), path, function, seed, count)))
+        return
     except NotServed as e:
-        print(e, file=sys.stderr)
-        sys.exit(NOT_SERVED)
+        said, code = str(e), NOT_SERVED
     except UserError as e:
-        print(e, file=sys.stderr)
-        sys.exit(2)
+        said, code = str(e), 2
     except BaseException as e:  # the user's model failed in a way no check foresaw
-        print(f"{path.name}: building or running its model raised {type(e).__name__}: {e}",
-              file=sys.stderr)
-        sys.exit(2)
+        said, code = (f"{path.name}: building or running its model raised "
+                      f"{type(e).__name__}: {e}"), 2
+    if code == 2 and runtime:
+        said, code = f"{said.splitlines()[0]} (on {runtime})", NOT_SERVED
+    print(said, file=sys.stderr)
+    sys.exit(code)
 
 
 def describe(module: ModuleType, path: Path, function: str, seed: Callable[[], None],

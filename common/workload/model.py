@@ -56,8 +56,9 @@ class Model(Protocol):
     def activations_per_sample(self) -> int:
         """Values one sample's forward pass keeps for the backward pass (0: not counted)."""
 
-    def why_not_served(self, framework: str) -> str | None:
-        """Why `framework`'s backends cannot train it, or None where they can."""
+    def why_not_served(self, framework: str, own_models_only: str = "") -> str | None:
+        """Why a backend of `framework` cannot train it, or None where it can; `own_models_only`:
+        why the backend trains only xbench's own models, where it does."""
 
     def check_data(self, data: str, layouts: Mapping[str, str]) -> None:
         """A UserError where it cannot take the samples of `data` (a --data value); `layouts`:

@@ -43,7 +43,7 @@ from xbench.common.workload.models import INPUT_SHAPES, NUM_CLASSES
 DIGEST_CHARACTERS = 12
 DIGEST = re.compile(rf"@[0-9a-f]{{{DIGEST_CHARACTERS}}}$")
 SYNTHETIC_TRAIN, SYNTHETIC_TEST = 8192, 1024  # random samples of a file without data()
-FACTS_VERSION = 2  # of what the describers count: a new version counts again
+FACTS_VERSION = 3  # of what the describers count: a new version counts again
 
 
 class NotDescribed(UserError):
@@ -126,10 +126,13 @@ class ModelFile:
         it: not counted)."""
         return self.by("torch").get("activations_per_sample") or 0
 
-    def why_not_served(self, framework: str) -> str | None:
+    def why_not_served(self, framework: str, own_models_only: str = "") -> str | None:
+        if own_models_only:
+            return own_models_only
         if framework in self.built:
             return None
-        return self.not_served.get(framework, "not built")
+        return (f"{self.not_served.get(framework, 'not built')}: {framework}'s backends have no "
+                f"model to train")
 
     def check_data(self, data: str, layouts: Mapping[str, str]) -> None:
         """A clear error where it cannot take `data`: its own data() where it has one, random
@@ -172,8 +175,9 @@ class ModelFile:
             "path": self.path, "digest": self.digest, "frameworks": sorted(self.built),
             "counted_by": {f: built["counted_by"] for f, built in self.built.items()},
             "one_trajectory": "not claimed: each framework builds the file's model with its own "
-                              "initial weights, so its rows of different frameworks are not the "
-                              "same training"}}
+                              "initial weights (Keras on TensorFlow and on JAX draw different "
+                              "ones from one seed), so its rows of different frameworks are not "
+                              "the same training unless the file sets its weights itself"}}
 
     def keep(self) -> ModelFile:
         """Written to its digest's file (whole or not at all), where `read` finds it."""

@@ -82,8 +82,9 @@ class SpecModel:
         first = self.layers[0]
         return (first.context,) if isinstance(first, Embedding) else INPUT_SHAPES[self.dataset]
 
-    def why_not_served(self, framework: str) -> str | None:
-        """Why `framework`'s backends cannot train it: never (every framework builds the spec)."""
+    def why_not_served(self, framework: str, own_models_only: str = "") -> str | None:
+        """Why a backend of `framework` cannot train it: never (every backend builds the
+        spec)."""
         return None
 
     def network(self, from_spec: Callable[[SpecModel], object],
