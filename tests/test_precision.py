@@ -13,7 +13,8 @@ from xbench.common.results.store import read_rows
 from xbench.common.workload.precision import LOSS_SCALE_START
 from xbench.reports.limits import against_limits
 
-SINGLE = ["pt-single", "pt-dp", "tf-single", "jax-single"]
+# pt-dp on one device is pt-single's loop under a DataParallel with nothing to scatter: left out
+SINGLE = ["pt-single", "tf-single", "jax-single"]
 SPANNING = ["pt-ddp", "tf-mirrored", "tf-multiworker", "hvd-torch", "hvd-tf", "jax-dp",
             "jax-multiprocess", "keras-jax"]
 NO_FP16 = ["jax-single"]  # JAX has no loss scaler of its own: fp16 is unsupported with the reason
