@@ -1,6 +1,7 @@
 """The JAX backends (jax-single, jax-dp, jax-multiprocess, keras-jax) as the smoke grid's rows
 record them: one compiled step over a mesh of the cell's devices, its compile time and XLA's FLOP
-count beside the spec's, the step recorded as one untraced call; and their bad input: fp16 (no
+count beside the spec's, the step split by JAX's trace of its XLA ops (its all-reduce timed, with
+its bytes), read by predict and the why; and their bad input: fp16 (no
 loss scaler in JAX) and more CPU devices than the machine can split. Their trajectory against
 every other backend is tests/test_smoke.py's (gpt-tiny's: tests/test_language_model.py's;
 ResNet-18's and VGG-19's: tests/test_cifar.py's)."""
