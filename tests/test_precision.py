@@ -15,8 +15,9 @@ from xbench.reports.limits import against_limits
 
 # pt-dp on one device is pt-single's loop under a DataParallel with nothing to scatter: left out
 SINGLE = ["pt-single", "tf-single", "jax-single"]
+# jax-multiprocess runs jax-dp's compiled step over processes (on the smoke grid and Slurm)
 SPANNING = ["pt-ddp", "tf-mirrored", "tf-multiworker", "hvd-torch", "hvd-tf", "jax-dp",
-            "jax-multiprocess", "keras-jax"]
+            "keras-jax"]
 NO_FP16 = ["jax-single"]  # JAX has no loss scaler of its own: fp16 is unsupported with the reason
 # fp16 on 2 ranks: where the loss is scaled before (pt-ddp, hvd-tf) and after (the strategies,
 # whose replicas must agree on an overflow) the gradients are summed
