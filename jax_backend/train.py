@@ -173,6 +173,9 @@ class JaxLoop(TracedCalls, TrainingLoop):
             return jax.block_until_ready(found)
         return run
 
+    def compiled_ahead_seconds(self):
+        return self.compile_seconds
+
     def attribution_sources(self):
         traced = (f"JAX's profiler inside the step's call (one compiled XLA program): every "
                   f"k-th step of each timed epoch from the second, {SAMPLED} an epoch, traced, "

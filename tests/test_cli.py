@@ -63,6 +63,9 @@ def test_every_list_of_backends_in_the_help_is_the_traits_tables():
         ("grid", "set_epoch"): {t.name for t in TRAITS.values() if t.distributed_sampler},
         ("grid", "reshard"): {t.name for t in TRAITS.values() if t.shards_parameters},
         ("grid", "bucket_mb"): set(knobs),
+        ("grid", "accumulate"): {t.name for t in TRAITS.values() if "last" in t.sync_modes},
+        ("grid", "accumulate_sync"): {t.name for t in TRAITS.values() if "each" in t.sync_modes},
+        ("grid", "compile"): {t.name for t in TRAITS.values() if t.compiler},
     }
     named = {(command, param.name): named_backends(param.help or "")
              for command, group in main.commands.items()

@@ -34,6 +34,7 @@ ADDED_IN = {
     13: ["look"],
     14: ["target_loss", "test_loss"],
     15: [],  # each rank's timeline, nested in the attribution
+    16: ["accumulate", "accumulate_sync", "compile", "warmup_seconds"],
 }
 
 
@@ -58,7 +59,7 @@ def as_of(row: dict, version: int) -> dict:
 
 def test_the_history_is_the_list_of_named_upgrades():
     assert [f.__name__ for f in UPGRADES] == [f"update_to_{v}" for v in VERSIONS]
-    assert VERSIONS == list(range(3, SCHEMA_VERSION + 1)) and SCHEMA_VERSION == 15
+    assert VERSIONS == list(range(3, SCHEMA_VERSION + 1)) and SCHEMA_VERSION == 16
     assert set(ADDED_IN) == set(VERSIONS)
 
 

@@ -67,10 +67,11 @@ class Backend(abc.ABC):
     def traffic(self, cell: Cell, model: Model, reduction: str) -> list[dict]:
         """What crosses between the cell's devices in one optimizer step, all links together
         (`wire` items): by default the gradients of the cell's `model` as `reduction` (the
-        row's) moves them."""
+        row's) moves them, as many times a step as the cell syncs them (accumulate_sync each:
+        once per micro-batch)."""
         devices = cell.world
-        size = wire_bytes(model.tensor_shapes(self.traits.framework.name), cell.compression,
-                          cell.powersgd_rank)
+        size = cell.syncs_per_step * wire_bytes(model.tensor_shapes(self.traits.framework.name),
+                                                cell.compression, cell.powersgd_rank)
         if reduction == ALL_REDUCE:
             compressed = ("" if cell.compression == "none" else
                           f" ({compression_label(cell.compression, cell.powersgd_rank)})")

@@ -22,6 +22,7 @@ from xbench.common.backends.traits import (
     TRAITS,
     WORKER_PER_DEVICE,
     Traits,
+    in_words,
     spanning_nodes,
 )
 from xbench.common.workload import faults
@@ -147,6 +148,13 @@ class Start:
                     f"device, there is nothing to reshard; {', '.join(sharding)} shards it")
         if cell.bucket_mb and not traits.bucket_knob:
             return f"bucket_mb {cell.bucket_mb:g}: {self.name} has no buckets: {traits.no_buckets}"
+        if cell.accumulate > 1 and cell.accumulate_sync not in traits.sync_modes:
+            return (f"accumulate_sync {cell.accumulate_sync}: {self.name} syncs "
+                    f"{in_words(list(traits.sync_modes), 'or')} only: {traits.no_sync_mode}")
+        if cell.compile == "on" and traits.framework.always_compiled:
+            return f"compile on: {traits.framework.always_compiled}"
+        if cell.compile == "on" and traits.no_compile:
+            return f"compile on: {traits.no_compile}"
         if cell.compression not in traits.compressions:
             return (f"compression {cell.compression}: {self.name} does "
                     f"{', '.join(traits.compressions)}; {traits.no_compression}")

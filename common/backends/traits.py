@@ -51,6 +51,9 @@ class Framework:
     mixed_precisions: tuple[str, ...] = ("bf16", "fp16")
     no_mixed_precision: str = ""
     units_timed: bool = True  # whether `xbench profile` times its model's units
+    # What --compile on does to its step, or why it has no choice (it always compiles).
+    compiler: str | None = None
+    always_compiled: str = ""
 
 
 # Peak RSS of the small model's smoke cells on CPU: 420-460 MB with PyTorch, 690-750 MB with
@@ -60,13 +63,15 @@ TORCH = Framework(
     "install PyTorch with `make setup` (or `pip install torch` into the environment)",
     memory_mb=450, input="torch.utils.data.DataLoader", uses_dataloader=True,
     image_layout=CHANNELS_FIRST, model_function="pytorch",
-    describer="xbench.pt_backend.user_model")
+    describer="xbench.pt_backend.user_model",
+    compiler="torch.compile of the model (TorchDynamo and Inductor)")
 TENSORFLOW = Framework(
     "tensorflow", "TensorFlow", "tensorflow",
     "install TensorFlow with `make setup`, or `pip install -e '.[tf]'` into the environment "
     "(the CPU wheel, tensorflow-cpu)",
     memory_mb=800, input="tf.data", uses_dataloader=False, image_layout=CHANNELS_LAST,
-    model_function="keras", describer="xbench.tf_backend.user_model")
+    model_function="keras", describer="xbench.tf_backend.user_model",
+    compiler="the step's tf.function with jit_compile=True (XLA)")
 # Peak RSS of the small model's smoke cells on CPU with JAX: 485-555 MB with Flax, 675-685 MB
 # with keras-jax.
 JAX = Framework(
@@ -82,7 +87,10 @@ JAX = Framework(
     no_mixed_precision="fp16 trains only under a dynamic loss scale, and JAX has none of its own "
                        "(optax has no loss scaler; DeepMind's jmp is archived): xbench's JAX "
                        "step (keras-jax's too) runs fp32 and bf16",
-    units_timed=False)
+    units_timed=False,
+    always_compiled="JAX compiles every step with jax.jit (XLA), keras-jax's too (what Keras' "
+                    "fit does on JAX): there is no eager step to compare, and its --compile off "
+                    "cells are compiled, which their rows record")
 FRAMEWORKS = (TORCH, TENSORFLOW, JAX)
 
 # How the runner starts a cell's processes on a node (common.backends.start).
@@ -99,6 +107,12 @@ HOROVOD_EXTENSIONS = {"PyTorch": "horovod.torch.mpi_lib_v2",
                       "TensorFlow": "horovod.tensorflow.mpi_lib"}
 ONE_REPLICA = "one replica: its running statistics are its own"
 NO_COLLECTIVE = "none: no collective between processes"
+# --accumulate's sync modes (common.grids.settings): how each backend crosses once a step or after
+# every micro-batch.
+ONE_DEVICE_SYNC = "one device: nothing crosses"
+ALONE = {"last": ONE_DEVICE_SYNC, "each": ONE_DEVICE_SYNC}
+# TensorFlow's and JAX's steps are one call: the K micro-batches' gradients are summed inside it.
+SUMMED_IN_STEP = "the micro-batches' gradients summed inside the step's one call, then reduced once"
 # Seen with Keras 3.15 / TF 2.21 (tests/test_cifar.py): BatchNormalization's moving statistics
 # are MirroredVariables with aggregation NONE, which do not stay mirrored.
 MIRRORED_BATCHNORM = ("Keras keeps BatchNorm's running statistics in MirroredVariables with "
@@ -146,6 +160,9 @@ JIT_BATCHNORM = ("jax.jit computes the model on the whole global batch sharded o
 # thunk runtime) one all-reduce after backward, as the trace shows (tests/test_jax_backends.py).
 # Not checked on GPUs, where XLA's combiner and scheduler differ.
 XLA_PROTOCOL = everywhere(Protocol(ALL_REDUCE, reduce_passes=2))
+XLA_SYNCS = {"last": SUMMED_IN_STEP,
+             "each": "every micro-batch's gradients all-reduced inside the step, before the next "
+                     "micro-batch"}
 
 
 @dataclass(frozen=True)
@@ -183,6 +200,11 @@ class Traits:
     # tests/test_cifar.py checks it); the test accuracy is evaluated with rank 0's.
     batchnorm_statistics: str = ONE_REPLICA
     extension: str | None = None  # a compiled extension it needs besides its framework
+    # How it accumulates K micro-batches with each --accumulate-sync mode ({mode: how}), and
+    # why it has no other mode.
+    sync_modes: Mapping[str, str] = field(default_factory=lambda: ALONE)
+    no_sync_mode: str = ""
+    no_compile: str = ""          # why --compile on cannot run it, where its framework can
     # Why it trains only xbench's own models where it does (a model file's cells unsupported);
     # "": it trains its framework's function of a model file.
     own_models_only: str = ""
@@ -197,6 +219,12 @@ class Traits:
     def spans_nodes(self) -> bool:
         """Whether its ranks can run on several machines (every launcher of many processes)."""
         return self.start != ONE_PROCESS
+
+    @property
+    def compiler(self) -> str | None:
+        """What --compile on does to its step (None: its framework always compiles, or it
+        cannot be compiled)."""
+        return None if self.no_compile else self.framework.compiler
 
     @property
     def bucket_knob(self) -> str | None:
@@ -222,6 +250,10 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
                           "autograd: it has no communication hook to compress them",
            several_devices_need_gpus="DataParallel has no multi-device CPU mode, and running on "
                                      "one device instead would misreport the cell",
+           sync_modes={"each": "DataParallel reduces the replicas' gradients onto device 0 "
+                               "inside every backward"},
+           no_sync_mode="DataParallel reduces the gradients inside autograd on every backward: it "
+                        "has no no_sync() to skip a micro-batch's reduction",
            collectives_not_counted="not counted: on N GPUs DataParallel scatters the batch, "
                                    "replicates the module and gathers the outputs inside its "
                                    "forward, and reduces the gradients onto the first GPU inside "
@@ -237,6 +269,8 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
            protocol=everywhere(Protocol(ALL_REDUCE, reduce_passes=2, message_bytes=25 * MIB,
                                         first_message_bytes=MIB, launch=BUCKET_READY,
                                         bucket_knob="DistributedDataParallel's bucket_cap_mb")),
+           sync_modes={"last": "DDP's no_sync() on the first K-1 micro-batches",
+                       "each": "DDP's bucketed all-reduce in every micro-batch's backward"},
            library="torch.distributed", compressions=COMPRESSIONS,  # its communication hooks
            gpu_only={"powersgd": "PowerSGD's hook chains each bucket's all-reduces in "
                                  "callbacks; on gloo the chains of DDP's two buckets interleave "
@@ -260,6 +294,9 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
                                         gathers={"after-forward": 2, "after-backward": 1},
                                         collectives_in_compute=True)),
            library="torch.distributed", shards_parameters=True,
+           sync_modes={"last": "FSDP2's set_requires_gradient_sync(False) on the first K-1 "
+                               "micro-batches (whole gradients kept between them)",
+                       "each": "a reduce-scatter in every micro-batch's backward"},
            no_buckets="FSDP2 gathers and reduce-scatters each fully_shard unit's "
                    "parameters as one, its units are its buckets",
            no_compression="FSDP reduce-scatters the gradients in their own type (a "
@@ -281,6 +318,9 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
                      "cuda": RING_ALL_REDUCE},
            no_buckets="MirroredStrategy's reduction to one device (a CPU) has no "
                    "packs, and its NcclAllReduce takes a number of packs, not their size",
+           sync_modes={"last": SUMMED_IN_STEP,
+                       "each": "the replicas' gradients reduced after every micro-batch, inside "
+                               "the step"},
            no_compression=STRATEGIES_DO_NOT_COMPRESS,
            collectives_counted="the reduction over the replicas in the trace: NcclAllReduce on "
                                "GPUs; on a CPU the sums on the first device (AddN) and the copies "
@@ -290,6 +330,8 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
     Traits("tf-multiworker", TENSORFLOW, "xbench.tf_backend.multiworker:MultiWorkerMirroredBackend",
            wrapper="MultiWorkerMirroredStrategy",
            start=WORKER_PER_DEVICE, library="tensorflow",
+           sync_modes={"last": SUMMED_IN_STEP,
+                       "each": "an all-reduce after every micro-batch, inside the step"},
            # bytes_per_pack 0, its default: one message
            protocol=everywhere(Protocol(ALL_REDUCE, reduce_passes=2, bucket_knob=(
                "MultiWorkerMirroredStrategy's CommunicationOptions(bytes_per_pack)"))),
@@ -301,6 +343,8 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
     Traits("hvd-torch", TORCH, "xbench.pt_backend.hvd:HorovodTorchBackend",
            wrapper="Horovod", start=HOROVODRUN,
            distributed_sampler=True, protocol=everywhere(HOROVOD_GROUPS), library="horovod",
+           sync_modes={"last": "DistributedOptimizer(backward_passes_per_step=K)",
+                       "each": "the optimizer's synchronize() after every micro-batch"},
            compressions=HOROVOD_COMPRESSIONS, no_compression=HOROVOD_NO_COMPRESSION,
            collectives_counted="Horovod: each gradient's (or bucket's) all-reduce from its "
                                "launch by the optimizer's hook to when its handle is seen done "
@@ -311,6 +355,8 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
     Traits("hvd-tf", TENSORFLOW, "xbench.tf_backend.hvd:HorovodTensorFlowBackend",
            wrapper="Horovod",
            start=HOROVODRUN, protocol=everywhere(HOROVOD), library="horovod",
+           sync_modes={"last": SUMMED_IN_STEP,
+                       "each": "Horovod's all-reduce after every micro-batch, inside the step"},
            compressions=HOROVOD_COMPRESSIONS, no_compression=HOROVOD_NO_COMPRESSION,
            collectives_counted="Horovod's all-reduce ops in the trace, each from its launch to "
                                "its end; this rank is ready when its backward's last op ends",
@@ -320,18 +366,18 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
            spans_devices=False, own_models_only=FLAX_ONLY),
     Traits("jax-dp", JAX, "xbench.jax_backend.dp:ShardedBatchBackend",
            wrapper="jax.jit over a mesh of devices",
-           protocol=XLA_PROTOCOL, no_buckets=XLA_BUCKETS, no_compression=JAX_NO_COMPRESSION,
+           protocol=XLA_PROTOCOL, sync_modes=XLA_SYNCS, no_buckets=XLA_BUCKETS, no_compression=JAX_NO_COMPRESSION,
            collectives_counted=XLA_COLLECTIVES, batchnorm_statistics=JIT_BATCHNORM,
            own_models_only=FLAX_ONLY),
     Traits("jax-multiprocess", JAX, "xbench.jax_backend.multiprocess:MultiProcessJaxBackend",
            wrapper="jax.jit over a mesh of processes",
-           start=WORKER_PER_DEVICE, protocol=XLA_PROTOCOL, library="jax",
+           start=WORKER_PER_DEVICE, protocol=XLA_PROTOCOL, sync_modes=XLA_SYNCS, library="jax",
            no_buckets=XLA_BUCKETS, no_compression=JAX_NO_COMPRESSION,
            collectives_counted=XLA_COLLECTIVES, batchnorm_statistics=JIT_BATCHNORM,
            own_models_only=FLAX_ONLY),
     Traits("keras-jax", JAX, "xbench.jax_backend.keras:KerasDataParallelBackend",
            wrapper="Keras DataParallel",
-           protocol=XLA_PROTOCOL, no_buckets=XLA_BUCKETS, no_compression=JAX_NO_COMPRESSION,
+           protocol=XLA_PROTOCOL, sync_modes=XLA_SYNCS, no_buckets=XLA_BUCKETS, no_compression=JAX_NO_COMPRESSION,
            collectives_counted=XLA_COLLECTIVES, batchnorm_statistics=JIT_BATCHNORM),
 ]}
 

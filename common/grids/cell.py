@@ -34,6 +34,22 @@ class CellMethods:
         return self.batch // self.world if self.batch_mode == "global" else self.batch
 
     @property
+    def micro_batch(self) -> int:
+        """Samples of one micro-batch on one device (the per-device batch with no
+        accumulation)."""
+        return self.per_device_batch // self.accumulate
+
+    def syncs_after(self, micro: int) -> bool:
+        """Whether the gradients cross between devices after micro-batch `micro` (0-based) of
+        an optimizer step: after every one with accumulate_sync each, else after the last."""
+        return self.accumulate_sync == "each" or micro == self.accumulate - 1
+
+    @property
+    def syncs_per_step(self) -> int:
+        """Times the gradients cross between devices in one optimizer step."""
+        return self.accumulate if self.accumulate_sync == "each" else 1
+
+    @property
     def key(self) -> str:
         """Identifies the configuration (not the repeat): resume and reports group by it. A
         setting's part is empty where it has its default, so that keys stay as they were when

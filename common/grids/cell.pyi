@@ -39,6 +39,9 @@ class Cell:
     powersgd_rank: int
     reshard: str
     bucket_mb: float
+    accumulate: int
+    accumulate_sync: str
+    compile: str
     host_memory: str
     loader_workers: int
     inject: str
@@ -87,6 +90,9 @@ class Cell:
         powersgd_rank: int = ...,
         reshard: str = ...,
         bucket_mb: float = ...,
+        accumulate: int = ...,
+        accumulate_sync: str = ...,
+        compile: str = ...,
         host_memory: str = ...,
         loader_workers: int = ...,
         inject: str = ...,
@@ -102,6 +108,11 @@ class Cell:
     def global_batch(self) -> int: ...
     @property
     def per_device_batch(self) -> int: ...
+    @property
+    def micro_batch(self) -> int: ...
+    def syncs_after(self, micro: int) -> bool: ...
+    @property
+    def syncs_per_step(self) -> int: ...
     @property
     def key(self) -> str: ...
     @property

@@ -133,6 +133,8 @@ def expand(spec: dict, overrides: dict | None = None, data_dir=None) -> list[Cel
             continue  # a single-device reference has no N-device cells
         if cell.warmup_epochs and cell.lr_scaling == "none":
             continue  # a ramp from lr to lr: the same run as without a warm-up
+        if cell.accumulate == 1 and cell.accumulate_sync != values["accumulate_sync"][0]:
+            continue  # one micro-batch syncs once whatever the mode: the same run
         configurations.append(cell)
     if not configurations:
         raise UserError(f"no cells: {', '.join(values['backends'])} run on one device only, and "
@@ -178,6 +180,20 @@ def _check_sizes(values, settings):
                 f"one step; lower --batch or raise --multiple / --max-train-samples")
 
 
+def _check_micro_batches(values, settings):
+    """Micro-batches that split every per-device batch evenly (a rank's micro-batches are
+    equal, so that their summed gradients are the whole batch's)."""
+    for batch, nodes, devices, accumulate in itertools.product(
+            values["batches"], values["nodes"], values["devices"], values["accumulate"]):
+        per_device = batch // (nodes * devices) if settings["batch_mode"] == "global" else batch
+        if per_device % accumulate:
+            raise UserError(f"--accumulate {accumulate} splits each device's {per_device} "
+                            f"samples (batch {batch} on {nodes * devices} devices, batch_mode "
+                            f"{settings['batch_mode']}) into micro-batches, which must be equal: "
+                            f"{per_device} does not divide by {accumulate}; change --batch or "
+                            f"--accumulate")
+
+
 def _check_cap(key: str, capped: str, available: int, settings) -> None:
     """A cap (max_train_samples, max_test_samples) no larger than the set it caps (`capped`),
     `available` samples of it for the grid's models: else cell keys would name a cap that is
@@ -221,3 +237,4 @@ def _check_choices(values, settings):
             raise UserError(f"in batch_mode 'global' the batch is split over the devices, so it "
                             f"must divide evenly: {pairs} does not; change --batch or --devices, "
                             f"or use --batch-mode per_device")
+    _check_micro_batches(values, settings)

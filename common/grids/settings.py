@@ -47,6 +47,10 @@ PRECISIONS = ("framework-default", "fp32", "tf32", "bf16", "fp16")
 HOST_MEMORY = ("pageable", "pinned", "pinned-non-blocking")
 # pt-fsdp: when a unit frees the parameters it gathered (FSDP2's reshard_after_forward True/False)
 RESHARDS = ("after-forward", "after-backward")
+# With --accumulate K > 1, when the gradients cross: once, on the K-th micro-batch, or after every
+# micro-batch (a naive accumulation loop)
+ACCUMULATE_SYNCS = ("last", "each")
+COMPILES = ("off", "on")
 SECTIONS = ("configuration", "training", "input")  # the result row's sections of settings
 SEEDS = 2**32 - 1  # seeds are 32-bit in every framework
 
@@ -317,6 +321,33 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
             why="a megabyte count no model here comes near", role=Role.TRAINING,
             key_part=lambda c: f"|bucket{c.bucket_mb:g}" if c.bucket_mb else "", since=12,
             label=lambda v: f"buckets of {v['bucket_mb']:g} MB" if v["bucket_mb"] else ""),
+    Setting("accumulate", int, [1],
+            "Micro-batches per optimizer step (an axis, e.g. 1,4): each device's share of the "
+            "batch split into K micro-batches, their gradients summed into one update (the same "
+            "global batch: for a model without BatchNorm, the same trajectory); the per-device "
+            "batch must divide by K. By backend, what sync last does: "
+            + served(lambda t: t.sync_modes.get("last")) + ".",
+            axis=True, section="training", maximum=1024,
+            why="more micro-batches than any batch here has samples per device",
+            key_part=lambda c: (f"|acc{c.accumulate}-{c.accumulate_sync}" if c.accumulate > 1
+                                else ""), since=16, role=Role.TRAINING,
+            label=lambda v: (f"accumulate {v['accumulate']} sync {v['accumulate_sync']}"
+                             if v["accumulate"] > 1 else "")),
+    Setting("accumulate_sync", str, ["last"],
+            "With --accumulate K > 1, when the gradients cross between devices (an axis): last "
+            "(once a step, on the K-th micro-batch) or each (after every micro-batch, as a naive "
+            "loop does: K times the bytes). By backend, what sync each does: "
+            + served(lambda t: t.sync_modes.get("each")) + ".",
+            axis=True, section="training", choices=ACCUMULATE_SYNCS, key_part="accumulate",
+            since=16, role=Role.TRAINING, label="accumulate"),
+    Setting("compile", str, ["off"],
+            "Compile the step (an axis, off,on): on is " + served(lambda t: t.compiler)
+            + "; off is each framework's default (PyTorch eager, TensorFlow's tf.function graph); "
+            "JAX compiles every step (jax.jit), on or off. What compiling cost is the row's "
+            "warmup_seconds.",
+            axis=True, section="training", choices=COMPILES,
+            key_part=lambda c: "|compiled" if c.compile == "on" else "", since=16,
+            role=Role.TRAINING, label=lambda v: "compiled" if v["compile"] == "on" else ""),
     # --- how batches reach the device ----------------------------------------------------------
     Setting("host_memory", str, ["pageable"],
             "PyTorch backends, how batches reach a GPU: pageable, pinned, pinned-non-blocking "

@@ -54,6 +54,10 @@ class Measurement:
                                       # (common.measuring.attribution)
     time_to_target: dict | None = None  # with a target (common.measuring.target)
     test_loss: float | None = None    # mean cross-entropy on the test set (nats; per token)
+    # What starting cost beyond steady steps: epoch 1's seconds less its steps at the last
+    # epoch's median step, plus a compile ahead of time in the set-up (JAX's): tracing,
+    # compiling, autotuning, first allocations
+    warmup_seconds: float | None = None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -93,6 +97,7 @@ MEASUREMENTS = {
     "threads": ((dict,), "ok"),
     "contended": (BOOL, "ok"), "evidence": ((dict,), "ok"), "backend_details": ((dict,), "always"),
     "attribution": ((dict,), "never"), "time_to_target": ((dict,), "never"),
+    "warmup_seconds": (NUMBER, "never"),
 }
 RUN = {"cell_seconds": (NUMBER, "always"), "log": (TEXT, "never"), "env": ((dict,), "always"),
        "crashes": ((list,), "always")}

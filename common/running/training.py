@@ -14,6 +14,8 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import astuple, dataclass, field
 
+import numpy as np
+
 from xbench.common.backends.backend import Backend
 from xbench.common.backends.collectives import Collectives
 from xbench.common.measuring import attribution
@@ -241,7 +243,18 @@ class TrainingLoop(TrainingHooks):
                              "traffic": self.backend.traffic(self.cell, self.job.model,
                                                              details.get("reduction", "none"))},
             attribution=ran.attribution,
-            time_to_target=ran.target.summary() if ran.target else None)
+            time_to_target=ran.target.summary() if ran.target else None,
+            warmup_seconds=self.warmup_seconds(ran))
+
+    def warmup_seconds(self, ran: Ran) -> float | None:
+        """What starting cost beyond steady steps, the same in every framework: epoch 1's
+        seconds less its steps at the last epoch's median step (every rank's), plus what the
+        set-up compiled ahead of time. None with one epoch timed (nothing steady to set it
+        against)."""
+        if len(ran.timed) < 2 or not ran.step_seconds:
+            return None
+        first = ran.epochs[0]["seconds"] - len(ran.timed[0][1]) * float(np.median(ran.step_seconds))
+        return max(first, 0.0) + self.compiled_ahead_seconds()
 
     def evidence(self, ran: Ran) -> dict:
         """What the replicas' weights and samples say they trained (common.measuring.evidence)."""

@@ -68,6 +68,11 @@ class TrainingHooks(abc.ABC):
         """Which timed steps the tracer sampled, as the row records it (None: none)."""
         return None
 
+    def compiled_ahead_seconds(self) -> float:
+        """Seconds the set-up spent compiling the step before epoch 1 (JAX compiles it ahead
+        of time); 0 where the first steps compile it (in epoch 1's time)."""
+        return 0.0
+
     def attribution_sources(self) -> dict[str, str]:
         """How each part of a step is known here: {part: how}."""
         return {}
