@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from tests.durations import DurationRecorder
-from tests.helpers import MNIST_DIR, SMOKE_SLICE, xbench
+from tests.helpers import KNOBS_SLICE, MNIST_DIR, SMOKE_SLICE, xbench
 
 # OpenMP's threads spin while they wait for one another. With two cells at once (two xdist
 # workers, or busy loops beside the suite) each spins on the cores the other needs: a pt-single
@@ -181,6 +181,45 @@ def smoke(mnist_dir, tmp_path_factory):
         runs={name: SimpleNamespace(**run) for name, run in runs.items()},
         results=folder / "smoke.jsonl", problems=problems, all=rows,
         rows={(r["backend"], r["devices"]): r for r in rows})
+
+
+@pytest.fixture(scope="session")
+def knobs(mnist_dir, tmp_path_factory):
+    """The knobs preset through the real command line on KNOBS_SLICE real MNIST images (and a
+    1,000-image test set), in two parts (PyTorch's backends; TensorFlow's and JAX's), one for
+    each worker: accumulation on its capped link and compiled steps. Every test of accumulation
+    or compiling reads these rows: `rows[(backend, accumulate, accumulate_sync, compile)]` (a
+    cell of no accumulation is keyed with sync "last"), `unsupported` the same of the cells
+    refused."""
+    from xbench.common.backends.traits import TRAITS
+    from xbench.common.grids.grid import preset_path, read_grid_file
+    from xbench.common.results.store import read_rows
+
+    backends = read_grid_file(preset_path("knobs"))["backends"]
+    torch = [b for b in backends if TRAITS[b].framework.name == "torch"]
+    parts = {"torch": torch, "tensorflow-and-jax": [b for b in backends if b not in torch]}
+
+    def part(names):
+        def build(folder):
+            run = xbench("grid", "--preset", "knobs", "--backend", ",".join(names),
+                         "--max-train-samples", KNOBS_SLICE, "--max-test-samples", "1000",
+                         "--data-dir", mnist_dir, "--results", folder / "knobs.jsonl",
+                         "--contention-limit", "1", timeout=1800)
+            return {"returncode": run.returncode, "stdout": run.stdout, "stderr": run.stderr}
+        return build
+
+    folder, runs = built_once(tmp_path_factory, "knobs",
+                              {name: part(names) for name, names in parts.items()})
+    for run in runs.values():
+        assert run["returncode"] == 0, run["stderr"]
+    rows, problems = read_rows(folder / "knobs.jsonl")
+
+    def key(row):
+        return row["backend"], row["accumulate"], row["accumulate_sync"], row["compile"]
+    return SimpleNamespace(
+        results=folder / "knobs.jsonl", problems=problems, all=rows,
+        rows={key(r): r for r in rows if r["status"] == "ok"},
+        unsupported={key(r): r for r in rows if r["status"] == "unsupported"})
 
 
 @pytest.fixture(scope="session")

@@ -20,6 +20,7 @@ XBENCH = [sys.executable, "-m", "xbench.cli.main"]
 # The one sample slice of the session's shared grid (conftest.py's `smoke`): 16 steps an epoch at
 # the smoke preset's batch of 128.
 SMOKE_SLICE = 2048
+KNOBS_SLICE = 1024  # 8 steps an epoch at the knobs preset's batch of 128
 
 
 def strict_json(text: str):

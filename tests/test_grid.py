@@ -94,6 +94,11 @@ BAD_GRIDS = {
     "text epochs": ({"epochs": "2"}, "'epochs' must be a whole number, got '2'"),
     "negative memory limit": ({"memory_limit_mb": -1}, "'memory_limit_mb' must be 0 or more"),
     "indivisible batch": ({"batches": [100], "devices": [3]}, "batch 100 on 3 devices does not"),
+    "unequal micro-batches": ({"devices": [2], "accumulate": [1, 3]},
+                              "--accumulate 3 splits each device's 64 samples"),
+    "unknown sync mode": ({"accumulate": [4], "accumulate_sync": ["every"]},
+                          "'accumulate_sync' must be one of last, each, got 'every'"),
+    "unknown compile": ({"compile": ["yes"]}, "'compile' must be one of off, on, got 'yes'"),
 }
 
 
@@ -200,3 +205,42 @@ def test_duplicated_axis_values_are_one_cell():
     done = xbench_here("grid", "--preset", "smoke", "--backend", "pt-single,pt-single", "--batch",
                        "128,128", "--devices", "1", "--dry-run")
     assert done.returncode == 0 and "1 cells" in done.stdout, done.stdout
+
+
+def test_a_grid_of_parts_is_every_parts_cells_once(tmp_path):
+    """[[parts]] replace the file's axes for their cells (the knobs preset's two halves); a
+    configuration two parts share runs once, and the command line's axes narrow every part."""
+    path = tmp_path / "parts.toml"
+    path.write_text('''name = "parts"
+backends = ["pt-ddp", "tf-multiworker"]
+models = ["small"]
+multiples = [1]
+batches = [128]
+devices = [2]
+
+[[parts]]
+accumulate = [1, 4]
+accumulate_sync = ["last", "each"]
+
+[[parts]]
+compile = ["off", "on"]
+''')
+    cells = expand(read_grid_file(path))
+    per_backend = {(c.accumulate, c.accumulate_sync, c.compile) for c in cells
+                   if c.backend == "pt-ddp"}
+    # accumulate 1 syncs once whatever the mode: one cell, shared with the second part's "off"
+    assert per_backend == {(1, "last", "off"), (4, "last", "off"), (4, "each", "off"),
+                           (1, "last", "on")}
+    assert len(cells) == 2 * len(per_backend) == len({c.key for c in cells})
+    assert {c.backend for c in expand(read_grid_file(path), {"backends": ["pt-ddp"]})} == {"pt-ddp"}
+    assert {c.key for c in expand(read_grid_file(preset_path("knobs")))} >= {
+        "pt-ddp|small|x1|global-b128|d2|e2|seed0|mnist|cap4096|auto|acc4-each"
+        "|inject-link=400mbit", "pt-ddp|small|x1|global-b128|d2|e2|seed0|mnist|cap4096|auto"
+        "|compiled"}
+
+
+def test_a_part_sets_axes_only(tmp_path):
+    path = tmp_path / "parts.toml"
+    path.write_text('name = "p"\n[[parts]]\nepochs = 3\n')
+    with pytest.raises(UserError, match="a part may set axes only .*'epochs' is not one"):
+        read_grid_file(path)

@@ -27,6 +27,10 @@ REMOVED = {"compute_references": "compute and communication are now counted insi
                                  "N-device cell (its step attribution), so no 1-device reference "
                                  "runs are added; remove the key"}
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+# A grid file's [[parts]]: each a table of axes that replace the file's for its cells (a preset of
+# two halves that share the rest: accumulation on a capped link, compiling on an uncapped one);
+# the grid is every part's cells, a configuration two parts share once.
+PARTS = "parts"
 
 
 def read_grid_file(path):
@@ -39,7 +43,13 @@ def read_grid_file(path):
         spec = tomllib.loads(path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise UserError(f"{path} is not valid TOML: {e}") from None
-    for key in spec:
+    for part in _parts_of(spec, path):
+        for key in part:
+            if key not in SETTINGS or not SETTINGS[key].axis:
+                axes = ", ".join(a.key for a in AXES)
+                raise UserError(f"{path}: a part may set axes only ({axes}); '{key}' is not "
+                                f"one{did_you_mean(key, [a.key for a in AXES])}")
+    for key in (k for k in spec if k != PARTS):
         if key in REMOVED:
             raise UserError(f"{path}: '{key}' is no longer a setting: {REMOVED[key]}")
         if key not in SETTINGS:
@@ -47,6 +57,15 @@ def read_grid_file(path):
                             f"known keys: {', '.join(SETTINGS)}")
     spec.setdefault("name", path.stem)
     return spec
+
+
+def _parts_of(spec: dict, path) -> list[dict]:
+    """The grid file's parts ([[parts]] tables), each checked to be a table."""
+    parts = spec.get(PARTS, [])
+    if not isinstance(parts, list) or not all(isinstance(p, dict) for p in parts):
+        raise UserError(f"{path}: '{PARTS}' must be a list of tables ([[parts]]), each setting "
+                        f"some axes")
+    return parts
 
 
 def preset_path(name):
@@ -119,9 +138,25 @@ def sweep_batches(text: str, settings: dict, models: list[str], multiples: list[
 
 def expand(spec: dict, overrides: dict | None = None, data_dir=None) -> list[Cell]:
     """Validate the spec (with command-line overrides applied) and return its cells in run
-    order."""
-    values, settings = resolve(spec, overrides)
+    order: every part's (the command line's axes apply to every part)."""
+    parts = spec.get(PARTS) or [{}]
+    whole = {k: v for k, v in spec.items() if k != PARTS}
+    found = [_configurations({**whole, **part}, overrides, data_dir) for part in parts]
+    configurations = list({c.key: c for c in itertools.chain(*found)}.values())
+    if not configurations:
+        raise UserError(f"no cells: {', '.join(resolve(whole, overrides)[0]['backends'])} run "
+                        f"on one device only, and --devices has no 1")
+    settings = resolve(whole, overrides)[1]
+    # Seed by seed and repeat by repeat: every configuration once, then again, so that a drift
+    # in what else the machine does spreads over all of them instead of falling on one
+    # configuration's seeds or repeats.
+    return [dataclasses.replace(c, seed=c.seed + s, repeat=r) for r in range(settings["repeats"])
+            for s in range(settings["seeds"]) for c in configurations]
 
+
+def _configurations(spec: dict, overrides: dict | None, data_dir) -> list[Cell]:
+    """One part's configurations (every combination of its axes that is a run of its own)."""
+    values, settings = resolve(spec, overrides)
     configurations = []
     for combination in itertools.product(*values.values()):
         axes = dict(zip(values, combination))
@@ -136,14 +171,7 @@ def expand(spec: dict, overrides: dict | None = None, data_dir=None) -> list[Cel
         if cell.accumulate == 1 and cell.accumulate_sync != values["accumulate_sync"][0]:
             continue  # one micro-batch syncs once whatever the mode: the same run
         configurations.append(cell)
-    if not configurations:
-        raise UserError(f"no cells: {', '.join(values['backends'])} run on one device only, and "
-                        f"--devices {','.join(map(str, values['devices']))} has no 1")
-    # Seed by seed and repeat by repeat: every configuration once, then again, so that a drift
-    # in what else the machine does spreads over all of them instead of falling on one
-    # configuration's seeds or repeats.
-    return [dataclasses.replace(c, seed=c.seed + s, repeat=r) for r in range(settings["repeats"])
-            for s in range(settings["seeds"]) for c in configurations]
+    return configurations
 
 
 def _check_sizes(values, settings):
