@@ -51,8 +51,10 @@ class Framework:
     mixed_precisions: tuple[str, ...] = ("bf16", "fp16")
     no_mixed_precision: str = ""
     units_timed: bool = True  # whether `xbench profile` times its model's units
-    # What --compile on does to its step, or why it has no choice (it always compiles).
+    # What --compile on does to its step, what its step is with --compile off, or why it has no
+    # choice (it always compiles).
     compiler: str | None = None
+    uncompiled: str = ""
     always_compiled: str = ""
 
 
@@ -64,14 +66,16 @@ TORCH = Framework(
     memory_mb=450, input="torch.utils.data.DataLoader", uses_dataloader=True,
     image_layout=CHANNELS_FIRST, model_function="pytorch",
     describer="xbench.pt_backend.user_model",
-    compiler="torch.compile of the model (TorchDynamo and Inductor)")
+    compiler="torch.compile of the model (TorchDynamo and Inductor)",
+    uncompiled="eager: each operation dispatched as Python reaches it")
 TENSORFLOW = Framework(
     "tensorflow", "TensorFlow", "tensorflow",
     "install TensorFlow with `make setup`, or `pip install -e '.[tf]'` into the environment "
     "(the CPU wheel, tensorflow-cpu)",
     memory_mb=800, input="tf.data", uses_dataloader=False, image_layout=CHANNELS_LAST,
     model_function="keras", describer="xbench.tf_backend.user_model",
-    compiler="the step's tf.function with jit_compile=True (XLA)")
+    compiler="the step's tf.function with jit_compile=True (XLA)",
+    uncompiled="the step's tf.function graph, without XLA")
 # Peak RSS of the small model's smoke cells on CPU with JAX: 485-555 MB with Flax, 675-685 MB
 # with keras-jax.
 JAX = Framework(
@@ -88,6 +92,7 @@ JAX = Framework(
                        "(optax has no loss scaler; DeepMind's jmp is archived): xbench's JAX "
                        "step (keras-jax's too) runs fp32 and bf16",
     units_timed=False,
+    uncompiled="jax.jit (XLA): compiled ahead of the first step, as every JAX step is",
     always_compiled="JAX compiles every step with jax.jit (XLA), keras-jax's too (what Keras' "
                     "fit does on JAX): there is no eager step to compare, and its --compile off "
                     "cells are compiled, which their rows record")

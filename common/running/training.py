@@ -241,10 +241,26 @@ class TrainingLoop(TrainingHooks):
             backend_details={"world_size": self.comm.world, **described, **details,
                              **self.job.model.row_record(),
                              "traffic": self.backend.traffic(self.cell, self.job.model,
-                                                             details.get("reduction", "none"))},
+                                                             details.get("reduction", "none")),
+                             "accumulation": self.accumulation(), "compiled": self.compiled()},
             attribution=ran.attribution,
             time_to_target=ran.target.summary() if ran.target else None,
             warmup_seconds=self.warmup_seconds(ran))
+
+    def accumulation(self) -> dict:
+        """How the step accumulated its micro-batches, as the backend's traits say it does."""
+        cell = self.cell
+        return {"micro_batches": cell.accumulate, "micro_batch": cell.micro_batch,
+                "sync": cell.accumulate_sync, "syncs_per_step": cell.syncs_per_step,
+                "how": self.backend.traits.sync_modes.get(cell.accumulate_sync)}
+
+    def compiled(self) -> dict:
+        """Whether the step ran compiled, and by what (JAX's always is, whatever --compile)."""
+        framework = self.backend.traits.framework
+        on = self.cell.compile == "on"
+        how = self.backend.traits.compiler if on else framework.uncompiled
+        return {"compiled": on or bool(framework.always_compiled), "how": how,
+                **self.compile_details()}
 
     def warmup_seconds(self, ran: Ran) -> float | None:
         """What starting cost beyond steady steps, the same in every framework: epoch 1's

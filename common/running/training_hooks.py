@@ -68,6 +68,11 @@ class TrainingHooks(abc.ABC):
         """Which timed steps the tracer sampled, as the row records it (None: none)."""
         return None
 
+    def compile_details(self) -> dict:
+        """What the framework's compiler was told and did, for the row's `compiled` record
+        (where --compile chose one)."""
+        return {}
+
     def compiled_ahead_seconds(self) -> float:
         """Seconds the set-up spent compiling the step before epoch 1 (JAX compiles it ahead
         of time); 0 where the first steps compile it (in epoch 1's time)."""
