@@ -91,6 +91,8 @@ def last_epoch_attribution(record: dict) -> dict:
             "overlap": (sum(overlapped) / busy if busy > 0 and None not in overlapped
                         else None),
             "bytes": ranks[0]["collective"]["bytes_per_step"],
+            # collectives a step, counted (None: none counted, or a row from before schema 16)
+            "collectives": ranks[0]["collective"].get("collectives_per_step"),
             # each rank's step as a timeline (None: a row from before schema 15 recorded it)
             "timelines": [r.get("timeline") for r in ranks],
             "slowest_rank": epoch["slowest_rank"], "how": record["how"]}

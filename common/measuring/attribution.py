@@ -325,8 +325,9 @@ def collective_record(steps: Sequence[Step], split_steps: list[tuple]) -> dict:
     """A rank's collectives over an epoch's steps, from their launch-to-completion times: the
     time one was in flight (busy) and, of it, the time this rank also computed (overlapped:
     their ratio is the overlap share, None where nothing was in flight); the time they moved
-    data (in flight, less waiting for the slowest rank), per step its median; and the bytes
-    they reduced per step where counted."""
+    data (in flight, less waiting for the slowest rank), per step its median; and the
+    collectives and bytes they reduced per step (optimizer step: every micro-batch's) where
+    counted."""
     busy = [flying for _, flying, _ in split_steps]
     overlapped = [both for _, _, both in split_steps]
     moving = [max(flying - parts["waiting"], 0.0) for parts, flying, _ in split_steps]
@@ -338,7 +339,9 @@ def collective_record(steps: Sequence[Step], split_steps: list[tuple]) -> dict:
             "overlapped_seconds": sum(overlapped), "overlapped_median": median(overlapped),
             "overlap_share": sum(overlapped) / sum(busy) if sum(busy) > 0 else None,
             "moving_seconds": sum(moving), "moving_median": median(moving),
-            "bytes_per_step": int(np.median(sizes)) if sizes else None}
+            "bytes_per_step": int(np.median(sizes)) if sizes else None,
+            "collectives_per_step": (float(np.median([len(step.collectives) for step in steps]))
+                                     if any(step.collectives for step in steps) else None)}
 
 
 def latest_ready(ready_by_rank: Sequence[Sequence[float | None]]) -> list[float | None]:

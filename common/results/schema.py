@@ -158,7 +158,8 @@ RANK_ATTRIBUTION = {
     "collective": {"busy_seconds": NUMBER, "moving_seconds": NUMBER, "moving_median": NUMBER,
                    "bytes_per_step": Maybe(WHOLE), "busy_median?": NUMBER,  # schema 12 on
                    "overlapped_seconds?": NUMBER, "overlapped_median?": NUMBER,
-                   "overlap_share?": Maybe(NUMBER)},
+                   "overlap_share?": Maybe(NUMBER),
+                   "collectives_per_step?": Maybe(NUMBER)},  # schema 16 on
     # schema 15 on: the step as a timeline (common.measuring.timeline), seconds from backward's
     # start
     "timeline?": Maybe({"steps": WHOLE, "backward_seconds": NUMBER,
