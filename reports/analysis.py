@@ -41,6 +41,7 @@ CELL_ORDER = [DATASET, *(c for c in AXES if c != BATCH), BATCH_MODE, BATCH, "dev
 # What trains on the same samples in the same global batches, whatever runs it.
 SAME_WORK = ["env", *[c for c in WORKLOAD if c not in ("batch_mode", BATCH)], "global_batch"]
 METRICS = ["step_time_p50", "step_time_p90", "startup_seconds", "first_epoch_overhead",
+           "warmup_seconds",
            "test_accuracy", "test_loss", "last_loss", "last_accuracy", "peak_memory_bytes"]
 
 
@@ -107,7 +108,8 @@ def cell_table(frame):
 FIRST_RUN = list(dict.fromkeys([
     *CONFIG, *SETUP, *columns(Role.TRAINING, Role.FAULT), "training_without_fault",
     "device_name", "framework", "threads_per_device", "reduction", "collective_library",
-    "cores", "devices_per_node", "batch_sweep", "traffic", "math", "epoch2_samples",
+    "cores", "devices_per_node", "batch_sweep", "traffic", "math", "compiled", "compiled_how",
+    "epoch2_samples",
     "batchnorm", "params", "flops_per_sample"]))
 
 

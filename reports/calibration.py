@@ -35,6 +35,8 @@ from xbench.reports.step_model import (
     cores_lost,
     injected_link,
     protocol,
+    sync_bytes,
+    syncs,
 )
 
 # What a Wire is calibrated on, the first preferred: the collectives launched after backward,
@@ -97,7 +99,9 @@ def calibration_point(pair) -> tuple[str, tuple[float, float, float]] | None:
     if not (size and seconds and np.isfinite(size) and np.isfinite(seconds) and seconds > 0
             and size >= AFTER_BACKWARD_SHARE * pair["bytes"]):
         basis, size, seconds = MOVING, pair["bytes"], pair["moving_seconds"]
-        messages = crossing.messages(size, bucket_bytes(pair))
+        micro_batches, each = syncs(pair)  # every sync's messages, where each micro-batch syncs
+        messages = (micro_batches if each else 1) * crossing.messages(sync_bytes(pair, size),
+                                                                      bucket_bytes(pair))
         if not (size and seconds and np.isfinite(seconds) and seconds > 0):
             return None
     link = nominal_link(pair)

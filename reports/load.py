@@ -24,7 +24,7 @@ ENVIRONMENT_FIELDS = ("host", "cpu_count", "python", "packages")
 NUMBERS = ("epoch1_rate", "epoch2_rate", "epoch1_seconds", "epoch2_seconds", "epoch1_samples",
            "epoch2_samples", "threads_per_device",
            "step_time_p50", "step_time_p90", "startup_seconds", "test_accuracy",
-           "test_loss", "peak_memory_bytes")
+           "test_loss", "peak_memory_bytes", "warmup_seconds")
 # Every row of the frame has each setting's column (a row of an older schema is upgraded on
 # reading with what it had implicitly), and these of the configuration and measurement.
 ALWAYS = ("error", "repeat", "look", "device_type", "device_name", "framework",
@@ -137,6 +137,9 @@ def add_details(frame, rows):
     frame["collective_library"] = [d.get("collective_library") for d in details]
     frame["traffic"] = [d.get("traffic") or [] for d in details]
     frame["math"] = [d.get("math") or {} for d in details]
+    compiled = [d.get("compiled") or {} for d in details]  # schema 16 on
+    frame["compiled"] = [c.get("compiled") for c in compiled]
+    frame["compiled_how"] = [c.get("how") for c in compiled]
     evidence = [row.get("evidence") or {} for row in rows]
     frame["global_digests"] = [tuple(e.get("global_batches_digests") or ()) or None
                                for e in evidence]

@@ -29,7 +29,7 @@ from xbench.common.grids.setting import Role
 from xbench.common.measuring.attribution import COMPUTE
 from xbench.common.workload import faults
 from xbench.reports import analysis
-from xbench.reports.analysis import CONFIG, SETUP, wire_size
+from xbench.reports.analysis import CONFIG, SETUP
 from xbench.reports.calibration import (
     Calibration,
     calibrate,
@@ -53,6 +53,8 @@ from xbench.reports.step_model import (
     relative_spread,
     split_apart,
     step_collectives,
+    sync_bytes,
+    syncs,
 )
 
 LINKS_FILE = Path(__file__).with_name("links.toml")
@@ -153,9 +155,9 @@ def predict_cell(pair, calibration: Calibration, probes: dict) -> dict | None:
     # the probe and the calibration measured this machine's rings as per-device bus bandwidth,
     # one link for every rank, nodes or not
     timeline = step_collectives(pair.get("timeline_1"), protocol(pair),
-                                pair["bytes"] or wire_size(pair), parts["backward"],
+                                sync_bytes(pair, pair["bytes"]), parts["backward"],
                                 pair["devices"], 1, link, link, bucket_bytes(pair),
-                                pair["reshard"])
+                                pair["reshard"], *syncs(pair))
     waiting = compute * relative_spread(pair_one(pair)) * expected_largest(pair["devices"])
     step = compute + timeline["exposed"] + waiting
     windows = sum(pair[f"{p}_step_1"] for p in COMPUTE_PARTS)

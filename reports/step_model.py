@@ -54,6 +54,7 @@ from xbench.reports.timeline import (
     recorded_curve,
     under_backward,
 )
+from xbench.reports.timeline import crossing as crossing_gradients
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -205,17 +206,33 @@ def gradient_curve(timeline: dict | None, size: float, backward: float) -> list[
             recorded_curve(recorded, backward, timeline["backward_seconds"])]
 
 
+def syncs(cell) -> tuple[int, bool]:
+    """(micro-batches a step, whether every one of them syncs) of a cell (accumulate_sync
+    each); rows of no accumulation: (1, False)."""
+    return int(cell["accumulate"]), cell["accumulate"] > 1 and cell["accumulate_sync"] == "each"
+
+
+def sync_bytes(cell, counted: float | None) -> float:
+    """The gradient bytes one sync reduces: the bytes a step `counted` over the syncs a step
+    makes, else computed from the model."""
+    micro_batches, each = syncs(cell)
+    return counted / (micro_batches if each else 1) if counted else wire_size(cell)
+
+
 def step_collectives(timeline: dict | None, crossing: Protocol, size: float, backward: float,
                      devices: int, nodes: int, link: Link, node_link: Link,
-                     bucket: int | None, reshard: str) -> dict[str, float]:
-    """One step's collectives on its timeline: their own seconds (moving), the share the step
-    did not wait for (hidden), the seconds that ran before backward's end, and the seconds the
-    step waits for after it (exposed)."""
+                     bucket: int | None, reshard: str, micro_batches: int = 1,
+                     each: bool = False) -> dict[str, float]:
+    """One optimizer step's collectives on its timeline (`size`: the bytes one sync reduces;
+    `micro_batches` backward passes a step, every one synced where `each`): their own seconds
+    (moving), the share the step did not wait for (hidden), the seconds that ran before
+    backward's end, and the seconds the step waits for after it (exposed)."""
     if devices * nodes < 2 or not crossing.crosses:
         return {"moving": 0.0, "hidden": math.nan, "under_backward": 0.0, "exposed": 0.0}
     def seconds(message: float) -> float:
         return collective_seconds(crossing, message, devices, nodes, link, node_link, 1, reshard)
-    found = messages(gradient_curve(timeline, size, backward), backward, crossing, bucket,
+    every = gradient_curve(timeline, size * micro_batches, backward)
+    found = messages(crossing_gradients(every, micro_batches, each), backward, crossing, bucket,
                      seconds)
     moving = sum(m.end - m.start for m in found)
     exposed = exposed_seconds(found, backward)

@@ -14,6 +14,11 @@ a share of overlap.
   message once backward is over.
 - One stream: a message starts at max(its ready moment, the previous one's end) and lasts its
   ring's latencies and bytes over the link at the library's efficiency (reports.step_model).
+- Accumulation (K micro-batches a step): the curve holds every micro-batch's gradients over
+  the step's K backward passes (the 1-device cell of the same K recorded them so; where nothing
+  did, evenly), all of them crossing where each micro-batch syncs, only the last micro-batch's
+  where the step syncs once (`crossing`). The forward passes between the backward passes are
+  left out of the timeline: what ran under them counts as exposed, the cautious side.
 - Exposed: the last message's end less backward's end, at least 0: one bucket exposes all of
   it, by construction.
 
@@ -106,6 +111,19 @@ def fused_each_cycle(curve: Sequence[Gradient], cap: float, cycle: float,
         free = tick + seconds(size)
         found.append(Message(size, ready, tick, free))
     return found
+
+
+def crossing(curve: Sequence[Gradient], micro_batches: int, each: bool) -> list[Gradient]:
+    """The gradients that cross in one optimizer step of `micro_batches` micro-batches, from a
+    curve of every micro-batch's gradients ready over the step's backward passes, in order:
+    all of them where every micro-batch syncs, else only the last micro-batch's (the curve's
+    last 1/K by count, carrying 1/K of its bytes: no_sync's, or a sum inside the step)."""
+    if micro_batches == 1 or each or not curve:
+        return list(curve)
+    ordered = sorted(curve, key=lambda g: g.ready)
+    last = ordered[len(ordered) - max(len(ordered) // micro_batches, 1):]
+    scale = sum(g.size for g in curve) / micro_batches / sum(g.size for g in last)
+    return [Gradient(g.ready, g.size * scale) for g in last]
 
 
 def messages(curve: Sequence[Gradient], backward: float, protocol: Protocol,

@@ -23,6 +23,7 @@ from xbench.reports.step_model import (
     relative_spread,
     split_apart,
     step_collectives,
+    syncs,
 )
 
 STOPS_PAYING = 0.5  # efficiency below which a device count no longer pays
@@ -126,7 +127,8 @@ def scaled_out(one: dict, calibration: Calibration, devices: list[int], nodes: l
         parts = {p: one[f"{p}_step"] * (share if p in PER_SAMPLE else 1) for p in COMPUTE_PARTS}
         compute = sum(parts.values())
         timeline = step_collectives(one["timeline"], crossing, size, parts["backward"], per_node,
-                                    node_count, link, node_link, bucket, one["reshard"])
+                                    node_count, link, node_link, bucket, one["reshard"],
+                                    *syncs(one))
         waiting = compute * relative_spread(one) * expected_largest(total)
         step = compute + timeline["exposed"] + waiting
         rate = one["batch"] * (1 if one["batch_mode"] == "global" else total) / step

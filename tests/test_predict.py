@@ -272,7 +272,7 @@ def test_a_library_is_calibrated_on_collectives_that_ran_alone():
             "devices": 2, "reshard": "after-forward", "inject": "link=80mbit",
             "bytes": 4e6, "moving_seconds": 0.6, "communication_step": 0.5, "bucket_mb": 0.0,
             "collective_library": "gloo", "after_bytes": 3e6, "after_seconds": 0.4,
-            "after_messages": 1}
+            "after_messages": 1, "accumulate": 1, "accumulate_sync": "last"}
     basis, (steps, nominal, seconds) = calibration_point(pair)
     assert (basis, steps, seconds) == (ALONE, 2, 0.4) and nominal == pytest.approx(0.6)
     # a last small bucket after backward says only its latency: the step's moving time instead

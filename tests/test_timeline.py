@@ -10,6 +10,7 @@ from xbench.common.backends.traits import TRAITS
 from xbench.reports.timeline import (
     Gradient,
     buckets,
+    crossing,
     even_curve,
     exposed_seconds,
     fused_each_cycle,
@@ -132,3 +133,24 @@ def test_the_why_reads_the_timeline_and_names_each_share_for_what_it_is():
                                   "27 ms were exposed (hidden 7%; in flight while computing, "
                                   "HTA's overlap share: 45%)")
     assert hidden_words({**cell, "hidden_share": math.nan}) == ""  # collectives not timed
+
+
+def test_accumulation_crosses_every_micro_batchs_gradients_or_the_last_ones():
+    """Four micro-batches' backward passes of 25 ms, each making 4 MiB: synced each, all 16 MiB
+    cross, DDP's buckets launched in every pass; synced last (no_sync), only the last pass's 4
+    MiB, launched over its 25 ms."""
+    rounds = [Gradient((25 * r + 10 * (g + 1) / 2) * MS, 2 * MIB) for r in range(4)
+              for g in range(2)]
+    assert crossing(rounds, 4, each=True) == rounds
+    last = crossing(rounds, 4, each=False)
+    assert last == rounds[-2:] and sum(g.size for g in last) == 4 * MIB
+    ddp = TRAITS["pt-ddp"].protocol_on("cpu")
+    each_found = messages(crossing(rounds, 4, True), BACKWARD, ddp, 2 * MIB, at_1gbps)
+    last_found = messages(last, BACKWARD, ddp, 2 * MIB, at_1gbps)
+    assert [m.size for m in each_found] == [2 * MIB] * 8
+    assert [m.size for m in last_found] == [2 * MIB] * 2
+    # where nothing was recorded the bytes of all four are even over backward: the last quarter's
+    even = crossing(even_curve(16 * MIB, BACKWARD, pieces=8), 4, each=False)
+    assert [g.ready for g in even] == pytest.approx([87.5 * MS, BACKWARD])
+    assert sum(g.size for g in even) == pytest.approx(4 * MIB)
+    assert crossing(rounds, 1, each=False) == rounds

@@ -371,7 +371,8 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
            spans_devices=False, own_models_only=FLAX_ONLY),
     Traits("jax-dp", JAX, "xbench.jax_backend.dp:ShardedBatchBackend",
            wrapper="jax.jit over a mesh of devices",
-           protocol=XLA_PROTOCOL, sync_modes=XLA_SYNCS, no_buckets=XLA_BUCKETS, no_compression=JAX_NO_COMPRESSION,
+           protocol=XLA_PROTOCOL, sync_modes=XLA_SYNCS, no_buckets=XLA_BUCKETS,
+           no_compression=JAX_NO_COMPRESSION,
            collectives_counted=XLA_COLLECTIVES, batchnorm_statistics=JIT_BATCHNORM,
            own_models_only=FLAX_ONLY),
     Traits("jax-multiprocess", JAX, "xbench.jax_backend.multiprocess:MultiProcessJaxBackend",
@@ -382,7 +383,8 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
            own_models_only=FLAX_ONLY),
     Traits("keras-jax", JAX, "xbench.jax_backend.keras:KerasDataParallelBackend",
            wrapper="Keras DataParallel",
-           protocol=XLA_PROTOCOL, sync_modes=XLA_SYNCS, no_buckets=XLA_BUCKETS, no_compression=JAX_NO_COMPRESSION,
+           protocol=XLA_PROTOCOL, sync_modes=XLA_SYNCS, no_buckets=XLA_BUCKETS,
+           no_compression=JAX_NO_COMPRESSION,
            collectives_counted=XLA_COLLECTIVES, batchnorm_statistics=JIT_BATCHNORM),
 ]}
 

@@ -7,9 +7,11 @@ checked as it is imported: every section has a title and text, every table says 
 empty, and no two sections, tables or figures share a name.
 """
 from xbench.reports.sections import (
+    accumulation,
     accuracy,
     cells,
     compared,
+    compiled,
     environment,
     figure5,
     lab,
@@ -37,6 +39,8 @@ SECTIONS: list[Section] = [
     predicted.SECTION,
     what_if.SECTION,  # with --link
     precision.SECTION,
+    accumulation.SECTION,
+    compiled.SECTION,
     time_to_accuracy.SECTION,
     accuracy.SECTION,
     memory.SECTION,
