@@ -143,10 +143,10 @@ def expand(spec: dict, overrides: dict | None = None, data_dir=None) -> list[Cel
     whole = {k: v for k, v in spec.items() if k != PARTS}
     found = [_configurations({**whole, **part}, overrides, data_dir) for part in parts]
     configurations = list({c.key: c for c in itertools.chain(*found)}.values())
+    values, settings = resolve(whole, overrides)
     if not configurations:
-        raise UserError(f"no cells: {', '.join(resolve(whole, overrides)[0]['backends'])} run "
-                        f"on one device only, and --devices has no 1")
-    settings = resolve(whole, overrides)[1]
+        raise UserError(f"no cells: {', '.join(values['backends'])} run on one device only, and "
+                        f"--devices {','.join(map(str, values['devices']))} has no 1")
     # Seed by seed and repeat by repeat: every configuration once, then again, so that a drift
     # in what else the machine does spreads over all of them instead of falling on one
     # configuration's seeds or repeats.
