@@ -1,4 +1,4 @@
-"""The precision axis in real cells on real MNIST: every backend trains at bf16 and fp16 on this
+"""The precision axis in real cells on real MNIST: the backends train at bf16 and fp16 on this
 CPU (torch.autocast, Keras' mixed policies; fp16 with a dynamic loss scale, its history in the
 row), records the math it used, and follows one trajectory across frameworks within a tolerance
 looser than float32's; tf32 on a CPU is `unsupported` with the reason."""
@@ -15,9 +15,10 @@ from xbench.reports.limits import against_limits
 
 # pt-dp on one device is pt-single's loop under a DataParallel with nothing to scatter: left out
 SINGLE = ["pt-single", "tf-single", "jax-single"]
-# jax-multiprocess runs jax-dp's compiled step over processes (on the smoke grid and Slurm)
-SPANNING = ["pt-ddp", "tf-mirrored", "tf-multiworker", "hvd-torch", "hvd-tf", "jax-dp",
-            "keras-jax"]
+# jax-multiprocess runs jax-dp's compiled step over processes (on the smoke grid and Slurm);
+# tf-multiworker and hvd-tf train at fp16 below (SCALED), under the Keras mixed policy that every
+# TensorFlow backend sets alike (tf_backend.train), tf-mirrored's at bf16 here
+SPANNING = ["pt-ddp", "tf-mirrored", "hvd-torch", "jax-dp", "keras-jax"]
 NO_FP16 = ["jax-single"]  # JAX has no loss scaler of its own: fp16 is unsupported with the reason
 # fp16 on 2 ranks: where the loss is scaled before (pt-ddp, hvd-tf) and after (the strategies,
 # whose replicas must agree on an overflow) the gradients are summed

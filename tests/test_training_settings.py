@@ -14,7 +14,9 @@ SGD = ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9", "--weight-deca
 
 
 def test_sgd_warmed_up_and_scaled_follows_one_trajectory_in_every_framework(mnist_dir, tmp_path):
+    # the losses are the trajectory: the test accuracy (on a tenth of the test set) is not
     grid = write_grid(tmp_path, name="sgd", epochs=3, max_train_samples=1024,
+                      max_test_samples=1000,
                       backends=["pt-single", "tf-single", "pt-ddp", "tf-multiworker"],
                       devices=[1, 2])
     run = xbench("grid", grid, *SGD, "--data-dir", mnist_dir, "--results", tmp_path / "r.jsonl")
