@@ -7,6 +7,7 @@ module imports no framework.
 """
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING
 
 from xbench.common.backends.backend import Backend
@@ -67,6 +68,16 @@ class TorchBackend(Backend):
             parameter.register_post_accumulate_grad_hook(
                 lambda ready: clock.ready(
                     gradient_wire_bytes(tuple(ready.shape), compression, rank)))
+
+    def micro_batch(self, wrapped: torch.nn.Module, syncs: bool) -> AbstractContextManager:
+        """Around one micro-batch's forward and backward: where it does not sync (accumulate_sync
+        last, all but the last micro-batch), the library's way of keeping its gradients local;
+        nothing by default (a backend that reduces in every backward, or one device)."""
+        return nullcontext()
+
+    def sync_micro_batch(self, optimizer: torch.optim.Optimizer) -> None:
+        """After a micro-batch's backward that synced, before the step's last: wait for its
+        collectives where backward itself does not."""
 
     def wait_for_gradients(self, optimizer: torch.optim.Optimizer,
                            clock: CollectiveClock) -> None:

@@ -1,4 +1,6 @@
 """pt-ddp: DistributedDataParallel, one process per device, started by torchrun (nccl / gloo)."""
+from contextlib import nullcontext
+
 from xbench.common.backends.backend import wire
 from xbench.common.measuring.attribution import INSTRUMENTED
 from xbench.common.workload.compression import (
@@ -19,6 +21,10 @@ class DistributedDataParallelBackend(TorchrunBackend):
 
     def wait_for_gradients(self, optimizer, clock):
         clock.done()
+
+    def micro_batch(self, wrapped, syncs):
+        """DDP's no_sync(): the gradients accumulate locally, its hooks launch nothing."""
+        return nullcontext() if syncs else wrapped.no_sync()
 
     def wrap_model(self, model, device):
         from torch.nn.parallel import DistributedDataParallel
@@ -74,7 +80,8 @@ class DistributedDataParallelBackend(TorchrunBackend):
         """Besides the gradients: the buffers DDP broadcasts from rank 0 before each forward."""
         items = super().traffic(cell, model, reduction)
         if cell.world > 1:
-            items.append(wire("buffers broadcast from rank 0", (cell.world - 1) * self.buffer_bytes,
+            items.append(wire("buffers broadcast from rank 0",
+                              cell.accumulate * (cell.world - 1) * self.buffer_bytes,
                               "computed", "DDP's broadcast_buffers, before each forward pass: the "
                                           "model's buffers (e.g. BatchNorm statistics; these "
                                           "models have none)"))

@@ -25,15 +25,18 @@ class DataParallelBackend(TorchBackend):
 
     def traffic(self, cell, model, reduction):
         """DataParallel's every step (torch.nn.parallel): the module replicated from GPU 0, the
-        inputs scattered, the outputs gathered on GPU 0, the gradients reduced onto it."""
+        inputs scattered, the outputs gathered on GPU 0, the gradients reduced onto it (each
+        micro-batch's forward and backward: K times)."""
         devices = len(self.device_ids or ())
         if devices < 2:
             return []
         others, share = devices - 1, (devices - 1) / devices
         samples = cell.global_batch
         input_bytes = 8 if model.input_kind == TOKENS else 4  # int64 ids, float32 pixels
-        return [wire("parameters and buffers replicated from GPU 0", others * self.module_bytes,
-                     "computed", "replicate(): the module copied to the other GPUs each step"),
+        passes = cell.accumulate  # DataParallel replicates and reduces in every micro-batch
+        return [wire("parameters and buffers replicated from GPU 0",
+                     passes * others * self.module_bytes, "computed",
+                     "replicate(): the module copied to the other GPUs each forward pass"),
                 wire("inputs scattered from GPU 0",
                      share * samples * input_bytes * math.prod(model.input_shape("torch")),
                      "computed", "scatter(): the other GPUs' shares of the batch (float32 "
@@ -43,8 +46,9 @@ class DataParallelBackend(TorchBackend):
                      * model.output_values(), "computed",
                      "gather(): the other GPUs' logits (2 bytes each in mixed precision)"),
                 wire("gradients reduced onto GPU 0",
-                     others * model.gradient_bytes("torch"),
-                     "computed", "the replicas' gradients summed into GPU 0's parameters")]
+                     passes * others * model.gradient_bytes("torch"),
+                     "computed", "the replicas' gradients summed into GPU 0's parameters, each "
+                     "backward pass")]
 
     def details(self):
         if not self.device_ids:

@@ -4,6 +4,7 @@ and its optimizer state; a unit all-gathers its parameters before its forward pa
 before its backward pass where it resharded after forward) and reduce-scatters its gradients
 after its backward pass, so the optimizer steps on each rank's shard only."""
 import math
+from contextlib import nullcontext
 
 from xbench.common.backends.backend import wire
 from xbench.pt_backend.torchrun import TorchrunBackend
@@ -29,6 +30,12 @@ class FullyShardedBackend(TorchrunBackend):
                 fully_shard(unit, reshard_after_forward=after_forward)
         return fully_shard(model, reshard_after_forward=after_forward)
 
+    def micro_batch(self, wrapped, syncs):
+        """FSDP2 keeps the unsharded gradients of a micro-batch that does not sync and
+        reduce-scatters their sum with the one that does."""
+        wrapped.set_requires_gradient_sync(syncs)
+        return nullcontext()
+
     def whole_parameters(self, model):
         return [parameter.full_tensor() for parameter in model.parameters()]
 
@@ -45,12 +52,15 @@ class FullyShardedBackend(TorchrunBackend):
                      for shape in model.tensor_shapes("torch")) * FLOAT32_BYTES
         gathers = 2 if cell.reshard == "after-forward" else 1
         again = " and again before backward" if gathers == 2 else ""
-        return [wire("parameters all-gathered", gathers * (devices - 1) * padded, "computed",
-                     f"ring all-gather of each unit's parameters before its forward{again}: "
-                     f"each of N devices sends (N-1)/N of them, padded to N shards"),
-                wire("gradients reduce-scattered", (devices - 1) * padded, "computed",
-                     "ring reduce-scatter of each unit's gradients after its backward: each of "
-                     "N devices sends (N-1)/N of them, padded to N shards")]
+        return [wire("parameters all-gathered",
+                     cell.accumulate * gathers * (devices - 1) * padded, "computed",
+                     f"ring all-gather of each unit's parameters before its forward{again}, "
+                     f"each micro-batch: each of N devices sends (N-1)/N of them, padded to N "
+                     f"shards"),
+                wire("gradients reduce-scattered", cell.syncs_per_step * (devices - 1) * padded,
+                     "computed", "ring reduce-scatter of each unit's gradients after its "
+                     "backward, each sync: each of N devices sends (N-1)/N of them, padded to N "
+                     "shards")]
 
     def details(self):
         gathered = ("before forward and again before backward"

@@ -28,13 +28,16 @@ class HorovodTorchBackend(TorchBackend):
     def wrap_optimizer(self, optimizer, model):
         """Every rank starts from rank 0's parameters and optimizer state; gradients are
         averaged by Horovod's all-reduce as the backward pass produces them (with bucket_mb, in
-        groups of that size, each launched once all of its gradients are ready)."""
+        groups of that size, each launched once all of its gradients are ready); accumulating
+        with sync last, once every backward_passes_per_step (K) micro-batches."""
         self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         self.hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+        syncs_once = self.cell.accumulate_sync == "last"
         return self.hvd.DistributedOptimizer(
             optimizer, named_parameters=model.named_parameters(),
             compression=horovod_support.compressor(self.hvd, self.cell.compression),
-            groups=buckets(model, self.cell.bucket_mb) if self.cell.bucket_mb else None)
+            groups=buckets(model, self.cell.bucket_mb) if self.cell.bucket_mb else None,
+            backward_passes_per_step=self.cell.accumulate if syncs_once else 1)
 
     def watch_collectives(self, wrapped, model, optimizer, clock):
         self.watch_gradients(model, clock)  # at size 1 too: when backward makes each gradient
@@ -44,10 +47,15 @@ class HorovodTorchBackend(TorchBackend):
         for name in ("_allreduce_grad_async", "_grouped_allreduce_grad_async"):
             setattr(optimizer, name, self.handles.timed(getattr(optimizer, name), clock))
 
-    def wait_for_gradients(self, optimizer, clock):
+    def sync_micro_batch(self, optimizer):
+        """Accumulating with sync each: the micro-batch's average in place of its gradients,
+        to which the next backward adds its own (averaged again: the sum of the averages)."""
         if self.hvd.size() > 1:
             self.handles.wait()
         optimizer.synchronize()
+
+    def wait_for_gradients(self, optimizer, clock):
+        self.sync_micro_batch(optimizer)
         clock.done()
 
     def update(self, optimizer, scaler):

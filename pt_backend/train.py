@@ -159,7 +159,12 @@ class TorchLoop(TrainingLoop):
         self.loss_scales = []
         self.model = build_model(self.job.model, cell.seed).to(self.device)
         self.evaluated = self.model  # what rank 0 evaluates: a whole copy where it is sharded
-        self.wrapped = self.backend.wrap_model(self.model, self.device)
+        # What parallelises the model and the loop calls (DDP's no_sync is its): with --compile
+        # on it wraps the model compiled, since torch.compile of a DDP module compiles nothing
+        # in torch 2.13 (Dynamo skips DDP's forward: 0 graphs); evaluation runs the model
+        # itself, uncompiled.
+        self.wrapped = self.backend.wrap_model(
+            torch.compile(self.model) if cell.compile == "on" else self.model, self.device)
         self.optimizer = self.backend.wrap_optimizer(
             build_optimizer(self.wrapped.parameters(), cell.optimizer, cell.lr, cell.momentum,
                             cell.weight_decay), self.model)
@@ -195,6 +200,17 @@ class TorchLoop(TrainingLoop):
         self.loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         self.correct = torch.zeros((), dtype=torch.float64, device=self.device)
 
+    def compile_details(self):
+        if self.cell.compile != "on":
+            return {}
+        from torch._dynamo.utils import counters
+        return {"by": "torch.compile", "backend": "inductor",
+                "what": "the model, before the backend wraps it",
+                # graphs AOTAutograd compiled on rank 0 over the run (a forward and its backward
+                # are one): 0 would be a compile that compiled nothing; more than one a shape
+                # are recompiles
+                "graphs": int(counters["aot_autograd"]["total"])}
+
     def sync(self):
         if self.cuda:
             torch.cuda.synchronize()
@@ -224,6 +240,9 @@ class TorchLoop(TrainingLoop):
             group["lr"] = value
 
     def train_step(self, batch):
+        """One optimizer step on the rank's batch, in the cell's micro-batches: each one's loss
+        over K backward (their gradients sum to the batch's mean gradient), synced as the cell
+        says, then one update."""
         images, labels, indices = batch
         self.taken.append(indices)
         data = self.job.data
@@ -231,13 +250,24 @@ class TorchLoop(TrainingLoop):
         y = labels.to(self.device, non_blocking=self.non_blocking)
         self.optimizer.zero_grad()  # set_to_none, the default since torch 2.0
         self.marks.mark("host")
-        with self.autocast():
-            logits = self.wrapped(x)
-            loss = mean_loss(logits, y, self.loss_fn)
-        self.marks.mark("forward")
-        time.sleep(self.faults.slow_for(self.comm.rank))  # the slow-rank fault, if injected
-        self.scaler.scale(loss).backward()
-        self.marks.mark("backward")
+        micro_batches = self.cell.accumulate
+        counted = []
+        for index, (xs, ys) in enumerate(zip(x.chunk(micro_batches), y.chunk(micro_batches),
+                                             strict=True)):
+            syncs = self.cell.syncs_after(index)
+            with self.backend.micro_batch(self.wrapped, syncs):
+                with self.autocast():
+                    logits = self.wrapped(xs)
+                    loss = mean_loss(logits, ys, self.loss_fn)
+                self.marks.mark("forward")
+                if index == 0:  # the slow-rank fault, if injected: once a step
+                    time.sleep(self.faults.slow_for(self.comm.rank))
+                self.scaler.scale(loss / micro_batches).backward()
+            self.marks.mark("backward")
+            if syncs and index < micro_batches - 1:
+                self.backend.sync_micro_batch(self.optimizer)
+                self.marks.mark("host")
+            counted.append((loss.detach(), logits, ys))
         self.backend.wait_for_gradients(self.optimizer, self.collectives)
         self.marks.mark("host")
         self.backend.update(self.optimizer, self.scaler)
@@ -246,8 +276,9 @@ class TorchLoop(TrainingLoop):
         collective = self.collectives.take()
         if collective:
             self.marks.collective(*collective)
-        self.loss_sum += loss.detach() * len(y)
-        self.correct += correct_samples(logits, y)
+        for loss, logits, ys in counted:
+            self.loss_sum += loss * len(ys)
+            self.correct += correct_samples(logits, ys)
 
     def reset_totals(self):
         self.loss_sum.zero_()

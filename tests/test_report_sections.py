@@ -21,8 +21,8 @@ from xbench.reports.verdict import Family, Kind, ReportWarning, Side, Verdict, V
 EVERY_TIME = ["Figure 5: rates as in the blog", "Scaling",
               "What the parallel machinery costs at one device", "Where a step's time goes",
               "Against the limit", "Predicted against measured", "Precision",
-              "Accumulation", "Compiled or eager", "Time to accuracy", "Accuracy", "Memory", "Start-up and first-epoch overhead",
-              "Cells", "Environment"]
+              "Accumulation", "Compiled or eager", "Time to accuracy", "Accuracy", "Memory",
+              "Start-up and first-epoch overhead", "Cells", "Environment"]
 
 
 def titles(**options) -> list[str]:

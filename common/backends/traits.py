@@ -299,6 +299,9 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
                                         gathers={"after-forward": 2, "after-backward": 1},
                                         collectives_in_compute=True)),
            library="torch.distributed", shards_parameters=True,
+           no_compile="torch.compile of the FSDP2-sharded model compiled no graph here (torch "
+                      "2.13 on CPU over gloo: AOTAutograd counted 0 graphs, the warm-up no longer "
+                      "than eager's), so a compiled cell would be an eager one by another name",
            sync_modes={"last": "FSDP2's set_requires_gradient_sync(False) on the first K-1 "
                                "micro-batches (whole gradients kept between them)",
                        "each": "a reduce-scatter in every micro-batch's backward"},

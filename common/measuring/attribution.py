@@ -206,6 +206,10 @@ class CollectiveClock:
             return None
         if not ops:  # nothing to reduce (one process): only when its gradients were ready
             return None, None, [], size, ready
+        if all(bytes_ is not None for _, _, bytes_ in ops):
+            # what crossed, as the library told it: the gradients' bytes count every
+            # micro-batch's, of which a step that syncs once reduces only their sum
+            size = sum(bytes_ for _, _, bytes_ in ops)
         # a completion the library did not report was seen, at the latest, when the step
         # stopped waiting for them all
         timed = [(launch, completion if completion is not None else done, bytes_)
