@@ -186,17 +186,17 @@ def smoke(mnist_dir, tmp_path_factory):
 @pytest.fixture(scope="session")
 def knobs(mnist_dir, tmp_path_factory):
     """The knobs preset through the real command line on KNOBS_SLICE real MNIST images (and a
-    1,000-image test set), in two parts (PyTorch's backends; TensorFlow's and JAX's), one for
-    each worker: accumulation on its capped link and compiled steps. Every test of accumulation
-    or compiling reads these rows: `rows[(backend, accumulate, accumulate_sync, compile)]` (a
-    cell of no accumulation is keyed with sync "last"), `unsupported` the same of the cells
-    refused."""
+    1,000-image test set), with pt-fsdp beside its backends (FSDP2's accumulation is its own
+    code), in two parts (PyTorch's backends; TensorFlow's and JAX's), one for each worker:
+    accumulation on its capped link and compiled steps. Every test of accumulation or compiling
+    reads these rows: `rows[(backend, accumulate, accumulate_sync, compile)]` (a cell of no
+    accumulation is keyed with sync "last"), `unsupported` the same of the cells refused."""
     from xbench.common.backends.traits import TRAITS
     from xbench.common.grids.grid import preset_path, read_grid_file
     from xbench.common.results.store import read_rows
 
     backends = read_grid_file(preset_path("knobs"))["backends"]
-    torch = [b for b in backends if TRAITS[b].framework.name == "torch"]
+    torch = [b for b in backends if TRAITS[b].framework.name == "torch"] + ["pt-fsdp"]
     parts = {"torch": torch, "tensorflow-and-jax": [b for b in backends if b not in torch]}
 
     def part(names):
