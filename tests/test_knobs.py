@@ -103,7 +103,7 @@ def test_the_report_answers_both_knobs(knobs, tmp_path):
                 f"each micro-batch: ") in accumulation
     findings = [line for line in accumulation.splitlines() if ": syncing once (last)" in line
                 or "against one batch" in line]
-    assert len(findings) == 3 * (len(BACKENDS) + 1)  # and pt-fsdp's, uncapped
+    assert len(findings) == 3 * (len(BACKENDS) + 1)  # and pt-fsdp's
     assert all("inconclusive: one run a side has no interval" in line for line in findings)
     assert accumulation.count("(counted)") >= 3 * len(BACKENDS)
     jax_row = next(line for line in compiled.replace("\\-", "-").splitlines()
