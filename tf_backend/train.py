@@ -87,7 +87,7 @@ class TensorFlowLoop(TracedCalls, TrainingLoop):
                                          self.epoch_totals, self.faults.slow_for(self.comm.rank),
                                          cell.accumulate, cell.accumulate_sync == "each")
 
-        @tf.function
+        @tf.function(jit_compile=cell.compile == "on")
         def train_step(images, labels, indices):
             return self.strategy.run(replica_step, args=(images, labels, indices))
 
@@ -133,6 +133,10 @@ class TensorFlowLoop(TracedCalls, TrainingLoop):
             indices = self.step(*batch)
         self.marks.mark(CALL)  # split by the trace, or as the traced steps' calls were
         self.taken.append(self.strategy.experimental_local_results(indices))
+
+    def compile_details(self):
+        """What tf.function was told (jit_compile), as the row records it."""
+        return {"jit_compile": self.cell.compile == "on"}
 
     def attribution_sources(self):
         traced = (f"TensorFlow's profiler inside the step's call (one tf.function): every k-th "
