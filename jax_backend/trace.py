@@ -35,6 +35,9 @@ from xbench.common.measuring.attribution import Flight, Step
 from xbench.common.measuring.tracing import STEP_EVENT, StepTracer, traced_step
 
 TOTALS_SCOPE = "xbench_totals"  # the step's loss and right sums (jax.named_scope): bookkeeping
+# --accumulate's sum of the micro-batches' gradients (jax.named_scope): the backward pass's, as
+# PyTorch's backward adds each micro-batch's into .grad
+ACCUMULATE_SCOPE = "xbench_accumulate"
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all",
                "collective-broadcast")
 GPU_PLANE = "/device:GPU:"  # a GPU's plane in the trace, then its ordinal
@@ -126,7 +129,7 @@ class Program:
             return None
         if TOTALS_SCOPE in scopes:
             return "host"
-        if any(scope.startswith("transpose(") for scope in scopes):
+        if ACCUMULATE_SCOPE in scopes or any(scope.startswith("transpose(") for scope in scopes):
             return "backward"
         if any(scope.startswith("jvp(") for scope in scopes):
             return "forward"

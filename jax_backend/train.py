@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.flatten_util import ravel_pytree
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -27,7 +28,10 @@ from xbench.common.workload.precision import lower_dtype
 from xbench.common.workload.resolve import own_model
 from xbench.common.workload.samples import rank_indices
 from xbench.jax_backend.base import AXIS
-from xbench.jax_backend.trace import TOTALS_SCOPE, JaxTracer, Program
+from xbench.jax_backend.trace import ACCUMULATE_SCOPE, TOTALS_SCOPE, JaxTracer, Program
+
+# XLA's passes that merge independent all-reduces into one (CPU's, GPU's).
+UNCOMBINED = ("cpu-all-reduce-combiner", "all-reduce-combiner")
 
 
 def model_inputs(samples, data):
@@ -83,7 +87,7 @@ class JaxLoop(TracedCalls, TrainingLoop):
         began = time.perf_counter()
         example = self.place_batch(np.arange(self.local_batch))[:2]
         lowered = jax.jit(self.step_function(), donate_argnums=0).lower(self.state, *example)
-        self.step = lowered.compile()
+        self.step = lowered.compile(compiler_options=self.compiler_options() or None)
         self.compile_seconds = time.perf_counter() - began
         self.xla_flops = xla_flops(self.step)
         on_gpu = self.kind == "cuda"
@@ -108,8 +112,9 @@ class JaxLoop(TracedCalls, TrainingLoop):
 
     def step_function(self):
         """The training step: the global batch's mean loss, its gradients (XLA all-reduces them
-        over the mesh), the optimizer's update; the loss and right sums of each device's part."""
-        network, data = self.network, self.job.data
+        over the mesh), the optimizer's update; the loss and right sums of each device's part.
+        With --accumulate K the gradients come from `accumulated`."""
+        network, data, cell = self.network, self.job.data, self.cell
         parts = len(self.devices)
 
         def step(state, images, labels):
@@ -121,7 +126,10 @@ class JaxLoop(TracedCalls, TrainingLoop):
                 losses, right = losses_and_right(logits, labels)
                 return losses.mean(), (losses, right, updated)
 
-            grads, (losses, right, others) = jax.grad(loss, has_aux=True)(trainable)
+            if cell.accumulate == 1:
+                grads, (losses, right, others) = jax.grad(loss, has_aux=True)(trainable)
+            else:
+                grads, losses, right, others = self.accumulated(trainable, others, images, labels)
             trainable, optimizer = network.update(grads, optimizer, trainable)
             with jax.named_scope(TOTALS_SCOPE):
                 sums = jnp.stack([losses.reshape(parts, -1).sum(1),
@@ -131,6 +139,69 @@ class JaxLoop(TracedCalls, TrainingLoop):
             return (trainable, others, optimizer), sums
 
         return step
+
+    def compiler_options(self) -> dict:
+        """XLA's options for the step: with accumulate_sync each, its all-reduce combiners off.
+        XLA's CPU pipeline drops optimization barriers (cse_barrier_expander) before its
+        cpu-all-reduce-combiner, which then merges the K micro-batches' all-reduces into one
+        (seen in the compiled program, JAX 0.10); GPUs run all-reduce-combiner."""
+        if self.cell.accumulate > 1 and self.cell.accumulate_sync == "each":
+            return {"xla_disable_hlo_passes": ",".join(UNCOMBINED)}
+        return {}
+
+    def compile_details(self):
+        return {"xla_options": self.compiler_options()} if self.compiler_options() else {}
+
+    def accumulated(self, trainable, others, images, labels) -> tuple:
+        """The gradients of the global batch's mean loss over K micro-batches (each device's
+        share split K ways on its device), one device's each under shard_map, summed, and
+        crossed by an explicit psum of them all as one vector: once after the last, or after
+        every micro-batch. Left to XLA's partitioner, every micro-batch's gradients would be
+        all-reduced and its passes decide which it merges; so `last` sums locally first, and `each` passes every
+        micro-batch's reduced sum and the weights through an optimization_barrier, which the
+        next micro-batch's gradients then depend on, and compiles without XLA's all-reduce
+        combiners (`compiler_options`): the K all-reduces stay K (counted in the compiled
+        program, tests/test_knobs.py). Returns (grads, losses, right,
+        others): BatchNorm's running statistics averaged over the devices (each device's are
+        its own micro-batches')."""
+        network, data, cell = self.network, self.job.data, self.cell
+        each = cell.accumulate_sync == "each"
+
+        def summed(grads):  # one all-reduce of them all (a psum per leaf is one per leaf)
+            with jax.named_scope(ACCUMULATE_SCOPE):
+                flat, unflatten = ravel_pytree(grads)
+            return unflatten(jax.lax.psum(flat, AXIS))
+
+        def local(trainable, others, images, labels):
+            grads = None
+            losses, right = [], []
+            for micro_images, micro_labels in zip(jnp.split(images, cell.accumulate),
+                                                  jnp.split(labels, cell.accumulate)):
+                def loss(trainable, others=others, micro_images=micro_images,
+                         micro_labels=micro_labels):
+                    logits, updated = network.forward(trainable, others,
+                                                      model_inputs(micro_images, data),
+                                                      training=True)
+                    values, hits = losses_and_right(logits, micro_labels)
+                    return values.sum() / cell.global_batch, (values, hits, updated)
+
+                micro, (values, hits, others) = jax.grad(loss, has_aux=True)(trainable)
+                losses.append(values)
+                right.append(hits)
+                if each:
+                    micro = summed(micro)
+                with jax.named_scope(ACCUMULATE_SCOPE):
+                    grads = micro if grads is None else jax.tree.map(jnp.add, grads, micro)
+                if each:
+                    grads, trainable = jax.lax.optimization_barrier((grads, trainable))
+            if not each:
+                grads = summed(grads)
+            return (grads, jnp.concatenate(losses), jnp.concatenate(right),
+                    jax.lax.pmean(others, AXIS))
+
+        return jax.shard_map(local, mesh=self.mesh, in_specs=(P(), P(), P(AXIS), P(AXIS)),
+                             out_specs=(P(), P(AXIS), P(AXIS), P()), check_vma=False)(
+            trainable, others, images, labels)
 
     # --- the loop's hooks ---------------------------------------------------------------------
 

@@ -135,7 +135,7 @@ def test_one_device_runs_the_backends_own_machinery(smoke, backend):
                 "pt-fsdp": "FSDP2 fully_shard (reshard after-forward)",
                 "tf-mirrored": "tf.distribute.MirroredStrategy",
                 "tf-multiworker": "tf.distribute.MultiWorkerMirroredStrategy",
-                "hvd-torch": "hvd.DistributedOptimizer", "hvd-tf": "hvd.DistributedGradientTape",
+                "hvd-torch": "hvd.DistributedOptimizer", "hvd-tf": "hvd.allreduce of each gradient",
                 "jax-dp": "jax.jit with shardings (a one-axis mesh, the batch sharded)",
                 "jax-multiprocess": "jax.jit with shardings over every process's device "
                                     "(jax.distributed)",

@@ -13,10 +13,10 @@ class TensorFlowCollectives(Collectives):
         """Make every process start from rank 0's values of `variables` (Keras variables)."""
 
     @abc.abstractmethod
-    def gradients(self, tape, loss, variables) -> list:
-        """This replica's gradients of `loss`, summed over the processes (the loss is already
-        divided by the global batch). Keras' optimizer then sums them over the strategy's
-        replicas."""
+    def reduce(self, gradients: list) -> list:
+        """This replica's `gradients` summed over the processes where the library, not the
+        strategy, crosses them (the loss is already divided by the global batch). Keras'
+        optimizer then sums them over the strategy's replicas."""
 
 
 class OneTensorFlowProcess(OneProcess, TensorFlowCollectives):
@@ -25,5 +25,5 @@ class OneTensorFlowProcess(OneProcess, TensorFlowCollectives):
     def broadcast(self, variables) -> None:
         pass
 
-    def gradients(self, tape, loss, variables) -> list:
-        return tape.gradient(loss, variables)
+    def reduce(self, gradients: list) -> list:
+        return gradients

@@ -1,7 +1,8 @@
 """hvd-tf: Horovod over TensorFlow/Keras 3, N processes started by horovodrun.
 
 The Keras model of tf-mirrored in the same custom loop (under tf.function), one replica per
-process, gradients summed by `hvd.DistributedGradientTape`. Never `horovod.tensorflow.keras`: with
+process, gradients summed by Horovod's all-reduce of each (as `hvd.DistributedGradientTape` sums
+them, but for any micro-batch's gradients). Never `horovod.tensorflow.keras`: with
 Keras 3 its DistributedOptimizer runs without error but does not average, and replicas silently
 diverge. Horovod's TensorFlow ops want the `tf.Variable` under each Keras variable (`.value`).
 """
@@ -29,7 +30,7 @@ class HorovodTensorFlowBackend(TensorFlowBackend):
         return self.hvd.local_rank()
 
     def details(self):
-        return {"parallelism": "hvd.DistributedGradientTape",
+        return {"parallelism": "hvd.allreduce of each gradient",
                 **horovod_support.details(self.hvd, self.cell.compression)}
 
 
@@ -48,8 +49,9 @@ class HorovodTensorFlowCollectives(horovod_support.HorovodGather, TensorFlowColl
     def broadcast(self, variables):
         self.hvd.broadcast_variables([v.value for v in variables], root_rank=0)
 
-    def gradients(self, tape, loss, variables):
-        """Summed, not averaged: each replica's loss is already divided by the global batch."""
-        tape = self.hvd.DistributedGradientTape(tape, op=self.hvd.Sum,
-                                                compression=self.compression)
-        return tape.gradient(loss, [v.value for v in variables])
+    def reduce(self, gradients):
+        """Summed, not averaged: each replica's loss is already divided by the global batch.
+        One Horovod all-reduce per gradient, as DistributedGradientTape launches them (Horovod
+        fuses them), so a micro-batch's can be launched without a tape."""
+        return [self.hvd.allreduce(gradient, op=self.hvd.Sum, compression=self.compression)
+                for gradient in gradients]

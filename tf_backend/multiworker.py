@@ -133,5 +133,6 @@ class MultiWorkerCollectives(TensorFlowCollectives):
         """Nothing to do: the strategy gives every worker worker 0's initial values when it
         creates the variables."""
 
-    def gradients(self, tape, loss, variables):
-        return tape.gradient(loss, variables)
+    def reduce(self, gradients):
+        """As they are: the strategy's all-reduce crosses them."""
+        return gradients

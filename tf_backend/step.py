@@ -71,32 +71,65 @@ class AgreedLossScaleOptimizer(keras.mixed_precision.LossScaleOptimizer):
         return context.all_reduce(tf.distribute.ReduceOp.SUM, overflowed) == 0
 
 
-def make_replica_step(model, optimizer, comm, global_batch, totals, slow_seconds=0.0):
+def make_replica_step(model, optimizer, comm, global_batch, totals, slow_seconds=0.0,
+                      accumulate=1, sync_each=False):
     """One optimizer step on one replica's share of a global batch. Its loss is its samples'
     loss sum / the global batch, so gradients summed over every replica are those of the global
     batch's mean loss: the same step as on one device. `slow_seconds`: the slow-rank fault,
     this rank's compute made that much longer (an op of its own scope, which the trace counts as
-    the rank's backward pass). A LossScaleOptimizer (fp16) gets its loss scaled."""
-    scaled = isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer)
+    the rank's backward pass). A LossScaleOptimizer (fp16) gets its loss scaled.
 
-    def replica_step(images, labels, indices):
+    With `accumulate` K the share is split into K equal micro-batches (a Python loop, unrolled
+    in the tf.function: each micro-batch's ops keep their scopes), their gradients summed into
+    one update. The gradients cross between replicas once, in the optimizer's update, as with
+    one batch; with `sync_each` after every micro-batch: the first K-1 by an explicit all-reduce
+    (`comm.reduce`, then the strategy's over its replicas), the last by the update's own. Keras'
+    optimizer always sums what it is given over the strategy's replicas, so the sum already
+    crossed goes in divided by the replicas, the one way to apply it without crossing it again
+    (exact for a power of 2 replicas, within a rounding otherwise)."""
+    scaled = isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer)
+    variables = model.trainable_variables
+
+    def micro_step(images, labels, slow):
         with tf.GradientTape() as tape:
             logits = tf.cast(model(images, training=True), tf.float32)  # the loss in float32
             losses = cross_entropy(labels, logits)
             loss = tf.reduce_sum(losses) / global_batch
-            if slow_seconds:
+            if slow:
                 with tf.name_scope(INJECTED_SCOPE):
-                    loss += tf.numpy_function(lambda: _sleep(slow_seconds), [], tf.float32)
+                    loss += tf.numpy_function(lambda: _sleep(slow), [], tf.float32)
             if scaled:  # fp16: the loss scaled up, its gradients scaled down in apply_gradients
                 loss = optimizer.scale_loss(loss)
-        gradients = comm.gradients(tape, loss, model.trainable_variables)
-        with tf.name_scope(OPTIMIZER_SCOPE):
-            optimizer.apply_gradients(zip(gradients, model.trainable_variables))
         with tf.name_scope(BOOKKEEPING_SCOPE):
-            totals.add(tf.reduce_sum(losses), correct_count(labels, logits))
+            counted = tf.stack([tf.reduce_sum(losses), correct_count(labels, logits)])
+        return tape.gradient(loss, variables), counted
+
+    def replica_step(images, labels, indices):
+        context = tf.distribute.get_replica_context()
+        local = crossed = counted = None
+        for micro, (part, part_labels) in enumerate(zip(tf.split(images, accumulate),
+                                                         tf.split(labels, accumulate))):
+            gradients, sums = micro_step(part, part_labels, slow_seconds if micro == 0 else 0.0)
+            counted = sums if counted is None else counted + sums
+            if sync_each and micro < accumulate - 1:
+                reduced = context.all_reduce(tf.distribute.ReduceOp.SUM, comm.reduce(gradients))
+                crossed = reduced if crossed is None else _added(crossed, reduced)
+            else:
+                local = gradients if local is None else _added(local, gradients)
+        gradients = comm.reduce(local)
+        if crossed is not None:
+            gradients = _added(gradients, [g / context.num_replicas_in_sync for g in crossed])
+        with tf.name_scope(OPTIMIZER_SCOPE):
+            optimizer.apply_gradients(zip(gradients, variables))
+        with tf.name_scope(BOOKKEEPING_SCOPE):
+            totals.add(counted[0], counted[1])
         return indices
 
     return replica_step
+
+
+def _added(first: list, second: list) -> list:
+    return [a + b for a, b in zip(first, second)]
 
 
 def _sleep(seconds):

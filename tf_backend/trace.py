@@ -27,9 +27,8 @@ COPY_OPS = ("_Send", "_Recv", "_HostSend", "_HostRecv")  # between a process's d
 # 'EagerLocalExecute: Pack', tf.data's 'Iterator::...') are not ops.
 OP_EVENT = re.compile(r"^[^\s:]+:[A-Za-z_]\w*$")
 # An asynchronous op (a collective) is seen launched and done, with its name and type as stats.
-# They give its name, type and step, not its bytes, so a collective's size is left None: only the
-# allocation of a pack's concatenated input shows them, under a name of TensorFlow's making, and
-# a pack that needs no new buffer (one gradient) allocates nothing.
+# They give its name, type and step, not its bytes: those are its input's in the step's graph
+# (`collective_sizes`), found by the op's name.
 ASYNC_EVENTS = ("ExecutorState::ProcessAsync::Start", "ExecutorState::ProcessAsync::Done")
 INPUT_THREADS = "tf_data"  # tf.data's threads: the input pipeline, running beside the step
 INJECTED_SCOPE = "xbench_slow_rank"  # common's slow-rank fault: this rank's compute, made longer
@@ -62,6 +61,7 @@ class TensorFlowTracer(StepTracer):
 
     def __init__(self):
         super().__init__()
+        self.sizes: dict[str, int] = {}  # each collective op's bytes, by name (collective_sizes)
         self.options = tf.profiler.experimental.ProfilerOptions(
             host_tracer_level=2, python_tracer_level=0, device_tracer_level=1)
 
@@ -84,14 +84,14 @@ class TensorFlowTracer(StepTracer):
                     for name, start, end in ops
                     if name.rpartition(":")[2] not in COLLECTIVE_OPS
                     for part in [label(name)]]
-        flights = [Flight(launch, done) for launch, done in collectives]
+        flights = [Flight(launch, done, self.sizes.get(name)) for launch, done, name in collectives]
         return [traced_step(window, start, labelled, flights)
                 for window, start in zip(sorted(windows), starts)]
 
 
 def _events(space) -> tuple[list, list, list]:
     """In the trace's clock (ns): the steps' windows, the ops (name, start, end) and each
-    asynchronous collective's (launch, done), in the order they were launched."""
+    asynchronous collective's (launch, done, op name), in the order they were launched."""
     windows, ops, launched, done = [], [], {}, {}
     for plane in space.planes:
         stat_names = {key: value.name for key, value in plane.stat_metadata.items()}
@@ -115,8 +115,20 @@ def _events(space) -> tuple[list, list, list]:
                     windows.append((start, end))
                 elif OP_EVENT.match(name):
                     ops.append((name, start, end))
-    return windows, ops, sorted((launched[key], done[key])
+    return windows, ops, sorted((launched[key], done[key], key[0])
                                 for key in launched.keys() & done.keys())
+
+
+def collective_sizes(graph: tf.Graph) -> dict[str, int]:
+    """The bytes each collective op of a step's graph reduces, by op name: its tensor's (a
+    grouped all-reduce's: all of them), where their shapes are static."""
+    sizes = {}
+    for op in graph.get_operations():
+        if op.type in COLLECTIVE_OPS:
+            tensors = op.inputs if op.type == "HorovodGroupedAllreduce" else op.inputs[:1]
+            if all(t.shape.is_fully_defined() for t in tensors):
+                sizes[op.name] = sum(t.shape.num_elements() * t.dtype.size for t in tensors)
+    return sizes
 
 
 def _value(stat, stat_names: dict):

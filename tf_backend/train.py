@@ -36,7 +36,7 @@ from xbench.tf_backend.step import (
     cross_entropy,
     make_replica_step,
 )
-from xbench.tf_backend.trace import TensorFlowTracer
+from xbench.tf_backend.trace import TensorFlowTracer, collective_sizes
 
 
 def set_threads(intra_op, inter_op):
@@ -84,9 +84,10 @@ class TensorFlowLoop(TracedCalls, TrainingLoop):
                                       self.comm, INPUT_PIPELINE_PER_DEVICE * self.replicas,
                                       self.replicas)
         replica_step = make_replica_step(self.model, self.optimizer, self.comm, cell.global_batch,
-                                         self.epoch_totals, self.faults.slow_for(self.comm.rank))
+                                         self.epoch_totals, self.faults.slow_for(self.comm.rank),
+                                         cell.accumulate, cell.accumulate_sync == "each")
 
-        @tf.function
+        @tf.function(jit_compile=cell.compile == "on")
         def train_step(images, labels, indices):
             return self.strategy.run(replica_step, args=(images, labels, indices))
 
@@ -123,6 +124,8 @@ class TensorFlowLoop(TracedCalls, TrainingLoop):
     def train_step(self, batch):
         self.marks.mark("host")
         if self.tracer.active:  # a sampled step: on a GPU synchronised, so the trace holds
+            if not self.tracer.sizes:  # its collectives' bytes, from the step's graph
+                self.tracer.sizes = collective_sizes(self.step.get_concrete_function(*batch).graph)
             indices = self.tracer.call(  # the device's time
                 lambda: (self.step(*batch), self.sync())[0],
                 time.perf_counter() - self.marks.origin)
@@ -130,6 +133,10 @@ class TensorFlowLoop(TracedCalls, TrainingLoop):
             indices = self.step(*batch)
         self.marks.mark(CALL)  # split by the trace, or as the traced steps' calls were
         self.taken.append(self.strategy.experimental_local_results(indices))
+
+    def compile_details(self):
+        """What tf.function was told (jit_compile), as the row records it."""
+        return {"jit_compile": self.cell.compile == "on"}
 
     def attribution_sources(self):
         traced = (f"TensorFlow's profiler inside the step's call (one tf.function): every k-th "

@@ -116,8 +116,23 @@ NO_COLLECTIVE = "none: no collective between processes"
 # every micro-batch.
 ONE_DEVICE_SYNC = "one device: nothing crosses"
 ALONE = {"last": ONE_DEVICE_SYNC, "each": ONE_DEVICE_SYNC}
-# TensorFlow's and JAX's steps are one call: the K micro-batches' gradients are summed inside it.
+# TensorFlow's and JAX's steps are one call: the K micro-batches' gradients are summed inside it
+# (a Python loop unrolled in the tf.function or the jitted step).
 SUMMED_IN_STEP = "the micro-batches' gradients summed inside the step's one call, then reduced once"
+# tf_backend.step: Keras' optimizer sums what it is given over the strategy's replicas.
+STRATEGY_EACH = ("the first K-1 micro-batches' gradients all-reduced by the replica context's "
+                 "all_reduce inside the step, the last one's by the optimizer's own reduction "
+                 "(the sum already crossed added divided by the replicas)")
+# Seen with TF 2.21 on a CPU (tf_backend.train's jit_compile=True step, tests/test_accumulation_
+# tf_jax.py runs tf-single's).
+XLA_RING = ("XLA compiles MultiWorkerMirroredStrategy's collectives only with NCCL or AUTO, and "
+            "on a CPU its all-reduce is RING: \"Only compiling NCCL/auto collective is "
+            "supported, got: ring\" (TF 2.21)")
+XLA_MIRRORED = ("XLA compiles a tf.function for one device, and MirroredStrategy's step reads "
+                "every replica's variables: \"Trying to access resource conv2d/kernel/replica_1 "
+                "located in device CPU:1 from device CPU:0\" (TF 2.21, logical CPU devices)")
+XLA_HOROVOD = ("XLA has no kernel for Horovod's ops: \"Detected unsupported operations when "
+               "trying to compile graph on XLA_CPU_JIT: HorovodAllreduce\" (Horovod 0.28.1)")
 # Seen with Keras 3.15 / TF 2.21 (tests/test_cifar.py): BatchNormalization's moving statistics
 # are MirroredVariables with aggregation NONE, which do not stay mirrored.
 MIRRORED_BATCHNORM = ("Keras keeps BatchNorm's running statistics in MirroredVariables with "
@@ -165,9 +180,11 @@ JIT_BATCHNORM = ("jax.jit computes the model on the whole global batch sharded o
 # thunk runtime) one all-reduce after backward, as the trace shows (tests/test_jax_backends.py).
 # Not checked on GPUs, where XLA's combiner and scheduler differ.
 XLA_PROTOCOL = everywhere(Protocol(ALL_REDUCE, reduce_passes=2))
-XLA_SYNCS = {"last": SUMMED_IN_STEP,
-             "each": "every micro-batch's gradients all-reduced inside the step, before the next "
-                     "micro-batch"}
+XLA_SYNCS = {"last": "under shard_map each device's micro-batches' gradients summed, then one "
+                     "psum (one all-reduce of them all)",
+             "each": "under shard_map a psum of every micro-batch's gradients, an "
+                     "optimization_barrier before the next, compiled without XLA's all-reduce "
+                     "combiners (which merge them into one on a CPU)"}
 
 
 @dataclass(frozen=True)
@@ -327,8 +344,8 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
            no_buckets="MirroredStrategy's reduction to one device (a CPU) has no "
                    "packs, and its NcclAllReduce takes a number of packs, not their size",
            sync_modes={"last": SUMMED_IN_STEP,
-                       "each": "the replicas' gradients reduced after every micro-batch, inside "
-                               "the step"},
+                       "each": STRATEGY_EACH},
+           no_compile=XLA_MIRRORED,
            no_compression=STRATEGIES_DO_NOT_COMPRESS,
            collectives_counted="the reduction over the replicas in the trace: NcclAllReduce on "
                                "GPUs; on a CPU the sums on the first device (AddN) and the copies "
@@ -339,7 +356,8 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
            wrapper="MultiWorkerMirroredStrategy",
            start=WORKER_PER_DEVICE, library="tensorflow",
            sync_modes={"last": SUMMED_IN_STEP,
-                       "each": "an all-reduce after every micro-batch, inside the step"},
+                       "each": STRATEGY_EACH},
+           no_compile=XLA_RING,
            # bytes_per_pack 0, its default: one message
            protocol=everywhere(Protocol(ALL_REDUCE, reduce_passes=2, bucket_knob=(
                "MultiWorkerMirroredStrategy's CommunicationOptions(bytes_per_pack)"))),
@@ -364,7 +382,9 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
            wrapper="Horovod",
            start=HOROVODRUN, protocol=everywhere(HOROVOD), library="horovod",
            sync_modes={"last": SUMMED_IN_STEP,
-                       "each": "Horovod's all-reduce after every micro-batch, inside the step"},
+                       "each": "Horovod's all-reduce of every micro-batch's gradients inside the "
+                               "step"},
+           no_compile=XLA_HOROVOD,
            compressions=HOROVOD_COMPRESSIONS, no_compression=HOROVOD_NO_COMPRESSION,
            collectives_counted="Horovod's all-reduce ops in the trace, each from its launch to "
                                "its end; this rank is ready when its backward's last op ends",
