@@ -153,17 +153,16 @@ class JaxLoop(TracedCalls, TrainingLoop):
         return {"xla_options": self.compiler_options()} if self.compiler_options() else {}
 
     def accumulated(self, trainable, others, images, labels) -> tuple:
-        """The gradients of the global batch's mean loss over K micro-batches (each device's
-        share split K ways on its device), one device's each under shard_map, summed, and
-        crossed by an explicit psum of them all as one vector: once after the last, or after
-        every micro-batch. Left to XLA's partitioner, every micro-batch's gradients would be
-        all-reduced and its passes decide which it merges; so `last` sums locally first, and `each` passes every
-        micro-batch's reduced sum and the weights through an optimization_barrier, which the
-        next micro-batch's gradients then depend on, and compiles without XLA's all-reduce
-        combiners (`compiler_options`): the K all-reduces stay K (counted in the compiled
-        program, tests/test_knobs.py). Returns (grads, losses, right,
-        others): BatchNorm's running statistics averaged over the devices (each device's are
-        its own micro-batches')."""
+        """The gradients of the global batch's mean loss over K micro-batches (each device's share
+        split K ways on its device), one device's each under shard_map, summed, and crossed by an
+        explicit psum of them all as one vector: once after the last, or after every micro-batch.
+        Left to XLA's partitioner, every micro-batch's gradients would be all-reduced and its passes
+        decide which it merges; so `last` sums locally first, and `each` passes every micro-batch's
+        reduced sum and the weights through an optimization_barrier, which the next micro-batch's
+        gradients then depend on, and compiles without XLA's all-reduce combiners
+        (`compiler_options`): the K all-reduces stay K (counted in the compiled program,
+        tests/test_knobs.py). Returns (grads, losses, right, others): BatchNorm's running statistics
+        averaged over the devices (each device's are its own micro-batches')."""
         network, data, cell = self.network, self.job.data, self.cell
         each = cell.accumulate_sync == "each"
 

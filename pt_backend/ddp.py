@@ -81,8 +81,9 @@ class DistributedDataParallelBackend(TorchrunBackend):
         items = super().traffic(cell, model, reduction)
         if cell.world > 1:
             items.append(wire("buffers broadcast from rank 0",
-                              cell.accumulate * (cell.world - 1) * self.buffer_bytes,
-                              "computed", "DDP's broadcast_buffers, before each forward pass: the "
+                              cell.syncs_per_step * (cell.world - 1) * self.buffer_bytes,
+                              "computed", "DDP's broadcast_buffers, before each forward pass "
+                                          "that follows a synced one (no_sync's skip it): the "
                                           "model's buffers (e.g. BatchNorm statistics; these "
                                           "models have none)"))
         return items
