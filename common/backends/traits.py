@@ -123,8 +123,8 @@ SUMMED_IN_STEP = "the micro-batches' gradients summed inside the step's one call
 STRATEGY_EACH = ("the first K-1 micro-batches' gradients all-reduced by the replica context's "
                  "all_reduce inside the step, the last one's by the optimizer's own reduction "
                  "(the sum already crossed added divided by the replicas)")
-# Seen with TF 2.21 on a CPU (tf_backend.train's jit_compile=True step, tests/test_accumulation_
-# tf_jax.py runs tf-single's).
+# Seen with TF 2.21 on a CPU, running each backend's jit_compile=True step (tf_backend.train);
+# tests/test_knobs.py reads tf-multiworker's refusal. tf-single compiles.
 XLA_RING = ("XLA compiles MultiWorkerMirroredStrategy's collectives only with NCCL or AUTO, and "
             "on a CPU its all-reduce is RING: \"Only compiling NCCL/auto collective is "
             "supported, got: ring\" (TF 2.21)")
@@ -317,8 +317,9 @@ TRAITS: dict[str, Traits] = {t.name: t for t in [
                                         collectives_in_compute=True)),
            library="torch.distributed", shards_parameters=True,
            no_compile="torch.compile of the FSDP2-sharded model compiled no graph here (torch "
-                      "2.13 on CPU over gloo: AOTAutograd counted 0 graphs, the warm-up no longer "
-                      "than eager's), so a compiled cell would be an eager one by another name",
+                      "2.13 on CPU over gloo: AOTAutograd counted 0 graphs, Dynamo breaking at "
+                      "FSDP2's hooks), so a compiled cell would be an eager one by another name; "
+                      "compiling each unit apart is not done yet",
            sync_modes={"last": "FSDP2's set_requires_gradient_sync(False) on the first K-1 "
                                "micro-batches (whole gradients kept between them)",
                        "each": "a reduce-scatter in every micro-batch's backward"},
