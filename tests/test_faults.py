@@ -30,6 +30,10 @@ from xbench.common.results.store import read_rows
 
 # a 2-rank pt-ddp cell that would train for many minutes: the tests stop it long before
 LONG_CELL = {"backends": ["pt-ddp"], "devices": [2], "max_train_samples": 1024, "epochs": 1000}
+# No test here reads a test accuracy: the cells that finish evaluate on a tenth of the test set
+# (1,000 images, not 10,000), and the grids that resume or force shared_results' cells take the
+# same cap (it is part of a cell's key)
+TEST_SLICE = {"max_test_samples": 1000}
 
 
 # --- helpers -------------------------------------------------------------------------------------
@@ -132,7 +136,8 @@ def shared_results(mnist_dir, tmp_path_factory):
     exist yet: the runner makes it). Their two ok rows seed the tests below."""
     folder = tmp_path_factory.mktemp("shared")
     results = folder / "new" / "folder" / "results.jsonl"
-    grids = [write_grid(folder, batches=[64]), write_grid(folder, batches=[128])]
+    grids = [write_grid(folder, batches=[64], **TEST_SLICE),
+             write_grid(folder, batches=[128], **TEST_SLICE)]
     mark = uuid.uuid4().hex
     with ThreadPoolExecutor(2) as pool:
         outputs = list(pool.map(lambda g: run_grid(g, results, mnist_dir, mark), grids))
@@ -190,7 +195,8 @@ def test_an_append_waits_for_another_writers_lock(tmp_path):
 def test_two_grids_on_one_results_file_share_the_cells(mnist_dir, tmp_path):
     """Started together on the same two cells: each cell runs once, in one grid or the other."""
     results = tmp_path / "shared.jsonl"
-    spec = {"backends": ["pt-single"], "batches": [64, 128], "max_train_samples": 512}
+    spec = {"backends": ["pt-single"], "batches": [64, 128], "max_train_samples": 512,
+            **TEST_SLICE}
     grids = [write_grid(tmp_path, **spec), write_grid(tmp_path, **spec)]
     outputs = [None, None]
 
@@ -241,12 +247,13 @@ def test_a_row_the_file_cannot_take_is_kept_beside_it_and_no_half_row_stays(mnis
     results.write_text(json.dumps({**earlier, "cell_key": "earlier"}) + "\n")
     before = results.read_bytes()
     limit = len(before) + 2000
+    grid = write_grid(tmp_path, backends=["pt-single"], **TEST_SLICE)
 
     def small_files():
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-    done = subprocess.run([*XBENCH, "grid", str(write_grid(tmp_path, backends=["pt-single"])),
-                           "--data-dir", str(mnist_dir), "--results", str(results)], cwd=REPO,
-                          capture_output=True, text=True, timeout=SLOW, preexec_fn=small_files)
+    done = subprocess.run([*XBENCH, "grid", str(grid), "--data-dir", str(mnist_dir), "--results",
+                           str(results)], cwd=REPO, capture_output=True, text=True, timeout=SLOW,
+                          preexec_fn=small_files)
     refused(done, "cannot append to the results file")
     side = Path(f"{results}.unsaved.jsonl")
     assert f"the row was kept in {side}" in done.stderr
@@ -272,8 +279,8 @@ def test_a_damaged_results_file_keeps_every_other_row_and_takes_new_ones(shared_
     assert "1 rows" in export.stdout
 
     # appending still works: resume reruns only the cell whose row was torn
-    returncode, stdout, stderr = run_grid(write_grid(tmp_path, batches=[64, 128]), results,
-                                          mnist_dir, mark)
+    returncode, stdout, stderr = run_grid(write_grid(tmp_path, batches=[64, 128], **TEST_SLICE),
+                                          results, mnist_dir, mark)
     assert returncode == 0, stderr
     assert "line 3: not valid JSON" in stdout  # the runner says what it skipped
     assert stdout.count("done in") == 1
@@ -303,7 +310,7 @@ def test_ctrl_c_and_sigterm_stop_the_cell_resume_runs_the_rest_force_reruns(
         shared_results, mnist_dir, tmp_path, mark):
     results = tmp_path / "results.jsonl"
     shutil.copy(shared_results[0], results)  # ok rows for batches 64 and 128
-    grid = write_grid(tmp_path, batches=[32, 64, 128])
+    grid = write_grid(tmp_path, batches=[32, 64, 128], **TEST_SLICE)
 
     line = interrupt(start_grid(grid, results, mnist_dir, mark), results, mark, signal.SIGINT)
     assert "b32" in line
@@ -372,7 +379,7 @@ def test_out_of_memory_is_a_clean_result_and_the_sweep_goes_on(mnist_dir, tmp_pa
     with its batch and devices; the next, smaller batch runs fine (it needs about 400 MB)."""
     results = tmp_path / "results.jsonl"
     grid = write_grid(tmp_path, backends=["pt-ddp"], devices=[2], batches=[8192, 128],
-                      max_train_samples=8192, memory_limit_mb=700)
+                      max_train_samples=8192, memory_limit_mb=700, **TEST_SLICE)
     returncode, stdout, stderr = run_grid(grid, results, mnist_dir, mark)
     assert returncode == 0, stderr
     oom, ok = read_rows(results)[0]
@@ -434,7 +441,8 @@ def test_a_missing_backend_makes_unsupported_rows_and_the_rest_runs(mnist_dir, t
     hide.mkdir()
     (hide / "sitecustomize.py").write_text(HIDE_PACKAGES)
     results = tmp_path / "results.jsonl"
-    grid = write_grid(tmp_path, backends=["tf-mirrored", "hvd-torch", "hvd-tf", "pt-dp"])
+    grid = write_grid(tmp_path, backends=["tf-mirrored", "hvd-torch", "hvd-tf", "pt-dp"],
+                      **TEST_SLICE)
     returncode, stdout, stderr = run_grid(grid, results, mnist_dir, mark,
                                           env=environment(mark, PYTHONPATH=str(hide)))
     assert returncode == 0, stderr

@@ -253,19 +253,23 @@ def test_a_target_no_run_reaches_is_ok_and_counted_as_not_converged(mnist_dir, t
 
 @pytest.fixture(scope="module")
 def curves(mnist_dir, tmp_path_factory):
-    """PyTorch and TensorFlow, one process and two, to a target no run reaches: 2 epochs of 8
-    steps, the test set evaluated 4 times an epoch; TensorFlow traces every step of epoch 2."""
+    """PyTorch and TensorFlow, one process (pt-single, tf-single) and two (hvd-torch,
+    tf-multiworker), to a target no run reaches: 2 epochs of 8 steps, the test set evaluated 4
+    times an epoch; TensorFlow traces every step of epoch 2. (tf-multiworker and hvd-torch on
+    one process would tell rank 0's accuracy through the gather that every cell's record is
+    gathered by, as on two: the smoke grid has those cells.)"""
     folder = tmp_path_factory.mktemp("curves")
-    grid = write_grid(folder, name="curves", backends=["pt-single", "tf-single",
-                                                       "tf-multiworker", "hvd-torch"],
-                      devices=[1, 2], batches=[128], target_accuracy=0.999, seeds=1, epochs=2,
-                      max_train_samples=1024, max_test_samples=1000)
     results = folder / "curves.jsonl"
-    run = xbench("grid", grid, "--data-dir", mnist_dir, "--results", results)
-    assert run.returncode == 0, run.stdout + run.stderr
+    for backends, devices in ((["pt-single", "tf-single"], 1),
+                              (["tf-multiworker", "hvd-torch"], 2)):
+        grid = write_grid(folder, name="curves", backends=backends, devices=[devices],
+                          batches=[128], target_accuracy=0.999, seeds=1, epochs=2,
+                          max_train_samples=1024, max_test_samples=1000)
+        run = xbench("grid", grid, "--data-dir", mnist_dir, "--results", results)
+        assert run.returncode == 0, run.stdout + run.stderr
     rows, _ = read_rows(results)
     ok = {(r["backend"], r["devices"]): r for r in rows if r["status"] == "ok"}
-    assert len(ok) == 6, json.dumps([(r["backend"], r["devices"], r["error"]) for r in rows])
+    assert len(ok) == 4, json.dumps([(r["backend"], r["devices"], r["error"]) for r in rows])
     return ok
 
 
