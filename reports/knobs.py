@@ -98,6 +98,12 @@ class Finding:
         return f"{self.head}: {shown}, inconclusive: {settle}"
 
 
+def paragraphs(explained: str, found: list[Finding], missing: str) -> list[str]:
+    """A section's words: what it compares and each comparison's verdict, or, with nothing to
+    compare, what would give it something."""
+    return [explained, *(f.text for f in found)] if found else [missing]
+
+
 def judged(pairs: list[tuple], make) -> list[Finding]:
     """Each pair (subject, reference, words...) judged twice, as the report's verdicts are: a
     first pass collects the p-values, the second states what the false-discovery control

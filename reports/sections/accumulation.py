@@ -21,8 +21,7 @@ def accumulation_table(data: ReportData) -> Numbers:
 
 def findings(data: ReportData) -> list[str]:
     """The section's words, then each comparison's verdict."""
-    found = knobs.accumulation_findings(data.cells)
-    return [
+    return knobs.paragraphs(
         "K micro-batches of batch / K per optimizer step, their gradients summed into one "
         "update: the same global batch, so for a model without BatchNorm the same trajectory. "
         "Synced last, the gradients cross once a step (DDP's and FSDP's no_sync, Horovod's "
@@ -31,9 +30,9 @@ def findings(data: ReportData) -> list[str]:
         "the collectives' as the library counted them where it tells them (else computed from "
         "the model). Cells are compared only with cells alike in every other setting, their "
         "link included: a verdict holds for the link they ran on.",
-        *(f.text for f in found)] if found else [
+        knobs.accumulation_findings(data.cells),
         "K micro-batches of batch / K per optimizer step, synced once a step (last) or after "
-        "every micro-batch (each): " + NEEDS + "."]
+        "every micro-batch (each): " + NEEDS + ".")
 
 
 SECTION = Section(

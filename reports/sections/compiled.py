@@ -19,16 +19,15 @@ def compiled_table(data: ReportData) -> Numbers:
 
 def findings(data: ReportData) -> list[str]:
     """The section's words, then each comparison's verdict and pay-off."""
-    found = knobs.compile_findings(data.cells)
-    return [
+    return knobs.paragraphs(
         "Compiling (torch.compile; TensorFlow's jit_compile=True) trades a longer first epoch "
         "for faster steps. Warm-up: what epoch 1 took beyond its steps at the last epoch's "
         "median step, plus a compile ahead of time (JAX's): tracing, compiling, first "
         "allocations. Compiling pays off in a job longer than its extra warm-up over the time "
         "it saves an epoch. JAX compiles every step (jax.jit), whatever --compile: its cells "
         "are shown with their warm-up.",
-        *(f.text for f in found)] if found else [
-        "Compiled steps against each framework's default, with their warm-up: " + NEEDS + "."]
+        knobs.compile_findings(data.cells),
+        "Compiled steps against each framework's default, with their warm-up: " + NEEDS + ".")
 
 
 SECTION = Section(
