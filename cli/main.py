@@ -15,7 +15,8 @@ from xbench.cli.predict import predict
 from xbench.cli.probe import probe
 from xbench.cli.profile import profile
 from xbench.cli.report import report
-from xbench.common.backends.traits import FRAMEWORKS, TRAITS
+from xbench.common.backends.frameworks import FRAMEWORKS
+from xbench.common.backends.traits import TRAITS
 from xbench.common.errors import UserError
 
 

@@ -145,9 +145,8 @@ class JaxLoop(TracedCalls, TrainingLoop):
         XLA's CPU pipeline drops optimization barriers (cse_barrier_expander) before its
         cpu-all-reduce-combiner, which then merges the K micro-batches' all-reduces into one
         (seen in the compiled program, JAX 0.10); GPUs run all-reduce-combiner."""
-        if self.cell.accumulate > 1 and self.cell.accumulate_sync == "each":
-            return {"xla_disable_hlo_passes": ",".join(UNCOMBINED)}
-        return {}
+        each = self.cell.accumulate > 1 and self.cell.accumulate_sync == "each"
+        return {"xla_disable_hlo_passes": ",".join(UNCOMBINED)} if each else {}
 
     def compile_details(self):
         return {"xla_options": self.compiler_options()} if self.compiler_options() else {}

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, DistributedSampler, Sampler
+from torch.utils.data import DataLoader, DistributedSampler
 
 from xbench.common.measuring.attribution import INSTRUMENTED, CollectiveClock
 from xbench.common.measuring.evidence import indices_digest
@@ -17,65 +17,8 @@ from xbench.common.measuring.target import Evaluation
 from xbench.common.running.env import cpu_name, peak_rss_bytes
 from xbench.common.running.training import TrainingLoop, eval_batch
 from xbench.common.workload.precision import LOSS_SCALE_GROWTH_STEPS, LOSS_SCALE_START, lower_dtype
-from xbench.common.workload.samples import rank_indices
+from xbench.pt_backend.data import EpochShardSampler, EpochShuffleSampler, TrainSet, as_is
 from xbench.pt_backend.models import batchnorm_statistics, build_model, build_optimizer
-
-
-class TrainSet(torch.utils.data.Dataset):
-    """The uint8 training images; index i of a k-times multiple is base image i % base size."""
-
-    def __init__(self, images, labels, multiple):
-        self.images = torch.from_numpy(images)
-        self.labels = torch.from_numpy(labels.astype(np.int64))
-        self.samples = len(images) * multiple
-
-    def __len__(self):
-        return self.samples
-
-    def __getitems__(self, indices):
-        """A whole batch in one indexing operation (DataLoader calls this instead of __getitem__),
-        with the sample indices it holds (the evidence of what was trained on)."""
-        index = torch.as_tensor(indices)
-        base = index % len(self.images)
-        return self.images[base], self.labels[base], index
-
-
-class EpochShardSampler(DistributedSampler):
-    """DistributedSampler (set_epoch each epoch) dealing common.workload.samples' order, so every
-    backend and framework trains on the same samples in the same global batches."""
-
-    def __init__(self, dataset, global_batch, seed, rank, world, replicas):
-        super().__init__(dataset, num_replicas=world, rank=rank, shuffle=True, seed=seed,
-                         drop_last=True)
-        self.global_batch, self.replicas = global_batch, replicas
-        self.num_samples = len(dataset) // global_batch * global_batch // world
-
-    def __iter__(self):
-        return iter(rank_indices(len(self.dataset), self.global_batch, self.seed, self.epoch,
-                                 self.rank, self.num_replicas, self.replicas).tolist())
-
-
-class EpochShuffleSampler(Sampler):
-    """A plain shuffling loader's order (DataLoader(shuffle=True): a new order each time it is
-    iterated, nothing to call between epochs), dealing common.workload.samples' order of the epoch
-    it is in, so the trajectory is every backend's. What pt-single and pt-dp draw with: one process
-    needs no DistributedSampler."""
-
-    def __init__(self, dataset, global_batch, seed, replicas):
-        self.samples, self.global_batch = len(dataset), global_batch
-        self.seed, self.replicas, self.next_epoch = seed, replicas, 1  # the loop's first epoch
-
-    def __iter__(self):
-        epoch, self.next_epoch = self.next_epoch, self.next_epoch + 1
-        return iter(rank_indices(self.samples, self.global_batch, self.seed, epoch, 0, 1,
-                                 self.replicas).tolist())
-
-    def __len__(self):
-        return self.samples // self.global_batch * self.global_batch
-
-
-def _as_is(batch):
-    return batch
 
 
 def normalise(images, mean, std):
@@ -188,7 +131,7 @@ class TorchLoop(TrainingLoop):
         # with or without non_blocking; pinned ones run only with CUDA (TorchBackend says so).
         self.non_blocking = cell.host_memory == "pinned-non-blocking"
         self.loader = DataLoader(self.dataset, batch_size=cell.global_batch // self.comm.world,
-                                 sampler=self.sampler, drop_last=True, collate_fn=_as_is,
+                                 sampler=self.sampler, drop_last=True, collate_fn=as_is,
                                  pin_memory=cell.host_memory != "pageable",
                                  num_workers=cell.loader_workers)
         self.loss_fn = nn.CrossEntropyLoss()

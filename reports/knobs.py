@@ -16,13 +16,17 @@ import pandas as pd
 
 from xbench.common.grids.columns import columns
 from xbench.common.grids.setting import Role
+from xbench.common.grids.settings import SETTINGS
 from xbench.reports import analysis
 from xbench.reports.stats import Ratio, false_discoveries_controlled, ratio_of_means
 from xbench.reports.verdict import interval_text
 from xbench.reports.verdicts import Judge, Judgement
 
-ACCUMULATION = ("accumulate", "accumulate_sync")
-COMPILING = ("compile",)
+# The settings each knob is (common.grids.settings): accumulate with the one whose key part it
+# writes (accumulate_sync), compile.
+ACCUMULATION = tuple(s.column_name for s in SETTINGS.values()
+                     if "accumulate" in (s.key, s.key_part))
+COMPILING = (SETTINGS["compile"].column_name,)
 
 
 def alike(varied: tuple[str, ...]) -> list[str]:
@@ -55,7 +59,7 @@ def accumulation_table(cells: pd.DataFrame) -> pd.DataFrame:
     library where it tells them, else computed from the model: the gradients once per sync)."""
     records = []
     for group in varied_groups(cells, ACCUMULATION):
-        for _, cell in group.sort_values(["accumulate", "accumulate_sync"]).iterrows():
+        for _, cell in group.sort_values(list(ACCUMULATION)).iterrows():
             syncs = cell["accumulate"] if cell["accumulate_sync"] == "each" else 1
             size = counted(cell, "bytes")
             records.append({**cell.to_dict(),
@@ -200,7 +204,7 @@ def compile_table(cells: pd.DataFrame) -> pd.DataFrame:
         shown.append(always[~always["cell_key"].isin(
             {k for g in shown for k in g["cell_key"]})])
     frame = pd.concat(shown) if shown else pd.DataFrame()
-    return frame.sort_values(["backend", "compile"]) if len(frame) else frame
+    return frame.sort_values(["backend", *COMPILING]) if len(frame) else frame
 
 
 def payoff_text(on, off, ratio: Ratio, judgement: Judgement) -> str:

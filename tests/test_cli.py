@@ -52,7 +52,8 @@ def test_every_list_of_backends_in_the_help_is_the_traits_tables():
     """A help text that lists backends lists what their traits say (the help is generated from
     them, so it cannot drift): every option that names any is here, with exactly its set."""
     from xbench.cli.main import main
-    from xbench.common.backends.traits import FRAMEWORKS, TRAITS, one_per_library, profiled
+    from xbench.common.backends.frameworks import FRAMEWORKS
+    from xbench.common.backends.traits import TRAITS, one_per_library, profiled
     from xbench.common.backends.traits import references as single
     knobs = [t.name for t in TRAITS.values() if t.bucket_knob]
     expected = {

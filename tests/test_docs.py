@@ -8,7 +8,7 @@ import pytest
 
 from tests.helpers import REPO
 from xbench.cli.main import main
-from xbench.common.grids.settings import reference_table
+from xbench.common.grids.columns import reference_table
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
@@ -85,5 +85,5 @@ def test_the_settings_reference_is_the_settings_table():
     table = text[text.index("\n", start) + 1:text.index("<!-- end of the settings table -->")]
     assert table.strip() == reference_table(), \
         "docs/grids.md's settings table is not common/grids/settings.py's: regenerate it with " \
-        "python -c 'from xbench.common.grids.settings import reference_table; " \
+        "python -c 'from xbench.common.grids.columns import reference_table; " \
         "print(reference_table())'"

@@ -6,6 +6,7 @@ import torch
 
 from tests.helpers import SMOKE_SLICE as SLICE
 from xbench.common.workload.samples import Images
+from xbench.pt_backend import data as pt_data
 from xbench.pt_backend import train as pt_train
 from xbench.tf_backend import pipeline as tf_pipeline
 from xbench.tf_backend.collectives import OneTensorFlowProcess
@@ -18,7 +19,7 @@ BACKEND_FIELDS = {"run_id", "cell_key", "started_at", "finished_at", "backend", 
 # model_state_per_device: counted on each framework's own optimizer state
 MEASUREMENTS = {"epochs", "startup_seconds", "step_time_p50", "step_time_p90", "test_accuracy",
                 "test_loss", "peak_memory_bytes", "peak_memory_per_device", "contended", "evidence",
-                "hosts", "model_state_per_device"}
+                "hosts", "model_state_per_device", "warmup_seconds"}
 
 
 @pytest.fixture(scope="module")
@@ -90,8 +91,8 @@ def test_tf_data_yields_pytorchs_global_batches(mnist):
     (multiple 2), and both pipelines hand the loop the same sample indices."""
     data = Images(mnist.train_images[:300], mnist.train_labels[:300], mnist.test_images,
                   mnist.test_labels, mnist.dataset, mnist.source, mnist.layout)
-    dataset = pt_train.TrainSet(data.train_images, data.train_labels, multiple=2)
-    sampler = pt_train.EpochShardSampler(dataset, global_batch=128, seed=7, rank=0, world=1,
+    dataset = pt_data.TrainSet(data.train_images, data.train_labels, multiple=2)
+    sampler = pt_data.EpochShardSampler(dataset, global_batch=128, seed=7, rank=0, world=1,
                                          replicas=1)
     sampler.set_epoch(2)
     torch_batches = list(torch.utils.data.DataLoader(dataset, batch_size=128, sampler=sampler,

@@ -52,6 +52,9 @@ class HorovodTensorFlowCollectives(horovod_support.HorovodGather, TensorFlowColl
     def reduce(self, gradients):
         """Summed, not averaged: each replica's loss is already divided by the global batch.
         One Horovod all-reduce per gradient, as DistributedGradientTape launches them (Horovod
-        fuses them), so a micro-batch's can be launched without a tape."""
+        fuses them), so a micro-batch's can be launched without a tape; with one process,
+        none (DistributedGradientTape reduces nothing at size 1 either)."""
+        if self.hvd.size() == 1:
+            return list(gradients)
         return [self.hvd.allreduce(gradient, op=self.hvd.Sum, compression=self.compression)
                 for gradient in gradients]

@@ -9,7 +9,7 @@ import math
 import subprocess
 import sys
 
-from xbench.common.backends.traits import FRAMEWORKS
+from xbench.common.backends.frameworks import FRAMEWORKS
 from xbench.common.errors import UserError
 from xbench.common.workload.file_checks import NOT_SERVED
 from xbench.common.workload.model import Model

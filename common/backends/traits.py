@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
+from xbench.common.backends.frameworks import JAX, TENSORFLOW, TORCH, Framework
 from xbench.common.backends.protocol import (
     ALL_REDUCE,
     BUCKET_READY,
@@ -28,82 +29,12 @@ from xbench.common.backends.protocol import (
     everywhere,
 )
 from xbench.common.workload.compression import COMPRESSIONS
-from xbench.common.workload.layouts import CHANNELS_FIRST, CHANNELS_LAST
-
-
-@dataclass(frozen=True)
-class Framework:
-    """What every backend of one framework shares: what it imports, how to install it, what a
-    process holds before training, and what forms its batches."""
-    name: str            # the rows' `framework`
-    title: str           # its name in prose
-    module: str          # importable when it is installed
-    install_hint: str
-    memory_mb: int       # a process's framework, libraries and data before training
-    input: str           # what forms its batches
-    uses_dataloader: bool  # whether that is PyTorch's DataLoader (host_memory, loader_workers)
-    image_layout: str    # how its loop lays out an image sample (CHANNELS_FIRST, CHANNELS_LAST)
-    # What a user's model file defines for it (common.workload.model_file) and the module that
-    # builds such a file's model and says what it counted.
-    model_function: str
-    describer: str
-    # The mixed precisions its loop runs, and why it runs no other.
-    mixed_precisions: tuple[str, ...] = ("bf16", "fp16")
-    no_mixed_precision: str = ""
-    units_timed: bool = True  # whether `xbench profile` times its model's units
-    # What --compile on does to its step, what its step is with --compile off, or why it has no
-    # choice (it always compiles).
-    compiler: str | None = None
-    uncompiled: str = ""
-    always_compiled: str = ""
-
-
-# Peak RSS of the small model's smoke cells on CPU: 420-460 MB with PyTorch, 690-750 MB with
-# TensorFlow.
-TORCH = Framework(
-    "torch", "PyTorch", "torch",
-    "install PyTorch with `make setup` (or `pip install torch` into the environment)",
-    memory_mb=450, input="torch.utils.data.DataLoader", uses_dataloader=True,
-    image_layout=CHANNELS_FIRST, model_function="pytorch",
-    describer="xbench.pt_backend.user_model",
-    compiler="torch.compile of the model (TorchDynamo and Inductor)",
-    uncompiled="eager: each operation dispatched as Python reaches it")
-TENSORFLOW = Framework(
-    "tensorflow", "TensorFlow", "tensorflow",
-    "install TensorFlow with `make setup`, or `pip install -e '.[tf]'` into the environment "
-    "(the CPU wheel, tensorflow-cpu)",
-    memory_mb=800, input="tf.data", uses_dataloader=False, image_layout=CHANNELS_LAST,
-    model_function="keras", describer="xbench.tf_backend.user_model",
-    compiler="the step's tf.function with jit_compile=True (XLA)",
-    uncompiled="the step's tf.function graph, without XLA")
-# Peak RSS of the small model's smoke cells on CPU with JAX: 485-555 MB with Flax, 675-685 MB
-# with keras-jax.
-JAX = Framework(
-    "jax", "JAX", "jax",
-    "install JAX, Flax and Optax with `make setup`, or `pip install -e '.[jax]'` into the "
-    "environment",
-    memory_mb=700, input="numpy batches placed on the devices (jax.device_put, "
-                         "jax.make_array_from_process_local_data)",
-    uses_dataloader=False, image_layout=CHANNELS_LAST,
-    # keras-jax's: the Flax backends take no model file (Traits.own_models_only)
-    model_function="keras", describer="xbench.jax_backend.user_model",
-    mixed_precisions=("bf16",),
-    no_mixed_precision="fp16 trains only under a dynamic loss scale, and JAX has none of its own "
-                       "(optax has no loss scaler; DeepMind's jmp is archived): xbench's JAX "
-                       "step (keras-jax's too) runs fp32 and bf16",
-    units_timed=False,
-    uncompiled="jax.jit (XLA): compiled ahead of the first step, as every JAX step is",
-    always_compiled="JAX compiles every step with jax.jit (XLA), keras-jax's too (what Keras' "
-                    "fit does on JAX): there is no eager step to compare, and its --compile off "
-                    "cells are compiled, which their rows record")
-FRAMEWORKS = (TORCH, TENSORFLOW, JAX)
 
 # How the runner starts a cell's processes on a node (common.backends.start).
 ONE_PROCESS = "one process"
 TORCHRUN = "torchrun"
 WORKER_PER_DEVICE = "a worker per device"
 HOROVODRUN = "horovodrun"
-
 HOROVOD_BUILD_HINT = ("build Horovod for this environment with `make setup` (it runs "
                       "scripts/build_horovod.sh .venv/bin/python)")
 # The compiled extension, not just the Python package: a Horovod built without a framework lacks
@@ -116,8 +47,7 @@ NO_COLLECTIVE = "none: no collective between processes"
 # every micro-batch.
 ONE_DEVICE_SYNC = "one device: nothing crosses"
 ALONE = {"last": ONE_DEVICE_SYNC, "each": ONE_DEVICE_SYNC}
-# TensorFlow's and JAX's steps are one call: the K micro-batches' gradients are summed inside it
-# (a Python loop unrolled in the tf.function or the jitted step).
+# TensorFlow's and JAX's steps are one call: the K micro-batches' gradients are summed inside it.
 SUMMED_IN_STEP = "the micro-batches' gradients summed inside the step's one call, then reduced once"
 # tf_backend.step: Keras' optimizer sums what it is given over the strategy's replicas.
 STRATEGY_EACH = ("the first K-1 micro-batches' gradients all-reduced by the replica context's "

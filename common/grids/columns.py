@@ -35,3 +35,17 @@ def training_label(row: Mapping[str, Any], roles: tuple[Role, ...] = (Role.TRAIN
     nothing, but the optimizer's words are always said)."""
     words = [s.label(row) for s in SETTINGS.values() if s.role in roles and callable(s.label)]
     return ", ".join(w for w in words if w)
+
+
+def reference_table() -> str:
+    """The settings as a Markdown table, for docs/grids.md (a test keeps that page current)."""
+    lines = ["| grid file | command line | values | default | what |", "|---|---|---|---|---|"]
+    for s in SETTINGS.values():
+        kind = " or ".join(s.choices) if s.choices else s.kind.__name__
+        values = f"list of {kind} (an axis)" if s.axis else kind
+        default = "—" if s.default is None else ",".join(map(str, s.default)) if s.axis \
+            else str(s.default).lower() if s.kind is bool else repr(s.default)
+        flag = ("—" if not s.flag_name else f"`--{s.key.replace('_', '-')}/--no-"
+                f"{s.key.replace('_', '-')}`" if s.kind is bool else f"`{s.flag_name}`")
+        lines.append(f"| `{s.key}` | {flag} | {values} | {default} | {s.help} |")
+    return "\n".join(lines)

@@ -8,12 +8,11 @@ version that added it. From this table:
 
 - `xbench grid`'s options are generated (cli/options.py);
 - grid files and overrides are checked (`check_value`, `common.grids.grid.resolve`);
-- `Cell`'s fields and its key are built (common/grids/cell.py);
-- the result row's configuration fields, their types, and what older rows lacked are derived
-  (common/results/schema.py);
-- the report's columns are derived from each setting's `role` (what it is to a reader of the
-  results: an axis of the setup, a training choice, the placement, a fault, bookkeeping), and the
-  training label from each training choice's `label` (common/grids/columns.py).
+- `Cell`'s fields and key are built (common/grids/cell.py), and the result row's configuration
+  fields, their types and what older rows lacked (common/results/schema.py);
+- the report's columns from each setting's `role` (an axis of the setup, a training choice, the
+  placement, a fault, bookkeeping), the training label from its `label`, and docs/grids.md's
+  reference (common/grids/columns.py).
 
 Adding a setting is one entry here, one upgrade of the schema, plus the code that uses it.
 """
@@ -47,10 +46,6 @@ PRECISIONS = ("framework-default", "fp32", "tf32", "bf16", "fp16")
 HOST_MEMORY = ("pageable", "pinned", "pinned-non-blocking")
 # pt-fsdp: when a unit frees the parameters it gathered (FSDP2's reshard_after_forward True/False)
 RESHARDS = ("after-forward", "after-backward")
-# With --accumulate K > 1, when the gradients cross: once, on the K-th micro-batch, or after every
-# micro-batch (a naive accumulation loop)
-ACCUMULATE_SYNCS = ("last", "each")
-COMPILES = ("off", "on")
 SECTIONS = ("configuration", "training", "input")  # the result row's sections of settings
 SEEDS = 2**32 - 1  # seeds are 32-bit in every framework
 
@@ -322,30 +317,26 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
             key_part=lambda c: f"|bucket{c.bucket_mb:g}" if c.bucket_mb else "", since=12,
             label=lambda v: f"buckets of {v['bucket_mb']:g} MB" if v["bucket_mb"] else ""),
     Setting("accumulate", int, [1],
-            "Micro-batches per optimizer step (an axis, e.g. 1,4): each device's share of the "
-            "batch split into K micro-batches, their gradients summed into one update (the same "
-            "global batch: for a model without BatchNorm, the same trajectory); the per-device "
-            "batch must divide by K. By backend, what sync last does: "
-            + served(lambda t: t.sync_modes.get("last")) + ".",
-            axis=True, section="training", maximum=1024,
-            why="more micro-batches than any batch here has samples per device",
-            key_part=lambda c: (f"|acc{c.accumulate}-{c.accumulate_sync}" if c.accumulate > 1
-                                else ""), since=16, role=Role.TRAINING,
-            label=lambda v: (f"accumulate {v['accumulate']} sync {v['accumulate_sync']}"
-                             if v["accumulate"] > 1 else "")),
+            "Micro-batches per optimizer step (an axis, e.g. 1,4): each device's batch split in K, "
+            "their gradients summed into one update (without BatchNorm, one batch's trajectory); "
+            "K must divide the per-device batch. By backend, sync last is: "
+            + served(lambda t: t.sync_modes.get("last")) + ".", axis=True, section="training",
+            maximum=1024, why="more micro-batches than any batch here has samples per device",
+            key_part=lambda c: f"|acc{c.accumulate}-{c.accumulate_sync}" * (c.accumulate > 1),
+            since=16, role=Role.TRAINING, label=lambda v: (v["accumulate"] > 1) * (
+                f"accumulate {v['accumulate']} sync {v['accumulate_sync']}")),
     Setting("accumulate_sync", str, ["last"],
             "With --accumulate K > 1, when the gradients cross between devices (an axis): last "
             "(once a step, on the K-th micro-batch) or each (after every micro-batch, as a naive "
             "loop does: K times the bytes). By backend, what sync each does: "
-            + served(lambda t: t.sync_modes.get("each")) + ".",
-            axis=True, section="training", choices=ACCUMULATE_SYNCS, key_part="accumulate",
+            + served(lambda t: t.sync_modes.get("each")) + ".", axis=True, section="training",
+            choices=("last", "each"), key_part="accumulate",
             since=16, role=Role.TRAINING, label="accumulate"),
     Setting("compile", str, ["off"],
             "Compile the step (an axis, off,on): on is " + served(lambda t: t.compiler)
             + "; off is each framework's default (PyTorch eager, TensorFlow's tf.function graph); "
-            "JAX compiles every step (jax.jit), on or off. What compiling cost is the row's "
-            "warmup_seconds.",
-            axis=True, section="training", choices=COMPILES,
+            "JAX compiles every step (jax.jit), on or off. Its cost: the row's warmup_seconds.",
+            axis=True, section="training", choices=("off", "on"),
             key_part=lambda c: "|compiled" if c.compile == "on" else "", since=16,
             role=Role.TRAINING, label=lambda v: "compiled" if v["compile"] == "on" else ""),
     # --- how batches reach the device ----------------------------------------------------------
@@ -407,17 +398,3 @@ def check_axis(key: str, value: Any) -> list:
     if not items:
         raise UserError(f"'{key}' is empty; give at least one value")
     return list(dict.fromkeys(SETTINGS[key].check_value(item) for item in items))
-
-
-def reference_table() -> str:
-    """The settings as a Markdown table, for docs/grids.md (a test keeps that page current)."""
-    lines = ["| grid file | command line | values | default | what |", "|---|---|---|---|---|"]
-    for s in SETTINGS.values():
-        kind = " or ".join(s.choices) if s.choices else s.kind.__name__
-        values = f"list of {kind} (an axis)" if s.axis else kind
-        default = "—" if s.default is None else ",".join(map(str, s.default)) if s.axis \
-            else str(s.default).lower() if s.kind is bool else repr(s.default)
-        flag = ("—" if not s.flag_name else f"`--{s.key.replace('_', '-')}/--no-"
-                f"{s.key.replace('_', '-')}`" if s.kind is bool else f"`{s.flag_name}`")
-        lines.append(f"| `{s.key}` | {flag} | {values} | {default} | {s.help} |")
-    return "\n".join(lines)
