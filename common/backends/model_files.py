@@ -17,7 +17,9 @@ from xbench.common.workload.model_file import (
     DESCRIBED,
     ModelFile,
     NotDescribed,
+    cache_written,
     facts_problem,
+    kept_path,
     split,
 )
 from xbench.common.workload.resolve import model_name, resolve_model
@@ -46,6 +48,8 @@ def check_fits(data: str, name: str) -> None:
 def build(reference: str) -> ModelFile:
     """The model file `reference` names, built in each framework installed here, and kept."""
     path, digest = split(reference)
+    with cache_written(path.name):  # before any describer: what it found could not be kept
+        kept_path(digest).parent.mkdir(parents=True, exist_ok=True)
     built, not_served, takes, absent = {}, {}, None, []
     for framework in FRAMEWORKS:
         if importlib.util.find_spec(framework.module) is None:

@@ -22,6 +22,7 @@ there (or from what a worker's job carries) each time a model is resolved
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import importlib.util
@@ -30,7 +31,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -205,17 +206,25 @@ class ModelFile:
         error where that folder cannot be written."""
         kept = kept_path(self.digest)
         partial = kept.with_name(f"{kept.name}.{os.getpid()}.part")
-        try:
+        with cache_written(Path(self.path).name):
             kept.parent.mkdir(parents=True, exist_ok=True)
             partial.write_text(json.dumps(dataclasses.asdict(self)))
             partial.replace(kept)
-        except OSError as e:
-            where = (f"XBENCH_CACHE ({os.environ[CACHE_ENV]})" if os.environ.get(CACHE_ENV)
-                     else str(kept.parents[1]))
-            raise UserError(f"cannot keep what xbench found of {Path(self.path).name} in "
-                            f"{where}: {e.strerror or e} ({e.filename or kept}); point "
-                            f"{CACHE_ENV} at a folder xbench may write") from None
         return self
+
+
+@contextlib.contextmanager
+def cache_written(name: str) -> Iterator[None]:
+    """What fails to write the folder a model file's facts are kept in (`name`'s), said in one
+    line: where it is and how to point it elsewhere."""
+    try:
+        yield
+    except OSError as e:
+        where = (f"{CACHE_ENV} ({os.environ[CACHE_ENV]})" if os.environ.get(CACHE_ENV)
+                 else str(kept_path("").parents[1]))
+        raise UserError(f"cannot keep what xbench finds of {name} in {where}: "
+                        f"{e.strerror or e} ({e.filename}); point {CACHE_ENV} at a folder "
+                        f"xbench may write") from None
 
 
 def looks_like_file_or_module(name: str) -> bool:
