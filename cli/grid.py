@@ -22,7 +22,7 @@ from xbench.common.grids.table import format_rows
 from xbench.common.results import store as results
 from xbench.common.running.estimate import dry_run_plan
 from xbench.common.running.launch import make_launcher
-from xbench.common.running.runner import run_grid
+from xbench.common.running.runner import check_cells, run_grid
 from xbench.common.workload import data as data_module
 
 UNFINISHED = ("failed", "timeout")
@@ -66,17 +66,17 @@ def grid(grid_file, preset, batch_sweep, data_dir, results_path, resume, dry_run
     overrides["batches"] = batch_sweep or overrides["batches"]
     where = make_launcher(grid_module.resolve(spec, overrides)[1])
     cells = grid_module.expand(spec, overrides)
-    where.check(cells)
+    check_cells(cells, where)  # what the run refuses, the dry run refuses too
     # Every path is resolved here, once: the cells run in other working directories.
     results_path = results.check_results_path(
         results_path or DEFAULT_RESULTS_DIR / f"{spec['name']}.jsonl")
-    if dry_run:
-        click.echo("\n".join(dry_run_plan(cells, results_path, resume, where)))
-        return
     if cells[0].data not in ("synthetic", "model"):  # fail now if it is missing or damaged
         folder = data_module.data_folder(cells[0].data, data_dir)
         cells = [dataclasses.replace(cell, data_dir=folder) for cell in cells]
-    elif cells[0].data == "synthetic":
+    if dry_run:
+        click.echo("\n".join(dry_run_plan(cells, results_path, resume, where)))
+        return
+    if cells[0].data == "synthetic":
         click.secho("SYNTHETIC DATA: random images (or tokens) shaped as each model's dataset; "
                     "rates are real, accuracy and loss are meaningless; rows say "
                     "dataset=synthetic", fg="yellow", err=True)

@@ -21,6 +21,9 @@ from tests.helpers import KNOBS_SLICE, MNIST_DIR, SMOKE_SLICE, xbench
 # cell took 77 s an epoch instead of 6.5 s beside `xbench profile` in one of two paired runs, and
 # 6.5 s in both with a passive wait. What a test asserts is the same either way; its time is sane.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Where a grid (its dry run too) finds real MNIST, and Tiny Shakespeare beside it, when a test
+# gives no --data-dir: the dry run checks the data as the run does.
+os.environ.setdefault("XBENCH_DATA_DIR", str(MNIST_DIR))
 
 # A suite started in the background of a non-interactive shell (`make test &`, nohup) inherits
 # SIGINT ignored, and so would every xbench it starts: the Ctrl-C tests would then see a grid that

@@ -27,7 +27,7 @@ from xbench.common.backends.model_files import described
 from xbench.common.backends.registry import BACKENDS, check_backend_name
 from xbench.common.backends.traits import having, in_words, served
 from xbench.common.errors import UserError
-from xbench.common.grids.setting import Role, Setting
+from xbench.common.grids.setting import Role, Setting, whole_bytes
 from xbench.common.workload import faults
 from xbench.common.workload.compression import COMPRESSIONS
 from xbench.common.workload.compression import label as compression_label
@@ -312,7 +312,7 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
             "(an axis, e.g. 1,25), by backend: " + served(lambda t: t.bucket_knob) + "; 0 "
             "(default): each library's own. The other backends have no such knob: unsupported "
             "there, with the reason.",
-            axis=True, section="training", minimum=0, maximum=2**20,
+            axis=True, section="training", minimum=0, maximum=2**20, check=whole_bytes,
             why="a megabyte count no model here comes near", role=Role.TRAINING,
             key_part=lambda c: f"|bucket{c.bucket_mb:g}" if c.bucket_mb else "", since=12,
             label=lambda v: f"buckets of {v['bucket_mb']:g} MB" if v["bucket_mb"] else ""),

@@ -27,7 +27,7 @@ from xbench.common.running import env
 from xbench.common.running.claims import Claims
 from xbench.common.running.launch import Launcher, refused
 from xbench.common.running.local import LocalLauncher
-from xbench.common.running.processes import signals_held
+from xbench.common.running.processes import remove_dead_scratch, scratch_folder, signals_held
 from xbench.common.running.progress import GridProgress
 from xbench.common.workload.resolve import resolve_model
 
@@ -47,8 +47,9 @@ def run_grid(cells, results_path, resume=True, echo=print, launcher=None, live=N
     default when standard output is one), as plain lines otherwise, not at all when `quiet`."""
     launcher = launcher or LocalLauncher()
     results_path = results.check_results_path(results_path)
-    launcher.check(cells)
-    check_devices(cells, launcher.cores)
+    check_cells(cells, launcher)
+    for folder in remove_dead_scratch():
+        echo(f"removed {folder}: the scratch folder of a cell whose grid was killed")
     echo(f"{len(cells)} cells -> {results_path}")
     earlier = earlier_rows(results_path, echo)
     too_large = first_too_large(cells, earlier)
@@ -108,6 +109,13 @@ def first_too_large(cells, earlier) -> dict[str, int]:
         if cell.sweep and statuses.get(cell.key) == "oom":
             found[cell.sweep_line] = min(cell.batch, found.get(cell.sweep_line, cell.batch))
     return found
+
+
+def check_cells(cells, launcher) -> None:
+    """What a grid refuses before any cell starts (the run's check and the dry run's): cells
+    `launcher` cannot place, device counts no CPU run can mean."""
+    launcher.check(cells)
+    check_devices(cells, launcher.cores)
 
 
 def check_devices(cells, cores):
@@ -185,8 +193,7 @@ def launch(backend, cell, log_path, launcher, watch=lambda folder: None, measure
     # there, not in /tmp; and the processes' temporary folder, the cell's own and gone with it:
     # what the frameworks put there (TensorFlow's autograph modules, its traces) is no leftover.
     with tempfile.TemporaryDirectory(prefix=f"{log_path.stem}-", dir=log_path.parent) as out_dir, \
-            tempfile.TemporaryDirectory(prefix="xbench-cell-",
-                                        ignore_cleanup_errors=True) as scratch:
+            scratch_folder(token) as scratch:
         job_path = Path(out_dir) / "job.json"
         # Each process may allocate at most its share of the memory available now: a cell that
         # outgrows it gets its framework's out-of-memory error, never the kernel's OOM killer.
