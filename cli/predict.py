@@ -70,6 +70,9 @@ def predict(results_files, link, node_link, devices, nodes, bucket_mb, where, pu
     from xbench.reports.tables import markdown
     from xbench.reports.what_if import what_if
     chosen, between = given_links(link, node_link)
+    record = None  # the published records first: a bad one stops before any results are read
+    if published is not None:
+        record = against_published(Path(published) if published else PUBLISHED_FILE)
     paths = [Path(p) for p in results_files] or [newest_results(DEFAULT_RESULTS_DIR)]
     frame, problems = load(paths, where, False)
     for problem in problems:
@@ -80,9 +83,6 @@ def predict(results_files, link, node_link, devices, nodes, bucket_mb, where, pu
     check = checked(cells, attributed, probes)
     scaled = (what_if(cells, attributed, probes, devices, nodes, chosen, between, bucket_mb)
               if chosen else None)
-    record = None
-    if published is not None:
-        record = against_published(Path(published) if published else PUBLISHED_FILE)
     if as_json:
         click.echo(json_text({
             "check": check.to_dict("records"), "summary": check_summary(check),
