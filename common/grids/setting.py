@@ -125,3 +125,16 @@ class Setting:
             shown = (f"is a {len(str(value))}-digit number," if value >= 10 ** 18
                      else f"{value:,} is")
             raise UserError(f"'{self.key}' {shown} more than {limit:,}: {self.why}; {where}")
+
+
+def check_table(settings: dict[str, Setting]) -> None:
+    """What the table promises, checked when it loads (a typo fails every command at once):
+    every setting has a role; every training choice and fault says how the label shows it, in
+    words of its own or of a setting that exists; a column is a field of the row."""
+    for s in settings.values():
+        assert isinstance(s.role, Role), f"setting {s.key}: no role"
+        if s.role in (Role.TRAINING, Role.FAULT):
+            assert s.row_name, f"setting {s.key}: a {s.role.value} setting the row lacks"
+            assert callable(s.label) or s.label in settings, f"setting {s.key}: no label words"
+        if s.column:
+            assert s.role is not Role.BOOKKEEPING, f"setting {s.key}: a column of bookkeeping"
