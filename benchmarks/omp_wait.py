@@ -1,5 +1,5 @@
 """Which OpenMP wait policy should PyTorch's CPU cells run with? Rounds alternate the policies
-(the runtime's own, passive, a spin count of 10,000, active) on one short PyTorch loop of the
+(the runtime's own, passive, spin counts of 10,000 and 1,000, active) on one PyTorch loop of the
 small MNIST CNN (harness_spread's hand loop: 2 threads, Adam, batch 128, 8,192 images), on a
 quiet machine and beside one busy loop of equal priority (a Python `while True`), in one run.
 Printed: each run's epoch-2 rate, then per policy and condition the mean and range, and each
