@@ -5,6 +5,7 @@ import json
 import math
 import numbers
 import os
+import shlex
 import sys
 import tempfile
 import tomllib
@@ -92,6 +93,17 @@ def say(text="", err=False, **style):
     ctx = click.get_current_context(silent=True)
     if err or not (ctx and ctx.find_root().obj and ctx.find_root().obj["quiet"]):
         click.secho(text, err=err, **style)
+
+
+def left_out_contended(frame) -> None:
+    """Where rows marked contended were left out of what a command printed, say how many and
+    the exact command that would keep them (the one typed, with --include-contended)."""
+    left = int(((frame["status"] == "ok") & frame["contended"] & ~frame["usable"]).sum())
+    if left:
+        command = shlex.join(["xbench", *sys.argv[1:], "--include-contended"])
+        click.secho(f"{left} run(s) marked contended (other processes took more of their cores "
+                    f"than their contention limit) were left out; to use them: {command}",
+                    fg="yellow", err=True)
 
 
 def verbose() -> bool:

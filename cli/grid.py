@@ -22,6 +22,7 @@ from xbench.common.grids.table import format_rows
 from xbench.common.results import store as results
 from xbench.common.running.estimate import dry_run_plan
 from xbench.common.running.launch import make_launcher
+from xbench.common.running.load import LOOK_SECONDS, Load
 from xbench.common.running.runner import check_cells, run_grid
 from xbench.common.workload import data as data_module
 
@@ -82,9 +83,12 @@ def grid(grid_file, preset, batch_sweep, data_dir, results_path, resume, dry_run
                     "dataset=synthetic", fg="yellow", err=True)
     if until_conclusive:  # the grid's own repeats are the sequential plan's first look
         cells = [dataclasses.replace(cell, look=1) for cell in cells]
-    rows = run_grid(cells, results_path, resume=resume, echo=say, launcher=where, quiet=quiet())
+    load = where.load()
+    warn_if_busy(load, cells)
+    rows = run_grid(cells, results_path, resume=resume, echo=say, launcher=where, quiet=quiet(),
+                    load=load)
     if until_conclusive:
-        rows += settle(cells, results_path, budget, where)
+        rows += settle(cells, results_path, budget, where, load)
     click.echo(format_rows(rows))
     click.echo(f"results: {results_path}")
     if verbose():
@@ -97,7 +101,23 @@ def grid(grid_file, preset, batch_sweep, data_dir, results_path, resume, dry_run
         sys.exit(EXIT_CELLS_FAILED)
 
 
-def settle(cells, results_path, budget_minutes, launcher) -> list[dict]:
+def warn_if_busy(load: Load | None, cells) -> None:
+    """Say, before the first cell, that other processes already take more of the machine than
+    the cells' contention limit allows, what is running, and the choices."""
+    limit = min(cell.contention_limit for cell in cells)
+    if load is None or not load.busy(limit):
+        return
+    higher = min(1.0, math.ceil((load.share + 0.05) * 20) / 20)
+    click.secho(f"warning: this machine is busy: {load.words()} over the last "
+                f"{LOOK_SECONDS:g} s, above the cells' contention limit of {limit:.0%}; the rows "
+                f"of cells they disturb will be marked contended, and the report and predict "
+                f"leave those out. Choices: wait until it is quiet; --pin-ranks (each rank on "
+                f"cores of its own, judged there); or --contention-limit {higher:g} (the rows "
+                f"record the limit they were judged by). PyTorch's CPU cells wait passively "
+                f"meanwhile (--omp-wait auto).", fg="yellow", err=True)
+
+
+def settle(cells, results_path, budget_minutes, launcher, load) -> list[dict]:
     """Repeats until conclusive (hyperfine's and pyperf's idea, for a grid's comparisons): while
     a cell of the grid ran ok but has no usable run (every run contended), or a comparison of
     its cells is open and more repeats can settle it, run one more repeat of each such cell, or
@@ -143,7 +163,8 @@ def settle(cells, results_path, budget_minutes, launcher) -> list[dict]:
                 for key in dict.fromkeys(keys)]
         say(f"until conclusive: look {look} of at most {LOOKS}, one more repeat of "
             f"{' and '.join(c.label for c in more)}")
-        ran = run_grid(more, results_path, echo=say, launcher=launcher, quiet=quiet())
+        ran = run_grid(more, results_path, echo=say, launcher=launcher, quiet=quiet(),
+                       load=load)
         if not ran:  # another grid holds them, or nothing could be written: no progress here
             say("until conclusive: the repeats did not run here; stopping", err=True)
             break

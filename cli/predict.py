@@ -4,7 +4,7 @@ from pathlib import Path
 
 import click
 
-from xbench.cli.console import DEFAULT_RESULTS_DIR, int_list, json_text
+from xbench.cli.console import DEFAULT_RESULTS_DIR, int_list, json_text, left_out_contended
 from xbench.common.errors import UserError
 from xbench.common.grids.settings import SETTINGS
 
@@ -54,9 +54,11 @@ def bucket_sizes_option(ctx, param, value):
                    "reports/published.toml's (NVIDIA's, Horovod's, TensorFlow's, Goyal et al.'s "
                    "and torchtitan's, with their sources): each with none of its collectives "
                    "hidden, all hidden, as its timeline predicts, and the terms it used.")
+@click.option("--include-contended", is_flag=True,
+              help="Calibrate on runs marked contended too (left out by default).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 def predict(results_files, link, node_link, devices, nodes, bucket_mb, where, published,
-            as_json):
+            include_contended, as_json):
     """Predict the step time, rate and efficiency on more devices and nodes from the results'
     1-device cells (their step attribution) and a link, and check the model against every
     N-device cell in the results: each predicted from the other cells' calibration (default
@@ -74,9 +76,10 @@ def predict(results_files, link, node_link, devices, nodes, bucket_mb, where, pu
     if published is not None:
         record = against_published(Path(published) if published else PUBLISHED_FILE)
     paths = [Path(p) for p in results_files] or [newest_results(DEFAULT_RESULTS_DIR)]
-    frame, problems = load(paths, where, False)
+    frame, problems = load(paths, where, include_contended)
     for problem in problems:
         click.secho(problem, fg="yellow", err=True)
+    click.get_current_context().call_on_close(lambda: left_out_contended(frame))  # said last
     cells = analysis.cell_table(frame)
     attributed = analysis.attribution(cells)
     probes, _ = load_probes(paths, frame)

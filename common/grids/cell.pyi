@@ -26,6 +26,7 @@ class Cell:
     memory_limit_mb: int
     contention_limit: float
     pin_ranks: bool
+    omp_wait: str
     launcher: str
     optimizer: str
     lr: float
@@ -77,6 +78,7 @@ class Cell:
         memory_limit_mb: int = ...,
         contention_limit: float = ...,
         pin_ranks: bool = ...,
+        omp_wait: str = ...,
         launcher: str = ...,
         optimizer: str = ...,
         lr: float = ...,

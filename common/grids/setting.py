@@ -137,3 +137,16 @@ def whole_bytes(megabytes: float) -> float:
         raise UserError(f"'bucket_mb' {megabytes:g} is less than one byte (1 byte is "
                         f"{2**-20:.3g} MB); give 0 for each library's own buckets")
     return rounded / 2**20
+
+
+def check_table(settings: dict[str, Setting]) -> None:
+    """What the table promises, checked when it loads (a typo fails every command at once):
+    every setting has a role; every training choice and fault says how the label shows it, in
+    words of its own or of a setting that exists; a column is a field of the row."""
+    for s in settings.values():
+        assert isinstance(s.role, Role), f"setting {s.key}: no role"
+        if s.role in (Role.TRAINING, Role.FAULT):
+            assert s.row_name, f"setting {s.key}: a {s.role.value} setting the row lacks"
+            assert callable(s.label) or s.label in settings, f"setting {s.key}: no label words"
+        if s.column:
+            assert s.role is not Role.BOOKKEEPING, f"setting {s.key}: a column of bookkeeping"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import astuple, dataclass, field
@@ -29,6 +30,7 @@ from xbench.common.measuring.timeline import timeline_record
 from xbench.common.measuring.timing import EpochClock, epoch_record, step_percentiles
 from xbench.common.results.schema import Measurement
 from xbench.common.running.job import Job
+from xbench.common.running.load import OMP_VARIABLES
 from xbench.common.running.placement import node_name, pin_rank
 from xbench.common.running.training_hooks import TrainingHooks
 from xbench.common.workload import faults
@@ -248,7 +250,9 @@ class TrainingLoop(TrainingHooks):
             hosts=ran.hosts,
             threads={"per_device": {"compute": per_device, "inter_op": INTER_OP_PER_DEVICE,
                                     "input_pipeline": INPUT_PIPELINE_PER_DEVICE},
-                     "per_process": self.thread_pools()},
+                     "per_process": self.thread_pools(),
+                     "omp_wait": {**self.job.omp_wait, "environment": {
+                         key: os.environ.get(key) for key in OMP_VARIABLES}}},
             contended=any(e["contention"]["contended"] for e in ran.epochs),
             evidence=self.evidence(ran),
             backend_details={"world_size": self.comm.world, **described, **details,
