@@ -4,7 +4,15 @@ from pathlib import Path
 
 import click
 
-from xbench.cli.console import DEFAULT_RESULTS_DIR, int_list, json_text, left_out_contended
+from xbench.cli.console import (
+    DEFAULT_RESULTS_DIR,
+    int_list,
+    json_text,
+    left_out_contended,
+    prose,
+    table_format,
+    table_text,
+)
 from xbench.common.errors import UserError
 from xbench.common.grids.settings import SETTINGS
 
@@ -56,9 +64,10 @@ def bucket_sizes_option(ctx, param, value):
                    "hidden, all hidden, as its timeline predicts, and the terms it used.")
 @click.option("--include-contended", is_flag=True,
               help="Calibrate on runs marked contended too (left out by default).")
+@table_format
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 def predict(results_files, link, node_link, devices, nodes, bucket_mb, where, published,
-            include_contended, as_json):
+            include_contended, form, as_json):
     """Predict the step time, rate and efficiency on more devices and nodes from the results'
     1-device cells (their step attribution) and a link, and check the model against every
     N-device cell in the results: each predicted from the other cells' calibration (default
@@ -69,7 +78,6 @@ def predict(results_files, link, node_link, devices, nodes, bucket_mb, where, pu
     from xbench.reports.predict_tables import check_table, published_table, what_if_table
     from xbench.reports.published import PUBLISHED_FILE, against_published
     from xbench.reports.published import as_json as published_json
-    from xbench.reports.tables import markdown
     from xbench.reports.what_if import what_if
     chosen, between = given_links(link, node_link)
     record = None  # the published records first: a bad one stops before any results are read
@@ -93,21 +101,22 @@ def predict(results_files, link, node_link, devices, nodes, bucket_mb, where, pu
             "published": None if record is None else published_json(record)}))
         return
     if record is not None:
-        click.echo("Against the published record (a check, not a fit; no waiting for the slowest "
-                   "rank added):")
-        click.echo(markdown(published_table(record)))
+        click.echo(prose("Against the published record (a check, not a fit; no waiting for the "
+                         "slowest rank added):", form))
+        click.echo(table_text(published_table(record), form))
         for _, row in record.iterrows():
-            click.echo(f"- {row['title']}: {row['sources']}")
+            click.echo(prose(f"- {row['title']}: {row['sources']}", form))
         click.echo()
-    click.echo(f"Measured N-device cells against the model: {check_summary(check)}")
+    click.echo(prose(f"Measured N-device cells against the model: {check_summary(check)}", form))
     if len(check):
-        click.echo(markdown(check_table(check)))
+        click.echo(table_text(check_table(check), form))
     if scaled is None:
         return
-    click.echo(f"\nPredicted, not measured: {chosen.name} between devices, {between.name} "
-               f"between nodes; each device as fast as the measured one; {band_text(check)}")
+    click.echo(prose(f"\nPredicted, not measured: {chosen.name} between devices, {between.name} "
+                     f"between nodes; each device as fast as the measured one; "
+                     f"{band_text(check)}", form))
     if scaled.empty:
-        click.echo("nothing to predict from: no attributed 1-device cell of a backend that "
-                   "spans devices in these results")
+        click.echo(prose("nothing to predict from: no attributed 1-device cell of a backend "
+                         "that spans devices in these results", form))
         return
-    click.echo(markdown(what_if_table(scaled)))
+    click.echo(table_text(what_if_table(scaled), form))

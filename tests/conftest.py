@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from tests.durations import DurationRecorder
-from tests.helpers import KNOBS_SLICE, MNIST_DIR, SMOKE_SLICE, xbench
+from tests.helpers import KNOBS_SLICE, MNIST_DIR, SMOKE_COLUMNS, SMOKE_SLICE, xbench
 
 # OpenMP's threads spin while they wait for one another. With two cells at once (two xdist
 # workers, or busy loops beside the suite) each spins on the cores the other needs: a pt-single
@@ -170,7 +170,7 @@ def smoke(mnist_dir, tmp_path_factory):
             run = xbench("grid", "--preset", "smoke", "--backend", ",".join(backends),
                          "--max-train-samples", SMOKE_SLICE, "--data-dir", mnist_dir,
                          "--results", folder / "smoke.jsonl", "--contention-limit", "1",
-                         timeout=1800)
+                         timeout=1800, env={**os.environ, "COLUMNS": str(SMOKE_COLUMNS)})
             return {"backends": backends, "returncode": run.returncode, "stdout": run.stdout,
                     "stderr": run.stderr}
         return build

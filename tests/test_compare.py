@@ -55,7 +55,7 @@ def test_compare_marks_the_slowed_cells_and_fails_above_a_threshold(quiet_and_bu
     assert len(cells) == 2 and all(c["n_base"] == c["n_new"] == 3 for c in cells)
     assert all(c["verdict"] == "slower" and c["ratio_high"] < 1 for c in cells), cells
     assert all(c["contended"] for c in cells)
-    table = xbench_here("compare", quiet, busy)
+    table = xbench_here("compare", quiet, busy, "--format", "md")
     assert "| slower (contended) |" in table.stdout
     failing = xbench_here("compare", quiet, busy, "--fail-above", 10)
     assert failing.returncode == 4 and "significantly slower by more than 10.0%" in failing.stderr
@@ -192,7 +192,7 @@ def test_files_judged_under_other_contention_limits_say_so_and_are_compared(base
     base, _, _, _ = base_and_new
     new = write_rows(tmp_path / "strict.jsonl",
                      [{**make_row(rates=(80, 94)), "contention_limit": 0.25}])
-    done = xbench_here("compare", base, new)
+    done = xbench_here("compare", base, new, "--format", "md")
     assert done.returncode == 0, done.stderr
     said = (f"contention limits differ: {base} judged its runs contended above 10% of a rank's "
             f"cores, {new} above 25%")

@@ -202,7 +202,8 @@ sources = "measured by hand"
 
 
 def test_published_prints_every_record_beside_three_predictions(tmp_path):
-    run = xbench_here("predict", write_rows(tmp_path / "r.jsonl", known_rows()), "--published")
+    run = xbench_here("predict", write_rows(tmp_path / "r.jsonl", known_rows()), "--published",
+                      "--format", "md")
     assert run.returncode == 0, run.stderr
     assert run.stdout.count("| NVIDIA DLE") >= 8 and "| Goyal et al. 2017" in run.stdout
     assert "| none hidden |" in run.stdout and "| predicted (its timeline) |" in run.stdout \

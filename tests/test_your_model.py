@@ -183,7 +183,8 @@ def test_the_report_and_predict_work_on_its_rows(example):
     report = xbench_here("report", results, "--out", folder / "report", "--format", "md")
     assert report.returncode == 0, report.stderr
     assert "mnist.py@" in (folder / "report" / "summary.md").read_text()  # vit\\_mnist (markdown)
-    predicted = xbench_here("predict", results, "--devices", "1,8", "--link", "ib-ndr")
+    predicted = xbench_here("predict", results, "--devices", "1,8", "--link", "ib-ndr",
+                            "--format", "md")
     assert predicted.returncode == 0, predicted.stderr
     scaled = predicted.stdout.split("Predicted, not measured")[1]
     assert [line for line in scaled.splitlines()
