@@ -5,7 +5,13 @@ from pathlib import Path
 
 import click
 
-from xbench.cli.console import EXIT_NOTHING_COMPARED, EXIT_SLOWER, json_text
+from xbench.cli.console import (
+    EXIT_NOTHING_COMPARED,
+    EXIT_SLOWER,
+    json_text,
+    table_format,
+    table_text,
+)
 from xbench.common.errors import UserError
 
 
@@ -26,23 +32,26 @@ def percent(ctx, param, value):
                    f"no cell has usable runs in both files (for CI).")
 @click.option("--exclude-contended", is_flag=True,
               help="Leave out runs marked contended (compared, and marked, by default).")
+@table_format
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def compare(base, new, fail_above, exclude_contended, as_json):
+def compare(base, new, fail_above, exclude_contended, form, as_json):
     """The cells of two results files side by side: NEW / BASE epoch-2 rate with its 95%
     interval, faster / slower / inconclusive at that confidence, and what differs in their
-    environments (versions, device, threads). Exit 0; with --fail-above, a gate that compared
-    nothing (no cell with usable runs in both files) fails too."""
+    environments (versions, device, threads) and the contention limits their runs were judged
+    by. Exit 0; exit 2 where the files share no cell at all; with --fail-above, a gate that
+    compared nothing (no cell with usable runs in both files) fails too."""
     from xbench.reports.compare import as_json as compare_json  # pandas and scipy: loaded here
     from xbench.reports.compare import compare as compare_files
     from xbench.reports.compare import slower_than, text_table
-    from xbench.reports.tables import markdown
-    cells, notes = compare_files([Path(base)], [Path(new)], not exclude_contended)
+    cells, notes = compare_files([Path(base)], [Path(new)], not exclude_contended,
+                                 refuse_unshared=True)
     if as_json:
         click.echo(json_text(compare_json(cells, notes)))
     else:
         for note in notes:
             click.secho(note, fg="yellow", err=True)
-        click.echo(markdown(text_table(cells)) if len(cells) else "no cell is in both files")
+        click.echo(table_text(text_table(cells), form) if len(cells)
+                   else "no cell has usable runs in both files")
     if fail_above is not None and not len(cells):
         click.secho(f"nothing was compared: no cell has usable runs (ok, not injected"
                     f"{', not contended' if exclude_contended else ''}) in both {base} and {new}; "

@@ -5,12 +5,16 @@ import json
 import math
 import numbers
 import os
+import shlex
 import sys
 import tempfile
 import tomllib
 from pathlib import Path
 
 import click
+
+from xbench.common import terminal
+from xbench.common.workload.model_file import short_name
 
 DEFAULT_RESULTS_DIR = Path("results")
 # A grid exits 0 when every cell ended ok, oom or unsupported (each a result); this code when a
@@ -77,6 +81,32 @@ def json_text(value, indent: int | None = 1) -> str:
     return json.dumps(plain(value), indent=indent, allow_nan=False)
 
 
+# `--format` of the commands that print tables (predict, compare): text for a terminal, or Markdown
+TABLE_FORMATS = ("text", "md")
+table_format = click.option(
+    "--format", "form", type=click.Choice(TABLE_FORMATS), default="text", show_default=True,
+    help="text: aligned tables within the terminal's width (COLUMNS); md: Markdown tables, to "
+         "paste into a page.")
+
+
+def table_text(frame, form: str) -> str:
+    """A table of text (reports.tables' `table`) as `--format` says: aligned for the terminal
+    (a model file by its file name and digest's start) or as Markdown."""
+    if form == "md":
+        from xbench.reports.tables import markdown  # pandas: loaded here
+        return markdown(frame)
+    if frame.empty:
+        return "(none)"
+    shown = frame.assign(model=frame["model"].map(short_name)) if "model" in frame else frame
+    return terminal.table([str(c) for c in frame.columns], shown.astype(str).values.tolist())
+
+
+def prose(text: str, form: str) -> str:
+    """Sentences around the tables: wrapped between words for the terminal; as they are in
+    Markdown (a renderer wraps them)."""
+    return text if form == "md" else terminal.wrap(text)
+
+
 def own_version() -> str:
     """xbench's version: installed, or from pyproject.toml when run from a checkout (make
     gpu-check runs it uninstalled)."""
@@ -92,6 +122,17 @@ def say(text="", err=False, **style):
     ctx = click.get_current_context(silent=True)
     if err or not (ctx and ctx.find_root().obj and ctx.find_root().obj["quiet"]):
         click.secho(text, err=err, **style)
+
+
+def left_out_contended(frame) -> None:
+    """Where rows marked contended were left out of what a command printed, say how many and
+    the exact command that would keep them (the one typed, with --include-contended)."""
+    left = int(((frame["status"] == "ok") & frame["contended"] & ~frame["usable"]).sum())
+    if left:
+        command = shlex.join(["xbench", *sys.argv[1:], "--include-contended"])
+        click.secho(f"{left} run(s) marked contended (other processes took more of their cores "
+                    f"than their contention limit) were left out; to use them: {command}",
+                    fg="yellow", err=True)
 
 
 def verbose() -> bool:

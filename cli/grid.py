@@ -22,7 +22,8 @@ from xbench.common.grids.table import format_rows
 from xbench.common.results import store as results
 from xbench.common.running.estimate import dry_run_plan
 from xbench.common.running.launch import make_launcher
-from xbench.common.running.runner import run_grid
+from xbench.common.running.load import LOOK_SECONDS, Load
+from xbench.common.running.runner import check_cells, run_grid
 from xbench.common.workload import data as data_module
 
 UNFINISHED = ("failed", "timeout")
@@ -66,25 +67,28 @@ def grid(grid_file, preset, batch_sweep, data_dir, results_path, resume, dry_run
     overrides["batches"] = batch_sweep or overrides["batches"]
     where = make_launcher(grid_module.resolve(spec, overrides)[1])
     cells = grid_module.expand(spec, overrides)
-    where.check(cells)
+    check_cells(cells, where)  # what the run refuses, the dry run refuses too
     # Every path is resolved here, once: the cells run in other working directories.
     results_path = results.check_results_path(
         results_path or DEFAULT_RESULTS_DIR / f"{spec['name']}.jsonl")
-    if dry_run:
-        click.echo("\n".join(dry_run_plan(cells, results_path, resume, where)))
-        return
     if cells[0].data not in ("synthetic", "model"):  # fail now if it is missing or damaged
         folder = data_module.data_folder(cells[0].data, data_dir)
         cells = [dataclasses.replace(cell, data_dir=folder) for cell in cells]
-    elif cells[0].data == "synthetic":
+    if dry_run:
+        click.echo("\n".join(dry_run_plan(cells, results_path, resume, where)))
+        return
+    if cells[0].data == "synthetic":
         click.secho("SYNTHETIC DATA: random images (or tokens) shaped as each model's dataset; "
                     "rates are real, accuracy and loss are meaningless; rows say "
                     "dataset=synthetic", fg="yellow", err=True)
     if until_conclusive:  # the grid's own repeats are the sequential plan's first look
         cells = [dataclasses.replace(cell, look=1) for cell in cells]
-    rows = run_grid(cells, results_path, resume=resume, echo=say, launcher=where, quiet=quiet())
+    load = where.load()
+    warn_if_busy(load, cells)
+    rows = run_grid(cells, results_path, resume=resume, echo=say, launcher=where, quiet=quiet(),
+                    load=load)
     if until_conclusive:
-        rows += settle(cells, results_path, budget, where)
+        rows += settle(cells, results_path, budget, where, load)
     click.echo(format_rows(rows))
     click.echo(f"results: {results_path}")
     if verbose():
@@ -97,7 +101,23 @@ def grid(grid_file, preset, batch_sweep, data_dir, results_path, resume, dry_run
         sys.exit(EXIT_CELLS_FAILED)
 
 
-def settle(cells, results_path, budget_minutes, launcher) -> list[dict]:
+def warn_if_busy(load: Load | None, cells) -> None:
+    """Say, before the first cell, that other processes already take more of the machine than
+    the cells' contention limit allows, what is running, and the choices."""
+    limit = min(cell.contention_limit for cell in cells)
+    if load is None or not load.busy(limit):
+        return
+    higher = min(1.0, math.ceil((load.share + 0.05) * 20) / 20)
+    click.secho(f"warning: this machine is busy: {load.words()} over the last "
+                f"{LOOK_SECONDS:g} s, above the cells' contention limit of {limit:.0%}; the rows "
+                f"of cells they disturb will be marked contended, and the report and predict "
+                f"leave those out. Choices: wait until it is quiet; --pin-ranks (each rank on "
+                f"cores of its own, judged there); or --contention-limit {higher:g} (the rows "
+                f"record the limit they were judged by). PyTorch's CPU cells wait passively "
+                f"meanwhile (--omp-wait auto).", fg="yellow", err=True)
+
+
+def settle(cells, results_path, budget_minutes, launcher, load) -> list[dict]:
     """Repeats until conclusive (hyperfine's and pyperf's idea, for a grid's comparisons): while
     a cell of the grid ran ok but has no usable run (every run contended), or a comparison of
     its cells is open and more repeats can settle it, run one more repeat of each such cell, or
@@ -143,7 +163,8 @@ def settle(cells, results_path, budget_minutes, launcher) -> list[dict]:
                 for key in dict.fromkeys(keys)]
         say(f"until conclusive: look {look} of at most {LOOKS}, one more repeat of "
             f"{' and '.join(c.label for c in more)}")
-        ran = run_grid(more, results_path, echo=say, launcher=launcher, quiet=quiet())
+        ran = run_grid(more, results_path, echo=say, launcher=launcher, quiet=quiet(),
+                       load=load)
         if not ran:  # another grid holds them, or nothing could be written: no progress here
             say("until conclusive: the repeats did not run here; stopping", err=True)
             break

@@ -4,7 +4,15 @@ from pathlib import Path
 
 import click
 
-from xbench.cli.console import DEFAULT_RESULTS_DIR, int_list, json_text
+from xbench.cli.console import (
+    DEFAULT_RESULTS_DIR,
+    int_list,
+    json_text,
+    left_out_contended,
+    prose,
+    table_format,
+    table_text,
+)
 from xbench.common.errors import UserError
 from xbench.common.grids.settings import SETTINGS
 
@@ -54,9 +62,12 @@ def bucket_sizes_option(ctx, param, value):
                    "reports/published.toml's (NVIDIA's, Horovod's, TensorFlow's, Goyal et al.'s "
                    "and torchtitan's, with their sources): each with none of its collectives "
                    "hidden, all hidden, as its timeline predicts, and the terms it used.")
+@click.option("--include-contended", is_flag=True,
+              help="Calibrate on runs marked contended too (left out by default).")
+@table_format
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 def predict(results_files, link, node_link, devices, nodes, bucket_mb, where, published,
-            as_json):
+            include_contended, form, as_json):
     """Predict the step time, rate and efficiency on more devices and nodes from the results'
     1-device cells (their step attribution) and a link, and check the model against every
     N-device cell in the results: each predicted from the other cells' calibration (default
@@ -67,22 +78,22 @@ def predict(results_files, link, node_link, devices, nodes, bucket_mb, where, pu
     from xbench.reports.predict_tables import check_table, published_table, what_if_table
     from xbench.reports.published import PUBLISHED_FILE, against_published
     from xbench.reports.published import as_json as published_json
-    from xbench.reports.tables import markdown
     from xbench.reports.what_if import what_if
     chosen, between = given_links(link, node_link)
+    record = None  # the published records first: a bad one stops before any results are read
+    if published is not None:
+        record = against_published(Path(published) if published else PUBLISHED_FILE)
     paths = [Path(p) for p in results_files] or [newest_results(DEFAULT_RESULTS_DIR)]
-    frame, problems = load(paths, where, False)
+    frame, problems = load(paths, where, include_contended)
     for problem in problems:
         click.secho(problem, fg="yellow", err=True)
+    click.get_current_context().call_on_close(lambda: left_out_contended(frame))  # said last
     cells = analysis.cell_table(frame)
     attributed = analysis.attribution(cells)
     probes, _ = load_probes(paths, frame)
     check = checked(cells, attributed, probes)
     scaled = (what_if(cells, attributed, probes, devices, nodes, chosen, between, bucket_mb)
               if chosen else None)
-    record = None
-    if published is not None:
-        record = against_published(Path(published) if published else PUBLISHED_FILE)
     if as_json:
         click.echo(json_text({
             "check": check.to_dict("records"), "summary": check_summary(check),
@@ -90,21 +101,22 @@ def predict(results_files, link, node_link, devices, nodes, bucket_mb, where, pu
             "published": None if record is None else published_json(record)}))
         return
     if record is not None:
-        click.echo("Against the published record (a check, not a fit; no waiting for the slowest "
-                   "rank added):")
-        click.echo(markdown(published_table(record)))
+        click.echo(prose("Against the published record (a check, not a fit; no waiting for the "
+                         "slowest rank added):", form))
+        click.echo(table_text(published_table(record), form))
         for _, row in record.iterrows():
-            click.echo(f"- {row['title']}: {row['sources']}")
+            click.echo(prose(f"- {row['title']}: {row['sources']}", form))
         click.echo()
-    click.echo(f"Measured N-device cells against the model: {check_summary(check)}")
+    click.echo(prose(f"Measured N-device cells against the model: {check_summary(check)}", form))
     if len(check):
-        click.echo(markdown(check_table(check)))
+        click.echo(table_text(check_table(check), form))
     if scaled is None:
         return
-    click.echo(f"\nPredicted, not measured: {chosen.name} between devices, {between.name} "
-               f"between nodes; each device as fast as the measured one; {band_text(check)}")
+    click.echo(prose(f"\nPredicted, not measured: {chosen.name} between devices, {between.name} "
+                     f"between nodes; each device as fast as the measured one; "
+                     f"{band_text(check)}", form))
     if scaled.empty:
-        click.echo("nothing to predict from: no attributed 1-device cell of a backend that "
-                   "spans devices in these results")
+        click.echo(prose("nothing to predict from: no attributed 1-device cell of a backend "
+                         "that spans devices in these results", form))
         return
-    click.echo(markdown(what_if_table(scaled)))
+    click.echo(table_text(what_if_table(scaled), form))

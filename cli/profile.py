@@ -12,6 +12,7 @@ from xbench.common.grids.settings import DEVICE_KINDS
 from xbench.common.machine import nvidia_gpus
 from xbench.common.results.outputs import writable_folder
 from xbench.common.running.local import LocalLauncher
+from xbench.common.terminal import wrap
 from xbench.common.workload.models import MODELS
 
 
@@ -54,6 +55,6 @@ def profile(model, batch, backend, units, steps, warmup, device, seed, out, as_j
                          LocalLauncher(), echo)
     written = write(record, out)
     click.echo(json_text(record) if as_json else table_text(record))
-    say(f"profile: {', '.join(map(str, written))}", err=as_json)
+    say(wrap(f"profile: {', '.join(map(str, written))}"), err=as_json)
     if not record["frameworks"]:
         sys.exit(EXIT_CELLS_FAILED)

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import click
 
-from xbench.cli.console import DEFAULT_RESULTS_DIR
+from xbench.cli.console import DEFAULT_RESULTS_DIR, left_out_contended
 from xbench.common.results.outputs import writable_folder
 
 
@@ -37,7 +37,7 @@ def report(results_files, out, formats, where, include_contended, baseline, lab,
     """Figures, tables and one HTML page from results files (default: the newest in results/);
     with --json, the report as data on stdout."""
     from xbench.reports.build import build_report, parse_formats  # pandas, scipy, matplotlib
-    from xbench.reports.load import newest_results
+    from xbench.reports.load import load, newest_results
     from xbench.reports.predict import given_links
     from xbench.reports.tables import shorten
     paths = [Path(p) for p in results_files] or [newest_results(DEFAULT_RESULTS_DIR)]
@@ -52,3 +52,4 @@ def report(results_files, out, formats, where, include_contended, baseline, lab,
         click.echo(written["json"].read_text(encoding="utf-8"), nl=False)
     click.echo("\n".join(shorten(summary)), err=as_json)
     click.echo(f"report: {written.get('html', out)}", err=as_json)
+    left_out_contended(load(paths, where, include_contended)[0])

@@ -237,10 +237,7 @@ class JaxLoop(TracedCalls, TrainingLoop):
     def run_step(self, images, labels):
         """The compiled step's call on a batch, waiting for its result (JAX dispatches
         asynchronously, on a CPU too: the call's window must hold its compute)."""
-        def run():
-            found = self.step(self.state, images, labels)
-            return jax.block_until_ready(found)
-        return run
+        return lambda: jax.block_until_ready(self.step(self.state, images, labels))
 
     def compiled_ahead_seconds(self):
         return self.compile_seconds
@@ -272,13 +269,16 @@ class JaxLoop(TracedCalls, TrainingLoop):
         self.step_sums = []
 
     def totals(self):
-        """[loss sum, right sum] of this process's devices over the epoch, in float64 on the
-        host (each step's sums stay on the devices until the epoch ends)."""
-        total = np.zeros(2)
-        for sums in self.step_sums:
-            for shard in sums.addressable_shards:
-                total += np.asarray(shard.data, np.float64).sum(axis=1)
-        return total
+        """[loss sum, right sum] of this process's devices, each step's kept on them till now."""
+        return np.sum([np.zeros(2), *self.step_totals()], axis=0)
+
+    def first_unfinite_step(self):
+        unfinite = np.flatnonzero(~np.isfinite(np.cumsum([t[0] for t in self.step_totals()])))
+        return int(unfinite[0]) + 1 if len(unfinite) else None
+
+    def step_totals(self) -> list[np.ndarray]:
+        return [sum(np.asarray(shard.data, np.float64).sum(axis=1)
+                    for shard in sums.addressable_shards) for sums in self.step_sums]
 
     @property
     def steps_per_epoch(self):

@@ -17,7 +17,7 @@ class HorovodTorchBackend(TorchBackend):
     def start_processes(self, device_kind):
         import horovod.torch as hvd
         if self.cell.bucket_mb:  # read by hvd.init(), alike on every rank
-            os.environ["HOROVOD_FUSION_THRESHOLD"] = str(int(self.cell.bucket_mb * 2**20))
+            os.environ["HOROVOD_FUSION_THRESHOLD"] = str(self.cell.bucket_bytes)
         hvd.init()
         self.hvd = hvd
         return HorovodTorchCollectives(hvd)

@@ -142,6 +142,7 @@ class TorchLoop(TrainingLoop):
         self.taken = []
         self.loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         self.correct = torch.zeros((), dtype=torch.float64, device=self.device)
+        self.finite_steps = torch.zeros((), dtype=torch.int64, device=self.device)
 
     def compile_details(self):
         if self.cell.compile != "on":
@@ -222,10 +223,15 @@ class TorchLoop(TrainingLoop):
         for loss, logits, ys in counted:
             self.loss_sum += loss * len(ys)
             self.correct += correct_samples(logits, ys)
+        self.finite_steps += torch.isfinite(self.loss_sum)
 
     def reset_totals(self):
         self.loss_sum.zero_()
         self.correct.zero_()
+        self.finite_steps.zero_()
+
+    def first_unfinite_step(self):
+        return None if torch.isfinite(self.loss_sum) else int(self.finite_steps) + 1
 
     def totals(self):
         """The epoch's loss sum and correct count (called once at its end, when fp16's loss

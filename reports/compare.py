@@ -9,19 +9,27 @@ Cells with an injected fault are never compared: they are slow on purpose.
 
 import pandas as pd
 
+from xbench.common.errors import UserError
 from xbench.reports import analysis
 from xbench.reports.load import load
 from xbench.reports.stats import ratio_of_means
 
 ENVIRONMENT = ("host", "cpu_count", "python")
+SHOWN = 3  # cells named of a side that shares none with the other
 
 
-def compare(base_paths, new_paths, include_contended=True):
-    """(cells, notes): one row per cell in both files, and the environments' differences."""
+def compare(base_paths, new_paths, include_contended=True, refuse_unshared=False):
+    """(cells, notes): one row per cell in both files, and the environments' differences (their
+    contention limits among them). With `refuse_unshared`, files that share no cell at all are
+    a UserError that says which cells each has: two unrelated files, not a comparison."""
     base_frame, base_problems = load(base_paths, include_contended=include_contended)
     new_frame, new_problems = load(new_paths, include_contended=include_contended)
     base, new = (analysis.cell_table(frame[frame["training"] == frame["training_without_fault"]])
                  if len(frame) else analysis.cell_table(frame) for frame in (base_frame, new_frame))
+    if refuse_unshared and not set(base["cell_key"]) & set(new["cell_key"]):
+        raise UserError(f"no cell is in both files, nothing to compare: "
+                        f"{cells_text(base_paths, base, base_problems)}; "
+                        f"{cells_text(new_paths, new, new_problems)}")
     keys = [*analysis.CONFIG, "cell_key", "epoch2_samples"]
     both = (base[base["n"] > 0][[*keys, "epoch2_rate", "epoch2_seconds_values", "n",
                                 "contended_runs"]]
@@ -31,11 +39,37 @@ def compare(base_paths, new_paths, include_contended=True):
         both["epoch2_seconds_values_base"], both["epoch2_seconds_values"], strict=True)]
     both["verdict"] = [verdict(r) for r in both["ratio"]]
     both["contended"] = (both["contended_runs"] + both["contended_runs_base"]) > 0
-    notes = [*base_problems, *new_problems, *environment_differences(base_frame, new_frame)]
+    notes = [*base_problems, *new_problems, *environment_differences(base_frame, new_frame),
+             *contention_limits_differ(base_paths, base_frame, new_paths, new_frame)]
     only = set(base["cell_key"]) ^ set(new["cell_key"])
     if only:
         notes.append(f"{len(only)} cell(s) are in only one of the files: not compared")
     return both, notes
+
+
+def cells_text(paths, cells, problems) -> str:
+    """What one side of a comparison holds, briefly: its first SHOWN cells' keys and how many
+    more, or that it has none (and how many of its lines were not rows)."""
+    name = ", ".join(map(str, paths))
+    keys = list(dict.fromkeys(cells["cell_key"]))
+    if not keys:
+        return f"{name} has no cell" + (f" ({len(problems)} problem(s) reading it)"
+                                        if problems else "")
+    more = f" and {len(keys) - SHOWN} more" if len(keys) > SHOWN else ""
+    return f"{name} has {len(keys)} cell(s): {', '.join(keys[:SHOWN])}{more}"
+
+
+def contention_limits_differ(base_paths, base_frame, new_paths, new_frame) -> list[str]:
+    """One note where the two sides' rows were judged contended under different limits (each
+    row's contention_limit, common.measuring.contention): a run one side calls quiet, the other
+    might have called contended."""
+    limits = [", ".join(f"{limit:.0%}" for limit in sorted(set(frame["contention_limit"].dropna())))
+              for frame in (base_frame, new_frame)]
+    if not all(limits) or limits[0] == limits[1]:
+        return []
+    return [f"contention limits differ: {', '.join(map(str, base_paths))} judged its runs "
+            f"contended above {limits[0]} of a rank's cores, {', '.join(map(str, new_paths))} "
+            f"above {limits[1]}: a run one calls quiet the other might call contended"]
 
 
 def verdict(ratio):

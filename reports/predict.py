@@ -93,6 +93,8 @@ def parse_link(text: str, links: dict[str, Link] | None = None, what: str = "--l
     rate = float(number) * faults.RATE_BYTES[unit]
     if not rate > 0:
         raise UserError(f"{what} {text!r}: a link's rate must be above 0")
+    if not math.isfinite(rate) or not math.isfinite(seconds):
+        raise UserError(f"{what} {text!r}: a rate or latency of more digits than a float holds")
     return Link(text, rate, seconds, "given on the command line")
 
 

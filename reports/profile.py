@@ -1,19 +1,21 @@
 """What `xbench profile` shows of its record (common.running.profile): a table per framework, a
 figure of the units side by side, and the JSON file with every round's seconds."""
 import json
-import textwrap
 from pathlib import Path
 
 from matplotlib.figure import Figure
 
 from xbench.common.measuring.contention import taken_share
 from xbench.common.results.outputs import whole_file
+from xbench.common.terminal import table, width, wrap
 from xbench.reports.figures import color, render
 from xbench.reports.tables import num
 
-COLUMNS = (("unit", "<"), ("layer", "<"), ("output", "<"), ("params", ">"),
-           ("fwd ms [95% CI]", "<"), ("bwd ms [95% CI]", "<"), ("share [95% CI]", "<"),
-           ("fwd GFLOP/s [95% CI]", "<"), ("bwd GFLOP/s [95% CI]", "<"))
+COLUMNS = ("unit", "layer", "output", "params", "fwd ms [95% CI]", "bwd ms [95% CI]",
+           "share [95% CI]", "fwd GFLOP/s [95% CI]", "bwd GFLOP/s [95% CI]")
+FILE_COLUMNS = 200  # profile.txt's width: a file is read in an editor, not a terminal
+# left out first, in this order, where the terminal is too narrow for every column
+OPTIONAL = ("layer", "output", "params", "bwd GFLOP/s [95% CI]", "fwd GFLOP/s [95% CI]")
 METHOD = ("Each unit runs alone on its input inside the model, forward then backward (the "
           "gradients of its weights and input), synchronised, wall clock, once per round beside "
           "one whole training step; share = the unit's forward + backward / the whole step; "
@@ -42,8 +44,10 @@ def percent(summary) -> str:
     return median_text(summary, 100, lambda value: f"{value:.1f}%")
 
 
-def table_text(record: dict) -> str:
-    """The profile as plain text: one table per framework, then what was not measured."""
+def table_text(record: dict, columns: int | None = None) -> str:
+    """The profile as plain text within `columns` (the terminal's by default): one table per
+    framework, then what was not measured."""
+    columns = columns or width()
     lines = [f"{record['model']}, batch {record['batch']}, {record['data']} data, "
              f"{record['warmup']} warm-up + {record['steps']} timed rounds"]
     for framework in record["frameworks"]:
@@ -51,14 +55,11 @@ def table_text(record: dict) -> str:
         lines += ["", f"{framework['backend']}: {framework['framework']} "
                       f"{framework['framework_version']} on {framework['device_name']} "
                       f"({framework['device_type']}, {framework['threads']} threads)"]
-        rows = [[name for name, _ in COLUMNS]] + [
-            [unit["unit"], unit["layer"], "x".join(map(str, unit["output_shape"])),
-             f"{unit['params']:,}", ms(unit["forward"]), ms(unit["backward"]),
-             percent(unit["share_of_step"]), median_text(unit["forward_gflops"]),
-             median_text(unit["backward_gflops"])] for unit in framework["units"]]
-        widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
-        lines += ["  ".join(f"{value:{align}{width}}" for value, (_, align), width
-                            in zip(row, COLUMNS, widths, strict=True)).rstrip() for row in rows]
+        rows = [[unit["unit"], unit["layer"], "x".join(map(str, unit["output_shape"])),
+                 f"{unit['params']:,}", ms(unit["forward"]), ms(unit["backward"]),
+                 percent(unit["share_of_step"]), median_text(unit["forward_gflops"]),
+                 median_text(unit["backward_gflops"])] for unit in framework["units"]]
+        lines.append(table(list(COLUMNS), rows, columns, OPTIONAL))
         which = "every unit" if framework["all_units"] else "the units timed"
         lines += [f"whole step: {ms(step['total'])} ms; its passes: forward with loss "
                   f"{ms(step['forward'])}, backward {ms(step['backward'])}, optimizer "
@@ -69,7 +70,7 @@ def table_text(record: dict) -> str:
                   contention_text(framework["contention"])]
     lines += [f"{missing['backend']}: not measured: {missing['why'].splitlines()[0]}"
               for missing in record["not_measured"]]
-    return "\n".join([*lines, "", *textwrap.wrap(METHOD, 100)])
+    return wrap("\n".join([*lines, "", METHOD]), columns)
 
 
 def rest_text(rest: dict) -> str:
@@ -130,7 +131,8 @@ def write(record: dict, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = [out / "profile.json", out / "profile.txt", out / "profile.png"]
     contents = [(json.dumps(record, indent=1) + "\n").encode(),
-                (table_text(record) + "\n").encode(), render(figure(record), "png")]
+                (table_text(record, FILE_COLUMNS) + "\n").encode(),
+                render(figure(record), "png")]
     for path, content in zip(written, contents, strict=True):
         with whole_file(path) as partial:
             partial.write_bytes(content)

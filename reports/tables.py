@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 
 from xbench.common.measuring.attribution import PARTS
+from xbench.common.terminal import wrap_words
 from xbench.reports import analysis
 from xbench.reports.verdict import Interval
 
@@ -320,8 +321,9 @@ def summary(frame, verdict_lines, failures, sources):
 
 
 def first_line(text, width=140):
+    """The first line of a reason, cut between words (never mid-word) where it is longer."""
     line = (str(text or "no reason recorded").strip().splitlines() or [""])[0]
-    return line if len(line) <= width else line[:width - 1] + "…"
+    return line if len(line) <= width else wrap_words(line, width - 2)[0] + " …"
 
 
 def shorten(lines):

@@ -14,13 +14,16 @@ from types import SimpleNamespace
 import pytest
 
 from tests.durations import DurationRecorder
-from tests.helpers import KNOBS_SLICE, MNIST_DIR, SMOKE_SLICE, xbench
+from tests.helpers import KNOBS_SLICE, MNIST_DIR, SMOKE_COLUMNS, SMOKE_SLICE, xbench
 
 # OpenMP's threads spin while they wait for one another. With two cells at once (two xdist
 # workers, or busy loops beside the suite) each spins on the cores the other needs: a pt-single
 # cell took 77 s an epoch instead of 6.5 s beside `xbench profile` in one of two paired runs, and
 # 6.5 s in both with a passive wait. What a test asserts is the same either way; its time is sane.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Where a grid (its dry run too) finds real MNIST, and Tiny Shakespeare beside it, when a test
+# gives no --data-dir: the dry run checks the data as the run does.
+os.environ.setdefault("XBENCH_DATA_DIR", str(MNIST_DIR))
 
 # A suite started in the background of a non-interactive shell (`make test &`, nohup) inherits
 # SIGINT ignored, and so would every xbench it starts: the Ctrl-C tests would then see a grid that
@@ -167,7 +170,7 @@ def smoke(mnist_dir, tmp_path_factory):
             run = xbench("grid", "--preset", "smoke", "--backend", ",".join(backends),
                          "--max-train-samples", SMOKE_SLICE, "--data-dir", mnist_dir,
                          "--results", folder / "smoke.jsonl", "--contention-limit", "1",
-                         timeout=1800)
+                         timeout=1800, env={**os.environ, "COLUMNS": str(SMOKE_COLUMNS)})
             return {"backends": backends, "returncode": run.returncode, "stdout": run.stdout,
                     "stderr": run.stderr}
         return build

@@ -20,6 +20,7 @@ XBENCH = [sys.executable, "-m", "xbench.cli.main"]
 # The one sample slice of the session's shared grid (conftest.py's `smoke`): 16 steps an epoch at
 # the smoke preset's batch of 128.
 SMOKE_SLICE = 2048
+SMOKE_COLUMNS = 200  # the terminal's width the shared grid prints at: its table a line a row
 KNOBS_SLICE = 1024  # 8 steps an epoch at the knobs preset's batch of 128
 
 

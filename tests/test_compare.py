@@ -55,7 +55,7 @@ def test_compare_marks_the_slowed_cells_and_fails_above_a_threshold(quiet_and_bu
     assert len(cells) == 2 and all(c["n_base"] == c["n_new"] == 3 for c in cells)
     assert all(c["verdict"] == "slower" and c["ratio_high"] < 1 for c in cells), cells
     assert all(c["contended"] for c in cells)
-    table = xbench_here("compare", quiet, busy)
+    table = xbench_here("compare", quiet, busy, "--format", "md")
     assert "| slower (contended) |" in table.stdout
     failing = xbench_here("compare", quiet, busy, "--fail-above", 10)
     assert failing.returncode == 4 and "significantly slower by more than 10.0%" in failing.stderr
@@ -150,24 +150,56 @@ def test_mlflow_export_logs_each_row_once_even_twice_at_once(base_and_new, tmp_p
 
 # --- a gate that compared nothing fails -----------------------------------------------------------
 
-@pytest.mark.parametrize("new_text", [
-    "", "garbage\n", json.dumps({"schema_version": 1}) + "\n", "FAILED", "CONTENDED", "OTHER"])
+@pytest.mark.parametrize("new_text", ["FAILED", "CONTENDED"])
 def test_a_gate_that_compared_nothing_fails(base_and_new, tmp_path, new_text):
+    """The same cell in both files, but no usable run of it in NEW."""
     base, _, _, _ = base_and_new
     new = tmp_path / "nothing.jsonl"
     extra = []
     if new_text == "FAILED":
         write_rows(new, [make_row(rates=(80, 94), status="failed", error="a crash")])
-    elif new_text == "CONTENDED":
+    else:
         write_rows(new, [make_row(rates=(80, 94), contended=True)])
         extra = ["--exclude-contended"]
-    elif new_text == "OTHER":
-        write_rows(new, [make_row(rates=(80, 94), batch=64)])
-    else:
-        new.write_text(new_text)
     gate = xbench_here("compare", base, new, "--fail-above", 5, *extra)
     assert gate.returncode == 5, (gate.returncode, gate.stdout, gate.stderr)
     assert "nothing was compared" in gate.stderr
+
+
+@pytest.mark.parametrize("new_text, has", [
+    ("", "has no cell"), ("garbage\n", "has no cell (1 problem(s) reading it)"),
+    (json.dumps({"schema_version": 1}) + "\n", "has no cell (1 problem(s) reading it)"),
+    ("OTHER", "has 1 cell(s): pt-ddp|small|x1|global-b64|")])
+@pytest.mark.parametrize("gate", [[], ["--fail-above", "5"], ["--json"]])
+def test_files_that_share_no_cell_are_refused_saying_what_each_has(base_and_new, tmp_path,
+                                                                   new_text, has, gate):
+    """Two files with no cell in common are not a comparison: one line saying what each holds,
+    exit 2, with or without a gate."""
+    base, _, _, _ = base_and_new
+    new = tmp_path / "other.jsonl"
+    if new_text == "OTHER":
+        write_rows(new, [make_row(rates=(80, 94), batch=64)])
+    else:
+        new.write_text(new_text)
+    done = xbench_here("compare", base, new, *gate)
+    refused(done, f"no cell is in both files, nothing to compare: {base} has 1 cell(s): "
+                  f"pt-ddp|small|x1|global-b128|")
+    assert f"; {new} {has}" in done.stderr and done.stdout == "", done.stderr
+
+
+def test_files_judged_under_other_contention_limits_say_so_and_are_compared(base_and_new,
+                                                                            tmp_path):
+    base, _, _, _ = base_and_new
+    new = write_rows(tmp_path / "strict.jsonl",
+                     [{**make_row(rates=(80, 94)), "contention_limit": 0.25}])
+    done = xbench_here("compare", base, new, "--format", "md")
+    assert done.returncode == 0, done.stderr
+    said = (f"contention limits differ: {base} judged its runs contended above 10% of a rank's "
+            f"cores, {new} above 25%")
+    assert said in done.stderr and "| no interval (n = 1 on a side) |" in done.stdout
+    notes = strict_json(xbench_here("compare", base, new, "--json").stdout)["notes"]
+    assert any(note.startswith(said) for note in notes), notes
+    assert "contention limits" not in xbench_here("compare", base, base).stderr
 
 
 def test_dev_null_is_nothing_to_compare(base_and_new):

@@ -382,12 +382,15 @@ def test_a_killed_rank_fails_its_cell_and_a_killed_runner_leaves_nothing(shared_
                                                                           tmp_path, mark):
     """SIGKILL rank 1 of a 2-process pt-ddp cell mid-training: that cell is 'failed' with the last
     lines of its log and the next cell starts. SIGKILL the runner during that next cell: its
-    processes end too (they die with the runner), and every row written before is intact."""
+    processes end too (they die with the runner), every row written before is intact, and the
+    next grid removes the scratch folder (TMPDIR) the killed one left."""
     results = tmp_path / "results.jsonl"
     shutil.copy(shared_results[0], results)
     before = results.read_text()
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
     driver = start_grid(write_grid(tmp_path, batches=[128, 64], **LONG_CELL), results,
-                        mnist_dir, mark)
+                        mnist_dir, mark, env=environment(mark, TMPDIR=str(temporary)))
 
     os.kill(training_rank(driver, results, mark, rank=1), signal.SIGKILL)
     wait_for("the failed row", lambda: len(results.read_text().splitlines()) == 3)
@@ -403,6 +406,14 @@ def test_a_killed_rank_fails_its_cell_and_a_killed_runner_leaves_nothing(shared_
     assert (failed["status"], failed["global_batch"], failed["devices"]) == ("failed", 128, 2)
     assert "Last lines of" in failed["error"] and "SIGKILL" in failed["error"]
     assert failed["cell_seconds"] < SLOW  # ended well within its timeout, by itself
+
+    left = list(temporary.glob("xbench-cell-*"))
+    assert len(left) == 1  # the killed cell's
+    code, stdout, _ = run_grid(write_grid(tmp_path, batches=[64], **TEST_SLICE), results,
+                               mnist_dir, mark, env=environment(mark, TMPDIR=str(temporary)))
+    assert code == 0 and "done in" in stdout  # nothing trained: its cell had a row already
+    assert f"removed {left[0]}: the scratch folder of a cell whose grid was killed" in stdout
+    assert not list(temporary.glob("xbench-cell-*"))
 
 
 def test_a_hung_rank_is_a_timeout_and_its_whole_group_is_killed(mnist_dir, tmp_path, mark):

@@ -245,3 +245,41 @@ def test_a_part_sets_axes_only(tmp_path):
     path.write_text('name = "p"\n[[parts]]\nepochs = 3\n')
     with pytest.raises(UserError, match="a part may set axes only .*'epochs' is not one"):
         read_grid_file(path)
+
+
+def bad_text(folder: Path, case: str) -> Path:
+    """A --data-dir whose Tiny Shakespeare is `case`."""
+    text = folder / "input.txt"
+    if case == "a directory":
+        text.mkdir()
+    elif case == "a fifo":
+        os.mkfifo(text)
+    elif case != "missing":
+        text.write_bytes({"empty": b"", "not UTF-8": b"\xff\xfe First Citizen",
+                          "shorter than a window": b"First Citizen:\n"}[case])
+    return folder
+
+
+DRY_RUN_REFUSALS = {
+    **{f"Tiny Shakespeare {case}": (["--preset", "gpt-smoke"], case, "Tiny Shakespeare's input.txt")
+       for case in ("missing", "empty", "not UTF-8", "shorter than a window", "a directory",
+                    "a fifo")},
+    "MNIST missing": (["--preset", "smoke"], "missing", "xbench data download"),
+    "9 devices": (["--preset", "smoke", "--backend", "jax-dp,pt-ddp", "--devices", "9",
+                   "--batch", "144"], None, "beyond 8 (4 per core)"),
+}
+
+
+@pytest.mark.parametrize("arguments, data, message", DRY_RUN_REFUSALS.values(),
+                         ids=DRY_RUN_REFUSALS.keys())
+def test_the_dry_run_refuses_what_the_run_refuses(arguments, data, message, tmp_path):
+    """The dry run checks the data and the device counts as the run does: the same one line and
+    exit 2 from both, before anything runs (the test's MNIST and text are out of sight)."""
+    where = ["--data-dir", bad_text(tmp_path, data)] if data else []
+    said = []
+    for dry in (["--dry-run"], []):
+        run = xbench_here("grid", *arguments, *where, "--results", tmp_path / "r.jsonl", *dry,
+                          env={"XBENCH_DATA_DIR": None})
+        assert run.returncode == 2 and message in run.stderr, run.stdout + run.stderr
+        said.append(run.stderr)
+    assert said[0] == said[1] and not (tmp_path / "r.jsonl").exists()

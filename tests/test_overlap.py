@@ -5,9 +5,12 @@ small buckets over a capped link, the collectives of the first buckets run while
 computes the rest; TensorFlow's packs, launched in order after backward, are its exposed
 communication. Real pt-ddp, hvd-torch and tf-multiworker cells, 2 ranks, the large model (16.4 MB
 of gradients), on real MNIST."""
+import re
+
 import pytest
 
 from tests.helpers import write_grid, xbench, xbench_here
+from xbench.common.backends.traits import TRAITS
 from xbench.common.results.store import read_rows
 from xbench.reports import analysis
 from xbench.reports.load import rows_frame
@@ -115,3 +118,22 @@ def test_the_timeline_shows_one_bucket_after_backward_and_nothing_hidden(buckete
 def attributed_cells(rows):
     """The report's attributed cells of `rows` (reports.analysis)."""
     return analysis.attribution(analysis.cell_table(rows_frame(rows)))
+
+
+def test_a_bucket_size_is_whole_bytes_and_the_row_says_what_its_library_was_given(bucketed,
+                                                                                   tmp_path):
+    """Each library takes whole bytes: bucket_mb is rounded to them before the cell key is made
+    (values that differ past 6 significant digits, or by less than a byte, are one cell), a
+    positive size under one byte (TensorFlow's 0, its own packing) is refused, and a row records
+    the bytes its library was given."""
+    for (backend, megabytes), row in bucketed.items():
+        assert row["backend_details"]["buckets"] == {
+            "bytes": int(megabytes * 2**20), "through": TRAITS[backend].bucket_knob}
+    grid = write_grid(tmp_path, backends=["tf-multiworker"], devices=[2])
+    dry = xbench_here("grid", grid, "--bucket-mb", "25,25.0000001,0.1,0.1000001", "--dry-run",
+                      "--results", tmp_path / "r.jsonl")
+    assert dry.returncode == 0, dry.stderr
+    assert re.findall(r"\|bucket([0-9.e-]+)\]", dry.stdout) == ["25", "0.1"]
+    tiny = xbench_here("grid", grid, "--bucket-mb", "0.0000001", "--dry-run", "--results",
+                       tmp_path / "r.jsonl")
+    assert tiny.returncode == 2 and "'bucket_mb' 1e-07 is less than one byte" in tiny.stderr

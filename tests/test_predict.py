@@ -197,7 +197,7 @@ def test_a_cell_is_never_calibrated_on_itself(smoke):
 
 def test_the_what_if_table_to_512_devices_is_labelled_predicted(smoke):
     run = xbench_here("predict", smoke.results, "--link", "nvlink4", "--node-link", "ib-ndr",
-                      "--devices", "1,8", "--nodes", "1,8,64")
+                      "--devices", "1,8", "--nodes", "1,8,64", "--format", "md")
     assert run.returncode == 0, run.stderr
     assert "Predicted, not measured: NVLink 4 (H100 SXM) between devices, InfiniBand NDR" in \
         run.stdout

@@ -14,16 +14,20 @@ import pytest
 from tests.helpers import REPO, XBENCH, refused, strict_json, xbench, xbench_here
 from xbench.common.running.profile import MIN_STEPS, STEP_PASSES
 from xbench.common.workload.models import MODELS
+from xbench.reports.profile import ms, table_text
 
 BATCH = 8
+NARROW = 80  # the terminal's width the profile prints at (its table had 181-character lines)
 
 
 @pytest.fixture(scope="module")
 def resnet_profile(tmp_path_factory):
-    """One profile of every unit of resnet18 with pt-single and tf-single: (record, stdout, out)."""
+    """One profile of every unit of resnet18 with pt-single and tf-single, printed on a terminal
+    of NARROW columns: (record, stdout, out)."""
     out = tmp_path_factory.mktemp("profile")
     run = xbench("profile", "--model", "resnet18", "--batch", BATCH, "--steps", MIN_STEPS,
-                 "--warmup", 1, "--device", "cpu", "--out", out, timeout=900)
+                 "--warmup", 1, "--device", "cpu", "--out", out, timeout=900,
+                 env={**os.environ, "COLUMNS": str(NARROW)})
     assert run.returncode == 0, run.stderr
     return json.loads((out / "profile.json").read_text()), run.stdout, out
 
@@ -48,6 +52,22 @@ def test_every_unit_in_both_frameworks(resnet_profile):
             assert f"\n{unit} " in printed_table
     assert (out / "profile.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "resnet18, batch 8" in (out / "profile.txt").read_text()
+
+
+def test_the_printed_profile_keeps_to_the_terminals_width(resnet_profile):
+    """At 80 columns the table leaves out what does not fit on a line a unit, and says so; the
+    same record at 200 columns shows more; every line within its width, no number cut."""
+    record, printed, out = resnet_profile
+    assert max(len(line) for line in printed.splitlines()) <= NARROW
+    assert f"(left out to fit {NARROW} columns: layer" in printed
+    wide = table_text(record, 200)
+    assert max(len(line) for line in wide.splitlines()) <= 200
+    assert "fwd GFLOP/s [95% CI]" in wide and "residual 64->64/1: 2 convs" in wide
+    for framework in record["frameworks"]:
+        for unit in framework["units"]:  # each median and its interval whole on its line
+            assert f"\n{unit['unit']} " in printed and ms(unit["forward"]) in printed
+            assert ms(unit["backward"]) in printed
+    assert max(len(line) for line in (out / "profile.txt").read_text().splitlines()) <= 200
 
 
 def test_the_numbers_fit_together(resnet_profile):

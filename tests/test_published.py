@@ -1,11 +1,12 @@
 """The model checked against the world: published scaling results through the same arithmetic
 (`xbench predict --published [FILE]`), and what a measured overlap does to a prediction."""
+import os
 import tomllib
 
 import pandas as pd
 import pytest
 
-from tests.helpers import strict_json, xbench_here
+from tests.helpers import refused, strict_json, xbench_here
 from tests.report_fixtures import known_rows, write_rows
 from xbench.common.errors import UserError
 from xbench.reports import analysis
@@ -108,7 +109,6 @@ def test_the_summary_says_the_median_error_and_the_bracketed_share():
     (("per_device_rate = 100\n", ""), "published record [hand]: no per_device_rate"),
     (('link = "nvlink3"', 'link = "nvlink9"'),
      "published record [hand]: link 'nvlink9' is neither"),
-    (("nodes = 2", "nodes = 0"), "published record [hand]: nodes = 0 is not a number above 0"),
     (('backend = "pt-ddp"', 'backend = "mpi"'), "published record [hand]: unknown backend 'mpi'")])
 def test_a_bad_record_is_one_user_error_naming_it(change, message, tmp_path):
     path = tmp_path / "bad.toml"
@@ -116,6 +116,59 @@ def test_a_bad_record_is_one_user_error_naming_it(change, message, tmp_path):
     with pytest.raises(UserError) as raised:
         against_published(path)
     assert message in str(raised.value)
+
+
+BAD_RECORDS = [  # (what replaces what in RECORD, the field the one-line refusal names)
+    *[(("per_device_rate = 100", f"per_device_rate = {v}"), "per_device_rate")
+      for v in ("0", "-100", "inf", "nan", '"100"', "1e-320")],
+    (("gradient_bytes_per_parameter = 4", 'gradient_bytes_per_parameter = "four"'),
+     "gradient_bytes_per_parameter"),
+    *[(("baseline_devices = 8", f"baseline_devices = {v}"), "baseline_devices")
+      for v in ('"x"', "0", "16")],
+    *[(("devices = 8", f"devices = {v}"), "devices") for v in ("0", "-2", "2.5", "100000")],
+    (("nodes = 2", "nodes = 0"), "nodes"),
+    *[(("parameters = 25e6", f"parameters = {v}"), "parameters") for v in ("0", "-1", "1e308")],
+    *[(("efficiency = 0.9", f"efficiency = {v}"), "efficiency") for v in ("2.0", "-0.5", "nan")],
+    (("per_device_batch = 50", "per_device_batch = 0"), "per_device_batch"),
+    (("accumulation = 2", "accumulation = 0"), "accumulation"),
+    (('backend = "pt-ddp"', 'backend = "pt-single"'),
+     "devices = 8, nodes = 2 on backend pt-single"),
+    (('backend = "pt-ddp"', 'backend = "pt-dp"'), "nodes = 2 on backend pt-dp"),
+    (('backend = "pt-ddp"', 'backend = ["pt-ddp"]'), "backend"),
+    (('link = "nvlink3"', 'link = 3'), "link"),
+]
+
+
+@pytest.mark.parametrize("change, field", BAD_RECORDS)
+def test_a_bad_record_is_refused_as_the_grid_refuses_a_cell(change, field, tmp_path):
+    """Each record is checked as a cell is (types, finite numbers, the grid's own ranges, the
+    backend's reach) before anything is read or modelled: one line naming the file, the record
+    and the field, exit 2."""
+    path = tmp_path / "bad.toml"
+    text = RECORD.replace("sources", "accumulation = 2\nsources")
+    assert change[0] in text
+    path.write_text(text.replace(*change, 1))
+    done = xbench_here("predict", "--published", path)
+    refused(done, f"{path}: published record [hand]: {field}")
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+
+
+@pytest.mark.parametrize("kind", ["fifo", "/dev/zero", "folder", "large"])
+def test_a_published_file_is_read_only_from_a_regular_file_of_a_bounded_size(kind, tmp_path):
+    """A FIFO would never end, /dev/zero never stop: refused before a byte is read, as results
+    files are; a regular file larger than the records could be is refused unread too."""
+    path = tmp_path / "records.toml"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "folder":
+        path.mkdir()
+    elif kind == "large":
+        path.write_text(RECORD + "#" * (16 * 2**20))
+    else:
+        path = kind
+    done = xbench_here("predict", "--published", path)
+    refused(done, f"{path}: larger than 16 MiB" if kind == "large"
+            else f"{path} is not a regular file")
 
 
 def test_a_users_own_records_with_links_given_as_rate_and_latency(tmp_path):
@@ -149,7 +202,8 @@ sources = "measured by hand"
 
 
 def test_published_prints_every_record_beside_three_predictions(tmp_path):
-    run = xbench_here("predict", write_rows(tmp_path / "r.jsonl", known_rows()), "--published")
+    run = xbench_here("predict", write_rows(tmp_path / "r.jsonl", known_rows()), "--published",
+                      "--format", "md")
     assert run.returncode == 0, run.stderr
     assert run.stdout.count("| NVIDIA DLE") >= 8 and "| Goyal et al. 2017" in run.stdout
     assert "| none hidden |" in run.stdout and "| predicted (its timeline) |" in run.stdout \

@@ -35,6 +35,7 @@ ADDED_IN = {
     14: ["target_loss", "test_loss"],
     15: [],  # each rank's timeline, nested in the attribution
     16: ["accumulate", "accumulate_sync", "compile", "warmup_seconds"],
+    17: ["omp_wait"],
 }
 
 
@@ -59,15 +60,16 @@ def as_of(row: dict, version: int) -> dict:
 
 def test_the_history_is_the_list_of_named_upgrades():
     assert [f.__name__ for f in UPGRADES] == [f"update_to_{v}" for v in VERSIONS]
-    assert VERSIONS == list(range(3, SCHEMA_VERSION + 1)) and SCHEMA_VERSION == 16
+    assert VERSIONS == list(range(3, SCHEMA_VERSION + 1)) and SCHEMA_VERSION == 17
     assert set(ADDED_IN) == set(VERSIONS)
 
 
 @pytest.mark.parametrize("version", range(2, SCHEMA_VERSION))
 def test_a_row_of_each_older_version_reads_as_todays(version):
     """Every field a later version added comes back as the older row had it implicitly: the
-    defaults today's row was made with, each version's upgrade applied in turn."""
-    today = todays_row()
+    defaults today's row was made with, each version's upgrade applied in turn; the OpenMP wait
+    policy as rows before 17 ran (the runtime's own, not the default auto's choice)."""
+    today = todays_row(omp_wait="runtime")
     upgraded = upgrade(as_of(today, version))
     assert row_problem(upgraded) is None
     assert upgraded == today

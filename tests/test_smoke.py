@@ -5,7 +5,6 @@ import pytest
 
 from tests.helpers import SMOKE_SLICE
 from xbench.common.backends.traits import TRAITS
-from xbench.common.grids.table import format_rows
 from xbench.common.measuring.attribution import PARTS
 from xbench.common.results.schema import FIELDS, row_problem
 
@@ -37,13 +36,14 @@ def test_the_printed_table_has_its_header_and_one_line_per_cell(smoke):
     for run in smoke.runs.values():
         ran = [r for r in smoke.all if r["backend"] in run.backends]
         lines = run.stdout.splitlines()
-        start = lines.index(format_rows([]))  # the header alone
-        table = lines[start + 1:start + 1 + len(ran)]
-        assert lines[start + 1 + len(ran)] == f"results: {smoke.results}"
-        printed = sorted((line.split()[0], int(line.split()[3]), int(line.split()[5]),
-                          line.split()[7]) for line in table)
-        assert printed == sorted((r["backend"], r["global_batch"], r["devices"], r["status"])
-                                 for r in ran)
+        end = lines.index(f"results: {smoke.results}")
+        table = lines[end - len(ran):end]  # a line each at SMOKE_COLUMNS
+        assert lines[end - len(ran) - 3] == ("every row: model small, mult 1, batch 128, "
+                                             "nodes 1, rep 0")
+        assert lines[end - len(ran) - 2].split()[:3] == ["backend", "dev", "status"]
+        printed = sorted((line.split()[0], int(line.split()[1]), line.split()[2])
+                         for line in table)
+        assert printed == sorted((r["backend"], r["devices"], r["status"]) for r in ran)
     assert sorted(b for run in smoke.runs.values() for b in run.backends) == sorted(TRAITS)
 
 

@@ -112,6 +112,12 @@ BAD_FILES = {
     "a Keras model with no trainable weights": (
         KERAS_MLP.replace("    return {", "    model.trainable = False\n    return {"),
         "model.py: keras()'s model has no trainable weights"),
+    "data() with a NaN input": (MLP.replace("    y = (x", "    x[3, 2] = np.nan\n    y = (x"),
+                                "data()['train']'s inputs hold values that are not finite as "
+                                "float32 (NaN, inf, or beyond float32's 3.4e38)"),
+    "data() beyond float32": (MLP.replace(".astype(np.float32)", " * 1e300"),
+                              "data()['train']'s inputs hold values that are not finite as "
+                              "float32"),
     "data() that does not fit": (
         MLP.replace("x[:512], y[:512]", "x[:512, :4], y[:512]"),
         "data()['train'] holds inputs (512, 4) and targets (512,); the model takes samples of "
@@ -257,7 +263,8 @@ def test_the_report_and_predict_work_on_its_rows(example):
     report = xbench_here("report", results, "--out", folder / "report", "--format", "md")
     assert report.returncode == 0, report.stderr
     assert "mnist.py@" in (folder / "report" / "summary.md").read_text()  # vit\\_mnist (markdown)
-    predicted = xbench_here("predict", results, "--devices", "1,8", "--link", "ib-ndr")
+    predicted = xbench_here("predict", results, "--devices", "1,8", "--link", "ib-ndr",
+                            "--format", "md")
     assert predicted.returncode == 0, predicted.stderr
     scaled = predicted.stdout.split("Predicted, not measured")[1]
     assert [line for line in scaled.splitlines()
@@ -299,3 +306,26 @@ def test_its_own_data_trains_and_an_unserved_framework_is_unsupported(tmp_path, 
     assert trained["cell_key"].split("|")[1] not in again.stdout
     assert json.loads(json.dumps(trained["backend_details"]["model_file"]))["digest"] \
         in trained["model"]
+
+
+def test_a_loss_that_is_not_finite_fails_its_row_at_its_epoch_and_step(tmp_path, cache):
+    """Inputs of 1e18 and SGD at a learning rate of 100: step 1's update makes step 2's logits
+    overflow float32, in each framework (PyTorch's, TensorFlow's and JAX's loop, over 2
+    processes or 2 replicas). The row is failed at epoch 1, step 2, never ok with a loss of NaN,
+    and the results file stays strict JSON."""
+    path = model_file(tmp_path, MLP.replace("x[:512], y[:512]", "x[:512] * 1e18, y[:512]")
+                      + KERAS_MLP.split(DATA)[1])
+    results = tmp_path / "r.jsonl"
+    done = xbench("grid", "--preset", "smoke", "--model", path, "--data", "model", "--backend",
+                  "pt-ddp,tf-mirrored,keras-jax", "--devices", "2", "--batch", 64,
+                  "--optimizer", "sgd", "--lr", 100, "--max-train-samples", 0, "--results",
+                  results, env=cache)
+    assert done.returncode == 3, done.stderr
+    lines = results.read_text().splitlines()
+    rows = [json.loads(line, parse_constant=lambda bare: pytest.fail(f"{bare} in a row"))
+            for line in lines]
+    assert sorted(row["backend"] for row in rows) == ["keras-jax", "pt-ddp", "tf-mirrored"]
+    for row in rows:
+        assert row["status"] == "failed", row["backend"]
+        assert row["error"].startswith("epoch 1, step 2 of 8: the training loss became nan "
+                                       "(not finite)"), row["error"]

@@ -20,7 +20,7 @@ class HorovodTensorFlowBackend(TensorFlowBackend):
         import horovod.tensorflow as hvd
         import tensorflow as tf
         if self.cell.bucket_mb:  # read by hvd.init(), alike on every rank
-            os.environ["HOROVOD_FUSION_THRESHOLD"] = str(int(self.cell.bucket_mb * 2**20))
+            os.environ["HOROVOD_FUSION_THRESHOLD"] = str(self.cell.bucket_bytes)
         hvd.init()
         self.hvd = hvd
         return HorovodTensorFlowCollectives(

@@ -41,7 +41,7 @@ class MultiWorkerMirroredBackend(TensorFlowBackend):
         implementation = tf.distribute.experimental.CommunicationImplementation
         options = tf.distribute.experimental.CommunicationOptions(
             implementation=implementation.NCCL if device_kind == "cuda" else implementation.RING,
-            bytes_per_pack=int(self.cell.bucket_mb * 2**20))  # 0: TensorFlow's own packing
+            bytes_per_pack=self.cell.bucket_bytes)  # 0: TensorFlow's own packing
         self.comm.strategy = tf.distribute.MultiWorkerMirroredStrategy(
             communication_options=options)
         self.implementation = options.implementation.name

@@ -16,26 +16,38 @@ from xbench.tf_backend.trace import BOOKKEEPING_SCOPE, INJECTED_SCOPE, OPTIMIZER
 
 
 class EpochTotals:
-    """Loss sum and correct count of an epoch, kept on each replica's device (sync-on-read: no
-    cross-device traffic per step) and summed over the replicas when read at the epoch's end.
-    Create it inside the strategy's scope."""
+    """Loss sum and correct count of an epoch, and the steps after which the loss sum was still
+    finite, kept on each replica's device (sync-on-read: no cross-device traffic per step) and
+    summed over the replicas when read at the epoch's end. Create it inside the strategy's
+    scope."""
 
     def __init__(self, strategy):
         self.strategy = strategy
-        self.values = tf.Variable(tf.zeros(2, tf.float64), trainable=False,
+        self.values = tf.Variable(tf.zeros(3, tf.float64), trainable=False,
                                   synchronization=tf.VariableSynchronization.ON_READ,
                                   aggregation=tf.VariableAggregation.SUM)
 
     def add(self, loss_sum, correct):
-        self.values.assign_add(tf.cast(tf.stack([loss_sum, correct]), tf.float64))
+        loss_sum = tf.cast(loss_sum, tf.float64)
+        finite = tf.math.is_finite(self.values[0] + loss_sum)  # this replica's running sum
+        self.values.assign_add(tf.stack([loss_sum, tf.cast(correct, tf.float64),
+                                         tf.cast(finite, tf.float64)]))
 
     def reset(self):
-        self.values.assign(tf.zeros(2, tf.float64))
+        self.values.assign(tf.zeros(3, tf.float64))
+
+    def replicas(self) -> list:
+        return [v.numpy() for v in self.strategy.experimental_local_results(self.values)]
 
     def read(self):
         """[loss sum, correct] over this process's replicas (the collectives sum the
         processes)."""
-        return sum(v.numpy() for v in self.strategy.experimental_local_results(self.values))
+        return sum(values[:2] for values in self.replicas())
+
+    def first_unfinite_step(self) -> int | None:
+        """The first step after which a replica's loss sum was no longer finite (None: none)."""
+        return min((int(values[2]) + 1 for values in self.replicas()
+                    if not np.isfinite(values[0])), default=None)
 
 
 def per_sample(values):

@@ -167,6 +167,9 @@ class TensorFlowLoop(TracedCalls, TrainingLoop):
             self.loss_scales.append(float(self.optimizer.dynamic_scale.numpy()))
         return self.epoch_totals.read()
 
+    def first_unfinite_step(self):
+        return self.epoch_totals.first_unfinite_step()
+
     @property
     def steps_per_epoch(self):
         return self.pipeline.steps_per_epoch

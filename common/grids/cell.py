@@ -45,6 +45,12 @@ class CellMethods:
         return self.accumulate_sync == "each" or micro == self.accumulate - 1
 
     @property
+    def bucket_bytes(self) -> int:
+        """The bytes of gradients one collective carries at most, as each library is given them
+        (bucket_mb holds whole bytes: common.grids.setting.whole_bytes); 0: the library's own."""
+        return round(self.bucket_mb * 2**20)
+
+    @property
     def syncs_per_step(self) -> int:
         """Times the gradients cross between devices in one optimizer step."""
         return self.accumulate if self.accumulate_sync == "each" else 1

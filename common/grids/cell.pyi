@@ -26,6 +26,7 @@ class Cell:
     memory_limit_mb: int
     contention_limit: float
     pin_ranks: bool
+    omp_wait: str
     launcher: str
     optimizer: str
     lr: float
@@ -77,6 +78,7 @@ class Cell:
         memory_limit_mb: int = ...,
         contention_limit: float = ...,
         pin_ranks: bool = ...,
+        omp_wait: str = ...,
         launcher: str = ...,
         optimizer: str = ...,
         lr: float = ...,
@@ -111,6 +113,8 @@ class Cell:
     @property
     def micro_batch(self) -> int: ...
     def syncs_after(self, micro: int) -> bool: ...
+    @property
+    def bucket_bytes(self) -> int: ...
     @property
     def syncs_per_step(self) -> int: ...
     @property

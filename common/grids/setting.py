@@ -100,6 +100,7 @@ class Setting:
                     or math.isnan(value) or not self.minimum <= value <= self.maximum):
                 raise UserError(f"'{self.key}' must be a number from {self.minimum:g} to "
                                 f"{self.maximum:g} ({self.why}), got {value!r}; {where}")
+            value = float(f"{value:g}")  # as a cell key writes it: one value, one cell
         elif self.kind is int:
             self._check_whole(value, where)
         elif not isinstance(value, str):
@@ -125,3 +126,27 @@ class Setting:
             shown = (f"is a {len(str(value))}-digit number," if value >= 10 ** 18
                      else f"{value:,} is")
             raise UserError(f"'{self.key}' {shown} more than {limit:,}: {self.why}; {where}")
+
+
+def whole_bytes(megabytes: float) -> float:
+    """`megabytes` (of 2^20 bytes) rounded to the whole bytes a library takes, so that the cell
+    holds (and its row records) what the library is given; a positive amount under one byte,
+    which a library would read as 0 (its own default), is refused."""
+    rounded = round(megabytes * 2**20)
+    if megabytes and not rounded:
+        raise UserError(f"'bucket_mb' {megabytes:g} is less than one byte (1 byte is "
+                        f"{2**-20:.3g} MB); give 0 for each library's own buckets")
+    return rounded / 2**20
+
+
+def check_table(settings: dict[str, Setting]) -> None:
+    """What the table promises, checked when it loads (a typo fails every command at once):
+    every setting has a role; every training choice and fault says how the label shows it, in
+    words of its own or of a setting that exists; a column is a field of the row."""
+    for s in settings.values():
+        assert isinstance(s.role, Role), f"setting {s.key}: no role"
+        if s.role in (Role.TRAINING, Role.FAULT):
+            assert s.row_name, f"setting {s.key}: a {s.role.value} setting the row lacks"
+            assert callable(s.label) or s.label in settings, f"setting {s.key}: no label words"
+        if s.column:
+            assert s.role is not Role.BOOKKEEPING, f"setting {s.key}: a column of bookkeeping"

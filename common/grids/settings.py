@@ -27,7 +27,7 @@ from xbench.common.backends.model_files import described
 from xbench.common.backends.registry import BACKENDS, check_backend_name
 from xbench.common.backends.traits import having, in_words, served
 from xbench.common.errors import UserError
-from xbench.common.grids.setting import Role, Setting
+from xbench.common.grids.setting import Role, Setting, check_table, whole_bytes
 from xbench.common.workload import faults
 from xbench.common.workload.compression import COMPRESSIONS
 from xbench.common.workload.compression import label as compression_label
@@ -222,6 +222,13 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
             "judged on the cores a rank runs on.",
             key_part=lambda c: "|pin-ranks" if c.pin_ranks else "", since=7, role=Role.TRAINING,
             label=lambda v: "ranks pinned" if v["pin_ranks"] else ""),
+    Setting("omp_wait", str, ["auto"],
+            "How PyTorch's OpenMP threads wait on a CPU (an axis): auto (default: the "
+            "environment's OMP_WAIT_POLICY if set, else passive where the look before the grid "
+            "finds the machine busy, the runtime's own where quiet), runtime, passive or active.",
+            axis=True, choices=("auto", "runtime", "passive", "active"), since=17,
+            key_part=lambda c: f"|omp-{c.omp_wait}" * (c.omp_wait != "auto"), role=Role.TRAINING,
+            label=lambda v: f"OpenMP {v['omp_wait']}" * (v["omp_wait"] != "auto")),
     Setting("launcher", str, "local",
             "Where cells run: this machine (local, the default) or a Slurm cluster, every cell "
             "one job.", choices=LAUNCHERS, role=Role.BOOKKEEPING),
@@ -312,7 +319,7 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in [
             "(an axis, e.g. 1,25), by backend: " + served(lambda t: t.bucket_knob) + "; 0 "
             "(default): each library's own. The other backends have no such knob: unsupported "
             "there, with the reason.",
-            axis=True, section="training", minimum=0, maximum=2**20,
+            axis=True, section="training", minimum=0, maximum=2**20, check=whole_bytes,
             why="a megabyte count no model here comes near", role=Role.TRAINING,
             key_part=lambda c: f"|bucket{c.bucket_mb:g}" if c.bucket_mb else "", since=12,
             label=lambda v: f"buckets of {v['bucket_mb']:g} MB" if v["bucket_mb"] else ""),
@@ -370,20 +377,7 @@ IN_CELL = [s for s in SETTINGS.values() if s.field_name]
 IN_ROW = [s for s in IN_CELL if s.row_name]
 
 
-def _check_table() -> None:
-    """What the table promises, checked when it loads (a typo fails every command at once):
-    every setting has a role; every training choice and fault says how the label shows it, in
-    words of its own or of a setting that exists; a column is a field of the row."""
-    for s in SETTINGS.values():
-        assert isinstance(s.role, Role), f"setting {s.key}: no role"
-        if s.role in (Role.TRAINING, Role.FAULT):
-            assert s.row_name, f"setting {s.key}: a {s.role.value} setting the row lacks"
-            assert callable(s.label) or s.label in SETTINGS, f"setting {s.key}: no label words"
-        if s.column:
-            assert s.role is not Role.BOOKKEEPING, f"setting {s.key}: a column of bookkeeping"
-
-
-_check_table()
+check_table(SETTINGS)
 
 
 def defaults() -> dict[str, Any]:

@@ -17,6 +17,7 @@ import tempfile
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import IO
 
 from xbench.common.errors import UserError
 from xbench.common.results.outputs import whole_file, writable_file
@@ -140,18 +141,25 @@ def results_files(folder: Path) -> list[Path]:
     return sorted(p for p in Path(folder).glob("*.jsonl") if p.is_file())
 
 
+def open_regular(path, reads: str, **options) -> IO:
+    """`path` opened as open() does with `options`, where it is a regular file; a UserError
+    otherwise, decided before a byte is read: a pipe would never end and a device (/dev/zero)
+    never stop. `reads` says what xbench reads only from files (for the message)."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens without a writer
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        os.close(descriptor)
+        raise UserError(f"{path} is not a regular file (a pipe, a device or a folder): xbench "
+                        f"reads {reads} only from files")
+    os.set_blocking(descriptor, True)
+    return open(descriptor, **options)
+
+
 def read_json_lines(path, problem_of, kind, convert=lambda value: value):
     """(values, problems) of a JSON Lines file: each line's value (`convert`ed) where
     `problem_of(value)` finds nothing wrong, and '<path>: line N: what is wrong' for the others
     (blank lines skipped). Only a regular file is read: a pipe would never end."""
     values, problems = [], []
-    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-        os.close(descriptor)
-        raise UserError(f"{path} is not a regular file (a pipe, a device or a folder): xbench "
-                        f"reads results and probes only from files")
-    os.set_blocking(descriptor, True)
-    with open(descriptor, encoding="utf-8", errors="replace") as f:
+    with open_regular(path, "results and probes", encoding="utf-8", errors="replace") as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
                 continue

@@ -133,10 +133,16 @@ def update_to_16(row: Row) -> Row:
     return {**settings_added(16), "warmup_seconds": None, **row}
 
 
+def update_to_17(row: Row) -> Row:
+    """The OpenMP wait policy: rows before ran with what their environment gave, the runtime's
+    own unless OMP_WAIT_POLICY was set (not recorded)."""
+    return {**settings_added(17), "omp_wait": "runtime", **row}
+
+
 UPGRADES: list[Callable[[Row], Row]] = [
     update_to_3, update_to_4, update_to_5, update_to_6, update_to_7, update_to_8, update_to_9,
     update_to_10, update_to_11, update_to_12, update_to_13, update_to_14, update_to_15,
-    update_to_16]
+    update_to_16, update_to_17]
 OLDEST_READ = 2  # the oldest version whose rows are read (schema 1's are not: OLDER_VERSIONS)
 VERSIONS = list(range(OLDEST_READ + 1, OLDEST_READ + 1 + len(UPGRADES)))
 assert [int(f.__name__.removeprefix("update_to_")) for f in UPGRADES] == VERSIONS, \

@@ -10,31 +10,15 @@ import contextlib
 import fcntl
 import json
 import os
-import socket
 from pathlib import Path
 
-import psutil
-
-
-def _me() -> dict:
-    me = psutil.Process()
-    return {"host": socket.gethostname(), "pid": me.pid, "started": me.create_time()}
-
-
-def _alive(claim: dict) -> bool:
-    """A claim from another machine (a shared folder) cannot be checked: it counts as live."""
-    if claim.get("host") != socket.gethostname():
-        return True
-    try:
-        return psutil.Process(claim["pid"]).create_time() == claim["started"]
-    except (psutil.Error, KeyError, TypeError):
-        return False
+from xbench.common.running.processes import alive, this_process
 
 
 class Claims:
     def __init__(self, results_path):
         self.path = Path(f"{results_path}.claims")
-        self.me = _me()
+        self.me = this_process()
 
     @contextlib.contextmanager
     def _held(self):
@@ -48,7 +32,7 @@ class Claims:
                 for line in f:
                     with contextlib.suppress(ValueError):
                         claims.append(json.loads(line))
-                claims = [c for c in claims if isinstance(c, dict) and _alive(c)]
+                claims = [c for c in claims if isinstance(c, dict) and alive(c)]
                 yield claims
                 f.seek(0)
                 f.truncate()

@@ -16,6 +16,7 @@ from typing import IO, TYPE_CHECKING, Protocol
 
 from xbench.common.grids.cell import Cell
 from xbench.common.grids.settings import SETTINGS, SLURM
+from xbench.common.running.load import Load
 from xbench.common.running.local import LocalLauncher
 from xbench.common.running.processes import Ended
 from xbench.common.running.slurm import SlurmLauncher
@@ -41,6 +42,9 @@ class Launcher(Protocol):
 
     def check(self, cells: list[Cell]) -> None:
         """A clear error, before anything runs, for cells this launcher cannot place."""
+
+    def load(self) -> Load | None:
+        """What else runs where the cells will (None where it cannot be seen from here)."""
 
     def cannot_run(self, cell: Cell) -> str | None:
         """Why this launcher cannot run `cell` here (its row is then unsupported), or None."""

@@ -17,6 +17,7 @@ from xbench.common.children import end_with, signals_held
 from xbench.common.grids.cell import Cell
 from xbench.common.machine import cpu_cores
 from xbench.common.running.link_cap import capped_link, namespaces_refused
+from xbench.common.running.load import Load, look_at_load
 from xbench.common.running.placement import PLACEMENT_ENV, Placement
 from xbench.common.running.processes import Ended, end_processes
 from xbench.common.workload import faults
@@ -49,6 +50,9 @@ class LocalLauncher:
 
     def check(self, cells: list[Cell]) -> None:
         """Nothing to check: a cell that cannot run here becomes its row."""
+
+    def load(self) -> Load:
+        return look_at_load()
 
     def cannot_run(self, cell: Cell) -> str | None:
         if faults.parse(cell.inject).link is None:

@@ -27,7 +27,9 @@ from xbench.common.results.schema import Measurement, make_row, now
 from xbench.common.running import env
 from xbench.common.running.claims import Claims
 from xbench.common.running.launch import Launcher, refused
+from xbench.common.running.load import omp_environment, omp_wait
 from xbench.common.running.local import LocalLauncher
+from xbench.common.running.processes import remove_dead_scratch, scratch_folder
 from xbench.common.running.progress import GridProgress
 from xbench.common.workload.resolve import resolve_model
 
@@ -41,14 +43,17 @@ MEMORY_SHARE = 0.9  # of the memory available when a cell starts, shared out ove
 
 
 def run_grid(cells, results_path, resume=True, echo=print, launcher=None, live=None,
-             quiet=False):
+             quiet=False, load=None):
     """Run every cell not already done, with `launcher` (common.running.launch; default: this
     machine); return the rows written by this run. Progress is shown live on a terminal (`live`:
-    default when standard output is one), as plain lines otherwise, not at all when `quiet`."""
+    default when standard output is one), as plain lines otherwise, not at all when `quiet`.
+    `load`: what else ran on the machine when the grid started (common.running.load), which
+    `omp_wait auto` follows."""
     launcher = launcher or LocalLauncher()
     results_path = results.check_results_path(results_path)
-    launcher.check(cells)
-    check_devices(cells, launcher.cores)
+    check_cells(cells, launcher)
+    for folder in remove_dead_scratch():
+        echo(f"removed {folder}: the scratch folder of a cell whose grid was killed")
     echo(f"{len(cells)} cells -> {results_path}")
     earlier = earlier_rows(results_path, echo)
     too_large = first_too_large(cells, earlier)
@@ -84,7 +89,7 @@ def run_grid(cells, results_path, resume=True, echo=print, launcher=None, live=N
             try:
                 progress.cell_started(number, cell.label)
                 row = run_cell(cell, run_id, log_dir / f"{number:03d}.log", launcher,
-                               progress.watch)
+                               progress.watch, load)
                 if cell.sweep and row["status"] == "oom":
                     row["error"] = (f"the first batch of sweep {cell.sweep} that did not fit "
                                     f"(larger ones are not run): {row['error']}")
@@ -110,6 +115,13 @@ def first_too_large(cells, earlier) -> dict[str, int]:
     return found
 
 
+def check_cells(cells, launcher) -> None:
+    """What a grid refuses before any cell starts (the run's check and the dry run's): cells
+    `launcher` cannot place, device counts no CPU run can mean."""
+    launcher.check(cells)
+    check_devices(cells, launcher.cores)
+
+
 def check_devices(cells, cores):
     """Refuse a device count no CPU run can mean. A CUDA cell asking for more GPUs than the
     machine has is the backend's to judge: it becomes an `unsupported` row."""
@@ -133,7 +145,7 @@ def earlier_rows(results_path, echo=print):
     return rows
 
 
-def run_cell(cell, run_id, log_path, launcher, watch=lambda folder: None):
+def run_cell(cell, run_id, log_path, launcher, watch=lambda folder: None, load=None):
     """One cell, start to end: its result row, whatever happened (`watch(folder)` is called
     while it runs, with the cell's folder). A run whose processes crashed (`crashed`) is run
     again, up to the cell's `retries` times, each with a log of its own; the row keeps the
@@ -156,11 +168,11 @@ def run_cell(cell, run_id, log_path, launcher, watch=lambda folder: None):
                                 f"wake the kernel's out-of-memory killer"}
         else:
             attempt_log = log_path
-            outcome = launch(backend, cell, attempt_log, launcher, watch)
+            outcome = launch(backend, cell, attempt_log, launcher, watch, load=load)
             while outcome.get("crashed") and len(crashes) < cell.retries:
                 crashes.append(outcome["error"])
                 attempt_log = log_path.with_name(f"{log_path.stem}-{len(crashes) + 1}.log")
-                outcome = launch(backend, cell, attempt_log, launcher, watch)
+                outcome = launch(backend, cell, attempt_log, launcher, watch, load=load)
             log = str(attempt_log)
     except Exception:  # noqa: BLE001 - e.g. a backend that fails to import fails its cells, not the grid
         outcome = {"status": "failed",
@@ -173,11 +185,12 @@ def run_cell(cell, run_id, log_path, launcher, watch=lambda folder: None):
                     batchnorm, crashes)
 
 
-def launch(backend, cell, log_path, launcher, watch=lambda folder: None, measure=None):
+def launch(backend, cell, log_path, launcher, watch=lambda folder: None, measure=None,
+           load=None):
     """Start the cell's processes with `launcher`, wait for them (or the timeout), and read what
     they left: {status, error} or {status, result, env}. With `measure` (("probe", request) or
     ("profile", request): the Backend method and its request), the processes measure that
-    instead of training."""
+    instead of training. `load`: the grid's look at the machine, for `omp_wait auto`."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     threads = threads_per_device(cell, launcher.cores)
     token = uuid.uuid4().hex
@@ -185,20 +198,21 @@ def launch(backend, cell, log_path, launcher, watch=lambda folder: None, measure
     # there, not in /tmp; and the processes' temporary folder, the cell's own and gone with it:
     # what the frameworks put there (TensorFlow's autograph modules, its traces) is no leftover.
     with tempfile.TemporaryDirectory(prefix=f"{log_path.stem}-", dir=log_path.parent) as out_dir, \
-            tempfile.TemporaryDirectory(prefix="xbench-cell-",
-                                        ignore_cleanup_errors=True) as scratch:
+            scratch_folder(token) as scratch:
         job_path = Path(out_dir) / "job.json"
+        waiting = omp_wait(cell.omp_wait, load, cell.contention_limit)
         # Each process may allocate at most its share of the memory available now: a cell that
         # outgrows it gets its framework's out-of-memory error, never the kernel's OOM killer.
         budget_mb = int(launcher.memory_mb * MEMORY_SHARE / backend.processes(cell))
         job_path.write_text(json.dumps({"cell": cell.to_dict(), "threads_per_device": threads,
                                         "memory_budget_mb": budget_mb,
-                                        "launched_at": time.time(),
+                                        "launched_at": time.time(), "omp_wait": waiting,
                                         "model_file": resolve_model(cell.model).carried(),
                                         **({"measure": measure} if measure else {})}))
         process_threads = threads * backend.devices_per_process(cell)
-        environment = {**os.environ, "OMP_NUM_THREADS": str(process_threads),
-                       "PYTHONUNBUFFERED": "1", "XBENCH_CELL": token, "TMPDIR": scratch,
+        environment = {**omp_environment(os.environ, waiting),
+                       "OMP_NUM_THREADS": str(process_threads), "PYTHONUNBUFFERED": "1",
+                       "XBENCH_CELL": token, "TMPDIR": scratch,
                        # CUDA's device numbers in NVML's order, so that both name one GPU alike
                        "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
         with open(log_path, "w") as log:

@@ -46,6 +46,9 @@ class SlurmLauncher:
                     "cell's ranks talk over the cluster's network: run it with --launcher local")
         return None
 
+    def load(self) -> None:
+        """The nodes' load cannot be seen before a job holds them."""
+
     def check(self, cells: list[Cell]) -> None:
         """The partition has the nodes the cells ask for; a clear error before anything is
         submitted."""

@@ -10,6 +10,8 @@ common.measuring.attribution), reading its totals.
 from __future__ import annotations
 
 import itertools
+import math
+import os
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import astuple, dataclass, field
@@ -18,6 +20,7 @@ import numpy as np
 
 from xbench.common.backends.backend import Backend
 from xbench.common.backends.collectives import Collectives
+from xbench.common.errors import UserError
 from xbench.common.measuring import attribution
 from xbench.common.measuring.attribution import StepMarks
 from xbench.common.measuring.contention import ContentionProbe, epoch_contention
@@ -27,6 +30,7 @@ from xbench.common.measuring.timeline import timeline_record
 from xbench.common.measuring.timing import EpochClock, epoch_record, step_percentiles
 from xbench.common.results.schema import Measurement
 from xbench.common.running.job import Job
+from xbench.common.running.load import OMP_VARIABLES
 from xbench.common.running.placement import node_name, pin_rank
 from xbench.common.running.training_hooks import TrainingHooks
 from xbench.common.workload import faults
@@ -123,6 +127,8 @@ class TrainingLoop(TrainingHooks):
                      evaluating: float, untimed: float) -> dict:
         """The epoch as the row records it, from every rank's time, input wait and contention."""
         loss_sum, correct = (float(v) for v in self.comm.sum(self.totals()))
+        if not math.isfinite(loss_sum):
+            self.diverged(epoch, loss_sum)
         waited = sum(part_seconds(step, "input") for step in steps)
         ranks = self.comm.gather((seconds, watched, waited))
         samples = self.steps_per_epoch * self.cell.global_batch
@@ -134,6 +140,15 @@ class TrainingLoop(TrainingHooks):
             record["evaluation_seconds"] = evaluating
         record["untimed_seconds"] = untimed  # in every framework, so rows of one cell compare
         return record
+
+    def diverged(self, epoch: int, loss_sum: float) -> None:
+        """Stop the cell (every rank: the loss sum is summed over all): a loss that is not finite
+        trains nothing further, and its row is `failed`, naming the epoch and step, never `ok`."""
+        steps = [step for step in self.comm.gather(self.first_unfinite_step()) if step]
+        at = f", step {min(steps)} of {self.steps_per_epoch}" if steps else ""
+        raise UserError(f"epoch {epoch}{at}: the training loss became {loss_sum} (not finite): "
+                        f"the weights diverged or the data holds values that are not finite; "
+                        f"try a lower learning rate, or check the data")
 
     def gather(self, ran: Ran) -> None:
         """What every rank recorded, gathered to rank 0 (every rank calls the same collectives
@@ -235,14 +250,17 @@ class TrainingLoop(TrainingHooks):
             hosts=ran.hosts,
             threads={"per_device": {"compute": per_device, "inter_op": INTER_OP_PER_DEVICE,
                                     "input_pipeline": INPUT_PIPELINE_PER_DEVICE},
-                     "per_process": self.thread_pools()},
+                     "per_process": self.thread_pools(),
+                     "omp_wait": {**self.job.omp_wait, "environment": {
+                         key: os.environ.get(key) for key in OMP_VARIABLES}}},
             contended=any(e["contention"]["contended"] for e in ran.epochs),
             evidence=self.evidence(ran),
             backend_details={"world_size": self.comm.world, **described, **details,
                              **self.job.model.row_record(),
                              "traffic": self.backend.traffic(self.cell, self.job.model,
                                                              details.get("reduction", "none")),
-                             "accumulation": self.accumulation(), "compiled": self.compiled()},
+                             "accumulation": self.accumulation(), "compiled": self.compiled(),
+                             "buckets": self.buckets()},
             attribution=ran.attribution,
             time_to_target=ran.target.summary() if ran.target else None,
             warmup_seconds=self.warmup_seconds(ran))
@@ -253,6 +271,11 @@ class TrainingLoop(TrainingHooks):
         return {"micro_batches": cell.accumulate, "micro_batch": cell.micro_batch,
                 "sync": cell.accumulate_sync, "syncs_per_step": cell.syncs_per_step,
                 "how": self.backend.traits.sync_modes.get(cell.accumulate_sync)}
+
+    def buckets(self) -> dict | None:
+        """What the cell's bucket_mb gave its library, in whole bytes (None: its own buckets)."""
+        return {"bytes": self.cell.bucket_bytes,
+                "through": self.backend.traits.bucket_knob} if self.cell.bucket_mb else None
 
     def compiled(self) -> dict:
         """Whether the step ran compiled, and by what (JAX's always is, whatever --compile)."""

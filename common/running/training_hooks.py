@@ -101,6 +101,12 @@ class TrainingHooks(abc.ABC):
         """[loss sum, correct count] of this process's replicas, as the framework's tensor or
         array (the collectives add them over the processes)."""
 
+    @abc.abstractmethod
+    def first_unfinite_step(self) -> int | None:
+        """The epoch's first step (1-based) after which this process's loss sum was no longer
+        finite, None while it is: counted on the device as the steps run (a host read per step
+        would stall a GPU's queue and change what is timed)."""
+
     @property
     @abc.abstractmethod
     def steps_per_epoch(self) -> int:

@@ -72,6 +72,7 @@ def main(job_path, out_dir):
         job = Job(cell=cell, model=model,
                   data=data_module.load(cell, model, backend.traits.framework.name),
                   threads_per_device=spec["threads_per_device"], launched_at=spec["launched_at"],
+                  omp_wait=spec["omp_wait"],
                   progress=ProgressReport(out_dir))
         limit_memory(limit, backend.traits.framework.module)
         print(f"xbench worker {os.getpid()}: {len(job.data.train_images)} training samples loaded; "

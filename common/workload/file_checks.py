@@ -122,7 +122,12 @@ def data_check(arrays, takes: dict, name: str) -> dict:
             raise UserError(f"{name}: data()['{part}']'s targets must be whole numbers from 0 to "
                             f"{takes['classes'] - 1} (its classes)")
         sizes[part] = len(inputs)
-        for array in as_trained(inputs, targets, takes["input_dtype"]):
+        trained = as_trained(inputs, targets, takes["input_dtype"])
+        if not np.isfinite(trained[0]).all():
+            raise UserError(f"{name}: data()['{part}']'s inputs hold values that are not finite "
+                            f"as {takes['input_dtype']} (NaN, inf, or beyond float32's 3.4e38): "
+                            f"every loss of a batch holding one would be too")
+        for array in trained:
             digest.update(array.tobytes())
     return {**sizes, "digest": digest.hexdigest()}
 

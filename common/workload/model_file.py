@@ -45,6 +45,7 @@ from xbench.common.workload.models import INPUT_SHAPES, NUM_CLASSES
 CACHE_ENV = "XBENCH_CACHE"
 DIGEST_CHARACTERS = 12
 DIGEST = re.compile(rf"@[0-9a-f]{{{DIGEST_CHARACTERS}}}$")
+SHORT_DIGEST = 8  # characters of the digest a table shows
 SYNTHETIC_TRAIN, SYNTHETIC_TEST = 8192, 1024  # random samples of a file without data()
 FACTS_VERSION = 3  # of what the describers count: a new version counts again
 INPUT_DTYPES = ("float32", "int64")
@@ -257,6 +258,16 @@ def reference(name: str) -> str:
 
 def file_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:DIGEST_CHARACTERS]
+
+
+def short_name(name: str) -> str:
+    """A model as a terminal's table shows it: a model file's `path@digest` as its file name and
+    the digest's start (vit.py@1a2b3c4d), so that a long path does not widen every line; xbench's
+    own models as they are."""
+    if not DIGEST.search(name):
+        return name
+    path, digest = split(name)
+    return f"{path.name}@{digest[:SHORT_DIGEST]}"
 
 
 def split(reference: str) -> tuple[Path, str]:

@@ -139,15 +139,28 @@ class ShownSection:
 
 
 def walk(section: Section, data: ReportData, draw: bool) -> ShownSection:
-    """What `section` shows of `data` (its figures made only where `draw`)."""
+    """What `section` shows of `data` (its figures made only where `draw`); where every run
+    was left out as contended, that is why each table is empty and each figure undrawn."""
+    because = all_contended(data)
     figures = []
     for figure in section.figures if draw else ():
         made = figure.make(data)
-        figures.append(ShownFigure(figure.name, figure.title, reason=made) if isinstance(made, str)
-                       else ShownFigure(figure.name, figure.title, *made))
+        figures.append(ShownFigure(figure.name, figure.title, reason=because or made)
+                       if isinstance(made, str) else ShownFigure(figure.name, figure.title, *made))
     return ShownSection(said(section.title, data), section.text(data), figures,
                         [ShownTable(t.name, said(t.title, data), valued(t.make(data)),
-                                    said(t.empty, data)) for t in section.tables])
+                                    because or said(t.empty, data)) for t in section.tables])
+
+
+def all_contended(data: ReportData) -> str | None:
+    """The reason nothing is usable where every run that ended ok was marked contended (a
+    section's own guess at why it is empty would be wrong), else None."""
+    frame = data.frame
+    if frame.empty or frame["usable"].any():
+        return None
+    contended = int(((frame["status"] == "ok") & frame["contended"]).sum())
+    return (f"{NO_ROWS}: all {contended} run(s) that ended ok were marked contended (other "
+            f"processes took their cores); --include-contended uses them") if contended else None
 
 
 def valued(made: Numbers | pd.DataFrame) -> Numbers:

@@ -1,0 +1,85 @@
+"""What predict, compare, the grid's table and the report's summary print on a terminal: aligned
+text within its width (COLUMNS 80 and 200) by default, Markdown only with `--format md`, no
+Markdown escapes in terminal text, and no word cut (real CLI runs on recorded and hand-made
+rows)."""
+import pytest
+
+from tests.helpers import REPO, xbench_here
+from tests.report_fixtures import known_rows, make_row, write_rows
+from xbench.common.backends.traits import TRAITS
+from xbench.common.grids.table import format_rows
+from xbench.common.results.store import read_rows
+
+RECORDED = REPO / "tests" / "data" / "repeats.jsonl"  # pt-single and pt-ddp, every run contended
+WIDTHS = (80, 200)
+
+
+def within(text: str, columns: int) -> None:
+    assert text.strip() and "\\_" not in text and "|---|" not in text, text
+    too_long = [line for line in text.splitlines() if len(line) > columns]
+    assert not too_long, too_long
+
+
+@pytest.mark.parametrize("columns", WIDTHS)
+def test_compare_prints_an_aligned_table_within_the_terminal(columns):
+    done = xbench_here("compare", RECORDED, RECORDED, env={"COLUMNS": str(columns)})
+    assert done.returncode == 0, done.stderr
+    within(done.stdout, columns)
+    words = done.stdout.split()
+    assert {"pt-single", "pt-ddp", "inconclusive", "(contended)"} <= set(words), done.stdout
+    if columns == 200:  # room for every row on one line
+        assert [line.split()[0] for line in done.stdout.splitlines()[2:]] == ["pt-single",
+                                                                            "pt-ddp"]
+
+
+def test_compare_prints_markdown_with_format_md():
+    done = xbench_here("compare", RECORDED, RECORDED, "--format", "md", env={"COLUMNS": "80"})
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("| backend | model |") and lines[1].startswith("|---|")
+    assert "| inconclusive (contended) |" in done.stdout
+
+
+@pytest.mark.parametrize("columns", WIDTHS)
+def test_predict_prints_text_within_the_terminal(tmp_path, columns):
+    """Hand-made rows of a model file (its name has an underscore Markdown would escape), with
+    the published records: their long titles and sources too."""
+    rows = [{**row, "model": "/home/someone/models/mlp_mnist.py@0123456789ab"}
+            for row in known_rows()]
+    results = write_rows(tmp_path / "r.jsonl", rows)
+    done = xbench_here("predict", results, "--link", "ib-ndr", "--devices", "1,8",
+                       "--published", env={"COLUMNS": str(columns)})
+    assert done.returncode == 0, done.stderr
+    within(done.stdout, columns)
+    assert "mlp_mnist.py@01234567" in done.stdout and "/home/someone" not in done.stdout
+    assert "Predicted, not measured" in done.stdout and "Goyal et al. 2017" in done.stdout
+    markdown = xbench_here("predict", results, "--link", "ib-ndr", "--devices", "1,8",
+                           "--format", "md", env={"COLUMNS": str(columns)})
+    assert markdown.returncode == 0, markdown.stderr
+    assert "| A | pt-ddp | /home/someone/models/mlp\\_mnist.py@0123456789ab |" in markdown.stdout
+
+
+@pytest.mark.parametrize("columns", WIDTHS)
+def test_the_grids_table_of_recorded_rows_flags_each_contended_row(columns):
+    rows = read_rows(RECORDED)[0]
+    text = format_rows(rows, columns)
+    within(text, columns)
+    assert "\n6 of 6 rows contended (other work took their cores)" in text
+    assert text.split().count("yes") == 6  # the contended column, or each row's block
+
+
+def test_a_long_reason_in_the_reports_summary_is_cut_between_words(tmp_path):
+    """The unsupported pt-dp cell's reason (from its traits) behind a long cell key: the summary's
+    line keeps whole words, and says it was cut."""
+    reason = (f"unsupported: pt-dp with 2 devices on cpu: "
+              f"{TRAITS['pt-dp'].several_devices_need_gpus}; {'and more words ' * 8}")
+    results = write_rows(tmp_path / "r.jsonl", [
+        *known_rows()[:3], make_row(backend="pt-dp", devices=2, status="unsupported",
+                                    error=reason)])
+    done = xbench_here("report", results, "--out", tmp_path / "out", "--format", "md")
+    assert done.returncode == 0, done.stderr
+    [line] = [line for line in done.stdout.splitlines() if "pt-dp" in line and " r0: " in line]
+    said = line.split(": unsupported: ", 1)[1]
+    kept = said.removesuffix(" …")
+    assert said.endswith(" …") and reason.startswith(kept), line
+    assert reason[len(kept)] == " " and "CPU mode" in kept  # the cut fell between words
