@@ -18,6 +18,7 @@ from xbench.cli.report import report
 from xbench.common.backends.frameworks import FRAMEWORKS
 from xbench.common.backends.traits import TRAITS
 from xbench.common.errors import UserError
+from xbench.common.running.runner import stop_on_signals
 
 
 def group_help() -> str:
@@ -58,16 +59,18 @@ for command in (grid, probe, list_models, profile, list_backends, data_group, ex
 
 
 def run():
-    """Entry point: user errors print one message and exit 2, never a traceback. NO_COLOR (any
-    value) turns colour off, as https://no-color.org asks."""
+    """Entry point: user errors print one message and exit 2, never a traceback; Ctrl-C and
+    SIGTERM, whenever they come, stop what runs (its processes ended) and exit 130. NO_COLOR
+    (any value) turns colour off, as https://no-color.org asks."""
     color = False if os.environ.get("NO_COLOR") else None
     state = {}
     try:
-        main(standalone_mode=False, color=color, obj=state)
+        with stop_on_signals():
+            main(standalone_mode=False, color=color, obj=state)
     except UserError as e:
         click.secho(f"error: {e}", fg="red", err=True, color=color)
         sys.exit(2)
-    except (click.exceptions.Abort, KeyboardInterrupt):  # Ctrl-C, or SIGTERM while measuring
+    except (click.exceptions.Abort, KeyboardInterrupt):  # Ctrl-C, or SIGTERM
         resumes = state.get("command") == "grid"
         click.echo("interrupted: what was running was stopped and nothing half-written was kept"
                    + ("; run the same command again to resume" if resumes else ""), err=True)

@@ -1,7 +1,7 @@
 """`python -m xbench.jax_backend.user_model FILE`: a user's model file's keras() as Keras on JAX
 builds it, for keras-jax (common.workload.model_file): the checks and counts of Keras on
 TensorFlow (keras_models.file_facts), and XLA's cost analysis of a forward pass (compiled for
-the CPU, batch 1, as jax_backend.models.describe counts xbench's own models), printed as JSON.
+the CPU, batch 1, as jax_backend.models.describe counts xbench's own models), answered as JSON.
 A keras() that fails here after TensorFlow's describer took it (a TensorFlow op in a layer, say)
 is not served on JAX: keras-jax's cells are `unsupported`, with why, and the grid goes on.
 jax-single, jax-dp and jax-multiprocess train Flax models and take no model file."""

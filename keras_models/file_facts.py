@@ -37,6 +37,9 @@ def counted(model, takes: dict, path: Path,
     if shape != wanted:
         raise UserError(f"{path.name}: keras()'s model returned {shape or type(logits).__name__} "
                         f"for a batch of {BATCH}; its targets and classes need logits of {wanted}")
+    if not model.trainable_variables:  # what every cell would fail on: nothing to train
+        raise UserError(f"{path.name}: keras()'s model has no trainable weights: there is "
+                        f"nothing to train")
     flops, how = forward_flops(model, takes)
     return {"params": sum(math.prod(v.shape) for v in model.trainable_variables),
             "tensor_shapes": [list(v.shape) for v in model.trainable_variables],

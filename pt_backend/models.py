@@ -142,10 +142,16 @@ def spec_network(model: SpecModel, seed: int) -> nn.Module:
 
 
 def file_network(model: ModelFile, seed: int) -> nn.Module:
-    torch.manual_seed(seed)  # every rank draws the same weights (pt-fsdp broadcasts none)
+    seed_generators(seed)  # every rank draws the same weights (pt-fsdp broadcasts none)
+    return model.build("pytorch")
+
+
+def seed_generators(seed: int) -> None:
+    """What each process seeds before a model file's pytorch() (its describer too, at 0): torch,
+    numpy's global generator and Python's `random`, as docs/your-model.md says."""
+    torch.manual_seed(seed)
     random.seed(seed)
     np.random.seed(seed)
-    return model.build("pytorch")
 
 
 def batchnorm_statistics(model: nn.Module) -> list[torch.Tensor]:

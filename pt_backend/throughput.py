@@ -1,13 +1,13 @@
 """`python -m pt_backend.throughput MODEL BATCH STEPS`: a short measured training throughput of a
 model on this machine's CPU (the plain module, Adam, a batch shaped as the model's samples),
-printed as JSON.
+answered as JSON (common.children.answer).
 `xbench grid --dry-run` uses it to estimate cells for which no earlier rows exist."""
-import json
 import sys
 import time
 
 import torch
 
+from xbench.common.children import answer
 from xbench.common.workload.resolve import resolve_model
 from xbench.pt_backend.models import build_model, build_optimizer, example_input
 from xbench.pt_backend.train import mean_loss
@@ -32,5 +32,5 @@ def samples_per_second(model_name: str, batch: int, steps: int) -> float:
 
 if __name__ == "__main__":
     name, batch, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    print(json.dumps({"model": name, "batch": batch,
-                      "samples_per_second": samples_per_second(name, batch, steps)}))
+    answer({"model": name, "batch": batch,
+            "samples_per_second": samples_per_second(name, batch, steps)})

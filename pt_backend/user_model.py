@@ -1,8 +1,9 @@
 """`python -m xbench.pt_backend.user_model FILE`: a user's model file as PyTorch builds it
 (common.workload.model_file): its pytorch() checked, the model built once and run on a batch of
 2, its parameters, tensor shapes, what torch's FlopCounterMode counts of a forward pass and the
-activations autograd keeps for the backward pass, printed as JSON. Exit 2 with one line where
-the file is wrong."""
+activations autograd keeps for the backward pass, answered as JSON (common.children.answer);
+a wrong file is answered in one line."""
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -12,6 +13,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from xbench.common.errors import UserError
 from xbench.common.workload.file_checks import run_describer
+from xbench.pt_backend.models import seed_generators
 
 BATCH = 2
 
@@ -42,6 +44,9 @@ def count(model, takes: dict, path: Path) -> dict:
         raise UserError(f"{path.name}: pytorch()'s model returned {got} for a batch of {BATCH}; "
                         f"its targets and classes need logits of {wanted}")
     parameters = [p for p in model.parameters() if p.requires_grad]
+    if not parameters:  # what every cell would fail on: nothing for the optimizer to train
+        raise UserError(f"{path.name}: pytorch()'s model has no trainable weights (no "
+                        f"parameter requires grad): there is nothing to train")
     counter, kept = FlopCounterMode(display=False), {}
     with sdpa_kernel(SDPBackend.MATH), counter, torch.no_grad():
         model(inputs)
@@ -67,4 +72,4 @@ def count(model, takes: dict, path: Path) -> dict:
 
 
 if __name__ == "__main__":
-    run_describer("pytorch", lambda: torch.manual_seed(0), count)
+    run_describer("pytorch", partial(seed_generators, 0), count)

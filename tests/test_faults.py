@@ -327,6 +327,55 @@ def test_ctrl_c_and_sigterm_stop_the_cell_resume_runs_the_rest_force_reruns(
     assert "b64" in interrupt(forced, results, mark, signal.SIGTERM)
 
 
+# A model file that starts a process at import (it carries the test's mark), and, in the process
+# PHASE names (its describer or the dry run's throughput probe), says so in READY and sleeps.
+SPAWNING = """import pathlib, subprocess, sys, time
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+if "PHASE" in sys.argv[0]:
+    pathlib.Path("READY").touch()
+    time.sleep(600)
+
+
+def pytorch():
+    from torch import nn
+    return {"model": nn.Linear(8, 3), "inputs": ((8,), "float32"), "classes": 3}
+"""
+
+
+def dry_run_of(model, tmp_path):
+    return ["grid", "--preset", "smoke", "--model", model, "--data", "synthetic", "--backend",
+            "pt-ddp", "--devices", "1", "--results", tmp_path / "r.jsonl", "--dry-run"]
+
+
+def test_a_model_files_processes_end_with_its_describers_and_probe(tmp_path, mark):
+    """Each describer, and the dry run's throughput probe, is ended with its process group:
+    what the file started at import is gone when the dry run has its answer."""
+    path = tmp_path / "model.py"
+    path.write_text(SPAWNING.replace("PHASE", "no such process"))
+    done = xbench_here(*dry_run_of(path, tmp_path),
+                       env={"XBENCH_TEST_MARK": mark, "XBENCH_CACHE": str(tmp_path / "cache")})
+    assert done.returncode == 0 and "1 to run" in done.stdout, done.stderr
+    assert_none_left(mark, within=30)
+
+
+@pytest.mark.parametrize("phase", ["user_model", "throughput"])
+def test_sigterm_while_a_model_file_is_described_or_probed_is_ctrl_c(phase, tmp_path, mark):
+    """SIGTERM while PyTorch's describer imports the file (or the dry run's probe does): exit
+    130 with the interrupted line, as Ctrl-C, and no process of the command is left."""
+    ready = tmp_path / "ready"
+    path = tmp_path / "model.py"
+    path.write_text(SPAWNING.replace("PHASE", phase).replace("READY", str(ready)))
+    driver = subprocess.Popen([*XBENCH, *map(str, dry_run_of(path, tmp_path))], cwd=REPO,
+                              env=environment(mark, XBENCH_CACHE=str(tmp_path / "cache")),
+                              text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wait_for(f"the {phase} process to import the file", ready.exists)
+    driver.send_signal(signal.SIGTERM)
+    _, stderr = driver.communicate(timeout=SLOW)
+    assert driver.returncode == 130, stderr
+    assert "interrupted: what was running was stopped" in stderr and "Traceback" not in stderr
+    assert_none_left(mark, within=30)
+
+
 # --- a rank killed, a runner killed, a rank hung ------------------------------------------------
 
 def test_a_killed_rank_fails_its_cell_and_a_killed_runner_leaves_nothing(shared_results, mnist_dir,

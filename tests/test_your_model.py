@@ -7,10 +7,14 @@ import json
 import os
 import textwrap
 
+import numpy as np
 import pytest
 
 from tests.helpers import REPO, xbench, xbench_here
 from xbench.common.results.store import read_rows
+from xbench.common.workload.data import model_file_data
+from xbench.common.workload.model_file import NotDescribed
+from xbench.common.workload.resolve import resolve_model
 
 EXAMPLE = REPO / "examples" / "vit_mnist.py"
 SLICE = 1024
@@ -92,6 +96,22 @@ BAD_FILES = {
     "data() inputs of the wrong type": (MLP.replace(".astype(np.float32)", " > 0"),
                                         "data()['train']'s inputs are bool; the model takes "
                                         "float32"),
+    "data() of complex numbers": (MLP.replace(".astype(np.float32)", ".astype(np.complex64)"),
+                                 "data()['train']'s inputs are complex64; the model takes "
+                                 "float32"),
+    "an os._exit at import": ("import os\nos._exit(3)\n",
+                              "model.py: building its pytorch() model in PyTorch, its process "
+                              "ended with exit code 3 without an answer"),
+    "an atexit hook that ends the process": (
+        "import atexit, os\natexit.register(lambda: os._exit(3))\n" + MLP,
+        "model.py: building its pytorch() model in PyTorch, its process ended with exit code 3 "
+        "after it answered"),
+    "a model with no trainable weights": (
+        MLP.replace("nn.Linear(32, 3))", "nn.Linear(32, 3)).requires_grad_(False)"),
+        "model.py: pytorch()'s model has no trainable weights"),
+    "a Keras model with no trainable weights": (
+        KERAS_MLP.replace("    return {", "    model.trainable = False\n    return {"),
+        "model.py: keras()'s model has no trainable weights"),
     "data() with a NaN input": (MLP.replace("    y = (x", "    x[3, 2] = np.nan\n    y = (x"),
                                 "data()['train']'s inputs hold values that are not finite as "
                                 "float32 (NaN, inf, or beyond float32's 3.4e38)"),
@@ -131,6 +151,66 @@ def test_a_model_that_is_not_there_or_does_not_fit_the_data_is_one_line(argument
                        "--results", tmp_path / "r.jsonl", env=cache)
     assert (done.returncode, "Traceback" in done.stderr) == (2, False), done.stderr
     assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+# What the user's code prints is no answer: a line with no newline, an atexit hook printing an
+# empty object (the describer's answer travels on a file of its own).
+CHATTY = """import atexit
+print("loading... ", end="")
+atexit.register(lambda: print("{}"))
+"""
+
+
+def test_what_a_model_file_prints_is_no_answer_and_data_may_use_numpys_generator(
+        tmp_path, cache, monkeypatch):
+    """A file that prints at import and at exit is described; a data() drawing from numpy's
+    global generator returns in every rank (model_file_data, what each calls) the arrays its
+    describer checked, whatever ran before."""
+    path = model_file(tmp_path, CHATTY + MLP.replace("rng = np.random.default_rng(0)",
+                                                     "rng = np.random"))
+    done = xbench_here("grid", "--preset", "smoke", "--model", path, "--data", "model",
+                       "--backend", "pt-ddp", "--devices", 1, "--max-train-samples", 0,
+                       "--results", tmp_path / "r.jsonl", "--dry-run", env=cache)
+    assert done.returncode == 0 and "1 to run" in done.stdout, done.stderr
+    monkeypatch.setenv("XBENCH_CACHE", cache["XBENCH_CACHE"])
+    np.random.seed(12345)  # a rank's generator is wherever its process left it
+    assert model_file_data(resolve_model(str(path))).train_images.shape == (512, 8)
+
+
+# an empty object, a list, a truncated file, a wrong type (None: classes "3"), no facts built
+DAMAGED = ["{}", "[1, 2]", '{"path": "/x", "di', None, '{"built": {}}']
+
+
+def test_a_damaged_kept_model_is_described_again(tmp_path, cache, monkeypatch):
+    """Each damage is no model (read as each process reads it); the grid describes it again."""
+    path = model_file(tmp_path, MLP)
+    arguments = ("grid", "--preset", "smoke", "--model", path, "--data", "model", "--backend",
+                 "pt-ddp", "--devices", 1, "--max-train-samples", 0, "--results",
+                 tmp_path / "r.jsonl", "--dry-run")
+    assert xbench_here(*arguments, env=cache).returncode == 0
+    [kept] = (tmp_path / "cache" / "models").glob("*.json")
+    whole = json.loads(kept.read_text())
+    monkeypatch.setenv("XBENCH_CACHE", cache["XBENCH_CACHE"])
+    for text in DAMAGED:
+        kept.write_text(text or json.dumps({**whole, "classes": "3"}))
+        with pytest.raises(NotDescribed, match="is damaged"):
+            resolve_model(str(path))
+    done = xbench_here(*arguments, env=cache)
+    assert done.returncode == 0 and "1 to run" in done.stdout, done.stderr
+    assert json.loads(kept.read_text()) == whole
+
+
+@pytest.mark.parametrize("where, message", [
+    ("a file", "Not a directory"), ("/proc/xbench", "No such file or directory")])
+def test_a_cache_that_cannot_be_written_is_one_line(where, message, tmp_path):
+    cache = tmp_path / "a file" if where == "a file" else where
+    (tmp_path / "a file").write_text("")
+    done = xbench_here("grid", "--preset", "smoke", "--model", model_file(tmp_path, MLP),
+                       "--data", "synthetic", "--backend", "pt-ddp", "--results",
+                       tmp_path / "r.jsonl", "--dry-run", env={"XBENCH_CACHE": str(cache)})
+    assert (done.returncode, "Traceback" in done.stderr) == (2, False), done.stderr
+    assert f"cannot keep what xbench finds of model.py in XBENCH_CACHE ({cache}): {message}" \
+        in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
 def test_profile_says_it_times_only_xbenchs_own_models(tmp_path, cache):

@@ -1,8 +1,8 @@
 """`python -m xbench.tf_backend.user_model FILE`: a user's model file as Keras on TensorFlow
 builds it (common.workload.model_file): its keras() checked, the model built once and run on a
 batch of 2, its parameters and tensor shapes (keras_models.file_facts) and TensorFlow's own count
-of a forward pass's floating-point operations (its profiler on the traced graph), printed as
-JSON. Exit 2 with one line where the file is wrong."""
+of a forward pass's floating-point operations (its profiler on the traced graph), answered as
+JSON (common.children.answer); a wrong file is answered in one line."""
 from functools import partial
 
 import tensorflow as tf

@@ -4,16 +4,24 @@ within a time limit, says what it takes and what it counted; a wrong file is one
 from __future__ import annotations
 
 import importlib.util
-import json
 import math
-import subprocess
+import signal
 import sys
+from pathlib import Path
 
-from xbench.common.backends.frameworks import FRAMEWORKS
+from xbench.common.backends.frameworks import FRAMEWORKS, Framework
+from xbench.common.children import ask
 from xbench.common.errors import UserError
-from xbench.common.workload.file_checks import NOT_SERVED
 from xbench.common.workload.model import Model
-from xbench.common.workload.model_file import ModelFile, NotDescribed, split
+from xbench.common.workload.model_file import (
+    DESCRIBED,
+    ModelFile,
+    NotDescribed,
+    cache_written,
+    facts_problem,
+    kept_path,
+    split,
+)
 from xbench.common.workload.resolve import model_name, resolve_model
 
 DESCRIBE_SECONDS = 300  # one framework's construction of the model, in its child process
@@ -40,28 +48,19 @@ def check_fits(data: str, name: str) -> None:
 def build(reference: str) -> ModelFile:
     """The model file `reference` names, built in each framework installed here, and kept."""
     path, digest = split(reference)
+    with cache_written(path.name):  # before any describer: what it found could not be kept
+        kept_path(digest).parent.mkdir(parents=True, exist_ok=True)
     built, not_served, takes, absent = {}, {}, None, []
     for framework in FRAMEWORKS:
-        function = framework.model_function
         if importlib.util.find_spec(framework.module) is None:
             not_served[framework.name] = f"{framework.name} is not installed here"
             absent.append(framework.name)
             continue
-        try:
-            done = subprocess.run([sys.executable, "-m", framework.describer, str(path)],
-                                  capture_output=True, text=True, timeout=DESCRIBE_SECONDS)
-        except subprocess.TimeoutExpired:
-            raise UserError(f"{path.name}: building its {function}() model took more than "
-                            f"{DESCRIBE_SECONDS} s") from None
-        said = done.stderr.strip().splitlines()
-        if done.returncode == NOT_SERVED:
-            not_served[framework.name] = said[-1]
+        said = describer_answer(framework, path)
+        if "not_served" in said:
+            not_served[framework.name] = said["not_served"]
             continue
-        printed = done.stdout.strip().splitlines()
-        if done.returncode != 0 or not printed:
-            raise UserError(said[-1] if said else f"{path.name}: building its {function}() "
-                            f"model ended with exit code {done.returncode} and said nothing")
-        found = json.loads(printed[-1])
+        found = said["facts"]
         sample = {key: found.pop(key) for key in ("input_dtype", "target_shape", "classes",
                                                   "data")}
         # the same samples, each framework's image layout aside (Keras' channels last)
@@ -82,3 +81,35 @@ def build(reference: str) -> ModelFile:
         target_shape=tuple(takes["target_shape"]), classes=takes["classes"], data=takes["data"],
         built=built, not_served=not_served).keep()
 
+
+def describer_answer(framework: Framework, path: Path) -> dict:
+    """What `framework`'s describer, a process of its own, answered of the file at `path`:
+    {"facts": what it found} or {"not_served": why}. Whatever else happens (the file's code
+    ends the process, prints, leaves a process running, takes too long) is one line naming the
+    file."""
+    building = f"{path.name}: building its {framework.model_function}() model"
+    ended = ask([sys.executable, "-m", framework.describer, str(path)], DESCRIBE_SECONDS)
+    said = ended.answer if isinstance(ended.answer, dict) else {}
+    if ended.returncode is None:
+        raise UserError(f"{building} took more than {DESCRIBE_SECONDS} s")
+    if isinstance(said.get("refused"), str):
+        raise UserError(one_line(said["refused"]))
+    if isinstance(said.get("not_served"), str):
+        return {"not_served": one_line(said["not_served"])}
+    how = (f"was killed by signal {-ended.returncode} ({signal.strsignal(-ended.returncode)})"
+           if ended.returncode < 0 else f"ended with exit code {ended.returncode}")
+    if "facts" not in said or ended.returncode != 0:
+        last = f"; its last words: {one_line(ended.last_words)}" if ended.last_words else ""
+        raise UserError(f"{building} in {framework.title}, its process "
+                        + (f"{how} after it answered (an atexit hook or a thread of the file?)"
+                           if "facts" in said else f"{how} without an answer{last}"))
+    problem = facts_problem(said["facts"], DESCRIBED, "facts")
+    if problem:
+        raise UserError(f"{building} in {framework.title}: its describer answered what xbench "
+                        f"cannot read ({problem})")
+    return said
+
+
+def one_line(text: str) -> str:
+    """A message of the user's code in one line (an exception's text may have several)."""
+    return " ".join(text.split())

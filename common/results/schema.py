@@ -5,7 +5,6 @@ of it (`make_row`, called by the runner alone), and the one validator every read
 The field list below is written once and used to write, to validate on read, and by the tests.
 """
 import dataclasses
-import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -13,6 +12,19 @@ from typing import Any
 from xbench.common.grids.settings import IN_ROW
 from xbench.common.measuring.attribution import PARTS
 from xbench.common.results.upgrades import CURRENT
+from xbench.common.shapes import (
+    BOOL,
+    NUMBER,
+    POSITIVE,
+    TEXT,
+    WHOLE,
+    Each,
+    Maybe,
+    Range,
+    is_kind,
+    shape_problem,
+    shown,
+)
 from xbench.common.workload.resolve import resolve_model
 
 SCHEMA_VERSION = CURRENT  # the last of common.results.upgrades' named upgrades
@@ -21,11 +33,6 @@ OLDER_VERSIONS = {1: "schema 1 rows come from an xbench whose 1-device cells of 
                     "MirroredStrategy, whose frameworks started from different initial weights, "
                     "and which recorded no contention; run the grid again"}
 STATUSES = ("ok", "failed", "timeout", "oom", "unsupported")
-
-NUMBER = (int, float)
-TEXT = (str,)
-WHOLE = (int,)
-BOOL = (bool,)
 
 
 @dataclass
@@ -106,38 +113,12 @@ AT_LEAST_ONE = ("dataset_multiple", "global_batch", "per_device_batch", "nodes",
                 "world_size", "params")
 
 
-class Maybe:
-    """A nested value that may be null."""
-    def __init__(self, shape):
-        self.shape = shape
-
-
-class Each:
-    """An object whose keys are any text and whose values all have `shape` (a package list)."""
-    def __init__(self, shape):
-        self.shape = shape
-
-
-class Range:
-    """A number from `low` to `high` (NaN is none): a count, a share, an accuracy, seconds."""
-    def __init__(self, kinds: tuple, low: float, high: float = math.inf):
-        self.kinds, self.low, self.high = kinds, low, high
-
-    def problem(self, value: Any, where: str) -> str | None:
-        if _is(value, self.kinds) and self.low <= value <= self.high:
-            return None
-        kind = "a whole number" if self.kinds is WHOLE else "a number"
-        bound = f"from {self.low:g}" + ("" if math.isinf(self.high) else f" to {self.high:g}")
-        return f"'{where}' is {_shown(value)}, not {kind} {bound}"
-
-
 COUNT, SECONDS, SHARE = Range(WHOLE, 1), Range(NUMBER, 0), Range(NUMBER, 0, 1)
 RATE = NATS = SECONDS  # samples/s, a cross-entropy: from 0 too
 # what a row's numbers can be
 RANGES = {"test_accuracy": SHARE, "test_loss": NATS, "train_samples": COUNT,
           "startup_seconds": SECONDS, "step_time_p50": SECONDS, "step_time_p90": SECONDS,
           "cell_seconds": SECONDS, "peak_memory_bytes": Range(WHOLE, 0)}
-POSITIVE = "a positive number"  # a finite number above 0 (an epoch's seconds)
 # The nested values readers use, by shape: a tuple of types, POSITIVE, an object {key: shape}
 # (a key ending in '?' may be absent; other keys are allowed), [shape] a list of them, Maybe,
 # Each. What a reader takes from a row is checked here, so a wrong value is a skipped line.
@@ -246,12 +227,12 @@ def row_problem(row: Any) -> str | None:
     if version in OLDER_VERSIONS:
         return OLDER_VERSIONS[version]
     if version != SCHEMA_VERSION:
-        shown = version if abs(version) < 10 ** 9 else "(a very large number)"
-        return (f"schema_version {shown} is not {SCHEMA_VERSION}, the version this xbench "
+        given = version if abs(version) < 10 ** 9 else "(a very large number)"
+        return (f"schema_version {given} is not {SCHEMA_VERSION}, the version this xbench "
                 f"reads; report it with the xbench that wrote it")
     status = row.get("status")
     if status not in STATUSES:
-        return f"status {_shown(status)} is not one of {', '.join(STATUSES)}"
+        return f"status {shown(status)} is not one of {', '.join(STATUSES)}"
     for name, (kinds, required) in FIELDS.items():
         if name not in row:
             return f"no '{name}' field"
@@ -260,7 +241,7 @@ def row_problem(row: Any) -> str | None:
             if not _may_be_null(required, status):
                 return f"'{name}' is null in a row with status {status!r}"
             continue
-        if not _is(value, kinds):
+        if not is_kind(value, kinds):
             return (f"'{name}' is {type(value).__name__}, not "
                     f"{' or '.join(k.__name__ for k in kinds)}")
         problem = shape_problem(value, NESTED[name], name) if name in NESTED else None
@@ -288,54 +269,6 @@ def row_problem(row: Any) -> str | None:
     return None
 
 
-def shape_problem(value: Any, shape: Any, where: str) -> str | None:
-    """What is wrong with `value` as a value of `shape` (see NESTED), naming where it is
-    ('epochs[2].contention.contended'), or None."""
-    if isinstance(shape, Maybe):
-        return None if value is None else shape_problem(value, shape.shape, where)
-    if isinstance(shape, Range):
-        return shape.problem(value, where)
-    if shape is POSITIVE:
-        if not (_is(value, NUMBER) and value > 0):
-            return f"'{where}' is {_shown(value)}, not a positive number"
-        return None
-    if isinstance(shape, tuple):
-        if not _is(value, shape):
-            return (f"'{where}' is {_shown(value)}, not "
-                    f"{' or '.join(k.__name__ for k in shape)}")
-        return None
-    if isinstance(shape, list):
-        if not isinstance(value, list):
-            return f"'{where}' is {type(value).__name__}, not a list"
-        return next(filter(None, (shape_problem(item, shape[0], f"{where}[{index}]")
-                                  for index, item in enumerate(value, 1))), None)
-    if not isinstance(value, dict):
-        return f"'{where}' is {type(value).__name__}, not an object"
-    if isinstance(shape, Each):
-        return next(filter(None, (shape_problem(item, shape.shape, f"{where}.{key}")
-                                  for key, item in value.items())), None)
-    for key, inner in shape.items():
-        name = key.rstrip("?")
-        if name not in value:
-            if key.endswith("?"):
-                continue
-            return f"'{where}' has no '{name}'"
-        problem = shape_problem(value[name], inner, f"{where}.{name}")
-        if problem:
-            return problem
-    return None
-
-
-def _shown(value) -> str:
-    """A value in a message: short, whatever it is."""
-    if isinstance(value, (dict, list)):
-        return f"a{'n object' if isinstance(value, dict) else ' list'}"
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10 ** 9:
-        return "a very large number"
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 def _valid_text(value) -> bool:
     """True if every string (and key) in `value` can be written as UTF-8."""
     if isinstance(value, str):
@@ -354,11 +287,3 @@ def _valid_text(value) -> bool:
 def _may_be_null(required: str, status: str) -> bool:
     return (required == "never" or (required == "ok" and status != "ok")
             or (required == "not ok" and status == "ok"))
-
-
-def _is(value, kinds) -> bool:
-    if isinstance(value, bool):
-        return bool in kinds
-    if isinstance(value, float) and not math.isfinite(value):
-        return False
-    return isinstance(value, kinds)

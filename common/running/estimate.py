@@ -9,25 +9,26 @@ training throughput of the model on this machine (pt_backend.throughput, a few s
 """
 from __future__ import annotations
 
-import json
 import math
 import socket
 import statistics
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from xbench.common.backends.start import Start
+from xbench.common.children import ask
 from xbench.common.grids.cell import Cell, threads_per_device
 from xbench.common.machine import cpu_cores
 from xbench.common.results.store import read_rows, results_files
 from xbench.common.running.launch import Launcher, refused
 from xbench.common.running.progress import duration
+from xbench.common.shapes import NUMBER, is_kind
 from xbench.common.workload.data import train_samples
 from xbench.common.workload.resolve import resolve_model
 
 PROBE_BATCH, PROBE_STEPS = 128, 20
+PROBE_SECONDS = 600  # the probe's own limit: a few seconds here, far more on a busy machine
 PROBE_OVERHEAD_SECONDS = 15  # launch, imports, data, test accuracy: what a probe does not see
 
 
@@ -98,14 +99,13 @@ def from_rows(cell: Cell, rows: list[dict]) -> Estimate | None:
 
 
 def probe(model: str) -> float | None:
-    """Samples per second of `model` on this machine's CPU (None without PyTorch)."""
-    done = subprocess.run([sys.executable, "-m", "xbench.pt_backend.throughput", model,
-                           str(PROBE_BATCH), str(PROBE_STEPS)],
-                          capture_output=True, text=True, timeout=600,
-                          cwd=Path(__file__).resolve().parents[2])
-    if done.returncode != 0:
-        return None
-    return json.loads(done.stdout.strip().splitlines()[-1])["samples_per_second"]
+    """Samples per second of `model` on this machine's CPU (None without PyTorch, or where the
+    probe gave no rate: a model file's pytorch() that fails there, say). The probe is a process
+    of its own, ended whole, a model file's processes too, however it ends."""
+    ended = ask([sys.executable, "-m", "xbench.pt_backend.throughput", model, str(PROBE_BATCH),
+                 str(PROBE_STEPS)], PROBE_SECONDS)
+    rate = ended.answer.get("samples_per_second") if isinstance(ended.answer, dict) else None
+    return rate if ended.returncode == 0 and is_kind(rate, NUMBER) and rate > 0 else None
 
 
 def estimate(cells: list[Cell], results_path: Path, resume: bool,

@@ -1,8 +1,8 @@
-"""A cell's process tree: started so that nothing outlives the driver, found by the token in
-its environment, and ended whole (SIGTERM, a grace period, SIGKILL), with Ctrl-C held meanwhile;
-its scratch folder, which a later grid removes where the grid that made it was killed."""
+"""A cell's process tree: started so that nothing outlives the driver (common.children), found
+by the token in its environment, and ended whole (SIGTERM, a grace period, SIGKILL), with Ctrl-C
+held meanwhile; its scratch folder, which a later grid removes where the grid that made it was
+killed."""
 import contextlib
-import ctypes
 import json
 import os
 import shutil
@@ -18,7 +18,6 @@ from pathlib import Path
 import psutil
 
 KILL_GRACE_SECONDS = 5
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
 SCRATCH_PREFIX = "xbench-cell-"
 SCRATCH_OWNER = "xbench-owner.json"  # in a scratch folder: the grid and the cell it belongs to
 
@@ -29,29 +28,6 @@ class Ended:
     returncode: int | None
     timed_out: bool = False
     how: str = ""
-
-
-def end_with(driver_pid: int, sig: int = signal.SIGTERM):
-    """A preexec_fn: the started process gets `sig` when `driver_pid` dies, even by SIGKILL,
-    so nothing runs on orphaned (a launcher such as torchrun ends its ranks on SIGTERM)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-
-    def preexec():
-        libc.prctl(PR_SET_PDEATHSIG, sig)
-        if os.getppid() != driver_pid:  # the driver died before prctl took effect
-            os._exit(1)
-    return preexec
-
-
-@contextlib.contextmanager
-def signals_held():
-    """Hold Ctrl-C and SIGTERM until the block ends (then they act): a second, impatient Ctrl-C
-    must not cut short the ending of a cell's processes."""
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def cell_processes(token: str) -> list[int]:

@@ -17,6 +17,7 @@ import uuid
 from pathlib import Path
 
 from xbench.common.backends.start import Start
+from xbench.common.children import signals_held
 from xbench.common.errors import UserError
 from xbench.common.grids.cell import Cell, threads_per_device
 from xbench.common.measuring.attribution import split_text
@@ -28,7 +29,7 @@ from xbench.common.running.claims import Claims
 from xbench.common.running.launch import Launcher, refused
 from xbench.common.running.load import omp_environment, omp_wait
 from xbench.common.running.local import LocalLauncher
-from xbench.common.running.processes import remove_dead_scratch, scratch_folder, signals_held
+from xbench.common.running.processes import remove_dead_scratch, scratch_folder
 from xbench.common.running.progress import GridProgress
 from xbench.common.workload.resolve import resolve_model
 
@@ -331,9 +332,9 @@ def cores_text(cores: list[int]) -> str:
 
 @contextlib.contextmanager
 def stop_on_signals():
-    """Turn SIGTERM into KeyboardInterrupt while a grid, a probe or a profile runs, so both
-    stop the running cell (its processes are killed in `launch`), clean up its temporary
-    folders and write nothing half-done."""
+    """Turn SIGTERM into KeyboardInterrupt while a command (cli.main), a grid, a probe or a
+    profile runs, so both stop the running cell or child (its processes are killed in `launch`,
+    or common.children.ask), clean up its temporary folders and write nothing half-done."""
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         yield

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from xbench.common.children import signals_held
 from xbench.common.errors import UserError
 from xbench.common.grids.cell import Cell
-from xbench.common.running.processes import Ended, signals_held
+from xbench.common.running.processes import Ended
 from xbench.common.workload import faults
 
 if TYPE_CHECKING:

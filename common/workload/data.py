@@ -9,14 +9,13 @@ import numpy as np
 
 from xbench.common.errors import UserError
 from xbench.common.workload.cifar10 import load_cifar10
-from xbench.common.workload.file_checks import as_trained, data_check
+from xbench.common.workload.file_checks import as_trained, data_check, seeded_data
 from xbench.common.workload.mnist import load_mnist
 from xbench.common.workload.model import Model
 from xbench.common.workload.model_file import (
     SYNTHETIC_TEST,
     SYNTHETIC_TRAIN,
     ModelFile,
-    call,
     import_file,
 )
 from xbench.common.workload.models import INPUT_SHAPES, VOCAB
@@ -86,7 +85,7 @@ def model_file_data(model: ModelFile) -> Images:
     takes = {**model.by(), "input_dtype": model.input_dtype, "target_shape": model.target_shape,
              "classes": model.classes}
     name = Path(model.path).name
-    arrays = call(import_file(model.name), "data", Path(model.path))
+    arrays = seeded_data(import_file(model.name), Path(model.path))
     if data_check(arrays, takes, name)["digest"] != model.data["digest"]:
         raise UserError(f"{name}: data() returned other arrays than when the grid checked it; "
                         f"every rank calls it, so it must return the same arrays each time")

@@ -4,7 +4,7 @@ jax_backend.user_model) and by a worker reading the file's data() (common.worklo
 flow a describer shares (`run_describer`), the framework's part (building and counting the
 model) passed in."""
 import hashlib
-import json
+import random
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +12,7 @@ from types import ModuleType
 
 import numpy as np
 
+from xbench.common.children import answer
 from xbench.common.errors import UserError
 from xbench.common.workload.model_file import call, module_of
 
@@ -20,25 +21,24 @@ def run_describer(function: str, seed: Callable[[], None],
                   count: Callable[[object, dict, Path], dict], runtime: str = "") -> None:
     """A describer's main: the file `sys.argv[1]`'s `function()` ("pytorch", "keras") checked,
     called after `seed()`, its model counted by `count(model, what it takes, path)`, and its
-    data() checked, as JSON on stdout; exit 2 with one line where the file is wrong, NOT_SERVED
-    where it has no `function`. `runtime`: where given (Keras' JAX backend, whose describer runs
-    the keras() TensorFlow's took first), a file that fails here is not served on that runtime,
-    said in one line, rather than stopping the grid."""
+    data() checked. Its answer (common.running.child_answer, a channel the file's own prints
+    cannot reach): {"facts": ...}, {"refused": one line} where the file is wrong, or
+    {"not_served": why} where it has no `function`. `runtime`: where given (Keras' JAX backend,
+    whose describer runs the keras() TensorFlow's took first), a file that fails here is not
+    served on that runtime, said in one line, rather than stopping the grid."""
     path = Path(sys.argv[1])
     try:
-        print(json.dumps(describe(module_of(path), path, function, seed, count)))
-        return
+        outcome = {"facts": describe(module_of(path), path, function, seed, count)}
     except NotServed as e:
-        said, code = str(e), NOT_SERVED
+        outcome = {"not_served": str(e)}
     except UserError as e:
-        said, code = str(e), 2
+        outcome = {"refused": str(e)}
     except BaseException as e:  # the user's model failed in a way no check foresaw
-        said, code = (f"{path.name}: building or running its model raised "
-                      f"{type(e).__name__}: {e}"), 2
-    if code == 2 and runtime:
-        said, code = f"{said.splitlines()[0]} (on {runtime})", NOT_SERVED
-    print(said, file=sys.stderr)
-    sys.exit(code)
+        outcome = {"refused": f"{path.name}: building or running its model raised "
+                              f"{type(e).__name__}: {e}"}
+    if "refused" in outcome and runtime:
+        outcome = {"not_served": f"{outcome['refused'].splitlines()[0]} (on {runtime})"}
+    answer(outcome)
 
 
 def describe(module: ModuleType, path: Path, function: str, seed: Callable[[], None],
@@ -51,9 +51,18 @@ def describe(module: ModuleType, path: Path, function: str, seed: Callable[[], N
     spec = call(module, function, path)
     takes = what_it_takes(spec, function)
     counted = count(spec["model"], takes, path)
-    sizes = data_check(call(module, "data", path), takes, path.name) \
+    sizes = data_check(seeded_data(module, path), takes, path.name) \
         if callable(getattr(module, "data", None)) else None
     return {**takes, "data": sizes, **counted}
+
+
+def seeded_data(module: ModuleType, path: Path):
+    """The file's data(), called as every process that calls it does (the describers, each
+    rank): numpy's global generator and Python's `random` seeded at DATA_SEED first, so a
+    data() that draws from them returns the same arrays each time, whatever ran before."""
+    random.seed(DATA_SEED)
+    np.random.seed(DATA_SEED)
+    return call(module, "data", path)
 
 
 def what_it_takes(spec, function: str) -> dict:
@@ -103,8 +112,9 @@ def data_check(arrays, takes: dict, name: str) -> dict:
                             f"{targets.shape}; the model takes samples of "
                             f"{tuple(takes['input_shape'])} and targets of "
                             f"{tuple(takes['target_shape'])}, as many of each")
-        wanted = np.integer if takes["input_dtype"] == "int64" else np.number
-        if not np.issubdtype(inputs.dtype, wanted) or np.issubdtype(inputs.dtype, np.bool_):
+        # complex values are refused: float32 would keep their real part and drop the rest
+        wanted = (np.integer,) if takes["input_dtype"] == "int64" else (np.integer, np.floating)
+        if not any(np.issubdtype(inputs.dtype, kind) for kind in wanted):
             raise UserError(f"{name}: data()['{part}']'s inputs are {inputs.dtype}; the model "
                             f"takes {takes['input_dtype']}")
         if (not np.issubdtype(targets.dtype, np.integer) or targets.min() < 0
@@ -129,7 +139,7 @@ def as_trained(inputs: np.ndarray, targets: np.ndarray, input_dtype: str
             np.ascontiguousarray(targets, dtype=np.int64))
 
 
-NOT_SERVED = 3
+DATA_SEED = 0  # data()'s arrays are one set for every cell and rank, whatever the cell's seed
 
 
 class NotServed(UserError):

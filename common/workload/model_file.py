@@ -22,6 +22,7 @@ there (or from what a worker's job carries) each time a model is resolved
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import importlib.util
@@ -30,21 +31,35 @@ import math
 import os
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
 from xbench.common.errors import UserError
+from xbench.common.shapes import BOOL, TEXT, WHOLE, Each, Maybe, Range, shape_problem
 from xbench.common.workload.layouts import image_shape
 from xbench.common.workload.model import IMAGES, OTHER, TOKENS
 from xbench.common.workload.models import INPUT_SHAPES, NUM_CLASSES
 
+CACHE_ENV = "XBENCH_CACHE"
 DIGEST_CHARACTERS = 12
 DIGEST = re.compile(rf"@[0-9a-f]{{{DIGEST_CHARACTERS}}}$")
 SHORT_DIGEST = 8  # characters of the digest a table shows
 SYNTHETIC_TRAIN, SYNTHETIC_TEST = 8192, 1024  # random samples of a file without data()
 FACTS_VERSION = 3  # of what the describers count: a new version counts again
+INPUT_DTYPES = ("float32", "int64")
+# What a describer answers (common.workload.file_checks.describe) and what is kept of a model
+# file (ModelFile's fields), as common.shapes checks them: both are read from files.
+COUNT, SIZE = Range(WHOLE, 1), Range(WHOLE, 0)
+SAMPLES = {"input_dtype": TEXT, "target_shape": [COUNT], "classes": Range(WHOLE, 2),
+           "data": Maybe({"train": COUNT, "test": COUNT, "digest": TEXT})}
+COUNTED = {"input_shape": [COUNT], "params": COUNT, "tensor_shapes": [[COUNT]],
+           "flops_per_sample": SIZE, "activations_per_sample": Maybe(SIZE), "batchnorm": BOOL,
+           "counted_by": TEXT}
+DESCRIBED = {**SAMPLES, **COUNTED}
+KEPT = {**SAMPLES, "path": TEXT, "digest": TEXT, "built": Each(COUNTED),
+        "not_served": Each(TEXT)}
 
 
 class NotDescribed(UserError):
@@ -75,7 +90,14 @@ class ModelFile:
             if not kept.is_file():
                 raise NotDescribed(f"{path.name}: xbench has not built this model yet; "
                                    f"`xbench grid` builds it before any cell runs")
-            facts = json.loads(kept.read_text())
+            try:
+                facts = json.loads(kept.read_text())
+            except (OSError, ValueError):
+                facts = None
+            problem = facts_problem(facts, KEPT, "kept")
+            if problem:  # written whole, so damaged by hand or by the disk: built again
+                raise NotDescribed(f"{path.name}: what xbench kept of it in {kept} is damaged "
+                                   f"({problem}); `xbench grid` builds it again")
         return cls(**{**facts, "path": str(path), "digest": digest,
                       "target_shape": tuple(facts["target_shape"])})
 
@@ -181,13 +203,29 @@ class ModelFile:
                               "the same training unless the file sets its weights itself"}}
 
     def keep(self) -> ModelFile:
-        """Written to its digest's file (whole or not at all), where `read` finds it."""
+        """Written to its digest's file (whole or not at all), where `read` finds it; a clear
+        error where that folder cannot be written."""
         kept = kept_path(self.digest)
-        kept.parent.mkdir(parents=True, exist_ok=True)
         partial = kept.with_name(f"{kept.name}.{os.getpid()}.part")
-        partial.write_text(json.dumps(dataclasses.asdict(self)))
-        partial.replace(kept)
+        with cache_written(Path(self.path).name):
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            partial.write_text(json.dumps(dataclasses.asdict(self)))
+            partial.replace(kept)
         return self
+
+
+@contextlib.contextmanager
+def cache_written(name: str) -> Iterator[None]:
+    """What fails to write the folder a model file's facts are kept in (`name`'s), said in one
+    line: where it is and how to point it elsewhere."""
+    try:
+        yield
+    except OSError as e:
+        where = (f"{CACHE_ENV} ({os.environ[CACHE_ENV]})" if os.environ.get(CACHE_ENV)
+                 else str(kept_path("").parents[1]))
+        raise UserError(f"cannot keep what xbench finds of {name} in {where}: "
+                        f"{e.strerror or e} ({e.filename}); point {CACHE_ENV} at a folder "
+                        f"xbench may write") from None
 
 
 def looks_like_file_or_module(name: str) -> bool:
@@ -281,6 +319,20 @@ def call(module: ModuleType, function: str, path: Path):
 
 def kept_path(digest: str) -> Path:
     """Where a model file's facts are kept: $XBENCH_CACHE/models, else ~/.cache/xbench/models."""
-    root = Path(os.environ.get("XBENCH_CACHE", Path.home() / ".cache" / "xbench"))
+    root = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "xbench")
     return root.resolve() / "models" / f"{digest}-v{FACTS_VERSION}.json"
+
+
+def facts_problem(facts, shape: dict, what: str) -> str | None:
+    """What is wrong with a describer's answer (`shape` DESCRIBED) or what was kept of a model
+    file (KEPT), or None: both come from files, and a wrong one must not pass for facts."""
+    problem = shape_problem(facts, shape, what)
+    if problem:
+        return problem
+    if facts["input_dtype"] not in INPUT_DTYPES:
+        return f"'{what}.input_dtype' is {facts['input_dtype']!r}, not one of {INPUT_DTYPES}"
+    if shape is KEPT and (set(facts) != {f.name for f in dataclasses.fields(ModelFile)}
+                          or not facts["built"]):
+        return f"'{what}' is not what xbench keeps of a model file"
+    return None
 

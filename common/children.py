@@ -1,0 +1,111 @@
+"""The processes xbench starts: each dies with the process that started it (`end_with`), and
+Ctrl-C is held while they are ended (`signals_held`).
+
+A child of xbench's own that runs a user's code (a model file's describer, the dry run's
+throughput probe) is asked one question (`ask`) and answers it on a channel of its own
+(`answer`): a file the parent names in its environment, which the child writes once it has its
+answer. What the user's
+code prints (a `print` at import, an `atexit` hook) goes elsewhere and can never pass for the
+answer; a child that exits without one is told apart from one that answered.
+
+The child runs in a session (and process group) of its own, which is killed whole when the child
+ends, runs out of time or the parent is interrupted: a process the user's code started is no
+leftover. It also dies with the parent (a SIGKILL of xbench included)."""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ANSWER_ENV = "XBENCH_ANSWER"  # the file a child writes its answer to
+POLL_SECONDS = 0.05
+LAST_WORDS_CHARACTERS = 300
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def end_with(driver_pid: int, sig: int = signal.SIGTERM):
+    """A preexec_fn: the started process gets `sig` when `driver_pid` dies, even by SIGKILL,
+    so nothing runs on orphaned (a launcher such as torchrun ends its ranks on SIGTERM)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def preexec():
+        libc.prctl(PR_SET_PDEATHSIG, sig)
+        if os.getppid() != driver_pid:  # the driver died before prctl took effect
+            os._exit(1)
+    return preexec
+
+
+@contextlib.contextmanager
+def signals_held():
+    """Hold Ctrl-C and SIGTERM until the block ends (then they act): a second, impatient Ctrl-C
+    must not cut short the ending of a cell's processes."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+@dataclass(frozen=True)
+class Answered:
+    """How the child ended: its answer (None where it gave none, or one that is no JSON), its
+    exit code (negative: a signal; None: it ran out of time and was killed), and the last line
+    it wrote to its standard error (what a child that gave no answer said last)."""
+    answer: object
+    returncode: int | None
+    last_words: str
+
+
+def ask(command: list[str], timeout: float) -> Answered:
+    """Run `command` alone (its own process group, ended whole however it ends) and read its
+    answer."""
+    with tempfile.TemporaryDirectory(prefix="xbench-answer-") as folder, \
+            tempfile.TemporaryFile() as said:
+        answer_path = Path(folder) / "answer.json"
+        process = subprocess.Popen(
+            command, env={**os.environ, ANSWER_ENV: str(answer_path)},
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=said,
+            start_new_session=True, preexec_fn=end_with(os.getpid(), signal.SIGKILL))
+        try:
+            ended = _ended_within(process.pid, timeout)
+        finally:
+            with signals_held():  # a second Ctrl-C cannot cut the ending short
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        said.seek(0)
+        lines = said.read().decode(errors="replace").strip().splitlines() or [""]
+        try:
+            answer = json.loads(answer_path.read_text())
+        except (OSError, ValueError):
+            answer = None
+    return Answered(answer, process.returncode if ended else None,
+                    lines[-1].strip()[:LAST_WORDS_CHARACTERS])
+
+
+def answer(value: object) -> None:
+    """The child's side: `value` as its answer (JSON), where `ask` reads it; on standard output
+    where no parent asked (the child run by hand)."""
+    if ANSWER_ENV in os.environ:
+        Path(os.environ[ANSWER_ENV]).write_text(json.dumps(value))
+    else:
+        print(json.dumps(value))
+
+
+def _ended_within(pid: int, timeout: float) -> bool:
+    """Whether the child ended within `timeout`, waited for without reaping it: while it is a
+    zombie its process group's number cannot be taken by another, so killing the group then
+    kills only what it started."""
+    deadline = time.monotonic() + timeout
+    while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(POLL_SECONDS)
+    return True
