@@ -10,7 +10,14 @@ import sys
 
 import pytest
 
-from tests.helpers import SMOKE_SLICE, strict_json, write_grid, xbench, xbench_here
+from tests.helpers import (
+    SMOKE_SLICE,
+    SMOKE_TEST_SLICE,
+    strict_json,
+    write_grid,
+    xbench,
+    xbench_here,
+)
 from xbench.common.errors import UserError
 from xbench.common.grids.settings import check_axis
 from xbench.common.measuring.attribution import (
@@ -336,7 +343,8 @@ INJECTED = ["none", f"input-delay={DELAY_MS}", f"slow-rank=1:{SLOW_MS}", f"link=
 def injected(smoke, mnist_dir, tmp_path_factory):
     """pt-ddp, hvd-torch and tf-multiworker on 2 ranks with a slow rank and a capped link (an
     input delay on DELAYED), tf-mirrored's one process with an input delay and a slow rank, and
-    tf-single with a slow rank, on the shared grid's slice of real MNIST (16 steps an epoch);
+    tf-single with a slow rank, on the shared grid's slices of real MNIST (16 steps an epoch;
+    the same test images: a report or prediction groups the rows only with those);
     the same cells without a fault (and pt-ddp on 1 device, for xbench predict) are the shared
     grid's own."""
     folder = tmp_path_factory.mktemp("faults")
@@ -351,8 +359,8 @@ def injected(smoke, mnist_dir, tmp_path_factory):
                                          "inject": INJECTED[1:3]})):
         # the shared grid's contention limit, which marks nothing: where a fault lands must not
         # depend on how busy the machine was (contended rows would be left out of predictions)
-        grid = write_grid(folder, name=name, max_train_samples=SMOKE_SLICE, contention_limit=1.0,
-                          **settings)
+        grid = write_grid(folder, name=name, max_train_samples=SMOKE_SLICE,
+                          max_test_samples=SMOKE_TEST_SLICE, contention_limit=1.0, **settings)
         run = xbench("grid", grid, "--data-dir", mnist_dir, "--results", folder / f"{name}.jsonl",
                      timeout=1800)
         assert run.returncode == 0, run.stdout + run.stderr

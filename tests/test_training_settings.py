@@ -5,7 +5,7 @@ rows read as what they were: tests/test_schema.py.)"""
 
 import pytest
 
-from tests.helpers import SMOKE_SLICE, write_grid, xbench, xbench_here
+from tests.helpers import SMOKE_SLICE, SMOKE_TEST_SLICE, write_grid, xbench, xbench_here
 from xbench.common.grids.cell import Cell
 from xbench.common.results.store import read_rows
 
@@ -58,7 +58,8 @@ def test_without_set_epoch_every_epoch_trains_epoch_0s_order(smoke, mnist_dir, t
     (its settings, set_epoch the default); without it: the same cells run here."""
     results = tmp_path / "no-set-epoch.jsonl"
     shared = ("--preset", "smoke", "--no-set-epoch", "--max-train-samples", SMOKE_SLICE,
-              "--data-dir", mnist_dir, "--results", results)
+              "--max-test-samples", SMOKE_TEST_SLICE, "--data-dir", mnist_dir, "--results",
+              results)
     run = xbench("grid", *shared, "--backend", "pt-ddp", "--devices", "2")
     assert run.returncode == 0, run.stderr
     # theirs are refused before anything runs: no process of their own to start
