@@ -15,6 +15,7 @@ from xbench.cli.predict import predict
 from xbench.cli.probe import probe
 from xbench.cli.profile import profile
 from xbench.cli.report import report
+from xbench.cli.trace import trace_cell
 from xbench.common.backends.frameworks import FRAMEWORKS
 from xbench.common.backends.traits import TRAITS
 from xbench.common.errors import UserError
@@ -54,7 +55,7 @@ def main(ctx, quiet, verbose):
 
 
 for command in (grid, probe, list_models, profile, list_backends, data_group, export, report,
-                compare, predict):
+                compare, predict, trace_cell):
     main.add_command(command)
 
 

@@ -17,10 +17,24 @@ def test_version_json_and_no_color():
     assert {"backend", "available", "reason", "spans_nodes"} <= set(backends[0])
     listed = xbench("models", "--json")  # a process of its own: it loads every framework
     models = strict_json(listed.stdout)
-    assert {(m["model"], m["params"]) for m in models if m["source"] == "spec (common)"} == {
+    specs = {m["model"]: m for m in models if m["source"] == "spec (common)"}
+    assert {(name, m["params"]) for name, m in specs.items()} == {
         ("small", 402_442), ("large", 4_104_202), ("resnet18", 11_173_962), ("vgg19", 20_040_522),
         ("gpt-tiny", 809_856), ("gpt-small", 10_770_816), ("gpt-medium", 85_892_352)}
+    assert (specs["small"]["input_shape"], specs["small"]["output_values"]) == ([1, 28, 28], 10)
+    assert (specs["gpt-tiny"]["context"], specs["gpt-tiny"]["heads"]) == (64, 4)
     assert "TensorFlow" not in listed.stderr  # framework log lines kept off
+    assert "measuring" not in listed.stderr  # no progress off a terminal
+
+
+def test_models_show_their_shapes_with_progress_on_a_terminal():
+    code, shown = run_in_terminal([*XBENCH, "models"], env={**os.environ, "COLUMNS": "100"})
+    assert code == 0, shown
+    assert "measuring the models" in shown and "JAX: gpt-medium" in shown  # the bar, as it goes
+    table = " ".join(shown[shown.index("takes and gives"):].split())  # as read, lines joined
+    assert "64-token context over 65 characters" in table and "1x28x28 image -> 10 classes" in table
+    assert "809,856" in table and "PyTorch" in table
+    assert "TensorFlow" not in shown.replace("Keras 3.15 on tensorflow", "")
     bad = [*XBENCH, "grid", "--preset", "smoke", "--backend", "nope"]
     _, coloured = run_in_terminal(bad)
     _, plain = run_in_terminal(bad, env={**os.environ, "NO_COLOR": "1"})

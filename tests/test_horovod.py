@@ -44,8 +44,11 @@ def test_horovod_trains_what_the_native_backend_trains(rows, horovod_backend, na
 
 def test_backends_command_reports_what_horovod_was_built_for():
     assert horovod_described().endswith("built for PyTorch, TensorFlow")
-    result = xbench_here("backends")
+    result = xbench_here("backends", env={"COLUMNS": "200"})
     assert result.returncode == 0, result.stderr
-    lines = {line.split()[0]: line for line in result.stdout.splitlines()}
-    for name in ("hvd-torch", "hvd-tf"):
-        assert "available horovod 0.28.1 built for PyTorch, TensorFlow" in lines[name]
+    blocks = " ".join(result.stdout.split()).split(" needs ")  # each backend's what it needs
+    for name, extension in (("hvd-torch", "horovod.torch.mpi_lib_v2"),
+                            ("hvd-tf", "horovod.tensorflow.mpi_lib")):
+        (block,) = [b for b in blocks if b.startswith(f"torch, {extension}")
+                    or b.startswith(f"tensorflow, {extension}")]
+        assert "installed (horovod 0.28.1 built for PyTorch, TensorFlow)" in block, name

@@ -83,3 +83,49 @@ def test_a_long_reason_in_the_reports_summary_is_cut_between_words(tmp_path):
     kept = said.removesuffix(" …")
     assert said.endswith(" …") and reason.startswith(kept), line
     assert reason[len(kept)] == " " and "CPU mode" in kept  # the cut fell between words
+
+
+@pytest.mark.parametrize("columns", WIDTHS)
+def test_backends_say_what_each_is_needs_and_cannot_do_here_within_the_width(columns):
+    """Every backend's lines come from its traits: its framework and wrapper, what it needs and
+    whether it is installed, what the run would refuse of it here (this CPU: pt-dp's several
+    devices on GPUs only), within the terminal's width; -v adds the reasons."""
+    from xbench.common.backends.start import Start
+    done = xbench_here("backends", env={"COLUMNS": str(columns)})
+    assert done.returncode == 0, done.stderr
+    within(done.stdout, columns)
+    flat = " ".join(done.stdout.split())
+    for name, traits in TRAITS.items():
+        assert f"{name} {Start.of(name).what()}" in flat
+        assert f"needs {', '.join(traits.requires)}: installed" in flat
+    assert "more than 1 device (GPUs only)" in flat.split("pt-dp ")[1].split("pt-ddp ")[0]
+    assert "No backend can do here (CPU): precision tf32: TF32 is a math mode" in flat
+    reasons = " ".join(xbench_here("-v", "backends", env={"COLUMNS": str(columns)}).stdout.split())
+    assert TRAITS["pt-dp"].several_devices_need_gpus in reasons
+
+
+def test_backends_json_has_the_same_fields():
+    from tests.helpers import strict_json
+    found = {b["backend"]: b for b in strict_json(xbench_here("backends", "--json").stdout)}
+    assert set(found) == set(TRAITS)
+    for name, traits in TRAITS.items():
+        listed = found[name]
+        assert listed["wrapper"] == traits.wrapper and listed["device_kind"] == "cpu"
+        assert listed["install_hint"] == (traits.install_hint or traits.framework.install_hint)
+        cannot = {c["what"]: c for c in listed["cannot"]}
+        assert ("more than 1 device" in cannot) == (not traits.spans_devices
+                                                    or bool(traits.several_devices_need_gpus))
+        if traits.spans_devices and not traits.bucket_knob:
+            assert traits.no_buckets in cannot["bucket_mb"]["why"]
+        if traits.spans_devices:
+            assert all(f"compression {c}" not in cannot for c in traits.compressions
+                       if c not in traits.gpu_only)
+        assert ("model files" in cannot) == bool(traits.own_models_only)
+    assert found["pt-dp"]["cannot"][0] == {
+        "what": "more than 1 device", "on_gpus": True,
+        "why": f"pt-dp with 2 devices needs 2 CUDA GPUs; "
+               f"{TRAITS['pt-dp'].several_devices_need_gpus}"}
+    assert found["pt-ddp"]["cannot"] == [{"what": "compression powersgd", "on_gpus": True,
+                                          "why": TRAITS["pt-ddp"].gpu_only["powersgd"]},
+                                         {"what": "precision tf32", "on_gpus": True,
+                                          "why": found["pt-single"]["cannot"][-1]["why"]}]

@@ -38,6 +38,10 @@ WORKER = "xbench.common.running.worker"  # what every rank runs, with the job's 
 # Where each start runs its command: once per node (torchrun, or a one-process backend's worker),
 # once per device (a worker per device), or once for the cell (horovodrun starts every rank).
 SCOPES = {ONE_PROCESS: "node", TORCHRUN: "node", WORKER_PER_DEVICE: "task", HOROVODRUN: "once"}
+# How each start lays out a cell's processes, in words (`xbench backends`).
+STARTED = {ONE_PROCESS: "one process drives every device", TORCHRUN: "a process per device, "
+           "started by torchrun", WORKER_PER_DEVICE: "a worker process per device",
+           HOROVODRUN: "a process per device, started by horovodrun"}
 
 
 class Start:
@@ -60,6 +64,20 @@ class Start:
             hint = self.traits.install_hint or self.traits.framework.install_hint
             return f"{', '.join(absent)} not installed; {hint}"
         return None
+
+    def what(self) -> str:
+        """What this backend is, in one line: its framework, its wrapper and its processes."""
+        traits, title = self.traits, self.traits.framework.title
+        if not traits.spans_devices:
+            return (f"{title} on one device, no wrapper: the reference {title}'s wrappers are "
+                    f"measured against")
+        nodes = "; spans nodes" if traits.spans_nodes else "; one machine"
+        return f"{title} with {traits.wrapper}: {STARTED[traits.start]}{nodes}"
+
+    def needs(self) -> str:
+        """What it needs installed, and whether it is here (else how to install it)."""
+        needed, missing = ", ".join(self.traits.requires), self.missing()
+        return f"needs {needed}: " + (missing or f"installed ({self.describe()})")
 
     def describe(self) -> str:
         """One line on what this backend will use here (its packages' versions)."""
