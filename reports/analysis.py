@@ -116,7 +116,7 @@ FIRST_RUN = list(dict.fromkeys([
 CELL_COLUMNS = [
     *FIRST_RUN, "cell_key", "scaling", "n", "runs", "looks", "statuses", "contended_runs",
     "steps_per_epoch", "epoch2_input_seconds", "memory_per_device", "model_state_per_device",
-    "epoch_means", "batchnorm_difference", "test_accuracy_values", "attributions",
+    "epoch_means", "batchnorm_difference", "test_accuracy_values", "attributions", "epoch2_runs",
     "global_digests", "sampler_digests", "shard_overlap", "replicas_agree",
     *[f"epoch{e}_{field}" for e in (1, 2) for field in (
         "seconds_values", "seconds", "seconds_ci", "rate", "rate_low", "rate_high")],

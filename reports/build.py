@@ -11,7 +11,7 @@ from pathlib import Path
 from xbench.common.errors import UserError
 from xbench.common.results.outputs import whole_file
 from xbench.common.results.store import csv_safe
-from xbench.reports import goodput, page, tables
+from xbench.reports import decision, goodput, page, tables
 from xbench.reports.data import Options, ReportData
 from xbench.reports.figures import render
 from xbench.reports.json_report import dumps, report_json
@@ -49,6 +49,7 @@ def build_report(paths, out, formats=FORMATS, where: str | None = None,
                               Path(baseline) if baseline else None, lab, link, node_link))
     notices = tables.notices(data.frame, data.cells, data.problems, where)
     found = verdicts(data.cells, data.frame, include_contended, data.attributed, data.limits)
+    decided = decision.decisions(data.frame, data.cells, found, data.limits)
     shown = [walk(section, data, draw=bool(DRAWN & set(formats)) or as_json)
              for section in SECTIONS if section.shown(data.options)]
     out = Path(out)
@@ -62,22 +63,24 @@ def build_report(paths, out, formats=FORMATS, where: str | None = None,
         written["html"] = out / "index.html"
         with whole_file(written["html"]) as partial:
             partial.write_text(page.html_page("xbench report", meta, found, notices,
-                                              shown, pngs), encoding="utf-8")
+                                              shown, pngs, decided), encoding="utf-8")
     if "md" in formats:
         written["md"] = out / "summary.md"
         with whole_file(written["md"]) as partial:
             partial.write_text(page.markdown_page(meta, notices, found, shown,
-                                                  linked="png" in formats), encoding="utf-8")
+                                                  linked="png" in formats, decided=decided),
+                               encoding="utf-8")
     if as_json:
         written["json"] = out / "report.json"
         with whole_file(written["json"]) as partial:
-            partial.write_text(dumps(report_json(meta, notices, found, shown)), encoding="utf-8")
+            partial.write_text(dumps(report_json(meta, notices, found, shown, decided)),
+                               encoding="utf-8")
     if "csv" in formats:
         written["csv"] = out / "cells.csv"
         with whole_file(written["csv"]) as partial:
             csv_safe(tables.cells_csv(data.cells, data.limits, data.attributed)).to_csv(
                 partial, index=False)
-    return notices, summary_lines(data, found), written
+    return notices, summary_lines(data, found, decided), written
 
 
 def write_figures(shown: list[ShownSection], out: Path, formats) -> tuple[dict, dict]:
@@ -98,10 +101,14 @@ def write_figures(shown: list[ShownSection], out: Path, formats) -> tuple[dict, 
     return written, pngs
 
 
-def summary_lines(data: ReportData, found: Verdicts) -> list[str]:
-    """The printed summary: the rows, the verdicts, the runs not ok, the times to target."""
-    printed = tables.summary(data.frame, lines(found), data.failures,
-                             [p.name for p in data.options.paths])
+def summary_lines(data: ReportData, found: Verdicts,
+                  decided: list[decision.Decision]) -> list[str]:
+    """The printed summary: the decision first, then the rows, the verdicts, the runs not ok,
+    the times to target."""
+    printed = [f"Decision (ranked by {decision.RANKED_BY}, 95% intervals):",
+               *["  " + line for line in decision.lines(decided) or ["no ok run to rank"]]]
+    printed += tables.summary(data.frame, lines(found), data.failures,
+                              [p.name for p in data.options.paths])
     if not data.targets.empty:
         printed += ["Time to target (median [interval]):",
                     *["  " + line for line in goodput.goodput_lines(data.targets)]]

@@ -21,6 +21,7 @@ from matplotlib.collections import LineCollection, PathCollection
 from matplotlib.container import BarContainer, ErrorbarContainer
 from matplotlib.figure import Figure as Drawing
 
+from xbench.reports import decision
 from xbench.reports.sections.section import ShownFigure, ShownSection, ShownTable
 from xbench.reports.verdict import Verdicts
 from xbench.reports.verdict import as_json as verdicts_json
@@ -106,9 +107,10 @@ def figure_json(section: str, figure: ShownFigure) -> dict:
 
 
 def report_json(meta: list[str], notices: list[str], verdicts: Verdicts,
-                sections: list[ShownSection]) -> dict:
-    """The whole report as data."""
-    return {"meta": meta, "notices": notices, "verdicts": verdicts_json(verdicts),
+                sections: list[ShownSection], decided: list[decision.Decision]) -> dict:
+    """The whole report as data, the decision first."""
+    return {"meta": meta, "notices": notices, "decision": decision.as_json(decided),
+            "verdicts": verdicts_json(verdicts),
             "sections": [{"title": s.title, "paragraphs": s.paragraphs} for s in sections],
             "tables": [table_json(s.title, t) for s in sections for t in s.tables],
             "figures": [figure_json(s.title, f) for s in sections for f in s.figures]}

@@ -10,6 +10,7 @@ import base64
 import re
 from html import escape
 
+from xbench.reports import decision
 from xbench.reports.sections.section import ShownFigure, ShownSection
 from xbench.reports.tables import markdown, markdown_text
 from xbench.reports.verdict import Verdicts, finding_lines, headings, warning_text
@@ -34,11 +35,13 @@ td { max-width: 50em; overflow-wrap: anywhere; }
 
 
 def html_page(title, meta_lines, verdicts: Verdicts, warnings, sections: list[ShownSection],
-              pngs: dict[str, bytes]) -> str:
-    """The whole page. `verdicts`: reports.verdicts'; `warnings`: the notices
-    (reports.tables.notices); `pngs`: {figure name: PNG bytes} of the figures drawn."""
+              pngs: dict[str, bytes], decided: list[decision.Decision] = ()) -> str:
+    """The whole page, the decision first. `verdicts`: reports.verdicts'; `warnings`: the
+    notices (reports.tables.notices); `pngs`: {figure name: PNG bytes} of the figures drawn;
+    `decided`: reports.decision's."""
     body = [f"<h1>{escape(title)}</h1>", *[f"<p>{escape(line)}</p>" for line in meta_lines]]
     body += [f'<p class="warning">{escape(w)}</p>' for w in warnings]
+    body += ['<h2 id="decision">The decision</h2>', decision_html(decided)]
     body += ['<h2 id="verdicts">What the results say</h2>', verdicts_html(verdicts)]
     for section in sections:
         body.append(f"<h2>{escape(section.title)}</h2>")
@@ -60,12 +63,13 @@ def html_page(title, meta_lines, verdicts: Verdicts, warnings, sections: list[Sh
 
 
 def markdown_page(meta, notices, verdicts: Verdicts, sections: list[ShownSection],
-                  linked: bool) -> str:
-    """summary.md: the notices and verdicts, then each section's text, figures (`linked`: as
-    the PNG files beside it; a figure not drawn says why) and tables. Everything from the
-    results is escaped (tables.markdown_text)."""
+                  linked: bool, decided: list[decision.Decision] = ()) -> str:
+    """summary.md: the notices, the decision and the verdicts, then each section's text,
+    figures (`linked`: as the PNG files beside it; a figure not drawn says why) and tables.
+    Everything from the results is escaped (tables.markdown_text)."""
     text = markdown_text
     parts = ["# xbench report", *map(text, meta), *[f"> **{text(n)}**" for n in notices],
+             "## The decision", decision_markdown(decided),
              "## What the results say", verdicts_markdown(verdicts)]
     for section in sections:
         parts += [f"## {text(section.title)}", *map(text, section.paragraphs)]
@@ -79,6 +83,36 @@ def markdown_page(meta, notices, verdicts: Verdicts, sections: list[ShownSection
                       markdown(shown.frame) if len(shown.frame)
                       else f"_(empty: {text(shown.empty)})_"]
     return "\n\n".join(parts) + "\n"
+
+
+def decision_markdown(decided: list[decision.Decision]) -> str:
+    """Per setup its title in bold, its ranking as a table, its sentence and what it left
+    out."""
+    text = markdown_text
+    parts = [text(decision.EXPLAINED)]
+    for d in decided:
+        parts += [f"**{text(d.setup + ':')}**", markdown(decision.frame(d)) if d.choices else "",
+                  f"**{text(decision.sentence(d))}**",
+                  text(decision.left_out_text(d))]
+    return "\n\n".join(p for p in parts if p) if decided else text(NO_RUN)
+
+
+def decision_html(decided: list[decision.Decision]) -> str:
+    """Per setup its title, its ranking as a table, its sentence in bold, what it left out."""
+    if not decided:
+        return f'<p class="missing">{escape(NO_RUN)}</p>'
+    parts = [f"<p>{escape(decision.EXPLAINED)}</p>"]
+    for d in decided:
+        parts.append(f'<p class="family"><strong>{escape(d.setup + ":")}</strong></p>')
+        if d.choices:
+            parts.append(table_html(decision.frame(d), ""))
+        parts.append(f'<p class="sentence"><strong>{escape(decision.sentence(d))}</strong></p>')
+        if decision.left_out_text(d):
+            parts.append(f'<p class="warning">{escape(decision.left_out_text(d))}</p>')
+    return '<div class="decision">' + "".join(parts) + "</div>"
+
+
+NO_RUN = "No decision: no run finished ok."
 
 
 def verdicts_markdown(verdicts: Verdicts) -> str:

@@ -20,7 +20,20 @@ def repeated_values(ok) -> dict:
             "epoch_means": epoch_means(ok["epoch_list"]),
             "batchnorm_difference": ok["batchnorm_difference"].max(),
             "test_accuracy_values": ok["test_accuracy"].dropna().tolist(),
-            "attributions": [last_epoch_attribution(a) for a in ok["attribution"] if a]}
+            "attributions": [last_epoch_attribution(a) for a in ok["attribution"] if a],
+            "epoch2_runs": epoch2_runs(ok)}
+
+
+def epoch2_runs(ok) -> list[dict]:
+    """Each usable run's repeat, epoch-2 seconds, what took its cores then (its epoch 2's
+    contention record, None before it was recorded) and its grid's contention limit: where a
+    ratio is SUSPECT, the disturbed run of its baseline is named from these."""
+    return [{"repeat": int(repeat), "seconds": seconds,
+             "contention": epochs[1].get("contention") if len(epochs) > 1 else None,
+             "limit": limit}
+            for repeat, seconds, epochs, limit in zip(
+                ok["repeat"], ok["epoch2_seconds"], ok["epoch_list"], ok["contention_limit"],
+                strict=True) if seconds == seconds]
 
 
 def evidence_of(ran) -> dict:

@@ -60,13 +60,42 @@ class Side:
 
 
 @dataclass(frozen=True)
+class Disturbance:
+    """The likely cause of a SUSPECT ratio, a disturbed baseline: the baseline cell's slowest
+    usable run (its `repeat` and epoch-2 `rate`, beside the range of its other runs' rates: NaN
+    where it ran once) and what took that run's cores in its epoch 2 (`taken`: the shares of
+    the most contended rank, by common.measuring.contention's names; empty where nothing was
+    recorded), under its grid's contention `limit`."""
+    side: Side
+    repeat: int
+    rate: float
+    others: tuple[float, float]
+    taken: dict[str, float]
+    limit: float | None
+
+
+@dataclass(frozen=True)
+class Impossible:
+    """Why a verdict is SUSPECT: `subject` ran at `ratio` the rate of `reference` (its own
+    1-device run, or its framework's run without a wrapper), beyond the `most` its devices can
+    give (N× on N devices; 1× for a wrapper at 1 device, its whole interval above it), and
+    the `baseline` that was likely disturbed (None: none of its runs was timed)."""
+    subject: Side
+    reference: Side
+    ratio: Interval
+    most: float
+    baseline: Disturbance | None
+
+
+@dataclass(frozen=True)
 class Verdict:
     """One finding: `subject` against `reference` (None: nothing to compare with), their
     `ratio` (or accuracy `difference`) with its interval, the p-value it was tested with
     (None: not tested), its `outcome` and, where stated, its `direction`; where inconclusive,
     the `repeats` it has (the fewer side's) and the repeats a side that would settle it
     (`repeats_needed`, None: more repeats are unlikely to); the looks of --until-conclusive
-    behind it; a speedup's `efficiency`; and `why` a slowdown happened (the step attribution)."""
+    behind it; a speedup's `efficiency`; `why` a slowdown happened (the step attribution); and
+    where SUSPECT, what is `impossible` and its likely cause."""
     kind: Kind
     family: str
     subject: Side
@@ -81,6 +110,7 @@ class Verdict:
     looks: int = 0
     efficiency: float | None = None
     why: str | None = None
+    impossible: Impossible | None = None
 
 
 @dataclass(frozen=True)
@@ -169,12 +199,64 @@ def fastest_text(v: Verdict) -> str:
     return head + f"{versus}; " + not_stated(v)
 
 
+# What can take a rank's cores (common.measuring.contention.TAKEN), in words.
+TAKEN_WORDS = {"other_cpu_share": "other processes", "interrupt_share": "interrupts",
+               "sibling_share": "busy hyperthread siblings", "steal_share": "steal",
+               "throttled_share": "its cgroup's throttling"}
+
+
+def beyond_text(impossible: Impossible) -> str:
+    """What the ratio is beyond: 'beyond the 2× 2 devices can give', or a wrapper's."""
+    if impossible.most > 1:
+        return (f"beyond the {impossible.most:g}× {devices_text(impossible.subject.devices)} "
+                f"can give")
+    return "its interval wholly above 1×: a wrapper adds work, it cannot be faster than none"
+
+
+def disturbance_text(d: Disturbance) -> str:
+    """'pt-single on 1 device, its slowest run (repeat 2) at 488 samples/s against 2,000-2,111
+    in its other runs; what took its cores in that run's epoch 2: other processes 37% (limit
+    10%)'."""
+    where = f"{d.side.series} on {devices_text(d.side.devices)}"
+    runs = (f"its one run (repeat {d.repeat}) at {d.rate:,.0f} samples/s"
+            if math.isnan(d.others[0]) else
+            f"its slowest run (repeat {d.repeat}) at {d.rate:,.0f} samples/s against "
+            f"{d.others[0]:,.0f}–{d.others[1]:,.0f} in its other runs")
+    limit = f" (limit {d.limit:.0%})" if d.limit is not None else ""
+    taken = ", ".join(f"{TAKEN_WORDS.get(name, name)} {share:.0%}"
+                      for name, share in d.taken.items())
+    took = (f"what took its cores in that run's epoch 2: {taken}{limit}" if taken else
+            "nothing was recorded taking its cores in that run's epoch 2")
+    return f"{where}, {runs}; {took}"
+
+
+def suspect_text(v: Verdict, named: bool = True) -> str:
+    """'SUSPECT (beyond ...), not taken as a result: likely a disturbed baseline: ...'; where
+    the impossible ratio is another comparison than the verdict's own (an N-device cell's
+    against its own 1 device), that comparison first. `named`: the head has not said SUSPECT."""
+    impossible = v.impossible
+    if impossible is None:
+        return "SUSPECT, not taken as a result" if named else "not taken as a result"
+    own = (impossible.subject.cell_key == v.subject.cell_key
+           and impossible.reference.cell_key == v.reference.cell_key)
+    text = ("" if not named else f"SUSPECT ({beyond_text(impossible)}), " if own
+            else "SUSPECT, ")
+    text += "not taken as a result: "
+    if not own:
+        text += (f"{impossible.subject.series} on {devices_text(impossible.subject.devices)} "
+                 f"ran {interval_text(impossible.ratio)} the rate of "
+                 f"{impossible.reference.series} on "
+                 f"{devices_text(impossible.reference.devices)}, {beyond_text(impossible)}; ")
+    return text + "likely a disturbed baseline" + (
+        f": {disturbance_text(impossible.baseline)}" if impossible.baseline else "")
+
+
 def more_devices_text(v: Verdict) -> str:
     devices = v.subject.devices
     head = (f"{devices_text(devices)} at best ({v.subject.series}) vs 1 device at best "
             f"({v.reference.series}): {interval_text(v.ratio)}")
     if v.outcome == "suspect":
-        return f"{head}: not stated: an efficiency above 100% (SUSPECT) is not taken as a result"
+        return f"{head}: " + suspect_text(v)
     return decided(head, v, f"{devices} devices pay off here",
                    f"{devices} devices do not pay off here (slower than 1)")
 
@@ -183,8 +265,7 @@ def speedup_text(v: Verdict) -> str:
     head = (f"{v.subject.series} on {devices_text(v.subject.devices)}: speedup "
             f"{interval_text(v.ratio)}, efficiency ")
     if v.outcome == "suspect":
-        return (f"{head}SUSPECT ({v.efficiency:.0%}, above 100%: the 1-device baseline or the "
-                f"machine was disturbed): not taken as a result")
+        return f"{head}SUSPECT ({v.efficiency:.0%}, above 100%), " + suspect_text(v, named=False)
     return decided(f"{head}{v.efficiency:.0%}", v, "pays off",
                    "does not pay off (slower than 1 device)")
 
@@ -192,6 +273,8 @@ def speedup_text(v: Verdict) -> str:
 def wrapper_text(v: Verdict) -> str:
     head = (f"{v.subject.series} at 1 device: {interval_text(v.ratio)} the rate of "
             f"{v.reference.series} (no parallel wrapper)")
+    if v.outcome == "suspect":
+        return f"{head}: " + suspect_text(v)
     return decided(head, v, "faster than no wrapper", "its machinery costs time at 1 device")
 
 

@@ -25,6 +25,7 @@ from xbench.reports.stats import (
     sequential_p,
 )
 from xbench.reports.step_model import split_apart
+from xbench.reports.suspect import beyond_a_wrapper, impossible
 from xbench.reports.verdict import (
     Control,
     Family,
@@ -173,9 +174,22 @@ def fastest(cells, devices, judge, family: str) -> Verdict:
     return judgement.verdict(Kind.FASTEST, family, side(best), side(second), ratio)
 
 
-def pays_off(scaled, attributed, limits, judge, family: str) -> list[Verdict]:
+def cell_of(cells, key: str):
+    """The row of the cell table with this key."""
+    return cells[cells["cell_key"] == key].iloc[0]
+
+
+def own_speedup(row, cells):
+    """An N-device cell's speedup over its own 1-device run (a row of reports.analysis.scaling)
+    as what makes it SUSPECT."""
+    return impossible(side(row), side(row, "_ref"), row["speedup_ratio"], row["devices"],
+                      cell_of(cells, row["cell_key_ref"]))
+
+
+def pays_off(scaled, cells, attributed, limits, judge, family: str) -> list[Verdict]:
     """Per backend and device count its speedup over its own 1-device run, and where it is
-    below 1, why (from the N-device cell's step attribution)."""
+    below 1, why (from the N-device cell's step attribution); SUSPECT, not judged, where it is
+    beyond N."""
     found = []
     for _, row in scaled[scaled["devices"] > 1].iterrows():
         ratio, efficiency = row["speedup_ratio"], float(row["efficiency_ratio"].value)
@@ -183,7 +197,8 @@ def pays_off(scaled, attributed, limits, judge, family: str) -> list[Verdict]:
         mine, reference = side(row), side(row, "_ref")
         if row["suspect"]:
             found.append(Verdict(Kind.SPEEDUP, family, mine, reference, "suspect",
-                                 Interval.of(ratio), efficiency=efficiency, why=reason))
+                                 Interval.of(ratio), efficiency=efficiency, why=reason,
+                                 impossible=own_speedup(row, cells)))
             continue
         judgement = judge.judge(ratio, row["epoch2_seconds_values_ref"],
                                 row["epoch2_seconds_values"],
@@ -251,13 +266,13 @@ def why(cell, attributed, limits):
     return text
 
 
-def more_devices(cells, attributed, limits, judge, suspect: set[str],
+def more_devices(cells, attributed, limits, judge, suspect: dict,
                  family: str) -> list[Verdict]:
     """The decision itself: the fastest N-device cell against the fastest 1-device cell,
     whatever their backends (and why, where the N devices are slower); suspect, not judged,
     where either efficiency is above 100% (this one's, or the N-device cell's against its own
-    1-device run, whose cell_key is in `suspect`): the report refuses that number, so no
-    verdict rests on it."""
+    1-device run: `suspect`, {cell_key: its row of reports.analysis.scaling}): the report
+    refuses that number, so no verdict rests on it, and says which it is."""
     ones = cells[cells["devices"] == 1]
     if ones.empty:
         return []
@@ -269,8 +284,11 @@ def more_devices(cells, attributed, limits, judge, suspect: set[str],
         ratio = ratio_of_means(one["epoch2_seconds_values"], best["epoch2_seconds_values"])
         ratio = ratio.scaled(best["epoch2_samples"] / one["epoch2_samples"])
         if ratio.value / devices > 1 or best["cell_key"] in suspect:
+            beyond = (impossible(side(best), side(one), ratio, devices, one)
+                      if ratio.value / devices > 1 else own_speedup(suspect[best["cell_key"]],
+                                                                     cells))
             found.append(Verdict(Kind.MORE_DEVICES, family, side(best), side(one), "suspect",
-                                 Interval.of(ratio)))
+                                 Interval.of(ratio), impossible=beyond))
             continue
         judgement = judge.judge(ratio, one["epoch2_seconds_values"],
                                 best["epoch2_seconds_values"], (one["cell_key"], best["cell_key"]))
@@ -280,15 +298,22 @@ def more_devices(cells, attributed, limits, judge, suspect: set[str],
     return found
 
 
-def wrapper_costs(wrapper, judge, family: str) -> list[Verdict]:
-    """Each backend at 1 device against its framework's reference without a parallel wrapper."""
+def wrapper_costs(wrapper, cells, judge, family: str) -> list[Verdict]:
+    """Each backend at 1 device against its framework's reference without a parallel wrapper;
+    SUSPECT, not judged, where it is faster than the reference beyond its interval."""
     found = []
     for _, row in wrapper.iterrows():
+        mine, reference = side(row), side(row, "_ref", row["reference"])
+        if beyond_a_wrapper(row["ratio"]):
+            found.append(Verdict(Kind.WRAPPER, family, mine, reference, "suspect",
+                                 Interval.of(row["ratio"]), impossible=impossible(
+                                     mine, reference, row["ratio"], 1,
+                                     cell_of(cells, row["cell_key_ref"]))))
+            continue
         judgement = judge.judge(row["ratio"], row["epoch2_seconds_values_ref"],
                                 row["epoch2_seconds_values"],
                                 (row["cell_key_ref"], row["cell_key"]))
-        found.append(judgement.verdict(Kind.WRAPPER, family, side(row),
-                                       side(row, "_ref", row["reference"]), row["ratio"]))
+        found.append(judgement.verdict(Kind.WRAPPER, family, mine, reference, row["ratio"]))
     return found
 
 
@@ -343,10 +368,11 @@ def family_verdicts(cells, attributed, limits, judge) -> list[Family]:
         found = [fastest(family, devices, judge, title)
                  for devices in sorted(family["devices"].unique())]
         family_scaled = scaled[scaled["cell_key"].isin(keys)]
-        suspect = set(family_scaled[family_scaled["suspect"].astype(bool)]["cell_key"])
+        suspect = {row["cell_key"]: row for _, row
+                   in family_scaled[family_scaled["suspect"].astype(bool)].iterrows()}
         found += more_devices(family, attributed, limits, judge, suspect, title)
-        found += pays_off(family_scaled, attributed, limits, judge, title)
-        found += wrapper_costs(wrapper[wrapper["cell_key"].isin(keys)], judge, title)
+        found += pays_off(family_scaled, family, attributed, limits, judge, title)
+        found += wrapper_costs(wrapper[wrapper["cell_key"].isin(keys)], family, judge, title)
         found += accuracy_changes(changes[changes["cell_key"].isin(keys)], title)
         families.append(Family(title, found))
     return families
