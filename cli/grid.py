@@ -117,7 +117,7 @@ def warn_if_busy(load: Load | None, cells) -> None:
                 f"meanwhile (--omp-wait auto).", fg="yellow", err=True)
 
 
-def settle(cells, results_path, budget_minutes, launcher, load) -> list[dict]:
+def settle(cells, results_path, budget_minutes, launcher, load=None) -> list[dict]:
     """Repeats until conclusive (hyperfine's and pyperf's idea, for a grid's comparisons): while
     a cell of the grid ran ok but has no usable run (every run contended), or a comparison of
     its cells is open and more repeats can settle it, run one more repeat of each such cell, or

@@ -61,7 +61,8 @@ def test_the_unigram_entropy_the_trained_model_must_beat(text):
     assert -np.log(frequency[validation]).mean() == pytest.approx(UNIGRAM_NATS, abs=0.005)
 
 
-def test_a_damaged_or_missing_text_is_one_clear_error(tmp_path):
+def test_a_damaged_or_missing_text_is_one_clear_error(tmp_path, monkeypatch):
+    monkeypatch.delenv("XBENCH_DATA_DIR", raising=False)  # conftest's: the text beside MNIST
     shutil.copy(TEXT_DIR / shakespeare.SHAKESPEARE_FILE, tmp_path / shakespeare.SHAKESPEARE_FILE)
     with open(tmp_path / shakespeare.SHAKESPEARE_FILE, "r+b") as damaged:
         damaged.truncate(1000)
