@@ -1,25 +1,32 @@
 """`xbench models` and `xbench backends`: what this installation has."""
 import contextlib
+import functools
+import hashlib
 import importlib
 import os
 import sys
 from collections import Counter
+from importlib import metadata
 
 import click
 
 from xbench.cli.console import framework_messages, json_text, quiet, say, verbose
-from xbench.common import terminal
+from xbench.common import cache, terminal
 from xbench.common.backends.registry import BACKENDS
 from xbench.common.backends.start import Start
 from xbench.common.grids.cell import Cell
 from xbench.common.grids.settings import SETTINGS
 from xbench.common.running.estimate import gpus_here
+from xbench.common.shapes import NUMBER, TEXT, WHOLE
 from xbench.common.workload import models
 from xbench.common.workload.layers import LAYER_NAMES, Block
 
-FRAMEWORK_MODELS = {"PyTorch": "xbench.pt_backend.models:describe",
-                    "Keras": "xbench.keras_models.models:describe",
-                    "JAX": "xbench.jax_backend.models:describe"}
+# Each framework's count of xbench's models: where it is, and the modules whose installed versions
+# (with the source of its package and of common/) decide whether a kept count still holds.
+FRAMEWORK_MODELS = {"PyTorch": ("xbench.pt_backend.models:describe", ("torch",)),
+                    "Keras": ("xbench.keras_models.models:describe", ("keras", "tensorflow")),
+                    "JAX": ("xbench.jax_backend.models:describe", ("jax", "jaxlib", "flax"))}
+COUNTED = {"framework": TEXT, "params": WHOLE, "flops_per_sample": NUMBER}
 FLOPS = ("FLOPs = 2 x multiply-accumulates of the forward pass of one sample (an image, or a "
          "window of the context's tokens): conv and dense layers, a transformer's products; "
          "JAX's are XLA's cost analysis of the compiled forward pass, which counts every op.")
@@ -77,9 +84,9 @@ def list_models(as_json):
             found.append({"model": name, "source": "spec (common)", "data": spec.dataset,
                           **shape(spec), "params": spec.parameters(),
                           "flops_per_sample": spec.flops_per_sample()})
-            for framework, path in FRAMEWORK_MODELS.items():
+            for framework in FRAMEWORK_MODELS:
                 measuring(f"{framework}: {name}")
-                found.append(described(name, framework, path))
+                found.append(described(name, framework))
     shapes = [[f["model"], f["data"], f["text"]] for f in found if "text" in f]
     numbers = [[f["model"], f["source"], *((f"{f['params']:,}", f"{f['flops_per_sample']:,}")
                                            if f["params"] is not None else (f["error"], "-"))]
@@ -91,16 +98,40 @@ def list_models(as_json):
         say(terminal.wrap(FLOPS))
 
 
-def described(name: str, framework: str, path: str) -> dict:
-    """A framework's own count of model `name` (or why there is none: not installed)."""
+def described(name: str, framework: str) -> dict:
+    """A framework's own count of model `name` (or why there is none: not installed), kept
+    (common.cache) for as long as the framework's version and xbench's code that builds the
+    model are the same: counting builds every model in every framework, half a minute here."""
+    path, needed = FRAMEWORK_MODELS[framework]
     module, function = path.split(":")
-    try:
-        counted = getattr(importlib.import_module(module), function)(name)
-    except ImportError as e:
-        return {"model": name, "source": framework, "params": None, "flops_per_sample": None,
-                "error": f"not installed ({e.name})"}
+    installed = installed_modules()
+    missing = [m for m in needed if m not in installed]
+    if missing:
+        return not_installed(name, framework, missing[0])
+    versions = [f"{m}={metadata.version(installed[m][0])}" for m in needed]
+    key = hashlib.sha256(" ".join([name, *versions, cache.source_digest(
+        "xbench.common", module.rsplit(".", 1)[0])]).encode()).hexdigest()[:16]
+    kept = cache.cache_path("counted", f"{framework}-{name}-{key}.json")
+    counted, _ = cache.read_kept(kept, COUNTED)
+    if counted is None:
+        try:
+            counted = getattr(importlib.import_module(module), function)(name)
+        except ImportError as e:
+            return not_installed(name, framework, e.name)
+        cache.keep(kept, counted, f"{framework}'s count of {name}")
     return {"model": name, "source": counted["framework"], "params": counted["params"],
             "flops_per_sample": counted["flops_per_sample"]}
+
+
+@functools.cache
+def installed_modules() -> dict[str, list[str]]:
+    """Top-level modules -> their distributions (a scan of every installed one, so once)."""
+    return metadata.packages_distributions()
+
+
+def not_installed(name: str, framework: str, missing: str) -> dict:
+    return {"model": name, "source": framework, "params": None, "flops_per_sample": None,
+            "error": f"not installed ({missing})"}
 
 
 def attempts() -> list[tuple[str, dict]]:

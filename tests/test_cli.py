@@ -1,6 +1,7 @@
 """The conventions a command-line tool keeps: --version, --json, colour only on a terminal and
 never under NO_COLOR, and no framework or library noise without -v (what a process of its own
 prints, C++ logs included)."""
+import json
 import os
 import re
 
@@ -15,26 +16,36 @@ def test_version_json_and_no_color():
     assert version.returncode == 0 and version.stdout.startswith("xbench, version ")
     backends = strict_json(xbench_here("backends", "--json").stdout)
     assert {"backend", "available", "reason", "spans_nodes"} <= set(backends[0])
-    listed = xbench("models", "--json")  # a process of its own: it loads every framework
-    models = strict_json(listed.stdout)
-    specs = {m["model"]: m for m in models if m["source"] == "spec (common)"}
-    assert {(name, m["params"]) for name, m in specs.items()} == {
-        ("small", 402_442), ("large", 4_104_202), ("resnet18", 11_173_962), ("vgg19", 20_040_522),
-        ("gpt-tiny", 809_856), ("gpt-small", 10_770_816), ("gpt-medium", 85_892_352)}
-    assert (specs["small"]["input_shape"], specs["small"]["output_values"]) == ([1, 28, 28], 10)
-    assert (specs["gpt-tiny"]["context"], specs["gpt-tiny"]["heads"]) == (64, 4)
-    assert "TensorFlow" not in listed.stderr  # framework log lines kept off
-    assert "measuring" not in listed.stderr  # no progress off a terminal
 
 
-def test_models_show_their_shapes_with_progress_on_a_terminal():
-    code, shown = run_in_terminal([*XBENCH, "models"], env={**os.environ, "COLUMNS": "100"})
+def test_models_show_their_shapes_with_progress_and_keep_what_they_counted(tmp_path):
+    """Counted on a terminal with a bar as it goes; then kept: --json reads what was kept, and a
+    damaged entry is counted again."""
+    cache = {**os.environ, "XBENCH_CACHE": str(tmp_path / "cache"), "COLUMNS": "100"}
+    code, shown = run_in_terminal([*XBENCH, "models"], env=cache)
     assert code == 0, shown
     assert "measuring the models" in shown and "JAX: gpt-medium" in shown  # the bar, as it goes
     table = " ".join(shown[shown.index("takes and gives"):].split())  # as read, lines joined
     assert "64-token context over 65 characters" in table and "1x28x28 image -> 10 classes" in table
     assert "809,856" in table and "PyTorch" in table
     assert "TensorFlow" not in shown.replace("Keras 3.15 on tensorflow", "")
+    kept = sorted((tmp_path / "cache" / "counted").glob("PyTorch-small-*.json"))
+    assert len(kept) == 1
+    kept[0].write_text('{"framework": "PyTorch", "params": "many"}')
+    listed = xbench("models", "--json", env=cache)
+    models = strict_json(listed.stdout)
+    specs = {m["model"]: m for m in models if m["source"] == "spec (common)"}
+    assert {(name, m["params"]) for name, m in specs.items()} == {
+        ("small", 402_442), ("large", 4_104_202), ("resnet18", 11_173_962), ("vgg19", 20_040_522),
+        ("gpt-tiny", 809_856), ("gpt-small", 10_770_816), ("gpt-medium", 85_892_352)}
+    counted = {(m["model"], m["source"].split()[0]): m["params"] for m in models}
+    assert all(counted[(name, framework)] == spec["params"] for name, spec in specs.items()
+               for framework in ("PyTorch", "Keras", "JAX")), counted
+    assert (specs["small"]["input_shape"], specs["small"]["output_values"]) == ([1, 28, 28], 10)
+    assert (specs["gpt-tiny"]["context"], specs["gpt-tiny"]["heads"]) == (64, 4)
+    assert json.loads(kept[0].read_text())["params"] == 402_442  # counted again, and kept
+    assert "TensorFlow" not in listed.stderr  # framework log lines kept off
+    assert "measuring" not in listed.stderr  # no progress off a terminal
     bad = [*XBENCH, "grid", "--preset", "smoke", "--backend", "nope"]
     _, coloured = run_in_terminal(bad)
     _, plain = run_in_terminal(bad, env={**os.environ, "NO_COLOR": "1"})

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from xbench.common.backends.frameworks import FRAMEWORKS, Framework
+from xbench.common.cache import cache_written
 from xbench.common.children import ask
 from xbench.common.errors import UserError
 from xbench.common.workload.model import Model
@@ -17,7 +18,6 @@ from xbench.common.workload.model_file import (
     DESCRIBED,
     ModelFile,
     NotDescribed,
-    cache_written,
     facts_problem,
     kept_path,
     split,

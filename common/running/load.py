@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import psutil
 
-LOOK_SECONDS = 1.0  # 100 clock ticks a core: a share to about 1%
+LOOK_SECONDS = 0.5  # 50 clock ticks a core: a share to about 2%, before every grid
 BUSIEST = 3  # other processes named in the warning
 # What each policy sets in a cell's environment (the runtime's own: neither of OMP_VARIABLES).
 OMP_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")

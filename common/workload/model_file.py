@@ -22,27 +22,25 @@ there (or from what a worker's job carries) each time a model is resolved
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import importlib.util
 import json
 import math
-import os
 import re
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
+from xbench.common import cache
 from xbench.common.errors import UserError
 from xbench.common.shapes import BOOL, TEXT, WHOLE, Each, Maybe, Range, shape_problem
 from xbench.common.workload.layouts import image_shape
 from xbench.common.workload.model import IMAGES, OTHER, TOKENS
 from xbench.common.workload.models import INPUT_SHAPES, NUM_CLASSES
 
-CACHE_ENV = "XBENCH_CACHE"
 DIGEST_CHARACTERS = 12
 DIGEST = re.compile(rf"@[0-9a-f]{{{DIGEST_CHARACTERS}}}$")
 SHORT_DIGEST = 8  # characters of the digest a table shows
@@ -205,27 +203,8 @@ class ModelFile:
     def keep(self) -> ModelFile:
         """Written to its digest's file (whole or not at all), where `read` finds it; a clear
         error where that folder cannot be written."""
-        kept = kept_path(self.digest)
-        partial = kept.with_name(f"{kept.name}.{os.getpid()}.part")
-        with cache_written(Path(self.path).name):
-            kept.parent.mkdir(parents=True, exist_ok=True)
-            partial.write_text(json.dumps(dataclasses.asdict(self)))
-            partial.replace(kept)
+        cache.keep(kept_path(self.digest), dataclasses.asdict(self), Path(self.path).name)
         return self
-
-
-@contextlib.contextmanager
-def cache_written(name: str) -> Iterator[None]:
-    """What fails to write the folder a model file's facts are kept in (`name`'s), said in one
-    line: where it is and how to point it elsewhere."""
-    try:
-        yield
-    except OSError as e:
-        where = (f"{CACHE_ENV} ({os.environ[CACHE_ENV]})" if os.environ.get(CACHE_ENV)
-                 else str(kept_path("").parents[1]))
-        raise UserError(f"cannot keep what xbench finds of {name} in {where}: "
-                        f"{e.strerror or e} ({e.filename}); point {CACHE_ENV} at a folder "
-                        f"xbench may write") from None
 
 
 def looks_like_file_or_module(name: str) -> bool:
@@ -318,9 +297,8 @@ def call(module: ModuleType, function: str, path: Path):
 
 
 def kept_path(digest: str) -> Path:
-    """Where a model file's facts are kept: $XBENCH_CACHE/models, else ~/.cache/xbench/models."""
-    root = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "xbench")
-    return root.resolve() / "models" / f"{digest}-v{FACTS_VERSION}.json"
+    """Where a model file's facts are kept (common.cache)."""
+    return cache.cache_path("models", f"{digest}-v{FACTS_VERSION}.json")
 
 
 def facts_problem(facts, shape: dict, what: str) -> str | None:
