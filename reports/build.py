@@ -105,7 +105,7 @@ def summary_lines(data: ReportData, found: Verdicts,
                   decided: list[decision.Decision]) -> list[str]:
     """The printed summary: the decision first, then the rows, the verdicts, the runs not ok,
     the times to target."""
-    printed = [f"Decision (ranked by {decision.RANKED_BY}, 95% intervals):",
+    printed = ["Decision:",
                *["  " + line for line in decision.lines(decided) or ["no ok run to rank"]]]
     printed += tables.summary(data.frame, lines(found), data.failures,
                               [p.name for p in data.options.paths])

@@ -4,20 +4,25 @@ whether its place is surely its place (its interval apart from its neighbours': 
 pair judged as the verdicts are, Fieller's interval under Benjamini-Hochberg's control over the
 table's comparisons, reports.knobs.judged), then one sentence: "use X on N devices" where the
 data supports it, else which are within each other's intervals and the repeats that would
-settle it. Runs left out (contended) and cells left out (SUSPECT) are counted, never dropped
-silently. Data here; `lines` and `frame` are its words (the summary, the pages), `as_json` its
-data for `report --json`.
+settle it. Where the grid has a target (an accuracy or a loss), what is decided is the time to
+it: per setup and target, the global batch is a knob (a larger one may train faster per sample and
+need more of them), the configurations are ranked by their median training time to the target
+over their seeds (reports.goodput's, evaluations left out), and adjacent places are judged by a
+two-sided Mann-Whitney test under Benjamini-Hochberg. Runs left out (contended) and cells left out
+(SUSPECT) are counted, never dropped silently. Data here; `lines` and `frame` are its words (the
+summary, the pages), `as_json` its data for `report --json`.
 """
 import math
 from dataclasses import dataclass, field, replace
 
 import pandas as pd
+from scipy import stats
 
-from xbench.common.grids.columns import columns
+from xbench.common.grids.columns import columns, draws
 from xbench.common.grids.setting import Role
-from xbench.reports import analysis
+from xbench.reports import analysis, goodput
 from xbench.reports.knobs import judged
-from xbench.reports.stats import repeats_to_settle
+from xbench.reports.stats import LEVEL, false_discoveries_controlled, repeats_to_settle
 from xbench.reports.verdict import Interval, Verdicts, interval_text
 from xbench.reports.verdicts import threshold_of
 
@@ -27,21 +32,25 @@ PLACE = ("backend", "devices")  # what every configuration names
 # The other settings that may tell two configurations of a setup apart (named where they vary).
 KNOBS = [c for c in columns(Role.PLACEMENT, Role.SETUP, Role.TRAINING)
          if c not in (*SETUP, *PLACE)]
+# A target's setup: the same work but for the draw (its runs are the seeds) and the global batch.
+TARGET_SETUP = [*(c for c in SETUP if c not in (*draws(), "global_batch")), "metric", "target"]
 RANKED_BY = "epoch-2 rate (samples/s)"
 
 
 @dataclass(frozen=True)
 class Choice:
     """One configuration in its place: its backend's series, devices and the knobs varied in
-    its setup (name, value), its rate with its interval, its usable repeats, and whether it is
-    surely apart from the one above and the one below (`sure`)."""
+    its setup (name, value), what it is ranked by (its rate, or its median time to a target)
+    with its interval and that interval's coverage, its usable repeats (or seeds), and whether it
+    is surely apart from the one above and the one below (`sure`)."""
     series: str
     devices: int
     knobs: tuple[tuple[str, str], ...]
     cell_key: str
-    rate: Interval
+    value: Interval
     repeats: int
     sure: bool = False
+    coverage: float = LEVEL
 
     @property
     def name(self) -> str:
@@ -56,9 +65,11 @@ class Decision:
     """A setup's ranking and what it allows: the `best` where the first is surely ahead of the
     second (with their `ratio`), else the `tied` first ones not surely apart and the repeats a
     side that would settle the first two (`more_repeats`: more than they have; None: not known
-    or beyond 50, `repeats`: the fewer side's); the runs and cells left out."""
+    or beyond 50, `repeats`: the fewer side's); the runs and cells left out. `ranked_by`:
+    RANKED_BY, or a target's time (the lower first)."""
     setup: str
     choices: list[Choice]
+    ranked_by: str = RANKED_BY
     best: Choice | None = None
     ratio: Interval | None = None
     tied: int = 0
@@ -68,9 +79,10 @@ class Decision:
     suspect: list[str] = field(default_factory=list)
 
 
-def setup_title(first) -> str:
-    return (f"{first['model']} ×{first['dataset_multiple']} {first['dataset']}, global batch "
-            f"{first['global_batch']}, {first['device_type']}"
+def setup_title(first, batch: bool = True) -> str:
+    return (f"{first['model']} ×{first['dataset_multiple']} {first['dataset']}, "
+            + (f"global batch {first['global_batch']}, " if batch else "")
+            + str(first["device_type"])
             + (f" [env {first['env']}]" if first.get("env") not in (None, "A") else ""))
 
 
@@ -93,16 +105,21 @@ def suspect_keys(found: Verdicts, limits: pd.DataFrame) -> set[str]:
 
 def decisions(frame: pd.DataFrame, cells: pd.DataFrame, found: Verdicts,
               limits: pd.DataFrame) -> list[Decision]:
-    """One decision per setup any ok run trained (runs with an injected fault are in none)."""
+    """One decision per setup any ok run trained (runs with an injected fault are in none): by
+    time to the target where its rows have one, else by rate."""
     ran = frame[frame["status"].eq("ok")] if len(frame) else frame
     ran = ran[ran["training"] == ran["training_without_fault"]] if len(ran) else ran
     if ran.empty:
         return []
+    targeted = goodput.target_rows(ran)
+    made = to_target(frame) if len(targeted) else []
+    ran = ran.drop(targeted.index)
+    if ran.empty:
+        return made
     measured = analysis.measured(cells)
     measured = measured[measured["training"] == measured["training_without_fault"]]
     measured = measured.assign(_setup=keyed(measured)) if len(measured) else measured
     suspect = suspect_keys(found, limits)
-    made = []
     for setup, rows in ran.groupby(keyed(ran), sort=False):
         here = measured[measured["_setup"] == setup] if len(measured) else measured
         kept = here[~here["cell_key"].isin(suspect)] if len(here) else here
@@ -112,6 +129,51 @@ def decisions(frame: pd.DataFrame, cells: pd.DataFrame, found: Verdicts,
                                    Interval(c["epoch2_rate"]), int(c["n"])).name
                             for _, c in here[here["cell_key"].isin(suspect)].iterrows()]))
     return made
+
+
+def to_target(frame: pd.DataFrame) -> list[Decision]:
+    """Per setup and target, its configurations ranked by their median training time to it
+    (reports.goodput's records of the rows with a target; runs with a fault in none)."""
+    plain = frame[frame["training"] == frame["training_without_fault"]]
+    records, targeted = goodput.target_table(plain), goodput.target_rows(plain)
+    targeted = targeted.assign(configuration=analysis.configuration(targeted))
+    made = []
+    for _, group in records.groupby(TARGET_SETUP, sort=False, dropna=False):
+        first = group.iloc[0]
+        rows = targeted[targeted["configuration"].isin(group["configuration"])]
+        made.append(by_time(f"{setup_title(first, batch=False)}, to {goodput.target_text(first)}",
+                            group, int((rows["contended"] & ~rows["usable"]).sum())))
+    return made
+
+
+def by_time(title: str, group: pd.DataFrame, contended: int) -> Decision:
+    """Configurations ranked by median training time to the target (a run that did not reach
+    it the slowest), each adjacent pair judged by a two-sided Mann-Whitney test of their seeds'
+    times, Benjamini-Hochberg over the table's pairs."""
+    median = group["training_seconds"].map(lambda t: t["median"])
+    rows = [c for _, c in group.assign(_median=median).sort_values("_median").iterrows()]
+    varied = [k for k in ("global_batch", "training") if group[k].astype(str).nunique() > 1]
+    p_values = [stats.mannwhitneyu(a["training_seconds_values"], b["training_seconds_values"],
+                                   alternative="two-sided").pvalue
+                if min(len(a["training_seconds_values"]), len(b["training_seconds_values"])) > 1
+                and a["_median"] < b["_median"] else math.nan for a, b in zip(rows, rows[1:])]
+    apart = [bool(stated) for stated in false_discoveries_controlled(p_values)]
+    choices = [Choice(c["series"], int(c["devices"]), tuple((k, str(c[k])) for k in varied),
+                      c["configuration"], Interval(c["_median"], c["training_seconds"]["low"],
+                                                   c["training_seconds"]["high"]),
+                      len(c["training_seconds_values"]),
+                      sure=(i == 0 or apart[i - 1]) and (i == len(rows) - 1 or apart[i]),
+                      coverage=c["training_seconds"]["coverage"])
+               for i, c in enumerate(rows)]
+    decision = Decision(title, choices, ranked_by=f"training time to "
+                        f"{goodput.target_text(rows[0])} (median over seeds, s)",
+                        contended=contended)
+    if len(choices) < 2:
+        return decision
+    if apart[0]:
+        return replace(decision, best=choices[0])
+    tied = next((i + 1 for i, sure in enumerate(apart) if sure), len(choices))
+    return replace(decision, tied=tied, repeats=min(choices[0].repeats, choices[1].repeats))
 
 
 def ranked(title: str, cells: pd.DataFrame, contended: int, suspect: list[str]) -> Decision:
@@ -148,10 +210,21 @@ def sentence(d: Decision) -> str:
                                                if left_out_text(d) else "none has a usable run")
     if len(d.choices) == 1:
         return f"only {d.choices[0].name} has usable runs: nothing to rank it against"
+    if d.best and d.ranked_by != RANKED_BY:
+        return (f"use {d.best.name}: surely shorter to the target than the next, "
+                f"{d.choices[1].name} (Mann-Whitney under Benjamini-Hochberg, 5%)")
     if d.best:
         return (f"use {d.best.name}: surely faster than the next, {d.choices[1].name} "
                 f"({interval_text(d.ratio)})")
     names = ", ".join(c.name for c in d.choices[:d.tied])
+    if d.ranked_by != RANKED_BY:
+        fewest = d.repeats
+        settle = (f"with {fewest} seed(s) on a side no test can tell them apart: it takes 4 or "
+                  f"more seeds a configuration (--seeds 4)"
+                  if fewest < 2 or goodput.smallest_p(fewest, fewest) > 1 - LEVEL else
+                  "more seeds a configuration may settle it, or they are as fast")
+        return (f"no configuration is surely the shortest to the target: these {d.tied} are "
+                f"not told apart ({names}); {settle}")
     settle = ("one run on a side has no interval: run --repeat 3" if d.repeats < 2 else
               f"{d.more_repeats} more repeat{'s' * (d.more_repeats > 1)} a side would settle "
               f"it" if d.more_repeats else
@@ -174,13 +247,19 @@ def place_text(c: Choice) -> str:
     return "sure" if c.sure else "not sure"
 
 
-def rate_text(c: Choice) -> str:
-    """'1,234 [1,200, 1,270]' (no interval from one run; ∞ where it is unbounded)."""
+def value_text(c: Choice, unit: str = "") -> str:
+    """'1,234 [1,200, 1,270]' (no interval from one run; ∞ where it is unbounded), with the
+    interval's coverage where it is not 95% (a median's of few seeds)."""
     def number(value: float) -> str:
-        return f"{value:,.0f}" if math.isfinite(value) else "∞"
-    if not c.rate.has_interval:
-        return number(c.rate.value)
-    return f"{number(c.rate.value)} [{number(c.rate.low)}, {number(c.rate.high)}]"
+        return (f"{value:,.0f}" if value >= 100 else f"{value:.1f}") if math.isfinite(value) \
+            else "∞"
+    if math.isinf(c.value.value):
+        return "not reached"
+    if not c.value.has_interval:
+        return number(c.value.value) + unit
+    coverage = f" ({c.coverage:.1%})" if not math.isclose(c.coverage, LEVEL) else ""
+    return (f"{number(c.value.value)} [{number(c.value.low)}, {number(c.value.high)}]{unit}"
+            + coverage)
 
 
 def lines(made: list[Decision]) -> list[str]:
@@ -188,8 +267,9 @@ def lines(made: list[Decision]) -> list[str]:
     out."""
     out = []
     for d in made:
-        out.append(f"{d.setup}:")
-        out += [f"  {i}. {c.name}: {rate_text(c)} samples/s; place {place_text(c)}"
+        out.append(f"{d.setup}, ranked by {d.ranked_by}:")
+        unit = " samples/s" if d.ranked_by == RANKED_BY else " s"
+        out += [f"  {i}. {c.name}: {value_text(c, unit)}; place {place_text(c)}"
                 for i, c in enumerate(d.choices, 1)]
         out += [f"  → {sentence(d)}"] + ([f"  {left_out_text(d)}"] if left_out_text(d) else [])
     return out
@@ -197,15 +277,15 @@ def lines(made: list[Decision]) -> list[str]:
 
 def frame(d: Decision) -> pd.DataFrame:
     """A setup's ranking as a table for the pages."""
-    return pd.DataFrame([[i, c.name, rate_text(c), c.repeats, place_text(c)]
+    return pd.DataFrame([[i, c.name, value_text(c), c.repeats, place_text(c)]
                          for i, c in enumerate(d.choices, 1)],
-                        columns=["rank", "configuration", f"{RANKED_BY}, 95% CI", "repeats",
-                                 "place"])
+                        columns=["rank", "configuration", f"{d.ranked_by}, interval",
+                                 "repeats" if d.ranked_by == RANKED_BY else "seeds", "place"])
 
 
 def as_json(made: list[Decision]) -> list[dict]:
     """The decisions by field with their words (reports.json_report makes them strict JSON)."""
-    return [{**d.__dict__, "ranked_by": RANKED_BY, "sentence": sentence(d),
+    return [{**d.__dict__, "sentence": sentence(d),
              "left_out": left_out_text(d) or None,
              "choices": [{**c.__dict__, "name": c.name} for c in d.choices]} for d in made]
 
@@ -213,4 +293,9 @@ def as_json(made: list[Decision]) -> list[dict]:
 EXPLAINED = ("Per setup, every configuration ranked by its epoch-2 rate with its 95% interval; a "
              "place is sure where its interval is apart from its neighbours' (Fieller's "
              "interval of each adjacent pair, with the false-discovery rate over the table's "
-             "comparisons held at 5%, Benjamini-Hochberg).")
+             "comparisons held at 5%, Benjamini-Hochberg). Where the grid has a target, by "
+             "the median training time to it over the seeds (evaluations left out), the global "
+             "batch one of the knobs, with the median's distribution-free interval (its "
+             "coverage said where few seeds cannot give 95%); a place is sure where a "
+             "two-sided Mann-Whitney test of its seeds' times against its neighbours' is "
+             "significant under Benjamini-Hochberg at 5% (4 seeds a side or more).")

@@ -28,8 +28,8 @@ def summary_of(tmp_path, rows, **options) -> list[str]:
 def test_a_configuration_surely_ahead_is_the_one_to_use(tmp_path):
     summary = summary_of(tmp_path, CONCLUSIVE)
     assert summary[:5] == [
-        "Decision (ranked by epoch-2 rate (samples/s), 95% intervals):",
-        "  small ×1 mnist, global batch 128, cpu:",
+        "Decision:",
+        "  small ×1 mnist, global batch 128, cpu, ranked by epoch-2 rate (samples/s):",
         "    1. pt-ddp on 2 devices: 190 [185, 195] samples/s; place sure",
         "    2. tf-mirrored on 1 device: 151 [149, 154] samples/s; place sure",
         "    3. pt-ddp on 1 device: 100 [95, 105] samples/s; place sure"]
@@ -66,7 +66,8 @@ def test_report_json_holds_the_decision_first(tmp_path):
     assert decided["ratio"]["has_interval"] and decided["ratio"]["low"] > 1
     assert decided["sentence"].startswith("use pt-ddp on 2 devices")
     assert decided["contended"] == 0 and decided["suspect"] == [] and decided["left_out"] is None
-    assert done.stderr.startswith("Decision (ranked by epoch-2 rate")
+    assert done.stderr.startswith("Decision:\n  small ×1 mnist, global batch 128, cpu, ranked by "
+                                  "epoch-2 rate")
 
 
 def test_an_impossible_ratio_is_suspect_with_its_disturbed_baseline(tmp_path):
@@ -121,7 +122,7 @@ def test_contended_runs_are_counted_where_nothing_ranks(tmp_path):
     rows = repeated("pt-ddp", 1, (98, 100, 102), contended=True)
     summary = summary_of(tmp_path, rows)
     assert summary[1:4] == [
-        "  small ×1 mnist, global batch 128, cpu:",
+        "  small ×1 mnist, global batch 128, cpu, ranked by epoch-2 rate (samples/s):",
         "    → no configuration to rank: every run was left out (below)",
         "    left out: 3 contended run(s) (--include-contended uses them)"]
     assert "1. pt-ddp on 1 device" in "\n".join(summary_of(tmp_path, rows,

@@ -9,7 +9,7 @@ import math
 import pytest
 from scipy import stats
 
-from tests.helpers import REPO, write_grid, xbench, xbench_here
+from tests.helpers import REPO, strict_json, write_grid, xbench, xbench_here
 from xbench.common.grids.cell import Cell
 from xbench.common.measuring.target import Evaluation, TargetRun
 from xbench.common.results.store import read_rows
@@ -303,3 +303,31 @@ def test_the_time_to_a_point_leaves_the_tracer_out_as_the_epochs_do(curves):
                 sum(e["seconds"] for e in timed), rel=1e-12), (backend, devices)
             assert point["seconds"] == pytest.approx(
                 sum(e["seconds"] + e["evaluation_seconds"] for e in timed), rel=1e-12)
+
+
+def test_the_decision_ranks_by_time_to_the_target_over_the_seeds(preset, tmp_path):
+    """With a target the decision is per target, the global batch a knob, ranked by the median
+    training time over the seeds as the time-to-target table gives it; with 3 seeds a side no
+    place can be sure, and the sentence says it takes 4."""
+    rows, printed, summary = preset
+    targets = target_table(load([RECORDED], include_contended=True)[0])
+    medians = sorted((t["median"], g, d) for t, g, d in zip(
+        targets["training_seconds"], targets["global_batch"], targets["devices"], strict=True))
+    decision = summary.split("## The decision")[1].split("\n## ")[0]
+    assert "**small ×1 mnist, cpu, to accuracy 0.85:**" in decision
+    ranked = [line for line in decision.splitlines() if line.startswith("| ") and "pt-ddp" in line]
+    assert [line.split(" | ")[1] for line in ranked] == [
+        f"pt-ddp on {d} device{'s' * (d > 1)} (global\\_batch={g})" for _, g, d in medians]
+    assert [line.split(" | ")[3] for line in ranked] == ["5"] * 4  # seeds
+    for line, (median, _, _) in zip(ranked, medians, strict=True):
+        shown = line.split(" | ")[2]
+        assert shown == "not reached" if math.isinf(median) else \
+            shown.startswith(f"{median:.1f} \\[")
+    three = tmp_path / "seeds3.jsonl"
+    three.write_text("".join(json.dumps(r) + "\n" for r in rows if r["seed"] < 3))
+    done = xbench_here("report", three, "--out", tmp_path / "out", "--format", "md",
+                       "--include-contended", "--json")
+    [decided] = strict_json(done.stdout)["decision"]
+    assert decided["ranked_by"] == "training time to accuracy 0.85 (median over seeds, s)"
+    assert not any(c["sure"] for c in decided["choices"]) and decided["best"] is None
+    assert "it takes 4 or more seeds a configuration (--seeds 4)" in decided["sentence"]
