@@ -32,11 +32,11 @@ def stated_at_some_look(rng, difference: float, sequential: bool = True) -> bool
 
 
 def test_looking_until_a_verdict_keeps_the_false_positive_rate_at_5_percent():
-    """2,000 comparisons of two equal cells: at most 5% stated (measured here: 2.1%), where
-    testing every look at 5% states 15.6%."""
+    """1,000 comparisons of two equal cells: at most 5% stated (measured here: 2.8%, 2.1% of
+    2,000), where testing every look at 5% states 13.2% (15.6% of 2,000)."""
     rng = np.random.default_rng(2026)
-    sequential = np.mean([stated_at_some_look(rng, 0.0) for _ in range(2000)])
-    naive = np.mean([stated_at_some_look(rng, 0.0, sequential=False) for _ in range(2000)])
+    sequential = np.mean([stated_at_some_look(rng, 0.0) for _ in range(1000)])
+    naive = np.mean([stated_at_some_look(rng, 0.0, sequential=False) for _ in range(1000)])
     assert sequential <= 0.05, sequential
     assert naive > 0.10, naive  # the optional stopping the plan prevents
 

@@ -86,10 +86,11 @@ def test_every_backend_that_spans_nodes_trains_one_model_on_two_nodes(slurm, two
 
 def test_slurms_time_limit_makes_a_timeout_row(slurm, mnist_dir, tmp_path):
     """One minute of Slurm time for a cell that would train for long: Slurm ends it (within its
-    ~30 s check interval), and the row says so."""
+    ~30 s check interval), and the row says so. Each of its batches arrives a second late, so
+    that its minutes wait rather than take the cores the suite's other tests need."""
     done, results = grid(slurm, tmp_path, mnist_dir, "--slurm-time", 1, backends=["pt-ddp"],
                          nodes=[2], devices=[1], epochs=1000, max_train_samples=SLICE,
-                         timeout=600)
+                         inject=["input-delay=1000"], timeout=600)
     assert done.returncode == 3, done.stderr
     [row] = read_rows(results)[0]
     assert row["status"] == "timeout" and "Slurm's time limit ended the job" in row["error"]
