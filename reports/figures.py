@@ -52,7 +52,7 @@ MARKS = {SUSPECT: {"marker": "o", "s": 260, "facecolors": "none", "edgecolors": 
                    "linewidths": 2.0},
          CONTENDED: {"marker": "s", "s": 190, "facecolors": "none", "edgecolors": "#444444",
                      "linewidths": 1.3, "linestyles": ":"}}
-MOST_WIDTH = 14.0  # inches: a figure at 100 dpi fits the page's 1,400 px unscaled
+MOST_WIDTH = 13.2  # inches: a figure at 100 dpi (and its margins) fits the page unscaled
 # What a point's 95% interval is (interval_kinds): an error bar, none, or unbounded.
 BOUNDED, NO_INTERVAL, UNBOUNDED = "bounded", "none", "unbounded"
 Point = tuple[str, str]  # (which point, in words; the kind of its interval)
@@ -316,7 +316,7 @@ def mark(ax: Axes, xs, ys, rows, suspect) -> None:
 def wrapped(text, width_inches: float, fontsize: float = 12) -> str:
     """`text` in lines that fit `width_inches` at `fontsize` points, broken after a '/', '_',
     '-' or space where it can be (a model's path), so that neighbouring titles never meet."""
-    most = max(12, int(width_inches * 72 / (fontsize * 0.6)))
+    most = max(12, int(width_inches * 0.8 * 72 / (fontsize * 0.62)))  # the axes: 80%
     rows, row = [], ""
     for piece in re.split(r"(?<=[/_\s-])", plain(text)):
         while len(piece) > most:

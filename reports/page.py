@@ -156,7 +156,10 @@ def methods_html(paragraphs: list[str]) -> str:
 
 def shown_table_html(shown: ShownTable) -> str:
     """A table under its title; one of more than LONG_TABLE rows folded under its title and
-    its count of rows."""
+    its count of rows; an empty one a line that says why."""
+    if shown.frame.empty:
+        return (f'<p class="missing"><strong>{escape(shown.title)}</strong>: empty: '
+                f"{escape(shown.empty)}.</p>")
     title = f"<h3>{escape(shown.title)}</h3>"
     if len(shown.frame) <= LONG_TABLE:
         return title + table_html(shown.frame, shown.empty)

@@ -28,7 +28,7 @@ from xbench.reports.figures import (
 )
 from xbench.reports.sections.section import NO_ROWS, Figure, Made, Section
 
-PANEL_WIDTH = 4.6  # inches: three panels a row fit the page
+PANEL_WIDTH = 4.3  # inches: three panels a row, or one beside a figure of two, fit the page
 EPOCH1 = "hatched: epoch 1"
 # What each axis a figure may vary needs, and which grid has it.
 AXIS_WORDS = {"devices": ("device counts", "the smoke grid has 1 and 2, the seed grid 1, 2, 4"),
