@@ -8,8 +8,10 @@ one, in their frameworks' colours). A series' data, environment and nodes change
 hollow markers on synthetic data, a line style per environment, a wider line over more nodes. A
 figure that varies some axes holds the others at their most common value and says which in its
 caption, and says which runs of the results it draws none of (left_out). Error bars are 95% CIs
-(reports.stats) and appear only where a cell has more than one repeat; what a bar cannot show (no
-interval at all, or an unbounded one) the caption says once.
+(reports.stats) and appear only where a cell has more than one repeat; an unbounded side is a
+dashed arrow to the panel's edge; what a bar cannot show (no interval at all, or which are
+unbounded) the caption says once. A point a SUSPECT verdict rests on, or one drawn from contended
+runs, is ringed (MARKS) and named in the legend. No figure is wider than the page (MOST_WIDTH).
 """
 import io
 import math

@@ -1,6 +1,8 @@
 """The report's two pages of the same walked sections (reports.sections.section.walk):
 index.html, one self-contained page (figures embedded as data: URLs, no script, no network), and
-summary.md.
+summary.md. The HTML page reads top down: the decision, the verdicts, then per section its
+figures (side by side where they fit) and tables, how it was measured and long tables folded
+(<details>, which needs no script).
 
 Everything that comes from the results is escaped here (tables.markdown_text for Markdown), and
 the HTML page's Content-Security-Policy allows no script at all, so a backend name or error text
@@ -106,7 +108,7 @@ def decision_html(decided: list[decision.Decision]) -> str:
     for d in decided:
         parts.append(f'<p class="family"><strong>{escape(d.setup + ":")}</strong></p>')
         if d.choices:
-            parts.append(table_html(decision.frame(d), ""))
+            parts.append(table_html(decision.frame(d)))
         parts.append(f'<p class="sentence"><strong>{escape(decision.sentence(d))}</strong></p>')
         if decision.left_out_text(d):
             parts.append(f'<p class="warning">{escape(decision.left_out_text(d))}</p>')
@@ -162,9 +164,9 @@ def shown_table_html(shown: ShownTable) -> str:
                 f"{escape(shown.empty)}.</p>")
     title = f"<h3>{escape(shown.title)}</h3>"
     if len(shown.frame) <= LONG_TABLE:
-        return title + table_html(shown.frame, shown.empty)
+        return title + table_html(shown.frame)
     return (f'<details class="table"><summary>{title} ({len(shown.frame)} rows)</summary>'
-            + table_html(shown.frame, shown.empty) + "</details>")
+            + table_html(shown.frame) + "</details>")
 
 
 LONG_TABLE = 8  # rows: a table longer than this is folded until opened
@@ -185,9 +187,7 @@ def png_width(png: bytes) -> int:
     return int.from_bytes(png[16:20], "big")
 
 
-def table_html(frame, empty):
-    if frame.empty:
-        return f'<p class="missing">Empty: {escape(empty)}.</p>'
+def table_html(frame) -> str:
     head = "".join(f"<th>{escape(str(c))}</th>" for c in frame.columns)
     rows = "".join("<tr>" + "".join(cell_html(v) for v in row) + "</tr>"
                    for row in frame.itertuples(index=False))
