@@ -102,6 +102,8 @@ def epoch1_vs_epoch2(data: ReportData) -> Made:
     for ax, count in zip(axes, devices, strict=True):
         for i, (name, style, rows) in enumerate(series):
             rows = rows[rows["devices"] == count]
+            if rows.empty:
+                continue  # no cell of this series on `count` devices: its place stays blank
             for epoch, offset in ((1, -0.2), (2, 0.2)):
                 y = f"epoch{epoch}_rate"
                 ax.bar([i + offset] * len(rows), rows[y], 0.4, yerr=error_bars(rows, y),
