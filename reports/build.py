@@ -19,7 +19,6 @@ from xbench.reports.predict import Link
 from xbench.reports.sections import SECTIONS
 from xbench.reports.sections.section import ShownSection, walk
 from xbench.reports.verdict import Verdicts, lines
-from xbench.reports.verdicts import verdicts
 
 FORMATS = ("html", "md", "png", "svg", "csv")
 DRAWN = {"html", "png", "svg"}  # the formats that need the figures drawn
@@ -48,7 +47,7 @@ def build_report(paths, out, formats=FORMATS, where: str | None = None,
     data = ReportData(Options(tuple(Path(p) for p in paths), where, include_contended,
                               Path(baseline) if baseline else None, lab, link, node_link))
     notices = tables.notices(data.frame, data.cells, data.problems, where)
-    found = verdicts(data.cells, data.frame, include_contended, data.attributed, data.limits)
+    found = data.verdicts
     decided = decision.decisions(data.frame, data.cells, found, data.limits)
     shown = [walk(section, data, draw=bool(DRAWN & set(formats)) or as_json)
              for section in SECTIONS if section.shown(data.options)]

@@ -6,11 +6,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from xbench.reports import analysis, goodput, predict
+from xbench.reports import analysis, decision, goodput, predict
 from xbench.reports.compare import compare
 from xbench.reports.limits import against_limits
 from xbench.reports.load import load, load_probes
 from xbench.reports.predict import Link
+from xbench.reports.verdict import Verdicts
+from xbench.reports.verdicts import verdicts
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,17 @@ class ReportData:
     @cached_property
     def limits(self) -> pd.DataFrame:
         return against_limits(self.cells, self.attributed, self.probes)
+
+    @cached_property
+    def verdicts(self) -> Verdicts:
+        return verdicts(self.cells, self.frame, self.options.include_contended, self.attributed,
+                        self.limits)
+
+    @cached_property
+    def suspect(self) -> frozenset[str]:
+        """The cell keys a SUSPECT verdict rests on or beyond the machine's limits, which the
+        figures mark (reports.decision.suspect_keys)."""
+        return frozenset(decision.suspect_keys(self.verdicts, self.limits))
 
     @cached_property
     def failures(self) -> pd.DataFrame:

@@ -8,11 +8,14 @@ one, in their frameworks' colours). A series' data, environment and nodes change
 hollow markers on synthetic data, a line style per environment, a wider line over more nodes. A
 figure that varies some axes holds the others at their most common value and says which in its
 caption, and says which runs of the results it draws none of (left_out). Error bars are 95% CIs
-(reports.stats) and appear only where a cell has more than one repeat; what a bar cannot show (no
-interval at all, or an unbounded one) the caption says once.
+(reports.stats) and appear only where a cell has more than one repeat; an unbounded side is a
+dashed arrow to the panel's edge; what a bar cannot show (no interval at all, or which are
+unbounded) the caption says once. A point a SUSPECT verdict rests on, or one drawn from contended
+runs, is ringed (MARKS) and named in the legend. No figure is wider than the page (MOST_WIDTH).
 """
 import io
 import math
+import re
 import zlib
 from dataclasses import dataclass
 
@@ -44,6 +47,14 @@ LINEWIDTH = 1.5  # of a series on one node; over N nodes, (1 + log2 N) times it
 RATE = "epoch-2 rate (samples/s)"
 DEVICES = "devices (count)"
 CI_NOTE = "Error bars: 95% CI over repeats (only where n > 1)."
+# Points that must not be read plainly: their legend label and their ring (MARKS).
+SUSPECT = "SUSPECT (see the verdicts)"
+CONTENDED = "contended runs kept"
+MARKS = {SUSPECT: {"marker": "o", "s": 260, "facecolors": "none", "edgecolors": "#d62728",
+                   "linewidths": 2.0},
+         CONTENDED: {"marker": "s", "s": 190, "facecolors": "none", "edgecolors": "#444444",
+                     "linewidths": 1.3, "linestyles": ":"}}
+MOST_WIDTH = 13.2  # inches: a figure at 100 dpi (and its margins) fits the page unscaled
 # What a point's 95% interval is (interval_kinds): an error bar, none, or unbounded.
 BOUNDED, NO_INTERVAL, UNBOUNDED = "bounded", "none", "unbounded"
 Point = tuple[str, str]  # (which point, in words; the kind of its interval)
@@ -185,6 +196,10 @@ def batch_label(batch_mode):
 
 
 def panels(count, width=4.6, height=3.4, columns=3):
+    """`count` panels of `width` x `height` inches, at most `columns` a row and as many as fit
+    MOST_WIDTH (a panel at most that wide), the rest wrapped into rows below."""
+    width = min(width, MOST_WIDTH)
+    columns = max(1, min(columns, int(MOST_WIDTH // width)))
     rows = (count + columns - 1) // columns
     columns = min(count, columns)
     figure = Figure(figsize=(width * columns, height * rows), layout="constrained")
@@ -255,18 +270,77 @@ def interval_note(drawn: list[Point]) -> str:
         return " Every point: one run, so no interval."
     unbounded = list(dict.fromkeys(where for where, kind in drawn if kind == UNBOUNDED))
     if unbounded:
-        return " 95% CI unbounded (the runs allow any value) at: " + "; ".join(unbounded) + "."
+        return (" 95% CI unbounded (the runs allow any value; drawn as a dashed arrow to the "
+                "panel's edge) at: " + "; ".join(unbounded) + ".")
     return ""
 
 
-def lines(ax: Axes, cells: pd.DataFrame, x, y, xlabel, ylabel, panel="") -> list[Point]:
-    """One line per series of y (mean, with its 95% interval as error bars) against x; the
-    points drawn, named with `panel`, for the caption's interval_note."""
+def open_ends(ax: Axes, xs, ys, rows, y, color) -> None:
+    """Each unbounded side of a point's 95% interval drawn as what it is, a dashed arrow from
+    the point to the panel's edge (an error bar would end in a cap, as if bounded there)."""
+    bars = interval_bars(rows, y)
+    if bars is None:
+        return
+    for x, value, sides in zip(xs, ys, bars.T, strict=True):
+        if np.isnan(sides).any() or not np.isfinite(value):
+            continue  # no interval at all: the caption says so
+        for side, edge in zip(sides, (0.0, 1.0), strict=True):
+            if np.isinf(side):
+                ax.annotate("", xy=(x, edge), xycoords=ax.get_xaxis_transform(),
+                            xytext=(x, value), textcoords="data",
+                            arrowprops={"arrowstyle": "-|>", "color": color, "linestyle": "--",
+                                        "shrinkA": 0, "shrinkB": 0})
+
+
+def marked(rows, suspect) -> dict[str, np.ndarray]:
+    """{mark's legend label: which of `rows` have it}: a cell in `suspect` (reports.data's
+    suspect: an impossible ratio or beyond the machine's limits) or a scaling row above 100%
+    efficiency; a cell drawn from runs marked contended (kept by --include-contended)."""
+    keys = rows["cell_key"] if "cell_key" in rows else pd.Series("", index=rows.index)
+    is_suspect = keys.isin(suspect)
+    if "suspect" in rows:
+        is_suspect |= rows["suspect"].astype("boolean").fillna(False).astype(bool)
+    contended = (rows["contended_runs"].fillna(0) > 0 if "contended_runs" in rows
+                 else pd.Series(False, index=rows.index))
+    return {SUSPECT: is_suspect.to_numpy(bool), CONTENDED: contended.to_numpy(bool)}
+
+
+def mark(ax: Axes, xs, ys, rows, suspect) -> None:
+    """A ring around each point of `rows` (drawn at xs, ys) that must not be read plainly, one
+    look per reason (MARKS), each named once in the legend."""
+    xs, ys = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
+    for label, chosen in marked(rows, suspect).items():
+        chosen = chosen & np.isfinite(ys)
+        if chosen.any():
+            ax.scatter(xs[chosen], ys[chosen], label=label, zorder=5, **MARKS[label])
+
+
+def wrapped(text, width_inches: float, fontsize: float = 12) -> str:
+    """`text` in lines that fit `width_inches` at `fontsize` points, broken after a '/', '_',
+    '-' or space where it can be (a model's path), so that neighbouring titles never meet."""
+    most = max(12, int(width_inches * 0.8 * 72 / (fontsize * 0.62)))  # the axes: 80%
+    rows, row = [], ""
+    for piece in re.split(r"(?<=[/_\s-])", plain(text)):
+        while len(piece) > most:
+            rows, row, piece = [*rows, row + piece[:most - len(row)]], "", piece[most - len(row):]
+        if len(row) + len(piece.rstrip()) > most:
+            rows, row = [*rows, row.rstrip()], ""
+        row += piece
+    return "\n".join(r for r in [*rows, row.rstrip()] if r)
+
+
+def lines(ax: Axes, cells: pd.DataFrame, x, y, xlabel, ylabel, panel="",
+          suspect=frozenset()) -> list[Point]:
+    """One line per series of y (mean, with its 95% interval as error bars, an unbounded side
+    as an arrow) against x, its SUSPECT (cell keys in `suspect`) and contended points marked;
+    the points drawn, named with `panel`, for the caption's interval_note."""
     drawn = []
     for series, style, rows in by_series(cells):
         rows = rows.sort_values(x)
         ax.errorbar(rows[x], rows[y], yerr=error_bars(rows, y), capsize=3, label=plain(series),
                     **style)
+        open_ends(ax, rows[x], rows[y], rows, y, style["color"])
+        mark(ax, rows[x], rows[y], rows, suspect)
         drawn += points(rows, x, y, lambda row, series=series: (
             f"{series}, {axis_text(x, row[x], row.get('batch_mode')) or f'{x} {row[x]}'}"
             + (f" ({panel})" if panel else "")))

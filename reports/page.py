@@ -1,6 +1,8 @@
 """The report's two pages of the same walked sections (reports.sections.section.walk):
 index.html, one self-contained page (figures embedded as data: URLs, no script, no network), and
-summary.md.
+summary.md. The HTML page reads top down: the decision, the verdicts, then per section its
+figures (side by side where they fit) and tables, how it was measured and long tables folded
+(<details>, which needs no script).
 
 Everything that comes from the results is escaped here (tables.markdown_text for Markdown), and
 the HTML page's Content-Security-Policy allows no script at all, so a backend name or error text
@@ -11,7 +13,7 @@ import re
 from html import escape
 
 from xbench.reports import decision
-from xbench.reports.sections.section import ShownFigure, ShownSection
+from xbench.reports.sections.section import ShownFigure, ShownSection, ShownTable
 from xbench.reports.tables import markdown, markdown_text
 from xbench.reports.verdict import Verdicts, finding_lines, headings, warning_text
 
@@ -23,7 +25,9 @@ body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1400px; 
 h1 { margin-bottom: 0.2em; } h2 { border-bottom: 1px solid #ccc; margin-top: 2em; }
 .verdicts { background: #f6f8fa; padding: 0.5em 1em; } .verdicts li { margin: 0.2em 0; }
 .warning { background: #fff4e5; border-left: 4px solid #f0a020; padding: 0.5em 1em; }
-figure { margin: 1.5em 0; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
+.figures { display: flex; flex-wrap: wrap; gap: 0 2em; align-items: flex-start; }
+figure { margin: 1em 0; max-width: 100%; }
+figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
 figcaption { color: #555; font-size: 0.9em; }
 .table { overflow-x: auto; margin: 1em 0; }
 table { border-collapse: collapse; font-size: 0.85em; }
@@ -31,6 +35,9 @@ th, td { border: 1px solid #ddd; padding: 0.25em 0.5em; text-align: left; vertic
 th { background: #f0f0f0; } td.number { text-align: right; white-space: nowrap; }
 td { max-width: 50em; overflow-wrap: anywhere; }
 .missing { color: #888; font-style: italic; }
+details > summary { cursor: pointer; color: #555; }
+details.table > summary h3 { display: inline; }
+details.methods { font-size: 0.9em; } details[open].methods { background: #f6f8fa; padding: 0 1em; }
 """
 
 
@@ -44,17 +51,13 @@ def html_page(title, meta_lines, verdicts: Verdicts, warnings, sections: list[Sh
     body += ['<h2 id="decision">The decision</h2>', decision_html(decided)]
     body += ['<h2 id="verdicts">What the results say</h2>', verdicts_html(verdicts)]
     for section in sections:
-        body.append(f"<h2>{escape(section.title)}</h2>")
-        body += [f"<p>{escape(p)}</p>" for p in section.paragraphs]
-        for figure in section.figures:
-            if figure.name in pngs:
-                body.append(figure_html(figure, pngs[figure.name]))
-            elif figure.reason:
-                body.append(f'<p class="missing">{escape(figure.title)}: not drawn: '
-                            f'{escape(figure.reason)}.</p>')
-        for shown in section.tables:
-            body.append(f"<h3>{escape(shown.title)}</h3>")
-            body.append(table_html(shown.frame, shown.empty))
+        body += [f"<h2>{escape(section.title)}</h2>", methods_html(section.paragraphs)]
+        drawn = [figure_html(f, pngs[f.name]) for f in section.figures if f.name in pngs]
+        if drawn:
+            body.append('<div class="figures">' + "".join(drawn) + "</div>")
+        body += [f'<p class="missing">{escape(f.title)}: not drawn: {escape(f.reason)}.</p>'
+                 for f in section.figures if f.name not in pngs and f.reason]
+        body += [shown_table_html(shown) for shown in section.tables]
     return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
             f'<meta http-equiv="Content-Security-Policy" content="{CSP}">\n'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
@@ -105,7 +108,7 @@ def decision_html(decided: list[decision.Decision]) -> str:
     for d in decided:
         parts.append(f'<p class="family"><strong>{escape(d.setup + ":")}</strong></p>')
         if d.choices:
-            parts.append(table_html(decision.frame(d), ""))
+            parts.append(table_html(decision.frame(d)))
         parts.append(f'<p class="sentence"><strong>{escape(decision.sentence(d))}</strong></p>')
         if decision.left_out_text(d):
             parts.append(f'<p class="warning">{escape(decision.left_out_text(d))}</p>')
@@ -144,16 +147,47 @@ def verdicts_html(verdicts: Verdicts) -> str:
     return '<div class="verdicts">' + "".join(parts) + "</div>"
 
 
+def methods_html(paragraphs: list[str]) -> str:
+    """A section's explanation (how its numbers were measured), folded: one line until opened,
+    so that the figures and tables follow the verdicts closely."""
+    if not paragraphs:
+        return ""
+    return ('<details class="methods"><summary>How these were measured</summary>'
+            + "".join(f"<p>{escape(p)}</p>" for p in paragraphs) + "</details>")
+
+
+def shown_table_html(shown: ShownTable) -> str:
+    """A table under its title; one of more than LONG_TABLE rows folded under its title and
+    its count of rows; an empty one a line that says why."""
+    if shown.frame.empty:
+        return (f'<p class="missing"><strong>{escape(shown.title)}</strong>: empty: '
+                f"{escape(shown.empty)}.</p>")
+    title = f"<h3>{escape(shown.title)}</h3>"
+    if len(shown.frame) <= LONG_TABLE:
+        return title + table_html(shown.frame)
+    return (f'<details class="table"><summary>{title} ({len(shown.frame)} rows)</summary>'
+            + table_html(shown.frame) + "</details>")
+
+
+LONG_TABLE = 8  # rows: a table longer than this is folded until opened
+
+
 def figure_html(figure: ShownFigure, png: bytes) -> str:
+    """The figure at its own width (its caption wrapped to it, so that narrow figures sit side
+    by side), never wider than the page."""
     data = base64.b64encode(png).decode("ascii")
-    return (f'<figure id="{escape(figure.name)}"><h3>{escape(figure.title)}</h3>'
+    return (f'<figure id="{escape(figure.name)}" style="width: {png_width(png)}px">'
+            f"<h3>{escape(figure.title)}</h3>"
             f'<img src="data:image/png;base64,{data}" alt="{escape(figure.title)}">'
             f"<figcaption>{escape(figure.caption)}</figcaption></figure>")
 
 
-def table_html(frame, empty):
-    if frame.empty:
-        return f'<p class="missing">Empty: {escape(empty)}.</p>'
+def png_width(png: bytes) -> int:
+    """A PNG's width in pixels, from its header (IHDR, the first chunk)."""
+    return int.from_bytes(png[16:20], "big")
+
+
+def table_html(frame) -> str:
     head = "".join(f"<th>{escape(str(c))}</th>" for c in frame.columns)
     rows = "".join("<tr>" + "".join(cell_html(v) for v in row) + "</tr>"
                    for row in frame.itertuples(index=False))

@@ -9,9 +9,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.helpers import REPO
 from tests.report_fixtures import hostile_rows, write_rows
 from xbench.reports.build import build_report
 from xbench.reports.screenshot import chromium_command, screenshot
+
+REPEATS, TIME_TO_ACCURACY = (REPO / "tests" / "data" / f"{name}.jsonl"
+                             for name in ("repeats", "time-to-accuracy"))
 
 
 class DevTools:
@@ -82,8 +86,9 @@ def high_fd(fd):
     return moved
 
 
-def render_in_chromium(page):
-    """(image loaded flags, console errors, number of script elements) of `page` once loaded."""
+def render_in_chromium(page, width=1400):
+    """(image loaded flags, console errors, number of script elements) of `page` once loaded in
+    a window `width` pixels wide."""
     with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as profile:
         browser = DevTools(profile)
         try:
@@ -93,12 +98,20 @@ def render_in_chromium(page):
                                    {"targetId": target["targetId"], "flatten": True})["sessionId"]
             for domain in ("Page", "Runtime", "Log"):
                 browser.call(f"{domain}.enable", session=session)
+            browser.call("Emulation.setDeviceMetricsOverride",
+                         {"width": width, "height": 900, "deviceScaleFactor": 1,
+                          "mobile": False}, session)
             browser.call("Page.navigate", {"url": Path(page).resolve().as_uri()}, session)
             browser.wait_for("Page.loadEventFired")
             probe = ("JSON.stringify({images: [...document.images].map(i => i.complete && "
                      "i.naturalWidth > 0), scripts: document.scripts.length, headings: "
                      "[...document.querySelectorAll('h1,h2,h3')].map(h => h.textContent), "
-                     "text: document.body.innerText})")
+                     "text: document.body.innerText, height: "
+                     "document.documentElement.scrollHeight, folded: [...document."
+                     "querySelectorAll('details')].map(d => [d.className, d.open]), scaled: "
+                     "[...document.images].filter(i => i.width < i.naturalWidth).map(i => i.alt),"
+                     " order: [...document.querySelectorAll('#decision, #verdicts, figure, "
+                     "details')].map(e => e.id || e.tagName)})")
             found = json.loads(browser.call("Runtime.evaluate", {"expression": probe,
                                                                   "returnByValue": True},
                                             session)["result"]["value"])
@@ -145,3 +158,23 @@ def test_report_page_is_escaped_and_renders_in_chromium_with_every_figure(tmp_pa
     assert "step_parts" not in seen["text"] and "No data for" not in seen["text"]
     shot = screenshot(written["html"], tmp_path / "shot.png", height=800)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_recorded_rows_page_reads_decision_verdicts_figures_methods_folded(tmp_path):
+    """The recorded rows' page (contended runs kept: every figure drawn) at 1,400 px: the
+    decision, then the verdicts, then figures; every section's methods folded (and its long
+    tables), no figure shrunk to fit, and the whole far shorter than before (23,071 px on these
+    rows, with methods open and fig5a-d one below another; a user scrolled 17,269 px)."""
+    _, _, written = build_report([REPEATS, TIME_TO_ACCURACY], tmp_path / "out",
+                                 formats=["html"], include_contended=True)
+    images, errors, _ = render_in_chromium(written["html"])
+    seen = render_in_chromium.last
+    assert all(images) and errors == []
+    assert seen["order"][:3] == ["decision", "verdicts", "DETAILS"]  # section 1's methods
+    assert seen["order"].index("fig5d_epoch1_vs_epoch2") < seen["order"].index("scaling")
+    methods = [is_open for kind, is_open in seen["folded"] if kind == "methods"]
+    assert len(methods) == seen["text"].count("How these were measured") >= 10
+    assert not any(is_open for _, is_open in seen["folded"])
+    assert ("table", False) in map(tuple, seen["folded"])  # the cells' table, 22 rows
+    assert seen["scaled"] == []
+    assert seen["height"] < 15_000

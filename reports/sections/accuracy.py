@@ -94,12 +94,12 @@ def accuracy_figure(data: ReportData) -> Made:
     at_batch = test[test["batch"] == fixed.get("batch")]
     devices_title = plain(f"test accuracy at batch {fixed.get('batch')}")
     drawn = lines(axes[2], at_batch, "devices", "test_accuracy", DEVICES,
-                  "test accuracy (fraction)", panel=devices_title)
+                  "test accuracy (fraction)", panel=devices_title, suspect=data.suspect)
     at_devices = analysis.at(cells, {k: v for k, v in fixed.items() if k != "batch"})
     batch_title = plain(f"test accuracy on {analysis.devices_text(fixed.get('devices'))}")
     drawn += lines(axes[3], at_devices.dropna(subset=["test_accuracy"]), "batch",
                    "test_accuracy", batch_label(fixed.get("batch_mode")),
-                   "test accuracy (fraction)", panel=batch_title)
+                   "test accuracy (fraction)", panel=batch_title, suspect=data.suspect)
     axes[2].set_title(devices_title)
     axes[3].set_title(batch_title)
     legend(figure, list(axes))

@@ -1,5 +1,7 @@
 """Figure 5: the blog's Figure 5a-e (rates against devices, batch and dataset multiple, and epoch
 1 beside epoch 2) for every backend in the results."""
+from matplotlib.patches import Rectangle
+
 from xbench.reports import analysis
 from xbench.reports.data import ReportData
 from xbench.reports.figures import (
@@ -8,20 +10,26 @@ from xbench.reports.figures import (
     RATE,
     batch_label,
     by_series,
+    cell_labels,
     error_bars,
     fixed_text,
     interval_note,
     left_out,
     legend,
     lines,
+    mark,
     needs_values,
+    open_ends,
     panels,
     plain,
     points,
     without_faults,
+    wrapped,
 )
 from xbench.reports.sections.section import NO_ROWS, Figure, Made, Section
 
+PANEL_WIDTH = 4.3  # inches: three panels a row, or one beside a figure of two, fit the page
+EPOCH1 = "hatched: epoch 1"
 # What each axis a figure may vary needs, and which grid has it.
 AXIS_WORDS = {"devices": ("device counts", "the smoke grid has 1 and 2, the seed grid 1, 2, 4"),
               "batch": ("batch sizes", "the seed grid has 128, 256, 512"),
@@ -40,13 +48,13 @@ def faceted_lines(data: ReportData, facet, fixed_columns, x, y, xlabel, ylabel,
     if reason:
         return reason
     values = sorted(shown[facet].unique())
-    figure, axes = panels(len(values))
+    figure, axes = panels(len(values), width=PANEL_WIDTH)
     drawn = []
     for ax, value in zip(axes, values, strict=True):
-        title = plain(facet_title(value))
+        title = facet_title(value)
         drawn += lines(ax, shown[shown[facet] == value], x, y, xlabel, ylabel,
-                       panel=title if len(values) > 1 else "")
-        ax.set_title(title)
+                       panel=title if len(values) > 1 else "", suspect=data.suspect)
+        ax.set_title(wrapped(title, PANEL_WIDTH))
     legend(figure, axes)
     return fixed_text(fixed) + CI_NOTE + interval_note(drawn) + left_out(data.frame), figure
 
@@ -79,7 +87,8 @@ def rate_vs_multiple(data: ReportData) -> Made:
 
 
 def epoch1_vs_epoch2(data: ReportData) -> Made:
-    """Bars per series and device count: epoch 1 (hatched) beside epoch 2 (solid)."""
+    """Per device count a panel (wrapped into rows at the page's width), in it per series epoch 1
+    (hatched) beside epoch 2 (solid), its SUSPECT and contended cells ringed."""
     cells = without_faults(data.cells)
     fixed = analysis.reference(cells, analysis.held_fixed("devices"))
     shown = analysis.at(cells, fixed).dropna(subset=["epoch1_rate", "epoch2_rate"],
@@ -88,25 +97,30 @@ def epoch1_vs_epoch2(data: ReportData) -> Made:
         return NO_ROWS
     devices = sorted(shown["devices"].unique())
     series = list(by_series(shown))
-    width = 0.8 / (2 * len(series))
-    figure, (ax,) = panels(1, width=max(6.0, 1.2 * len(devices) * len(series)), columns=1)
+    figure, axes = panels(len(devices), width=max(PANEL_WIDTH, 0.6 * len(series) + 1))
     drawn = []
-    for i, (name, style, rows) in enumerate(series):
-        for j, epoch in enumerate((1, 2)):
-            offset = (2 * i + j + 0.5) * width - 0.4
-            y = f"epoch{epoch}_rate"
-            ax.bar([devices.index(d) + offset for d in rows["devices"]], rows[y], width,
-                   yerr=error_bars(rows, y), capsize=3,
-                   color=style["color"], alpha=0.45 if epoch == 1 else 1.0,
-                   hatch="//" if epoch == 1 else None, edgecolor=style["color"],
-                   label=plain(f"{name}, epoch {epoch}"))
-            drawn += points(rows, "devices", y, lambda row, name=name, epoch=epoch: (
-                f"{name}, epoch {epoch} on {analysis.devices_text(row['devices'])}"))
-    ax.set_xticks(range(len(devices)), devices)
-    ax.set_xlabel(DEVICES)
-    ax.set_ylabel("rate (samples/s)")
-    ax.grid(axis="y", alpha=0.3)
-    legend(figure, [ax])
+    for ax, count in zip(axes, devices, strict=True):
+        for i, (name, style, rows) in enumerate(series):
+            rows = rows[rows["devices"] == count]
+            if rows.empty:
+                continue  # no cell of this series on `count` devices: its place stays blank
+            for epoch, offset in ((1, -0.2), (2, 0.2)):
+                y = f"epoch{epoch}_rate"
+                ax.bar([i + offset] * len(rows), rows[y], 0.4, yerr=error_bars(rows, y),
+                       capsize=3, color=style["color"], alpha=0.45 if epoch == 1 else 1.0,
+                       hatch="//" if epoch == 1 else None, edgecolor=style["color"],
+                       label=plain(name) if epoch == 2 else "_epoch 1")
+                open_ends(ax, [i + offset] * len(rows), rows[y], rows, y, style["color"])
+                mark(ax, [i + offset] * len(rows), rows[y], rows, data.suspect)
+                drawn += points(rows, "devices", y, lambda row, name=name, epoch=epoch: (
+                    f"{name}, epoch {epoch} on {analysis.devices_text(row['devices'])}"))
+        ax.add_patch(Rectangle((0, 0), 0, 0, facecolor="white", edgecolor="grey", hatch="//",
+                               label=EPOCH1))  # the legend's key to the hatching
+        cell_labels(ax, [name for name, _, _ in series])
+        ax.set_title(analysis.devices_text(count))
+        ax.set_ylabel("rate (samples/s)")
+        ax.grid(axis="y", alpha=0.3)
+    legend(figure, axes)
     return (fixed_text(fixed) + "Hatched: epoch 1 (one-time costs); solid: epoch 2. " + CI_NOTE
             + interval_note(drawn) + left_out(data.frame), figure)
 

@@ -36,9 +36,10 @@ def overhead_figure(data: ReportData) -> Made:
         return reason
     figure, axes = panels(2, columns=2)
     drawn = lines(axes[0], shown, "devices", "startup_seconds", DEVICES, "start-up (s)",
-                  panel="start-up")
+                  panel="start-up", suspect=data.suspect)
     drawn += lines(axes[1], shown, "devices", "first_epoch_overhead", DEVICES,
-                   "epoch-1 − epoch-2 time (s)", panel="first-epoch costs")
+                   "epoch-1 − epoch-2 time (s)", panel="first-epoch costs",
+                   suspect=data.suspect)
     axes[0].set_title("launch to first batch")
     axes[1].set_title("first-epoch one-time costs")
     legend(figure, list(axes))

@@ -10,8 +10,8 @@ from xbench.reports.figures import (
     lines,
     needs_values,
     panels,
-    plain,
     without_faults,
+    wrapped,
 )
 from xbench.reports.sections.section import NO_ROWS, Figure, Made, Section, Table
 from xbench.reports.tables import (
@@ -65,13 +65,14 @@ def scaling_figure(data: ReportData) -> Made:
         rows = shown[shown["model"] == model]
         speedup_ax, efficiency_ax = axes[2 * row], axes[2 * row + 1]
         drawn += lines(speedup_ax, rows, "devices", "speedup", DEVICES, "speedup R(N)/R(1) (×)",
-                       panel=f"speedup, model {model}")
+                       panel=f"speedup, model {model}", suspect=data.suspect)
         drawn += lines(efficiency_ax, rows, "devices", "efficiency", DEVICES,
-                       "efficiency speedup/N (fraction)", panel=f"efficiency, model {model}")
+                       "efficiency speedup/N (fraction)", panel=f"efficiency, model {model}",
+                       suspect=data.suspect)
         speedup_ax.plot(devices, devices, "k--", linewidth=1, label="ideal")
         efficiency_ax.plot(devices, [1] * len(devices), "k--", linewidth=1, label="ideal")
         for ax in (speedup_ax, efficiency_ax):
-            ax.set_title(plain(f"model {model}: {kind} scaling"))
+            ax.set_title(wrapped(f"model {model}: {kind} scaling", 4.6))
     legend(figure, list(axes))
     return (fixed_text(fixed) + f"{kind.capitalize()} scaling: the "
             f"{analysis.batch_kind(fixed.get('batch_mode'))} batch is fixed as devices grow. "

@@ -13,8 +13,9 @@ from xbench.reports.figures import (
     fixed_text,
     left_out,
     legend,
+    mark,
     panels,
-    plain,
+    wrapped,
 )
 from xbench.reports.sections.section import Figure, Made, Section, Table
 from xbench.reports.tables import (
@@ -127,32 +128,43 @@ def communication_table(data: ReportData) -> Numbers:
 
 
 def step_parts(data: ReportData) -> Made:
-    """Stacked bars of the parts of one step (ms, the mean over repeats) for every backend and
-    device count side by side, one panel per model, at the most common data and batch."""
+    """Per model, stacked bars of the parts of one step of every backend and device count side
+    by side: in ms (the mean over repeats), and beside them as shares of the step, so that one
+    long step does not hide how the others' split; SUSPECT and contended cells ringed."""
     attributed = data.attributed
     if attributed.empty:
         return NO_ATTRIBUTION
     fixed = analysis.reference(attributed, [*analysis.held_fixed("model", "devices"), "training"])
-    shown = analysis.at(attributed, fixed)
+    shown = analysis.at(attributed, fixed).merge(
+        data.cells[["env", "cell_key", "contended_runs"]], on=["env", "cell_key"], how="left")
     models = sorted(shown["model"].unique())
-    figure, axes = panels(len(models), width=max(6.0, 0.5 * len(shown)), columns=1)
-    for ax, model in zip(axes, models, strict=True):
-        rows = [row for _, _, series in by_series(shown[shown["model"] == model])
-                for _, row in series.sort_values("devices").iterrows()]
-        positions = range(len(rows))
-        bottom = np.zeros(len(rows))
-        for part in PARTS:
-            height = np.array([row[f"{part}_step"] * 1000 for row in rows])
-            ax.bar(positions, height, 0.7, bottom=bottom, color=PART_COLORS[part], label=part)
-            bottom += height
-        cell_labels(ax, [f"{row['series']}, {row['devices']} dev" for row in rows])
-        ax.set_ylabel("one step (ms, mean over repeats)")
-        ax.set_title(plain(f"model {model}"))
-        ax.grid(axis="y", alpha=0.3)
+    width = max(6.0, 0.45 * shown["model"].value_counts().max() + 1)
+    figure, axes = panels(2 * len(models), width=width, columns=2)
+    for row, model in enumerate(models):
+        cells = pd.DataFrame([cell for _, _, series in by_series(shown[shown["model"] == model])
+                              for _, cell in series.sort_values("devices").iterrows()])
+        steps = np.array([sum(cell[f"{part}_step"] for part in PARTS) for _, cell in
+                          cells.iterrows()]) * 1000
+        labels = [f"{cell['series']}, {cell['devices']} dev" for _, cell in cells.iterrows()]
+        for ax, kind, unit, scale in (
+                (axes[2 * row], "in ms", "one step (ms, mean over repeats)", 1.0),
+                (axes[2 * row + 1], "shares", "share of the step (%)", 100 / steps)):
+            bottom = np.zeros(len(cells))
+            for part in PARTS:
+                height = cells[f"{part}_step"].to_numpy(float) * 1000 * scale
+                ax.bar(range(len(cells)), height, 0.7, bottom=bottom, color=PART_COLORS[part],
+                       label=part)
+                bottom += height
+            mark(ax, range(len(cells)), bottom, cells, data.suspect)
+            cell_labels(ax, labels)
+            ax.set_ylabel(unit)
+            ax.set_title(wrapped(f"model {model}: {kind}", width))
+            ax.grid(axis="y", alpha=0.3)
     legend(figure, list(axes))
     return (fixed_text(fixed) + "Each bar: one step of the cell, split into its parts (the mean "
             "over its ranks and repeats): input, forward, backward, optimizer, waiting for the "
-            "slowest rank, exposed communication, host overhead."
+            "slowest rank, exposed communication, host overhead; left in ms, right as shares of "
+            "the cell's own step (each bar 100%)."
             + left_out(data.frame, faults=False)), figure
 
 

@@ -2,7 +2,7 @@
 throughput (reports.goodput)."""
 from xbench.reports import analysis, goodput
 from xbench.reports.data import ReportData
-from xbench.reports.figures import TAB10, left_out, panels, plain
+from xbench.reports.figures import TAB10, left_out, panels, plain, wrapped
 from xbench.reports.sections.section import Figure, Made, Section, Table
 
 NO_TARGET = ("no usable run has a target: run a grid with --target-accuracy (or a language "
@@ -27,7 +27,7 @@ def accuracy_curves(data: ReportData) -> Made:
                         color=TAB10[n % len(TAB10)], alpha=0.7, linewidth=1,
                         label=plain(label) if k == 0 else "_nolegend_")
         ax.axhline(target, color="black", linestyle="--", linewidth=1)
-        ax.set_title(plain(f"{series}, {training}"), fontsize="small")
+        ax.set_title(wrapped(f"{series}, {training}", 4.6, fontsize=10), fontsize="small")
         ax.set_xlabel("seconds of the epochs from the first step (evaluations included)")
         if metric == "loss":
             ax.set_ylabel("test loss (nats; a language model's per token)")
