@@ -247,19 +247,22 @@ def place_text(c: Choice) -> str:
     return "sure" if c.sure else "not sure"
 
 
-def value_text(c: Choice, unit: str = "") -> str:
-    """'1,234 [1,200, 1,270]' (no interval from one run; ∞ where it is unbounded), with the
-    interval's coverage where it is not 95% (a median's of few seeds)."""
+def value_text(c: Choice, d: Decision, unit: bool = False) -> str:
+    """'1,234 [1,200, 1,270]' samples/s (no interval from one run; ∞ where it is unbounded), or a
+    time to target '41.2 [38.0, 45.1] s (93.8%)', its interval's coverage said where it is not
+    95% (a median's of few seeds); `unit` adds the unit."""
+    by_rate = d.ranked_by == RANKED_BY
+
     def number(value: float) -> str:
-        return (f"{value:,.0f}" if value >= 100 else f"{value:.1f}") if math.isfinite(value) \
-            else "∞"
+        return ("∞" if not math.isfinite(value) else
+                f"{value:,.0f}" if by_rate or value >= 100 else f"{value:.1f}")
     if math.isinf(c.value.value):
         return "not reached"
-    if not c.value.has_interval:
-        return number(c.value.value) + unit
-    coverage = f" ({c.coverage:.1%})" if not math.isclose(c.coverage, LEVEL) else ""
-    return (f"{number(c.value.value)} [{number(c.value.low)}, {number(c.value.high)}]{unit}"
-            + coverage)
+    shown = number(c.value.value) + (f" [{number(c.value.low)}, {number(c.value.high)}]"
+                                     if c.value.has_interval else "")
+    coverage = (f" ({c.coverage:.1%})" if c.value.has_interval
+                and not math.isclose(c.coverage, LEVEL) else "")
+    return shown + ((" samples/s" if by_rate else " s") if unit else "") + coverage
 
 
 def lines(made: list[Decision]) -> list[str]:
@@ -268,8 +271,7 @@ def lines(made: list[Decision]) -> list[str]:
     out = []
     for d in made:
         out.append(f"{d.setup}, ranked by {d.ranked_by}:")
-        unit = " samples/s" if d.ranked_by == RANKED_BY else " s"
-        out += [f"  {i}. {c.name}: {value_text(c, unit)}; place {place_text(c)}"
+        out += [f"  {i}. {c.name}: {value_text(c, d, unit=True)}; place {place_text(c)}"
                 for i, c in enumerate(d.choices, 1)]
         out += [f"  → {sentence(d)}"] + ([f"  {left_out_text(d)}"] if left_out_text(d) else [])
     return out
@@ -277,7 +279,7 @@ def lines(made: list[Decision]) -> list[str]:
 
 def frame(d: Decision) -> pd.DataFrame:
     """A setup's ranking as a table for the pages."""
-    return pd.DataFrame([[i, c.name, value_text(c), c.repeats, place_text(c)]
+    return pd.DataFrame([[i, c.name, value_text(c, d), c.repeats, place_text(c)]
                          for i, c in enumerate(d.choices, 1)],
                         columns=["rank", "configuration", f"{d.ranked_by}, interval",
                                  "repeats" if d.ranked_by == RANKED_BY else "seeds", "place"])
