@@ -6,8 +6,11 @@ import re
 import subprocess
 
 from tests.helpers import REPO, SLOW, XBENCH, run_in_terminal, write_grid, xbench_here
+from xbench.common.backends.start import Start
 from xbench.common.grids.cell import Cell
 from xbench.common.results.schema import Measurement, make_row, now
+from xbench.common.running.progress import GridProgress
+from xbench.common.running.timings import probe_key, start_key
 
 # 512 images at batch 32, each step waiting 200 ms for its batch (an injected input delay): 16
 # steps an epoch, 3 s or more whatever the machine's speed, so the progress file (written once a
@@ -71,16 +74,89 @@ def earlier_ok_row(key_settings, seconds):
     return row
 
 
+def keep_timings(cache, rates=None, starts=None, model="small"):
+    """This machine's timings file in `cache` as an earlier dry run leaves it: the model's
+    probe (`rates`, or a damaged entry where given one) and each backend's start-up."""
+    import socket
+    folder = cache / "timings"
+    folder.mkdir(parents=True, exist_ok=True)
+    kept = {probe_key(model): rates or {"training": 2048.0, "forward": 8192.0},
+            **{start_key(Start.of(name)): {"seconds": seconds}
+               for name, seconds in (starts or {}).items()}}
+    path = folder / f"{socket.gethostname()}.json"
+    path.write_text(json.dumps(kept))
+    return path
+
+
+def plan_line(lines, label):
+    return next(line for line in lines if f"] {label} r0" in line)
+
+
 def test_dry_run_says_what_is_done_what_cannot_run_and_how_long_the_rest_takes(tmp_path):
     results = tmp_path / "r.jsonl"
     results.write_text(json.dumps(earlier_ok_row({}, 12.0)) + "\n")
+    keep_timings(tmp_path / "cache", starts={"pt-dp": 2.0})
     grid = write_grid(tmp_path, name="plan", backends=["pt-single", "pt-dp"], devices=[1, 2])
-    done = xbench_here("grid", grid, "--results", results, "--dry-run")
+    done = xbench_here("grid", grid, "--results", results, "--dry-run",
+                       env={"XBENCH_CACHE": str(tmp_path / "cache")})
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert "done: an ok row in r.jsonl" in next(line for line in lines if "pt-single" in line)
-    pt_dp_two = next(line for line in lines if "pt-dp small x1 b128 d2" in line)
+    assert "done: an ok row in r.jsonl" in plan_line(lines, "pt-single small x1 b128 d1")
+    pt_dp_two = plan_line(lines, "pt-dp small x1 b128 d2")
     assert "unsupported: pt-dp with 2 devices needs 2 CUDA GPUs" in pt_dp_two
-    pt_dp_one = next(line for line in lines if "pt-dp small x1 b128 d1" in line)
-    assert "about 12 s (1 earlier row(s) of the same model)" in pt_dp_one
-    assert lines[-1].startswith("3 cells: 1 done already, 1 unsupported here, 1 to run: about 12 s")
+    # 2 s start-up, 2 epochs of 512 at 2,048 samples/s, 10,000 test images at 8,192
+    assert ("about 4 s (start-up 2 s (1 process(es), 2.0 s each kept), training at a 20-step "
+            "probe kept: 2,048 samples/s)") in plan_line(lines, "pt-dp small x1 b128 d1")
+    assert lines[-1].startswith("3 cells: 1 done already, 1 unsupported here, 1 to run: about 4 s")
+
+
+def test_forecasts_differ_by_backend_from_kept_probes_and_a_damaged_one_is_probed_again(
+        tmp_path):
+    """The forecast of each backend's cell: its processes (and launcher) each pay its measured
+    start-up; a TensorFlow cell says its rate is PyTorch's. The probe kept by a dry run is read,
+    not run again; a damaged entry is measured again (a real probe) and kept."""
+    cache = tmp_path / "cache"
+    starts = {"pt-single": 2.0, "pt-ddp": 2.5, "tf-single": 4.0}
+    kept = keep_timings(cache, starts=starts)
+    before = kept.read_text()
+    grid = write_grid(tmp_path, name="plan", backends=list(starts), devices=[1, 2])
+    plan = xbench_here("grid", grid, "--results", tmp_path / "r.jsonl", "--dry-run",
+                       env={"XBENCH_CACHE": str(cache)})
+    assert plan.returncode == 0, plan.stderr
+    lines = plan.stdout.splitlines()
+    assert kept.read_text() == before  # nothing was probed: every part was kept
+    seconds = {label: plan_line(lines, label).split("  about ")[1].split(" (")[0]
+               for label in ("pt-single small x1 b128 d1", "pt-ddp small x1 b128 d1",
+                             "pt-ddp small x1 b128 d2", "tf-single small x1 b128 d1")}
+    assert seconds == {"pt-single small x1 b128 d1": "4 s", "pt-ddp small x1 b128 d1": "7 s",
+                       "pt-ddp small x1 b128 d2": "7 s", "tf-single small x1 b128 d1": "6 s"}
+    assert "(2 process(es) and a launcher, 2.5 s each kept)" in plan_line(
+        lines, "pt-ddp small x1 b128 d2")
+    assert "training at PyTorch, a 20-step probe kept" in plan_line(
+        lines, "tf-single small x1 b128 d1")
+
+    keep_timings(cache, rates={"training": "fast"}, starts=starts)
+    again = xbench_here("grid", grid, "--results", tmp_path / "r.jsonl", "--backend",
+                        "pt-single", "--devices", "1", "--dry-run",
+                        env={"XBENCH_CACHE": str(cache)})
+    assert again.returncode == 0, again.stderr
+    assert "training at a 20-step probe now" in again.stdout
+    rates = json.loads(kept.read_text())[probe_key("small")]
+    assert rates["training"] > 0 and rates["forward"] > 0
+
+
+def test_the_grid_eta_starts_from_the_forecasts_and_corrects_as_cells_finish():
+    progress = GridProgress(4, print, live=False, quiet=True, forecasts=[10.0, 0.0, 20.0, None])
+    progress.cell_started(1, "first")
+    assert progress.grid_eta() == "grid ETA ~30 s (forecast; 1 cell(s) without one)"
+    assert progress.grid_eta(4.0) == "grid ETA ~24 s (forecast; 1 cell(s) without one)"
+    progress.cell_ended(20.0)  # twice its forecast: the rest are scaled by 2
+    progress.cell_skipped(2)
+    progress.cell_started(3, "third")  # 40 s scaled, then the cell without one: the mean, 20 s
+    assert progress.grid_eta() == "grid ETA ~60 s (forecast x2.00, from 1 cell(s) done)"
+    unforecast = GridProgress(2, print, live=False, quiet=True)
+    unforecast.cell_started(1, "first")
+    assert unforecast.grid_eta() == "grid ETA after the first cell"
+    unforecast.cell_ended(30.0)
+    unforecast.cell_started(2, "second")
+    assert unforecast.grid_eta() == "grid ETA ~30 s (the mean of 1 cell(s) done)"

@@ -222,7 +222,7 @@ def cache_written(name: str) -> Iterator[None]:
         yield
     except OSError as e:
         where = (f"{CACHE_ENV} ({os.environ[CACHE_ENV]})" if os.environ.get(CACHE_ENV)
-                 else str(kept_path("").parents[1]))
+                 else str(cache_root()))
         raise UserError(f"cannot keep what xbench finds of {name} in {where}: "
                         f"{e.strerror or e} ({e.filename}); point {CACHE_ENV} at a folder "
                         f"xbench may write") from None
@@ -317,10 +317,15 @@ def call(module: ModuleType, function: str, path: Path):
 
 
 
+def cache_root() -> Path:
+    """The folder xbench keeps what it measured or found between runs in: $XBENCH_CACHE, else
+    ~/.cache/xbench."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "xbench").resolve()
+
+
 def kept_path(digest: str) -> Path:
     """Where a model file's facts are kept: $XBENCH_CACHE/models, else ~/.cache/xbench/models."""
-    root = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "xbench")
-    return root.resolve() / "models" / f"{digest}-v{FACTS_VERSION}.json"
+    return cache_root() / "models" / f"{digest}-v{FACTS_VERSION}.json"
 
 
 def facts_problem(facts, shape: dict, what: str) -> str | None:
