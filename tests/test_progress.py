@@ -5,12 +5,13 @@ import os
 import re
 import subprocess
 
+import pytest
+
 from tests.helpers import REPO, SLOW, XBENCH, run_in_terminal, write_grid, xbench_here
-from xbench.common.backends.start import Start
 from xbench.common.grids.cell import Cell
 from xbench.common.results.schema import Measurement, make_row, now
 from xbench.common.running.progress import GridProgress
-from xbench.common.running.timings import probe_key, start_key
+from xbench.common.running.timings import probe_key
 
 # 512 images at batch 32, each step waiting 200 ms for its batch (an injected input delay): 16
 # steps an epoch, 3 s or more whatever the machine's speed, so the progress file (written once a
@@ -53,9 +54,7 @@ def test_piped_output_is_plain_lines(mnist_dir, tmp_path):
 def earlier_ok_row(key_settings, seconds):
     """An ok row of this machine for the cell, as an earlier grid would have written it."""
     from xbench.common.running.env import capture
-    cell = Cell(grid="plan", backend="pt-single", model="small", multiple=1, batch=128,
-                devices=1, epochs=2, batch_mode="global", seed=0, max_train_samples=512,
-                data="mnist", device="auto", timeout=SLOW, **key_settings)
+    cell = plan_cell(**key_settings)
     epochs = [{"epoch": e, "seconds": 0.5, "samples": 512, "rate": 1024.0, "loss": 1.0,
                "accuracy": 0.5, "seconds_per_rank": [0.5],
                "contention": {"contended": False, "other_cpu_share": 0.0, "steal_share": 0.0,
@@ -74,17 +73,26 @@ def earlier_ok_row(key_settings, seconds):
     return row
 
 
-def keep_timings(cache, rates=None, starts=None, model="small"):
-    """This machine's timings file in `cache` as an earlier dry run leaves it: the model's
-    probe (`rates`, or a damaged entry where given one) and each backend's start-up."""
+def plan_cell(backend="pt-single", devices=1, **settings):
+    return Cell(grid="plan", backend=backend, model="small", multiple=1, batch=128,
+                devices=devices, epochs=2, batch_mode="global", seed=0, max_train_samples=512,
+                data="mnist", device="auto", timeout=SLOW, **settings)
+
+
+# What a framework's probe cell left, as kept: 1 s of start-up, 1 ms a sample, 0.5 s more in
+# its first epoch, 2 s of finish.
+COSTS = {"start": 1.0, "per_sample": 0.001, "first_epoch_extra": 0.5, "finish": 2.0}
+
+
+def keep_timings(cache, frameworks, costs=None):
+    """This machine's timings file in `cache` as an earlier dry run leaves it: the probe cells
+    of `frameworks` ({backend of the framework: costs, or a damaged entry}) for plan_cell."""
     import socket
     folder = cache / "timings"
     folder.mkdir(parents=True, exist_ok=True)
-    kept = {probe_key(model): rates or {"training": 2048.0, "forward": 8192.0},
-            **{start_key(Start.of(name)): {"seconds": seconds}
-               for name, seconds in (starts or {}).items()}}
     path = folder / f"{socket.gethostname()}.json"
-    path.write_text(json.dumps(kept))
+    path.write_text(json.dumps({probe_key(plan_cell(backend)): costs or COSTS
+                                for backend in frameworks}))
     return path
 
 
@@ -95,7 +103,7 @@ def plan_line(lines, label):
 def test_dry_run_says_what_is_done_what_cannot_run_and_how_long_the_rest_takes(tmp_path):
     results = tmp_path / "r.jsonl"
     results.write_text(json.dumps(earlier_ok_row({}, 12.0)) + "\n")
-    keep_timings(tmp_path / "cache", starts={"pt-dp": 2.0})
+    keep_timings(tmp_path / "cache", ["pt-single"])
     grid = write_grid(tmp_path, name="plan", backends=["pt-single", "pt-dp"], devices=[1, 2])
     done = xbench_here("grid", grid, "--results", results, "--dry-run",
                        env={"XBENCH_CACHE": str(tmp_path / "cache")})
@@ -104,45 +112,50 @@ def test_dry_run_says_what_is_done_what_cannot_run_and_how_long_the_rest_takes(t
     assert "done: an ok row in r.jsonl" in plan_line(lines, "pt-single small x1 b128 d1")
     pt_dp_two = plan_line(lines, "pt-dp small x1 b128 d2")
     assert "unsupported: pt-dp with 2 devices needs 2 CUDA GPUs" in pt_dp_two
-    # 2 s start-up, 2 epochs of 512 at 2,048 samples/s, 10,000 test images at 8,192
-    assert ("about 4 s (start-up 2 s (1 process(es), 2.0 s each kept), training at a 20-step "
-            "probe kept: 2,048 samples/s)") in plan_line(lines, "pt-dp small x1 b128 d1")
-    assert lines[-1].startswith("3 cells: 1 done already, 1 unsupported here, 1 to run: about 4 s")
+    # 1 s of start-up, 2 epochs of 512 samples at 1 ms and 0.5 s more, 2 s of finish
+    assert ("about 5 s (as a 8-step pt-single cell kept ran: start-up 1 s (1 process(es)), "
+            "training, finish 2 s)") in plan_line(lines, "pt-dp small x1 b128 d1")
+    assert lines[-1].startswith("3 cells: 1 done already, 1 unsupported here, 1 to run: about 5 s")
 
 
 def test_forecasts_differ_by_backend_from_kept_probes_and_a_damaged_one_is_probed_again(
-        tmp_path):
-    """The forecast of each backend's cell: its processes (and launcher) each pay its measured
-    start-up; a TensorFlow cell says its rate is PyTorch's. The probe kept by a dry run is read,
-    not run again; a damaged entry is measured again (a real probe) and kept."""
+        mnist_dir, tmp_path, monkeypatch):
+    """Each backend's cell is forecast from its framework's probe cell: its processes (and
+    launcher) each pay the start-up. The probe cells kept by a dry run are read, not run again
+    (the grid run reads them too, and runs none); a damaged entry is run again (a real probe
+    cell, seconds) and kept."""
+    from xbench.common.running.estimate import forecasts
+    from xbench.common.running.local import LocalLauncher
     cache = tmp_path / "cache"
-    starts = {"pt-single": 2.0, "pt-ddp": 2.5, "tf-single": 4.0}
-    kept = keep_timings(cache, starts=starts)
+    kept = keep_timings(cache, ["pt-single", "tf-single"])
     before = kept.read_text()
-    grid = write_grid(tmp_path, name="plan", backends=list(starts), devices=[1, 2])
-    plan = xbench_here("grid", grid, "--results", tmp_path / "r.jsonl", "--dry-run",
-                       env={"XBENCH_CACHE": str(cache)})
+    grid = write_grid(tmp_path, name="plan", backends=["pt-single", "pt-ddp", "tf-single"],
+                      devices=[1, 2])
+    plan = xbench_here("grid", grid, "--results", tmp_path / "r.jsonl", "--data-dir", mnist_dir,
+                       "--dry-run", env={"XBENCH_CACHE": str(cache)})
     assert plan.returncode == 0, plan.stderr
     lines = plan.stdout.splitlines()
-    assert kept.read_text() == before  # nothing was probed: every part was kept
+    assert kept.read_text() == before  # nothing was run: every probe was kept
     seconds = {label: plan_line(lines, label).split("  about ")[1].split(" (")[0]
-               for label in ("pt-single small x1 b128 d1", "pt-ddp small x1 b128 d1",
-                             "pt-ddp small x1 b128 d2", "tf-single small x1 b128 d1")}
-    assert seconds == {"pt-single small x1 b128 d1": "4 s", "pt-ddp small x1 b128 d1": "7 s",
-                       "pt-ddp small x1 b128 d2": "7 s", "tf-single small x1 b128 d1": "6 s"}
-    assert "(2 process(es) and a launcher, 2.5 s each kept)" in plan_line(
-        lines, "pt-ddp small x1 b128 d2")
-    assert "training at PyTorch, a 20-step probe kept" in plan_line(
-        lines, "tf-single small x1 b128 d1")
+               for label in ("pt-single small x1 b128 d1", "pt-ddp small x1 b128 d2",
+                             "tf-single small x1 b128 d1")}
+    # pt-ddp: 2 processes on 2 cores and torchrun before them, 1 s each
+    assert seconds == {"pt-single small x1 b128 d1": "5 s", "pt-ddp small x1 b128 d2": "6 s",
+                       "tf-single small x1 b128 d1": "5 s"}
+    assert "as a 8-step tf-single cell kept ran" in plan_line(lines, "tf-single small x1 b128 d1")
+    monkeypatch.setenv("XBENCH_CACHE", str(cache))
+    cells = [plan_cell("pt-single"), plan_cell("jax-single")]
+    assert forecasts(cells, tmp_path / "r.jsonl", True, LocalLauncher()) == [
+        pytest.approx(4.524), None]
 
-    keep_timings(cache, rates={"training": "fast"}, starts=starts)
-    again = xbench_here("grid", grid, "--results", tmp_path / "r.jsonl", "--backend",
-                        "pt-single", "--devices", "1", "--dry-run",
+    keep_timings(cache, ["pt-single"], costs={**COSTS, "per_sample": "fast"})
+    again = xbench_here("grid", grid, "--results", tmp_path / "r.jsonl", "--data-dir", mnist_dir,
+                        "--backend", "pt-single", "--devices", "1", "--dry-run",
                         env={"XBENCH_CACHE": str(cache)})
     assert again.returncode == 0, again.stderr
-    assert "training at a 20-step probe now" in again.stdout
-    rates = json.loads(kept.read_text())[probe_key("small")]
-    assert rates["training"] > 0 and rates["forward"] > 0
+    assert "as a 8-step pt-single cell now ran" in again.stdout
+    costs = json.loads(kept.read_text())[probe_key(plan_cell("pt-single"))]
+    assert all(costs[part] > 0 for part in COSTS)
 
 
 def test_the_grid_eta_starts_from_the_forecasts_and_corrects_as_cells_finish():

@@ -83,7 +83,7 @@ class Start:
         """One line on what this backend will use here (its packages' versions)."""
         if self.traits.extension:
             return horovod_described()
-        return ", ".join(f"{m} {installed_version(m)}" for m in self.traits.requires)
+        return ", ".join(f"{m} {_version(m)}" for m in self.traits.requires)
 
     # --- its processes -----------------------------------------------------------------------
 
@@ -253,9 +253,7 @@ def _importable(module: str) -> bool:
     return spec is not None
 
 
-def installed_version(module: str) -> str:
-    """The installed version of `module`'s distribution (its -cpu wheel's too), without importing
-    it; "?" where there is none."""
+def _version(module: str) -> str:
     top = module.split(".")[0]
     for distribution in (top, f"{top}-cpu"):
         try:

@@ -7,14 +7,14 @@ cell, without probing (rows and kept probes only), and its live ETA starts from 
 A forecast comes, in this order, from earlier ok rows of this machine (those in the results
 file's folder): the same cell's seconds; else the same model and backend on as many devices,
 their seconds per sample scaled to this cell's samples and epochs, plus their start-up and
-finish. Else it is put together from two parts, each measured:
-- start-up and finish: from earlier rows of the same backend on as many devices (another model):
-  their seconds outside the epochs; else this machine's start-up of the backend's rank module
-  (common.running.timings), once per process, the processes sharing the cores, once more for a
-  launcher (torchrun, horovodrun), plus the test evaluation at the probe's forward rate;
-- training: the model's PyTorch throughput probe (kept per model and version), scaled by the
-  cores the cell's devices have. A TensorFlow or JAX cell trains at its own rate and traces or
-  compiles its step first: its line says that the rate is PyTorch's.
+finish. Else from a real short cell of the cell's framework's single-device backend, of its
+model, data, batch and test set, run here once and kept (common.running.timings): its start-up
+(once per process, the processes sharing the cores, once more for a launcher: torchrun,
+horovodrun), its seconds per sample scaled to the cell's samples, epochs and share of the cores,
+its first epoch's extra (tracing, compilation) and its finish (the test evaluation and the
+processes' end); start-up and finish from earlier rows of the same backend on as many devices
+(another model) where there are. What a wrapper adds to its framework's reference (collectives,
+more processes' own overhead) is known only from its rows.
 """
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ from xbench.common.machine import cpu_cores
 from xbench.common.results.store import read_rows, results_files
 from xbench.common.running.launch import Launcher, refused
 from xbench.common.running.progress import duration
-from xbench.common.running.timings import PROBE_STEPS, model_rates, start_seconds
-from xbench.common.workload.data import test_samples, train_samples
+from xbench.common.running.timings import PROBE_CELL_STEPS, framework_costs, reference_cell
+from xbench.common.workload.data import train_samples
 from xbench.common.workload.resolve import resolve_model
 
 
@@ -111,38 +111,32 @@ def device_share(cell: Cell) -> float:
     return min(1.0, threads_per_device(cell, cpu_cores()) * cell.devices / cpu_cores())
 
 
-def composed(cell: Cell, rows: list[dict], measure: bool) -> Estimate:
-    """Start-up and finish plus training, each measured (the module's docstring); where
-    `measure` is False only what is kept is read, and a part not kept is no forecast."""
+def composed(cell: Cell, rows: list[dict], launcher: Launcher, measure: bool) -> Estimate:
+    """Start-up, training and finish, each measured (the module's docstring); where `measure`
+    is False only what is kept is read, and what is not kept is no forecast."""
     backend = Start.of(cell.backend)
-    rates, probed = model_rates(cell.model, measure)
-    if rates is None:
-        return Estimate("to run", None, "no earlier rows, and " + (
-            "no PyTorch here to probe the model with" if measure else
-            "no probe of the model kept here (`xbench grid --dry-run` measures one)"))
-    share = device_share(cell)
-    training = samples_per_epoch(cell) * cell.epochs / (rates["training"] * share)
-    rate = (f"{'' if backend.framework == 'torch' else 'PyTorch, '}a {PROBE_STEPS}-step probe"
-            f"{' now' if probed else ' kept'}: {rates['training']:,.0f} samples/s")
+    costs, ran = framework_costs(cell, launcher, measure)
+    if costs is None:
+        return Estimate("to run", None, f"no earlier rows, and no {PROBE_CELL_STEPS}-step "
+                        f"{reference_cell(cell).backend} cell of it " + (
+                            "ran ok here" if measure else
+                            "kept here (`xbench grid --dry-run` runs one)"))
+    training = (samples_per_epoch(cell) * cell.epochs * costs["per_sample"] / device_share(cell)
+                + costs["first_epoch_extra"])
+    probe = (f"a {PROBE_CELL_STEPS}-step {reference_cell(cell).backend} cell "
+             f"{'now' if ran else 'kept'}")
     like = [r for r in rows if (r["backend"], r["world_size"]) == (cell.backend, cell.world)]
     if like:
         return Estimate("to run", statistics.mean(map(outside_epochs, like)) + training,
-                        f"start-up of {len(like)} earlier row(s) of {cell.backend} on "
-                        f"{cell.world} device(s), training at {rate}")
-    start, timed = start_seconds(backend, measure)
-    if start is None:
-        return Estimate("to run", None, f"no earlier rows of {cell.backend}, and its start-up "
-                        + ("failed to import here" if measure else "not measured here yet"))
+                        f"start-up and finish of {len(like)} earlier row(s) of {cell.backend} "
+                        f"on {cell.world} device(s), training as {probe} trained")
     processes = backend.processes(cell)
-    launcher = 1 if backend.traits.start in (TORCHRUN, HOROVODRUN) else 0
-    starting = start * (launcher + max(1.0, processes / cpu_cores()))
-    tests = min(test_samples(cell.data, resolve_model(cell.model)),
-                cell.max_test_samples or math.inf)
-    evaluation = tests / (rates["forward"] * share)
-    return Estimate("to run", starting + training + evaluation,
-                    f"start-up {starting:.0f} s ({processes} process(es)"
-                    f"{' and a launcher' if launcher else ''}, {start:.1f} s each "
-                    f"{'now' if timed else 'kept'}), training at {rate}")
+    starter = 1 if backend.traits.start in (TORCHRUN, HOROVODRUN) else 0
+    starting = costs["start"] * (starter + max(1.0, processes / cpu_cores()))
+    return Estimate("to run", starting + training + costs["finish"],
+                    f"as {probe} ran: start-up {starting:.0f} s ({processes} process(es)"
+                    f"{' and a launcher' if starter else ''}), training, finish "
+                    f"{costs['finish']:.0f} s")
 
 
 def estimate(cells: list[Cell], results_path: Path, resume: bool, launcher: Launcher,
@@ -160,7 +154,7 @@ def estimate(cells: list[Cell], results_path: Path, resume: bool, launcher: Laun
         elif reason:
             estimates.append(Estimate("unsupported", None, reason))
         else:
-            estimates.append(from_rows(cell, rows) or composed(cell, rows, measure))
+            estimates.append(from_rows(cell, rows) or composed(cell, rows, launcher, measure))
     return estimates
 
 

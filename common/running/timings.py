@@ -1,30 +1,34 @@
 """What the dry run measures of this machine, kept between runs (in $XBENCH_CACHE/timings, one
-file per host): a model's PyTorch throughput probe, and a backend's start-up (a fresh interpreter
-importing the module its ranks run). Each entry is keyed by what it measured and the versions
-that decide it (the model's name, which for a model file holds its digest; the batch; PyTorch's
-or the backend's packages' versions), so a new version is measured afresh. The grid run after a
-dry run, and the next dry run, read them instead of probing again: a probe costs seconds to a
-minute of a busy machine. An entry that is not what was written (damaged by hand or by the disk)
-is measured again.
+file per host): for each framework, model and setup, a real short cell of the framework's
+single-device backend (`framework_costs`). Each entry is keyed by what decides it (the backend
+and its packages' versions, the model's name, which for a model file holds its digest, the
+data, the batch, the test set), so a new version is measured afresh. The grid run after a dry
+run, and the next dry run, read them instead of measuring again (a probe costs seconds to a
+minute of a busy machine), and the grid run never measures. An entry that is not what was
+written (damaged by hand or by the disk) is measured again; to measure everything again (the
+machine was busy when it was measured), delete the file.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
-import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from xbench.common.backends.start import Start, installed_version
-from xbench.common.children import ask
+from xbench.common.backends.start import Start
+from xbench.common.backends.traits import TRAITS, references
+from xbench.common.grids.cell import Cell
+from xbench.common.running.launch import Launcher, refused
+from xbench.common.running.runner import launch
 from xbench.common.shapes import NUMBER, is_kind
 from xbench.common.workload.model_file import cache_root, cache_written
 
-PROBE_BATCH, PROBE_STEPS = 128, 20
-PROBE_SECONDS = 600  # a probe's own limit: a few seconds here, far more on a busy machine
-RATES = ("training", "forward")  # a throughput probe's samples per second
+PROBE_CELL_STEPS = 8  # steps an epoch of a framework's probe cell
+COSTS = ("start", "per_sample", "first_epoch_extra", "finish")  # its seconds, as kept
 
 
 def timings_path() -> Path:
@@ -59,44 +63,49 @@ def kept_or_measured(key: str, fields: tuple[str, ...],
     return measured, measured is not None
 
 
-def model_rates(model: str, measure: bool) -> tuple[dict | None, bool]:
-    """{"training", "forward"}: samples per second of `model` on this machine's CPU with every
-    core, kept or (where `measure`) probed now (None without PyTorch, or where the probe gave no
-    rate: a model file's pytorch() that fails there, say). The probe is a process of its own,
-    ended whole, a model file's processes too, however it ends."""
-    def probe() -> dict | None:
-        ended = ask([sys.executable, "-m", "xbench.pt_backend.throughput", model,
-                     str(PROBE_BATCH), str(PROBE_STEPS)], PROBE_SECONDS)
-        answer = ended.answer if isinstance(ended.answer, dict) else {}
-        rates = {"training": answer.get("samples_per_second"),
-                 "forward": answer.get("forward_samples_per_second")}
-        return rates if ended.returncode == 0 and all(
-            is_kind(v, NUMBER) and v > 0 for v in rates.values()) else None
-    return kept_or_measured(probe_key(model), RATES, probe if measure else None)
+def reference_cell(cell: Cell) -> Cell:
+    """A short cell of `cell`'s framework's single-device backend: its model, data, batch, test
+    set and knobs, PROBE_CELL_STEPS steps an epoch for 2 epochs. Its OpenMP threads wait
+    passively unless the cell asks otherwise, as a busy machine's PyTorch cells do (`omp_wait
+    auto`): spinning, a probe beside other work would read a fraction of their rate."""
+    short = dataclasses.replace(
+        cell, backend=references()[TRAITS[cell.backend].framework.name], devices=1, epochs=2,
+        multiple=1, repeat=0, max_train_samples=None,
+        omp_wait="passive" if cell.omp_wait == "auto" else cell.omp_wait)
+    return dataclasses.replace(short, max_train_samples=PROBE_CELL_STEPS * short.global_batch)
 
 
-def probe_key(model: str) -> str:
-    return f"throughput {model} batch {PROBE_BATCH} torch {installed_version('torch')}"
+def probe_key(cell: Cell) -> str:
+    """The kept entry of `cell`'s framework's probe cell."""
+    probe = reference_cell(cell)
+    return (f"cell {probe.backend} {probe.model} {probe.data} b{probe.global_batch} "
+            f"test {probe.max_test_samples} {Start.of(probe.backend).describe()}")
 
 
-def start_key(backend: Start) -> str:
-    return f"start {rank_module(backend)} {backend.describe()}"
+def framework_costs(cell: Cell, launcher: Launcher, measure: bool) -> tuple[dict | None, bool]:
+    """What `cell`'s framework costs here, from a real short cell of its single-device backend
+    (reference_cell, launched as a grid launches it, on this machine only): its start-up
+    (imports, data, model), its second epoch's seconds per sample, its first epoch's extra
+    seconds (TensorFlow's tracing, JAX's compilation), and its finish (the test evaluation on
+    the cell's test set, the evidence, the processes' end). Kept, or (where `measure`) run now;
+    None where that cell does not run ok here."""
+    probe = reference_cell(cell)
+    backend = Start.of(probe.backend)
 
-
-def rank_module(backend: Start) -> str:
-    return backend.traits.rank.split(":")[0]
-
-
-def start_seconds(backend: Start, measure: bool) -> tuple[float | None, bool]:
-    """Seconds a fresh interpreter takes to import the module `backend`'s ranks run (its
-    framework, its wrapper's libraries, xbench's loop): what each of its processes pays before
-    it reads data; kept or (where `measure`) measured now."""
-    module = rank_module(backend)
-
-    def timed() -> dict | None:
-        started = time.perf_counter()
-        ended = ask([sys.executable, "-c", f"import {module}"], PROBE_SECONDS)
-        return {"seconds": time.perf_counter() - started} if ended.returncode == 0 else None
-    found, now = kept_or_measured(start_key(backend), ("seconds",),
-                                  timed if measure else None)
-    return (found["seconds"] if found else None), now
+    def run() -> dict | None:
+        if launcher.name != "local" or refused(backend, probe, launcher) or backend.missing():
+            return None
+        with tempfile.TemporaryDirectory(prefix="xbench-probe-") as folder:
+            started = time.perf_counter()
+            ended = launch(backend, probe, Path(folder) / "probe.log", launcher)
+            seconds = time.perf_counter() - started
+        if ended["status"] != "ok":
+            return None
+        result = ended["result"]["measurement"]
+        first, second = result["epochs"][:2]
+        outside = seconds - result["startup_seconds"] - first["seconds"] - second["seconds"]
+        return {"start": result["startup_seconds"],
+                "per_sample": second["seconds"] / second["samples"],
+                "first_epoch_extra": max(1e-3, first["seconds"] - second["seconds"]),
+                "finish": max(1e-3, outside)}
+    return kept_or_measured(probe_key(cell), COSTS, run if measure else None)
