@@ -36,14 +36,21 @@ def test_a_terminal_sees_progress_updates_during_an_epoch(mnist_dir, tmp_path):
 
 
 def test_piped_output_is_plain_lines(mnist_dir, tmp_path):
+    """Plain lines; the grid's ETA from the start is the forecast the dry run before it kept."""
     grid = write_grid(tmp_path, **LONG_EPOCHS)
-    done = subprocess.run([*XBENCH, "grid", str(grid), "--data-dir", str(mnist_dir), "--results",
-                           str(tmp_path / "r.jsonl")], cwd=REPO, capture_output=True, text=True,
-                          timeout=SLOW)
+    cache = {**os.environ, "XBENCH_CACHE": str(tmp_path / "cache")}
+    arguments = [*XBENCH, "grid", str(grid), "--data-dir", str(mnist_dir), "--results",
+                 str(tmp_path / "r.jsonl")]
+    plan = subprocess.run([*arguments, "--dry-run"], cwd=REPO, capture_output=True, text=True,
+                          timeout=SLOW, env=cache)
+    assert "(as a 8-step pt-single cell now ran" in plan.stdout, plan.stderr
+    done = subprocess.run(arguments, cwd=REPO, capture_output=True, text=True, timeout=SLOW,
+                          env=cache)
     assert done.returncode == 0, done.stderr
     assert "\x1b[" not in done.stdout + done.stderr
     progress = [line for line in done.stdout.splitlines() if MID_EPOCH.search(line)]
     assert progress and all(line.startswith("[1/1] pt-single") for line in progress)
+    assert all(re.search(r"grid ETA ~\d+ s \(forecast\)$", line) for line in progress)
     quiet = subprocess.run([*XBENCH, "-q", "grid", str(grid), "--data-dir", str(mnist_dir),
                             "--results", str(tmp_path / "quiet.jsonl")], cwd=REPO,
                            capture_output=True, text=True, timeout=SLOW)
