@@ -1,8 +1,8 @@
 """What the dry run measures of this machine, kept between runs (in $XBENCH_CACHE/timings, one
 file per host): for each framework, model and setup, a real short cell of the framework's
-single-device backend (`framework_costs`). Each entry is keyed by what decides it (the backend
-and its packages' versions, the model's name, which for a model file holds its digest, the
-data, the batch, the test set), so a new version is measured afresh. The grid run after a dry
+single-device backend (`framework_costs`). Each entry is keyed by that cell's key (its model,
+whose name holds a model file's digest, its data, batch, test set and knobs) and its packages'
+versions, so a new version is measured afresh. The grid run after a dry
 run, and the next dry run, read them instead of measuring again (a probe costs seconds to a
 minute of a busy machine), and the grid run never measures. An entry that is not what was
 written (damaged by hand or by the disk) is measured again; to measure everything again (the
@@ -78,8 +78,7 @@ def reference_cell(cell: Cell) -> Cell:
 def probe_key(cell: Cell) -> str:
     """The kept entry of `cell`'s framework's probe cell."""
     probe = reference_cell(cell)
-    return (f"cell {probe.backend} {probe.model} {probe.data} b{probe.global_batch} "
-            f"test {probe.max_test_samples} {Start.of(probe.backend).describe()}")
+    return f"cell {probe.key} {Start.of(probe.backend).describe()}"
 
 
 def framework_costs(cell: Cell, launcher: Launcher, measure: bool) -> tuple[dict | None, bool]:
