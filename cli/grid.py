@@ -20,7 +20,7 @@ from xbench.common.grids import grid as grid_module
 from xbench.common.grids.settings import SETTINGS
 from xbench.common.grids.table import format_rows
 from xbench.common.results import store as results
-from xbench.common.running.estimate import dry_run_plan
+from xbench.common.running.estimate import dry_run_plan, forecasts
 from xbench.common.running.launch import make_launcher
 from xbench.common.running.load import LOOK_SECONDS, Load
 from xbench.common.running.runner import check_cells, run_grid
@@ -86,7 +86,7 @@ def grid(grid_file, preset, batch_sweep, data_dir, results_path, resume, dry_run
     load = where.load()
     warn_if_busy(load, cells)
     rows = run_grid(cells, results_path, resume=resume, echo=say, launcher=where, quiet=quiet(),
-                    load=load)
+                    load=load, forecasts=forecasts(cells, results_path, resume, where))
     if until_conclusive:
         rows += settle(cells, results_path, budget, where, load)
     click.echo(format_rows(rows))

@@ -1,9 +1,9 @@
 """The processes xbench starts: each dies with the process that started it (`end_with`), and
 Ctrl-C is held while they are ended (`signals_held`).
 
-A child of xbench's own that runs a user's code (a model file's describer, the dry run's
-throughput probe) is asked one question (`ask`) and answers it on a channel of its own
-(`answer`): a file the parent names in its environment, which the child writes once it has its
+A child of xbench's own that runs a user's code (a model file's describer) is asked one question
+(`ask`) and answers it on a channel of its own (`answer`): a file the parent names in its
+environment, which the child writes once it has its
 answer. What the user's
 code prints (a `print` at import, an `atexit` hook) goes elsewhere and can never pass for the
 answer; a child that exits without one is told apart from one that answered.

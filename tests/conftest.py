@@ -99,6 +99,14 @@ def shared_folder(tmp_path_factory, name: str) -> Path:
     return root / name
 
 
+@pytest.fixture(scope="session", autouse=True)
+def kept_between_runs(tmp_path_factory):
+    """What xbench keeps between runs (XBENCH_CACHE: model files' facts, the frameworks' counts,
+    the dry run's timings) in one folder the run's workers share: never the user's ~/.cache, so
+    that no test's outcome depends on what an earlier run kept there. A test may give its own."""
+    os.environ["XBENCH_CACHE"] = str(shared_folder(tmp_path_factory, "cache"))
+
+
 def built_once(tmp_path_factory, name: str, parts: dict) -> tuple[Path, dict]:
     """(folder, {part: record}): each `parts[part](folder)` run by one worker only, which
     returns a record (JSON) of what it did; the other workers read the same folder and record.

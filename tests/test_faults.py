@@ -328,7 +328,8 @@ def test_ctrl_c_and_sigterm_stop_the_cell_resume_runs_the_rest_force_reruns(
 
 
 # A model file that starts a process at import (it carries the test's mark), and, in the process
-# PHASE names (its describer or the dry run's throughput probe), says so in READY and sleeps.
+# PHASE names (its describer, or the worker of the dry run's probe cell), says so in READY and
+# sleeps.
 SPAWNING = """import pathlib, subprocess, sys, time
 subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
 if "PHASE" in sys.argv[0]:
@@ -348,7 +349,7 @@ def dry_run_of(model, tmp_path):
 
 
 def test_a_model_files_processes_end_with_its_describers_and_probe(tmp_path, mark):
-    """Each describer, and the dry run's throughput probe, is ended with its process group:
+    """Each describer, and the dry run's probe cell, is ended with its process group:
     what the file started at import is gone when the dry run has its answer."""
     path = tmp_path / "model.py"
     path.write_text(SPAWNING.replace("PHASE", "no such process"))
@@ -358,7 +359,7 @@ def test_a_model_files_processes_end_with_its_describers_and_probe(tmp_path, mar
     assert_none_left(mark, within=30)
 
 
-@pytest.mark.parametrize("phase", ["user_model", "throughput"])
+@pytest.mark.parametrize("phase", ["user_model", "worker"])
 def test_sigterm_while_a_model_file_is_described_or_probed_is_ctrl_c(phase, tmp_path, mark):
     """SIGTERM while PyTorch's describer imports the file (or the dry run's probe does): exit
     130 with the interrupted line, as Ctrl-C, and no process of the command is left."""

@@ -5,9 +5,13 @@ import os
 import re
 import subprocess
 
+import pytest
+
 from tests.helpers import REPO, SLOW, XBENCH, run_in_terminal, write_grid, xbench_here
 from xbench.common.grids.cell import Cell
 from xbench.common.results.schema import Measurement, make_row, now
+from xbench.common.running.progress import GridProgress
+from xbench.common.running.timings import probe_key
 
 # 512 images at batch 32, each step waiting 200 ms for its batch (an injected input delay): 16
 # steps an epoch, 3 s or more whatever the machine's speed, so the progress file (written once a
@@ -32,14 +36,21 @@ def test_a_terminal_sees_progress_updates_during_an_epoch(mnist_dir, tmp_path):
 
 
 def test_piped_output_is_plain_lines(mnist_dir, tmp_path):
+    """Plain lines; the grid's ETA from the start is the forecast the dry run before it kept."""
     grid = write_grid(tmp_path, **LONG_EPOCHS)
-    done = subprocess.run([*XBENCH, "grid", str(grid), "--data-dir", str(mnist_dir), "--results",
-                           str(tmp_path / "r.jsonl")], cwd=REPO, capture_output=True, text=True,
-                          timeout=SLOW)
+    cache = {**os.environ, "XBENCH_CACHE": str(tmp_path / "cache")}
+    arguments = [*XBENCH, "grid", str(grid), "--data-dir", str(mnist_dir), "--results",
+                 str(tmp_path / "r.jsonl")]
+    plan = subprocess.run([*arguments, "--dry-run"], cwd=REPO, capture_output=True, text=True,
+                          timeout=SLOW, env=cache)
+    assert "(as a 8-step pt-single cell now ran" in plan.stdout, plan.stderr
+    done = subprocess.run(arguments, cwd=REPO, capture_output=True, text=True, timeout=SLOW,
+                          env=cache)
     assert done.returncode == 0, done.stderr
     assert "\x1b[" not in done.stdout + done.stderr
     progress = [line for line in done.stdout.splitlines() if MID_EPOCH.search(line)]
     assert progress and all(line.startswith("[1/1] pt-single") for line in progress)
+    assert all(re.search(r"grid ETA ~\d+ s \(forecast\)$", line) for line in progress)
     quiet = subprocess.run([*XBENCH, "-q", "grid", str(grid), "--data-dir", str(mnist_dir),
                             "--results", str(tmp_path / "quiet.jsonl")], cwd=REPO,
                            capture_output=True, text=True, timeout=SLOW)
@@ -50,9 +61,7 @@ def test_piped_output_is_plain_lines(mnist_dir, tmp_path):
 def earlier_ok_row(key_settings, seconds):
     """An ok row of this machine for the cell, as an earlier grid would have written it."""
     from xbench.common.running.env import capture
-    cell = Cell(grid="plan", backend="pt-single", model="small", multiple=1, batch=128,
-                devices=1, epochs=2, batch_mode="global", seed=0, max_train_samples=512,
-                data="mnist", device="auto", timeout=SLOW, **key_settings)
+    cell = plan_cell(**key_settings)
     epochs = [{"epoch": e, "seconds": 0.5, "samples": 512, "rate": 1024.0, "loss": 1.0,
                "accuracy": 0.5, "seconds_per_rank": [0.5],
                "contention": {"contended": False, "other_cpu_share": 0.0, "steal_share": 0.0,
@@ -71,16 +80,103 @@ def earlier_ok_row(key_settings, seconds):
     return row
 
 
+def plan_cell(backend="pt-single", devices=1, **settings):
+    return Cell(grid="plan", backend=backend, model="small", multiple=1, batch=128,
+                devices=devices, epochs=2, batch_mode="global", seed=0, max_train_samples=512,
+                data="mnist", device="auto", timeout=SLOW, **settings)
+
+
+# What a framework's probe cell left, as kept: 1 s of start-up, 1 ms a sample, 0.5 s more in
+# its first epoch, 2 s of finish.
+COSTS = {"start": 1.0, "per_sample": 0.001, "first_epoch_extra": 0.5, "finish": 2.0}
+
+
+def keep_timings(cache, frameworks, costs=None):
+    """This machine's timings file in `cache` as an earlier dry run leaves it: the probe cells
+    of `frameworks` ({backend of the framework: costs, or a damaged entry}) for plan_cell."""
+    import socket
+    folder = cache / "timings"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{socket.gethostname()}.json"
+    path.write_text(json.dumps({probe_key(plan_cell(backend)): costs or COSTS
+                                for backend in frameworks}))
+    return path
+
+
+def plan_line(lines, label):
+    return next(line for line in lines if f"] {label} r0" in line)
+
+
 def test_dry_run_says_what_is_done_what_cannot_run_and_how_long_the_rest_takes(tmp_path):
     results = tmp_path / "r.jsonl"
     results.write_text(json.dumps(earlier_ok_row({}, 12.0)) + "\n")
+    keep_timings(tmp_path / "cache", ["pt-single"])
     grid = write_grid(tmp_path, name="plan", backends=["pt-single", "pt-dp"], devices=[1, 2])
-    done = xbench_here("grid", grid, "--results", results, "--dry-run")
+    done = xbench_here("grid", grid, "--results", results, "--dry-run",
+                       env={"XBENCH_CACHE": str(tmp_path / "cache")})
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert "done: an ok row in r.jsonl" in next(line for line in lines if "pt-single" in line)
-    pt_dp_two = next(line for line in lines if "pt-dp small x1 b128 d2" in line)
+    assert "done: an ok row in r.jsonl" in plan_line(lines, "pt-single small x1 b128 d1")
+    pt_dp_two = plan_line(lines, "pt-dp small x1 b128 d2")
     assert "unsupported: pt-dp with 2 devices needs 2 CUDA GPUs" in pt_dp_two
-    pt_dp_one = next(line for line in lines if "pt-dp small x1 b128 d1" in line)
-    assert "about 12 s (1 earlier row(s) of the same model)" in pt_dp_one
-    assert lines[-1].startswith("3 cells: 1 done already, 1 unsupported here, 1 to run: about 12 s")
+    # 1 s of start-up, 2 epochs of 512 samples at 1 ms and 0.5 s more, 2 s of finish
+    assert ("about 5 s (as a 8-step pt-single cell kept ran: start-up 1 s (1 process(es)), "
+            "training, finish 2 s)") in plan_line(lines, "pt-dp small x1 b128 d1")
+    assert lines[-1].startswith("3 cells: 1 done already, 1 unsupported here, 1 to run: about 5 s")
+
+
+def test_forecasts_differ_by_backend_from_kept_probes_and_a_damaged_one_is_probed_again(
+        mnist_dir, tmp_path, monkeypatch):
+    """Each backend's cell is forecast from its framework's probe cell: its processes (and
+    launcher) each pay the start-up. The probe cells kept by a dry run are read, not run again
+    (the grid run reads them too, and runs none); a damaged entry is run again (a real probe
+    cell, seconds) and kept."""
+    from xbench.common.running.estimate import forecasts
+    from xbench.common.running.local import LocalLauncher
+    cache = tmp_path / "cache"
+    kept = keep_timings(cache, ["pt-single", "tf-single"])
+    before = kept.read_text()
+    grid = write_grid(tmp_path, name="plan", backends=["pt-single", "pt-ddp", "tf-single"],
+                      devices=[1, 2])
+    plan = xbench_here("grid", grid, "--results", tmp_path / "r.jsonl", "--data-dir", mnist_dir,
+                       "--dry-run", env={"XBENCH_CACHE": str(cache)})
+    assert plan.returncode == 0, plan.stderr
+    lines = plan.stdout.splitlines()
+    assert kept.read_text() == before  # nothing was run: every probe was kept
+    seconds = {label: plan_line(lines, label).split("  about ")[1].split(" (")[0]
+               for label in ("pt-single small x1 b128 d1", "pt-ddp small x1 b128 d2",
+                             "tf-single small x1 b128 d1")}
+    # pt-ddp: 2 processes on 2 cores and torchrun before them, 1 s each
+    assert seconds == {"pt-single small x1 b128 d1": "5 s", "pt-ddp small x1 b128 d2": "6 s",
+                       "tf-single small x1 b128 d1": "5 s"}
+    assert "as a 8-step tf-single cell kept ran" in plan_line(lines, "tf-single small x1 b128 d1")
+    monkeypatch.setenv("XBENCH_CACHE", str(cache))
+    cells = [plan_cell("pt-single"), plan_cell("jax-single")]
+    assert forecasts(cells, tmp_path / "r.jsonl", True, LocalLauncher()) == [
+        pytest.approx(4.524), None]
+
+    keep_timings(cache, ["pt-single"], costs={**COSTS, "per_sample": "fast"})
+    again = xbench_here("grid", grid, "--results", tmp_path / "r.jsonl", "--data-dir", mnist_dir,
+                        "--backend", "pt-single", "--devices", "1", "--dry-run",
+                        env={"XBENCH_CACHE": str(cache)})
+    assert again.returncode == 0, again.stderr
+    assert "as a 8-step pt-single cell now ran" in again.stdout
+    costs = json.loads(kept.read_text())[probe_key(plan_cell("pt-single"))]
+    assert all(costs[part] > 0 for part in COSTS)
+
+
+def test_the_grid_eta_starts_from_the_forecasts_and_corrects_as_cells_finish():
+    progress = GridProgress(4, print, live=False, quiet=True, forecasts=[10.0, 0.0, 20.0, None])
+    progress.cell_started(1, "first")
+    assert progress.grid_eta() == "grid ETA ~30 s (forecast; 1 cell(s) without one)"
+    assert progress.grid_eta(4.0) == "grid ETA ~24 s (forecast; 1 cell(s) without one)"
+    progress.cell_ended(20.0)  # twice its forecast: the rest are scaled by 2
+    progress.cell_skipped(2)
+    progress.cell_started(3, "third")  # 40 s scaled, then the cell without one: the mean, 20 s
+    assert progress.grid_eta() == "grid ETA ~60 s (forecast x2.00, from 1 cell(s) done)"
+    unforecast = GridProgress(2, print, live=False, quiet=True)
+    unforecast.cell_started(1, "first")
+    assert unforecast.grid_eta() == "grid ETA after the first cell"
+    unforecast.cell_ended(30.0)
+    unforecast.cell_started(2, "second")
+    assert unforecast.grid_eta() == "grid ETA ~30 s (the mean of 1 cell(s) done)"

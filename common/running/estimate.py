@@ -1,35 +1,39 @@
 """What `xbench grid --dry-run` says before anything runs: for every cell, whether it is done
 already (resume), whether it cannot run here and why, and otherwise about how long it should take
-here, with where that estimate comes from.
+here, with where that forecast comes from. The grid run forecasts the same way before its first
+cell, without probing (rows and kept probes only), and its live ETA starts from those forecasts
+(common.running.progress.GridProgress).
 
-An estimate comes, in this order, from earlier ok rows of this machine (the same cell; else the
-same model and backend on as many devices; else the same model): their seconds per sample, scaled
-to this cell's samples and epochs, plus their start-up and evaluation; else from a short measured
-training throughput of the model on this machine (pt_backend.throughput, a few seconds per model).
+A forecast comes, in this order, from earlier ok rows of this machine (those in the results
+file's folder): the same cell's seconds; else the same model and backend on as many devices,
+their seconds per sample scaled to this cell's samples and epochs, plus their start-up and
+finish. Else from a real short cell of the cell's framework's single-device backend, of its
+model, data, batch and test set, run here once and kept (common.running.timings): its start-up
+(once per process, the processes sharing the cores, once more for a launcher: torchrun,
+horovodrun), its seconds per sample scaled to the cell's samples, epochs and share of the cores,
+its first epoch's extra (tracing, compilation) and its finish (the test evaluation and the
+processes' end); start-up and finish from earlier rows of the same backend on as many devices
+(another model) where there are. What a wrapper adds to its framework's reference (collectives,
+more processes' own overhead) is known only from its rows.
 """
 from __future__ import annotations
 
 import math
 import socket
 import statistics
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from xbench.common.backends.start import Start
-from xbench.common.children import ask
+from xbench.common.backends.traits import HOROVODRUN, TORCHRUN
 from xbench.common.grids.cell import Cell, threads_per_device
 from xbench.common.machine import cpu_cores
 from xbench.common.results.store import read_rows, results_files
 from xbench.common.running.launch import Launcher, refused
 from xbench.common.running.progress import duration
-from xbench.common.shapes import NUMBER, is_kind
+from xbench.common.running.timings import PROBE_CELL_STEPS, framework_costs, reference_cell
 from xbench.common.workload.data import train_samples
 from xbench.common.workload.resolve import resolve_model
-
-PROBE_BATCH, PROBE_STEPS = 128, 20
-PROBE_SECONDS = 600  # the probe's own limit: a few seconds here, far more on a busy machine
-PROBE_OVERHEAD_SECONDS = 15  # launch, imports, data, test accuracy: what a probe does not see
 
 
 @dataclass
@@ -77,43 +81,72 @@ def samples_per_epoch(cell: Cell) -> int:
     return base * cell.multiple // cell.global_batch * cell.global_batch
 
 
+def outside_epochs(row: dict) -> float:
+    """A row's seconds outside its epochs: launch, imports, data, model, test evaluation, the
+    evidence's gathering."""
+    return row["cell_seconds"] - sum(e["seconds"] for e in row["epochs"])
+
+
 def from_rows(cell: Cell, rows: list[dict]) -> Estimate | None:
     same_cell = [r["cell_seconds"] for r in rows if r["cell_key"] == cell.key]
     if same_cell:
         return Estimate("to run", statistics.mean(same_cell),
                         f"{len(same_cell)} earlier run(s) of this cell")
-    for what, match in (
-            ("the same model and backend on as many devices",
-             lambda r: (r["model"], r["backend"], r["world_size"]) == (cell.model, cell.backend,
-                                                                       cell.world)),
-            ("the same model", lambda r: r["model"] == cell.model)):
-        like = [r for r in rows if match(r)]
-        if like:
-            per_sample = statistics.mean(r["epochs"][-1]["seconds"] / r["epochs"][-1]["samples"]
-                                         for r in like)
-            overhead = statistics.mean(r["cell_seconds"] - sum(e["seconds"] for e in r["epochs"])
-                                       for r in like)
-            return Estimate("to run", overhead + per_sample * samples_per_epoch(cell) * cell.epochs,
-                            f"{len(like)} earlier row(s) of {what}")
-    return None
+    like = [r for r in rows if (r["model"], r["backend"], r["world_size"])
+            == (cell.model, cell.backend, cell.world)]
+    if not like:
+        return None
+    per_sample = statistics.mean(r["epochs"][-1]["seconds"] / r["epochs"][-1]["samples"]
+                                 for r in like)
+    return Estimate("to run", statistics.mean(map(outside_epochs, like))
+                    + per_sample * samples_per_epoch(cell) * cell.epochs,
+                    f"{len(like)} earlier row(s) of the same model and backend on as many "
+                    f"devices")
 
 
-def probe(model: str) -> float | None:
-    """Samples per second of `model` on this machine's CPU (None without PyTorch, or where the
-    probe gave no rate: a model file's pytorch() that fails there, say). The probe is a process
-    of its own, ended whole, a model file's processes too, however it ends."""
-    ended = ask([sys.executable, "-m", "xbench.pt_backend.throughput", model, str(PROBE_BATCH),
-                 str(PROBE_STEPS)], PROBE_SECONDS)
-    rate = ended.answer.get("samples_per_second") if isinstance(ended.answer, dict) else None
-    return rate if ended.returncode == 0 and is_kind(rate, NUMBER) and rate > 0 else None
+def device_share(cell: Cell) -> float:
+    """The share of the cores the cell's devices have: the probe had every core; a cell whose
+    devices have fewer threads in all (a compute reference at the N-device ranks' threads)
+    trains that much slower."""
+    return min(1.0, threads_per_device(cell, cpu_cores()) * cell.devices / cpu_cores())
 
 
-def estimate(cells: list[Cell], results_path: Path, resume: bool,
-             launcher: Launcher) -> list[Estimate]:
+def composed(cell: Cell, rows: list[dict], launcher: Launcher, measure: bool) -> Estimate:
+    """Start-up, training and finish, each measured (the module's docstring); where `measure`
+    is False only what is kept is read, and what is not kept is no forecast."""
+    backend = Start.of(cell.backend)
+    costs, ran = framework_costs(cell, launcher, measure)
+    if costs is None:
+        return Estimate("to run", None, f"no earlier rows, and no {PROBE_CELL_STEPS}-step "
+                        f"{reference_cell(cell).backend} cell of it " + (
+                            "ran ok here" if measure else
+                            "kept here (`xbench grid --dry-run` runs one)"))
+    training = (samples_per_epoch(cell) * cell.epochs * costs["per_sample"] / device_share(cell)
+                + costs["first_epoch_extra"])
+    probe = (f"a {PROBE_CELL_STEPS}-step {reference_cell(cell).backend} cell "
+             f"{'now' if ran else 'kept'}")
+    like = [r for r in rows if (r["backend"], r["world_size"]) == (cell.backend, cell.world)]
+    if like:
+        return Estimate("to run", statistics.mean(map(outside_epochs, like)) + training,
+                        f"start-up and finish of {len(like)} earlier row(s) of {cell.backend} "
+                        f"on {cell.world} device(s), training as {probe} trained")
+    processes = backend.processes(cell)
+    starter = 1 if backend.traits.start in (TORCHRUN, HOROVODRUN) else 0
+    starting = costs["start"] * (starter + max(1.0, processes / cpu_cores()))
+    return Estimate("to run", starting + training + costs["finish"],
+                    f"as {probe} ran: start-up {starting:.0f} s ({processes} process(es)"
+                    f"{' and a launcher' if starter else ''}), training, finish "
+                    f"{costs['finish']:.0f} s")
+
+
+def estimate(cells: list[Cell], results_path: Path, resume: bool, launcher: Launcher,
+             measure: bool = True) -> list[Estimate]:
+    """Every cell's status and forecast; `measure`: probe what is not kept (the dry run), else
+    read only (the grid run, before its first cell)."""
     rows = history(results_path)
     done = ({(r["cell_key"], r["repeat"]) for r in read_rows(results_path)[0]
              if r["status"] == "ok"} if resume and results_path.is_file() else set())
-    gpus, probes, estimates = gpus_here(), {}, []
+    gpus, estimates = gpus_here(), []
     for cell in cells:
         reason = unsupported_here(Start.of(cell.backend), cell, gpus, launcher)
         if (cell.key, cell.repeat) in done:
@@ -121,22 +154,17 @@ def estimate(cells: list[Cell], results_path: Path, resume: bool,
         elif reason:
             estimates.append(Estimate("unsupported", None, reason))
         else:
-            found = from_rows(cell, rows)
-            if found is None:
-                if cell.model not in probes:
-                    probes[cell.model] = probe(cell.model)
-                rate = probes[cell.model]
-                # the probe had every core; a cell whose devices have fewer threads in all
-                # (a compute reference at the N-device ranks' threads) trains that much slower
-                share = min(1.0, threads_per_device(cell, cpu_cores()) * cell.devices / cpu_cores())
-                found = (Estimate("to run", PROBE_OVERHEAD_SECONDS
-                                  + samples_per_epoch(cell) * cell.epochs / (rate * share),
-                                  f"a {PROBE_STEPS}-step throughput probe of {cell.model} here "
-                                  f"({rate:,.0f} samples/s on one device)")
-                         if rate else Estimate("to run", None, "no earlier rows, and no PyTorch "
-                                                               "here to probe with"))
-            estimates.append(found)
+            estimates.append(from_rows(cell, rows) or composed(cell, rows, launcher, measure))
     return estimates
+
+
+def forecasts(cells: list[Cell], results_path: Path, resume: bool,
+              launcher: Launcher) -> list[float | None]:
+    """What the grid run's ETA starts from, before its first cell: each cell's forecast as the
+    dry run makes it, from rows and kept probes only (probing would take the machine from the
+    grid); 0 for a cell that will not train here, None where nothing is known."""
+    return [found.seconds if found.status == "to run" else 0.0
+            for found in estimate(cells, results_path, resume, launcher, measure=False)]
 
 
 def dry_run_plan(cells: list[Cell], results_path: Path, resume: bool,

@@ -89,22 +89,56 @@ def duration(seconds: float | None) -> str:
 
 class GridProgress:
     """What the runner shows while a grid runs: the running cell's epoch, samples, rate and ETA,
-    and the grid's cells done and ETA (from the cells this run has timed so far)."""
+    and the grid's cells done and ETA.
 
-    def __init__(self, total: int, echo, live: bool | None = None, quiet: bool = False):
+    The grid's ETA starts from the forecasts made before the first cell (`forecasts`, one per
+    cell: seconds, 0 for a cell that will not train, None where there is none; made as the dry
+    run makes them, without probing: common.running.estimate) and corrects them as cells
+    finish: every forecast still ahead is scaled by the finished cells' real seconds over their
+    forecasts (a machine busier or quieter than when it was measured slows or speeds them all
+    alike), and the running cell counts its own live ETA once it has one, else its scaled
+    forecast less the time it has run. A cell without a forecast counts as the mean of the
+    finished cells; until one has finished, the ETA says how many it leaves out."""
+
+    def __init__(self, total: int, echo, live: bool | None = None, quiet: bool = False,
+                 forecasts: list[float | None] | None = None):
         self.total, self.echo, self.quiet = total, echo, quiet
         self.live = sys.stdout.isatty() if live is None else live
-        self.cell_seconds: list[float] = []
-        self.display = None
+        self.forecasts = list(forecasts) if forecasts else [None] * total
+        self.forecasted = any(self.forecasts)
+        self.finished: list[tuple[float | None, float]] = []  # (forecast, seconds) per cell
+        self.number, self.started, self.display = 0, time.monotonic(), None
 
-    def grid_eta(self, done: int) -> str:
-        if not self.cell_seconds:
+    def grid_eta(self, cell_eta: float | None = None) -> str:
+        """The ETA of the rest of the grid from the running cell on (the class's docstring);
+        `cell_eta`: the running cell's own, where it has one."""
+        timed = [(forecast, seconds) for forecast, seconds in self.finished if forecast]
+        ratio = (sum(s for _, s in timed) / sum(f for f, _ in timed)) if timed else 1.0
+        seconds = [s for f, s in self.finished if f != 0]  # not a cell that did not train
+        mean = sum(seconds) / len(seconds) if seconds else None
+        running = self.forecasts[self.number - 1] if self.number else None
+        if cell_eta is not None:
+            running = cell_eta
+        elif running is not None or mean is not None:
+            expected = running * ratio if running is not None else mean
+            running = max(0.0, expected - (time.monotonic() - self.started))
+        later = [f * ratio if f is not None else mean for f in self.forecasts[self.number:]]
+        known = [s for s in [running, *later] if s is not None]
+        missing = len(later) + 1 - len(known)
+        if not known:
             return "grid ETA after the first cell"
-        mean = sum(self.cell_seconds) / len(self.cell_seconds)
-        return f"grid ETA {duration(mean * (self.total - done))}"
+        how = (f"forecast x{ratio:.2f}, from {len(timed)} cell(s) done" if timed
+               else "forecast" if self.forecasted else f"the mean of {len(seconds)} cell(s) done")
+        return (f"grid ETA ~{duration(sum(known))} ({how}"
+                + (f"; {missing} cell(s) without one" if missing else "") + ")")
+
+    def cell_skipped(self, number: int) -> None:
+        """Cell `number` will not run here (done already, or not tried): no time is left in it."""
+        self.forecasts[number - 1] = 0.0
 
     def cell_started(self, number: int, label: str) -> None:
         self.number, self.label, self.last_plain, self.last_epoch = number, label, 0.0, 0
+        self.started = time.monotonic()
         if self.live and not self.quiet:
             from rich.console import Console
             from rich.live import Live
@@ -129,7 +163,8 @@ class GridProgress:
     def cell_ended(self, seconds: float | None) -> None:
         """The cell ended after `seconds` (None: it was interrupted)."""
         if seconds is not None:
-            self.cell_seconds.append(seconds)
+            self.finished.append((self.forecasts[self.number - 1], seconds))
+        self.forecasts[self.number - 1] = 0.0
         if self.display is not None:
             self.display.stop()
             self.display = None
@@ -137,12 +172,12 @@ class GridProgress:
     def _status(self, p: dict) -> str:
         if len(p["epoch_seconds"]) == p["epochs"]:
             return (f"{p['epochs']} epochs done; measuring test accuracy and gathering the "
-                    f"evidence; {self.grid_eta(self.number - 1)}")
+                    f"evidence; {self.grid_eta(0.0)}")
         samples = p["done"] * p["samples_per_step"]
         rate = f"{p['rate']:,.0f} samples/s" if p["rate"] else "starting"
         return (f"epoch {p['epoch']}/{p['epochs']}, {samples:,}/"
                 f"{p['steps'] * p['samples_per_step']:,} samples, {rate}, cell ETA "
-                f"{duration(p['eta'])}; {self.grid_eta(self.number - 1)}")
+                f"{duration(p['eta'])}; {self.grid_eta(p['eta'])}")
 
     def _renderable(self, p: dict | None):
         from rich.text import Text
@@ -152,6 +187,6 @@ class GridProgress:
         head = f"[{self.number}/{self.total}] {self.label}: "
         if p is None:
             return (head + f"starting (launch, imports, data, model); "
-                           f"{self.grid_eta(self.number - 1)}")
+                           f"{self.grid_eta()}")
         bar = int(20 * p["done"] / max(p["steps"], 1))
         return head + f"[{'#' * bar}{'.' * (20 - bar)}] " + self._status(p)

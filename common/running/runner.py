@@ -43,12 +43,13 @@ MEMORY_SHARE = 0.9  # of the memory available when a cell starts, shared out ove
 
 
 def run_grid(cells, results_path, resume=True, echo=print, launcher=None, live=None,
-             quiet=False, load=None):
+             quiet=False, load=None, forecasts=None):
     """Run every cell not already done, with `launcher` (common.running.launch; default: this
     machine); return the rows written by this run. Progress is shown live on a terminal (`live`:
     default when standard output is one), as plain lines otherwise, not at all when `quiet`.
     `load`: what else ran on the machine when the grid started (common.running.load), which
-    `omp_wait auto` follows."""
+    `omp_wait auto` follows. `forecasts`: each cell's seconds as the dry run forecasts them,
+    where the grid's ETA starts (common.running.progress.GridProgress)."""
     launcher = launcher or LocalLauncher()
     results_path = results.check_results_path(results_path)
     check_cells(cells, launcher)
@@ -69,19 +70,21 @@ def run_grid(cells, results_path, resume=True, echo=print, launcher=None, live=N
 
     run_id = results.new_run_id()
     log_dir = Path(f"{results_path}.logs") / run_id
-    progress = GridProgress(len(cells), echo, live, quiet)
+    progress = GridProgress(len(cells), echo, live, quiet, forecasts)
     rows = []
     with stop_on_signals():
         for number, cell in enumerate(cells, 1):
             prefix = f"[{number}/{len(cells)}] {cell.label}"
             limit = too_large.get(cell.sweep_line) if cell.sweep else None
             if limit and cell.batch > limit:
+                progress.cell_skipped(number)
                 echo(f"{prefix}: not run: batch {limit} of this sweep line did not fit in "
                      f"memory, so larger ones are not tried")
                 continue
             taken = ("done" if resume and (cell.key, cell.repeat) in done_before
                      else claims.claim(cell.key, cell.repeat, done))
             if taken:
+                progress.cell_skipped(number)
                 echo(f"{prefix}: " + (f"done in {results_path} already (use --force to run it "
                                       f"again)" if taken == "done" else f"skipped: {taken}"))
                 continue
