@@ -75,18 +75,11 @@ def run_grid(cells, results_path, resume=True, echo=print, launcher=None, live=N
     with stop_on_signals():
         for number, cell in enumerate(cells, 1):
             prefix = f"[{number}/{len(cells)}] {cell.label}"
-            limit = too_large.get(cell.sweep_line) if cell.sweep else None
-            if limit and cell.batch > limit:
+            why = not_run(cell, too_large, resume and (cell.key, cell.repeat) in done_before,
+                          claims, done, results_path)
+            if why:
                 progress.cell_skipped(number)
-                echo(f"{prefix}: not run: batch {limit} of this sweep line did not fit in "
-                     f"memory, so larger ones are not tried")
-                continue
-            taken = ("done" if resume and (cell.key, cell.repeat) in done_before
-                     else claims.claim(cell.key, cell.repeat, done))
-            if taken:
-                progress.cell_skipped(number)
-                echo(f"{prefix}: " + (f"done in {results_path} already (use --force to run it "
-                                      f"again)" if taken == "done" else f"skipped: {taken}"))
+                echo(f"{prefix}: {why}")
                 continue
             row = None
             try:
@@ -105,6 +98,21 @@ def run_grid(cells, results_path, resume=True, echo=print, launcher=None, live=N
             rows.append(row)
             echo(f"{prefix}: {progress_line(row)}")
     return rows
+
+
+def not_run(cell, too_large: dict[str, int], done_before: bool, claims: Claims, done,
+            results_path) -> str | None:
+    """Why `cell` is not run now (None: it runs, and this grid has claimed it; `done`: the ok
+    cells of the results file now): a larger batch of its sweep line did not fit, it has an ok
+    row already, or another grid runs it."""
+    limit = too_large.get(cell.sweep_line) if cell.sweep else None
+    if limit and cell.batch > limit:
+        return (f"not run: batch {limit} of this sweep line did not fit in memory, so larger "
+                f"ones are not tried")
+    taken = "done" if done_before else claims.claim(cell.key, cell.repeat, done)
+    if taken == "done":
+        return f"done in {results_path} already (use --force to run it again)"
+    return f"skipped: {taken}" if taken else None
 
 
 def first_too_large(cells, earlier) -> dict[str, int]:
