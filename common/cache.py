@@ -42,13 +42,25 @@ def read_kept(path: Path, shape: Any) -> tuple[Any, str | None]:
 
 
 def keep(path: Path, value: Any, what: str) -> None:
-    """`value` written to `path` whole (another process reads it complete or not at all); a clear
-    error naming `what` where the folder cannot be written."""
-    partial = path.with_name(f"{path.name}.{os.getpid()}.part")
+    """`value` written to `path` whole; a clear error naming `what` where the folder cannot be
+    written."""
     with cache_written(what):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial.write_text(json.dumps(value))
-        partial.replace(path)
+        write_whole(path, json.dumps(value).encode())
+
+
+def write_whole(path: Path, data: bytes) -> None:
+    """`data` written to `path` so that another process reads it complete or not at all."""
+    partial = path.with_name(f"{path.name}.{os.getpid()}.part")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial.write_bytes(data)
+    partial.replace(path)
+
+
+def stamp(path: Path) -> list[int]:
+    """What tells a kept file from any other written at its place since: its size and
+    modification time (ns), recorded beside it when it is written."""
+    found = path.stat()
+    return [found.st_size, found.st_mtime_ns]
 
 
 @contextlib.contextmanager

@@ -26,6 +26,26 @@ def test_real_mnist_shapes_and_label_counts(mnist):
     assert mnist.dataset == "mnist"
 
 
+def test_unpacked_mnist_is_kept_and_unpacked_again_when_changed(mnist_dir, tmp_path,
+                                                                monkeypatch):
+    """What every cell's processes read: kept unpacked, read back the same; a kept file changed
+    since (by hand, by the disk) is unpacked again; a cache that cannot be written keeps
+    nothing and the data is still read."""
+    monkeypatch.setenv("XBENCH_CACHE", str(tmp_path / "cache"))
+    first = mnist.load_mnist(mnist_dir)
+    kept = [k for k in (tmp_path / "cache" / "data").glob("mnist-*") if k.suffix != ".json"]
+    assert len(kept) == 4 and all(k.with_name(f"{k.name}.json").is_file() for k in kept)
+    images = next(k for k in kept if k.stat().st_size == 47_040_016)  # the training images
+    images.write_bytes(images.read_bytes()[:-1] + b"\xff")  # one pixel changed
+    for again in (mnist.load_mnist(mnist_dir), mnist.load_mnist(mnist_dir)):
+        assert np.array_equal(again.train_images, first.train_images)
+        assert np.array_equal(again.test_labels, first.test_labels)
+    assert np.bincount(first.train_labels).tolist() == TRAIN_LABEL_COUNTS
+    (tmp_path / "a file").write_text("")
+    monkeypatch.setenv("XBENCH_CACHE", str(tmp_path / "a file"))
+    assert np.array_equal(mnist.load_mnist(mnist_dir).train_images, first.train_images)
+
+
 def test_torchvision_raw_layout_is_found(mnist_dir, tmp_path):
     raw = tmp_path / "MNIST" / "raw"
     shutil.copytree(mnist_dir, raw)
