@@ -35,6 +35,7 @@ KNOBS = [c for c in columns(Role.PLACEMENT, Role.SETUP, Role.TRAINING)
 # A target's setup: the same work but for the draw (its runs are the seeds) and the global batch.
 TARGET_SETUP = [*(c for c in SETUP if c not in (*draws(), "global_batch")), "metric", "target"]
 RANKED_BY = "epoch-2 rate (samples/s)"
+NAMED = 4  # configurations named in a sentence; more are counted
 
 
 @dataclass(frozen=True)
@@ -216,7 +217,9 @@ def sentence(d: Decision) -> str:
     if d.best:
         return (f"use {d.best.name}: surely faster than the next, {d.choices[1].name} "
                 f"({interval_text(d.ratio)})")
-    names = ", ".join(c.name for c in d.choices[:d.tied])
+    tied = [c.name for c in d.choices[:d.tied]]
+    names = ", ".join(tied if len(tied) <= NAMED else [*tied[:NAMED - 1],
+                                                        f"and {len(tied) - NAMED + 1} more"])
     if d.ranked_by != RANKED_BY:
         fewest = d.repeats
         settle = (f"with {fewest} seed(s) on a side no test can tell them apart: it takes 4 or "
@@ -225,8 +228,10 @@ def sentence(d: Decision) -> str:
                   "more seeds a configuration may settle it, or they are as fast")
         return (f"no configuration is surely the shortest to the target: these {d.tied} are "
                 f"not told apart ({names}); {settle}")
-    settle = ("one run on a side has no interval: run --repeat 3" if d.repeats < 2 else
-              f"{d.more_repeats} more repeat{'s' * (d.more_repeats > 1)} a side would settle "
+    if d.repeats < 2:
+        return (f"no configuration is surely best: the first two ran once ({interval_text(d.ratio)}"
+                f" apart), and one run has no interval: run --repeat 3")
+    settle = (f"{d.more_repeats} more repeat{'s' * (d.more_repeats > 1)} a side would settle "
               f"it" if d.more_repeats else
               "within the noise of these runs, more repeats are unlikely to settle it")
     return (f"no configuration is surely best: these {d.tied} are within each other's "

@@ -327,15 +327,21 @@ def first_line(text, width=140):
 
 
 def shorten(lines):
-    """The printed summary: each indented list cut to SUMMARY_LIMIT lines."""
-    out, run = [], 0
-    for i, line in enumerate(lines):
-        run = run + 1 if line.startswith("  ") else 0
-        if run <= SUMMARY_LIMIT:
+    """The printed summary: each indented list cut to SUMMARY_LIMIT lines, said where; a
+    decision's sentence and what it left out (reports.decision.lines: '→ ...', 'left out: ...')
+    are never cut."""
+    out, run, cut = [], 0, 0
+    for line in [*lines, None]:
+        indented = line is not None and line.startswith("  ")
+        essential = indented and line.lstrip().startswith(("→", "left out:"))
+        run = run + 1 if indented else 0
+        if cut and (essential or not indented):
+            out.append(f"  ... {cut} more (see summary.md)")
+            cut = 0
+        if line is None:
+            break
+        if run <= SUMMARY_LIMIT or essential:
             out.append(line)
-        elif run == SUMMARY_LIMIT + 1:
-            end = next((j for j in range(i, len(lines)) if not lines[j].startswith("  ")),
-                       len(lines))
-            out.append(f"  ... {end - i} more (see summary.md)")
+        else:
+            cut += 1
     return out
-

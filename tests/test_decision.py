@@ -3,6 +3,7 @@ their likely cause (reports.suspect), on hand-made rows whose answers are known:
 from tests.helpers import strict_json, xbench_here
 from tests.report_fixtures import repeated, write_rows
 from xbench.reports.build import build_report
+from xbench.reports.tables import shorten
 
 CONCLUSIVE = [*repeated("pt-ddp", 1, (98, 100, 102)), *repeated("pt-ddp", 2, (188, 190, 192)),
               *repeated("tf-mirrored", 1, (150, 151, 152), framework="tensorflow",
@@ -127,3 +128,14 @@ def test_contended_runs_are_counted_where_nothing_ranks(tmp_path):
         "    left out: 3 contended run(s) (--include-contended uses them)"]
     assert "1. pt-ddp on 1 device" in "\n".join(summary_of(tmp_path, rows,
                                                            include_contended=True))
+
+
+def test_the_printed_summary_never_cuts_a_decisions_sentence():
+    """A ranking longer than the printed summary shows is cut with how many were left for
+    summary.md; its sentence and what it left out still follow."""
+    ranking = [f"    {i}. pt-ddp on {i} devices: 100 samples/s; place not sure"
+               for i in range(1, 13)]
+    lines = ["Decision:", "  small ×1 mnist, global batch 128, cpu:", *ranking,
+             "    → no configuration is surely best", "    left out: 3 contended run(s)",
+             "23 rows"]
+    assert shorten(lines) == [*lines[:11], "  ... 3 more (see summary.md)", *lines[-3:]]
