@@ -3,6 +3,7 @@ import contextlib
 import functools
 import hashlib
 import importlib
+import json
 import os
 import sys
 from collections import Counter
@@ -118,7 +119,8 @@ def described(name: str, framework: str) -> dict:
             counted = getattr(importlib.import_module(module), function)(name)
         except ImportError as e:
             return not_installed(name, framework, e.name)
-        cache.keep(kept, counted, f"{framework}'s count of {name}")
+        with contextlib.suppress(OSError):  # not kept: counted again next time
+            cache.write_whole(kept, json.dumps(counted).encode())
     return {"model": name, "source": counted["framework"], "params": counted["params"],
             "flops_per_sample": counted["flops_per_sample"]}
 

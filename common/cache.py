@@ -1,7 +1,8 @@
-"""What xbench keeps of what it measured, so that it need not measure it again: a model file's
-facts, each framework's count of its own models. $XBENCH_CACHE, else ~/.cache/xbench, a folder
-per kind. An entry is written whole or not at all and checked against its shape when read: one
-damaged by hand or by the disk is measured again, never taken for a measurement."""
+"""What xbench keeps of what it found, so that it need not find it again: a model file's facts
+(models/), each framework's count of its own models (counted/), this machine's timings for the
+dry run's forecasts (timings/), MNIST unpacked (data/). $XBENCH_CACHE, else ~/.cache/xbench, a
+folder per kind. An entry is written whole or not at all, and checked when read (its shape, or
+its checksum): one damaged by hand or by the disk is found again, never taken for what it was."""
 from __future__ import annotations
 
 import contextlib
@@ -54,13 +55,6 @@ def write_whole(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     partial.write_bytes(data)
     partial.replace(path)
-
-
-def stamp(path: Path) -> list[int]:
-    """What tells a kept file from any other written at its place since: its size and
-    modification time (ns), recorded beside it when it is written."""
-    found = path.stat()
-    return [found.st_size, found.st_mtime_ns]
 
 
 @contextlib.contextmanager

@@ -113,14 +113,14 @@ def decisions(frame: pd.DataFrame, cells: pd.DataFrame, found: Verdicts,
     if ran.empty:
         return []
     targeted = goodput.target_rows(ran)
-    made = to_target(frame) if len(targeted) else []
+    suspect = suspect_keys(found, limits)
+    made = to_target(frame, suspect) if len(targeted) else []
     ran = ran.drop(targeted.index)
     if ran.empty:
         return made
     measured = analysis.measured(cells)
     measured = measured[measured["training"] == measured["training_without_fault"]]
     measured = measured.assign(_setup=keyed(measured)) if len(measured) else measured
-    suspect = suspect_keys(found, limits)
     for setup, rows in ran.groupby(keyed(ran), sort=False):
         here = measured[measured["_setup"] == setup] if len(measured) else measured
         kept = here[~here["cell_key"].isin(suspect)] if len(here) else here
@@ -132,28 +132,43 @@ def decisions(frame: pd.DataFrame, cells: pd.DataFrame, found: Verdicts,
     return made
 
 
-def to_target(frame: pd.DataFrame) -> list[Decision]:
+def to_target(frame: pd.DataFrame, suspect: set[str]) -> list[Decision]:
     """Per setup and target, its configurations ranked by their median training time to it
-    (reports.goodput's records of the rows with a target; runs with a fault in none)."""
+    (reports.goodput's records of the rows with a target; runs with a fault in none). A
+    configuration with no usable run is not ranked; one with a SUSPECT cell is left out and
+    named."""
     plain = frame[frame["training"] == frame["training_without_fault"]]
     records, targeted = goodput.target_table(plain), goodput.target_rows(plain)
     targeted = targeted.assign(configuration=analysis.configuration(targeted))
+    doubted = set(targeted[targeted["cell_key"].isin(suspect)]["configuration"])
     made = []
     for _, group in records.groupby(TARGET_SETUP, sort=False, dropna=False):
         first = group.iloc[0]
         rows = targeted[targeted["configuration"].isin(group["configuration"])]
-        made.append(by_time(f"{setup_title(first, batch=False)}, to {goodput.target_text(first)}",
-                            group, int((rows["contended"] & ~rows["usable"]).sum())))
+        left = group[group["configuration"].isin(doubted)]
+        usable = group["training_seconds"].map(lambda t: t["n"] > 0)
+        target = goodput.target_text(first)
+        empty = Decision(f"{setup_title(first, batch=False)}, to {target}", [],
+                         ranked_by=f"training time to {target} (median over seeds, s)",
+                         contended=int((rows["status"].eq("ok") & rows["contended"]
+                                        & ~rows["usable"]).sum()),
+                         suspect=[f"{c['series']} on {analysis.devices_text(c['devices'])}"
+                                  for _, c in left.iterrows()])
+        made.append(by_time(group[usable & ~group["configuration"].isin(doubted)], empty))
     return made
 
 
-def by_time(title: str, group: pd.DataFrame, contended: int) -> Decision:
-    """Configurations ranked by median training time to the target (a run that did not reach
-    it the slowest), each adjacent pair judged by a two-sided Mann-Whitney test of their seeds'
-    times, Benjamini-Hochberg over the table's pairs."""
+def by_time(group: pd.DataFrame, empty: Decision) -> Decision:
+    """`group`'s configurations ranked by median training time to the target (a run that did
+    not reach it the slowest), each adjacent pair judged by a two-sided Mann-Whitney test of
+    their seeds' times, Benjamini-Hochberg over the table's pairs; `empty`: the decision
+    before any is ranked (its title, what it left out)."""
+    if group.empty:
+        return empty
     median = group["training_seconds"].map(lambda t: t["median"])
     rows = [c for _, c in group.assign(_median=median).sort_values("_median").iterrows()]
-    varied = [k for k in ("global_batch", "training") if group[k].astype(str).nunique() > 1]
+    varied = [k for k in ("nodes", "global_batch", "training")
+              if group[k].astype(str).nunique() > 1]
     p_values = [stats.mannwhitneyu(a["training_seconds_values"], b["training_seconds_values"],
                                    alternative="two-sided").pvalue
                 if min(len(a["training_seconds_values"]), len(b["training_seconds_values"])) > 1
@@ -166,9 +181,7 @@ def by_time(title: str, group: pd.DataFrame, contended: int) -> Decision:
                       sure=(i == 0 or apart[i - 1]) and (i == len(rows) - 1 or apart[i]),
                       coverage=c["training_seconds"]["coverage"])
                for i, c in enumerate(rows)]
-    decision = Decision(title, choices, ranked_by=f"training time to "
-                        f"{goodput.target_text(rows[0])} (median over seeds, s)",
-                        contended=contended)
+    decision = replace(empty, choices=choices)
     if len(choices) < 2:
         return decision
     if apart[0]:

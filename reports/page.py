@@ -1,8 +1,8 @@
 """The report's two pages of the same walked sections (reports.sections.section.walk):
 index.html, one self-contained page (figures embedded as data: URLs, no script, no network), and
-summary.md. The HTML page reads top down: the decision, the verdicts, then per section its
-figures (side by side where they fit) and tables, how it was measured and long tables folded
-(<details>, which needs no script).
+summary.md. The HTML page reads top down: the decision, the verdicts, then per section how it
+was measured (folded: <details>, which needs no script), its figures (side by side where they
+fit) and its tables (long ones folded).
 
 Everything that comes from the results is escaped here (tables.markdown_text for Markdown), and
 the HTML page's Content-Security-Policy allows no script at all, so a backend name or error text

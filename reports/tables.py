@@ -327,14 +327,15 @@ def first_line(text, width=140):
 
 
 def shorten(lines):
-    """The printed summary: each indented list cut to SUMMARY_LIMIT lines, said where; a
-    decision's sentence and what it left out (reports.decision.lines: '→ ...', 'left out: ...')
-    are never cut."""
+    """The printed summary: each indented list (under a heading, or a heading's own: '  X:')
+    cut to SUMMARY_LIMIT lines, said where; a heading, a decision's sentence and what it left
+    out (reports.decision.lines: '→ ...', 'left out: ...') are never cut."""
     out, run, cut = [], 0, 0
     for line in [*lines, None]:
         indented = line is not None and line.startswith("  ")
-        essential = indented and line.lstrip().startswith(("→", "left out:"))
-        run = run + 1 if indented else 0
+        heading = indented and not line.startswith("   ") and line.endswith(":")
+        essential = heading or indented and line.lstrip().startswith(("→", "left out:"))
+        run = 0 if heading or not indented else run + 1
         if cut and (essential or not indented):
             out.append(f"  ... {cut} more (see summary.md)")
             cut = 0

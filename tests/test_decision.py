@@ -131,11 +131,14 @@ def test_contended_runs_are_counted_where_nothing_ranks(tmp_path):
 
 
 def test_the_printed_summary_never_cuts_a_decisions_sentence():
-    """A ranking longer than the printed summary shows is cut with how many were left for
-    summary.md; its sentence and what it left out still follow."""
-    ranking = [f"    {i}. pt-ddp on {i} devices: 100 samples/s; place not sure"
-               for i in range(1, 13)]
-    lines = ["Decision:", "  small ×1 mnist, global batch 128, cpu:", *ranking,
-             "    → no configuration is surely best", "    left out: 3 contended run(s)",
-             "23 rows"]
-    assert shorten(lines) == [*lines[:11], "  ... 3 more (see summary.md)", *lines[-3:]]
+    """Each setup's ranking longer than the printed summary shows is cut with how many were left
+    for summary.md; its heading, sentence and what it left out are always there, under it."""
+    def setup(name):
+        return [f"  {name}, cpu:",
+                *[f"    {i}. pt-ddp on {i} devices: 100 samples/s; place not sure"
+                  for i in range(1, 13)],
+                f"    → no configuration of {name} is surely best", "    left out: 3 runs"]
+    first, second = setup("small"), setup("large")
+    assert shorten(["Decision:", *first, *second, "23 rows"]) == [
+        "Decision:", *first[:11], "  ... 2 more (see summary.md)", *first[-2:],
+        *second[:11], "  ... 2 more (see summary.md)", *second[-2:], "23 rows"]

@@ -161,7 +161,8 @@ class GridProgress:
                 self.echo(f"[{self.number}/{self.total}] {self.label}: {self._status(p)}")
 
     def cell_ended(self, seconds: float | None) -> None:
-        """The cell ended after `seconds` (None: it was interrupted)."""
+        """The cell ended ok after `seconds` (None: it was interrupted, or ended otherwise: a
+        cell that fails in 2 s says nothing of how long the others take)."""
         if seconds is not None:
             self.finished.append((self.forecasts[self.number - 1], seconds))
         self.forecasts[self.number - 1] = 0.0

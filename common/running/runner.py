@@ -92,7 +92,8 @@ def run_grid(cells, results_path, resume=True, echo=print, launcher=None, live=N
                     too_large[cell.sweep_line] = cell.batch
                 results.append_row(results_path, row)
             finally:
-                progress.cell_ended(row and row["cell_seconds"])
+                progress.cell_ended(row["cell_seconds"] if row and row["status"] == "ok"
+                                    else None)
                 with signals_held():
                     claims.release(cell.key, cell.repeat)
             rows.append(row)

@@ -10,6 +10,7 @@ machine was busy when it was measured), delete the file.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import socket
@@ -53,7 +54,9 @@ def kept_or_measured(key: str, fields: tuple[str, ...],
         return found, False
     measured = measure() if measure else None
     if measured is not None:
-        cache.keep(timings_path(), {**kept_timings(), key: measured}, "this machine's timings")
+        with contextlib.suppress(OSError):  # not kept: measured again next time
+            cache.write_whole(timings_path(),
+                              json.dumps({**kept_timings(), key: measured}).encode())
     return measured, measured is not None
 
 
@@ -64,7 +67,7 @@ def reference_cell(cell: Cell) -> Cell:
     auto`): spinning, a probe beside other work would read a fraction of their rate."""
     short = dataclasses.replace(
         cell, backend=references()[TRAITS[cell.backend].framework.name], devices=1, epochs=2,
-        multiple=1, repeat=0, max_train_samples=None,
+        multiple=1, repeat=0, seed=0, max_train_samples=None,
         omp_wait="passive" if cell.omp_wait == "auto" else cell.omp_wait)
     return dataclasses.replace(short, max_train_samples=PROBE_CELL_STEPS * short.global_batch)
 
@@ -86,7 +89,7 @@ def framework_costs(cell: Cell, launcher: Launcher, measure: bool) -> tuple[dict
     backend = Start.of(probe.backend)
 
     def run() -> dict | None:
-        if launcher.name != "local" or refused(backend, probe, launcher) or backend.missing():
+        if refused(backend, probe, launcher) or backend.missing():
             return None
         with tempfile.TemporaryDirectory(prefix="xbench-probe-") as folder:
             started = time.perf_counter()
@@ -101,4 +104,6 @@ def framework_costs(cell: Cell, launcher: Launcher, measure: bool) -> tuple[dict
                 "per_sample": second["seconds"] / second["samples"],
                 "first_epoch_extra": max(1e-3, first["seconds"] - second["seconds"]),
                 "finish": max(1e-3, outside)}
+    if launcher.name != "local":  # this machine's timings say nothing of a cluster's nodes
+        return None, False
     return kept_or_measured(probe_key(cell), COSTS, run if measure else None)

@@ -148,7 +148,8 @@ def step_parts(data: ReportData) -> Made:
         labels = [f"{cell['series']}, {cell['devices']} dev" for _, cell in cells.iterrows()]
         for ax, kind, unit, scale in (
                 (axes[2 * row], "in ms", "one step (ms, mean over repeats)", 1.0),
-                (axes[2 * row + 1], "shares", "share of the step (%)", 100 / steps)):
+                (axes[2 * row + 1], "shares", "share of the step (%)",
+                 np.divide(100, steps, out=np.zeros_like(steps), where=steps > 0))):
             bottom = np.zeros(len(cells))
             for part in PARTS:
                 height = cells[f"{part}_step"].to_numpy(float) * 1000 * scale
