@@ -110,8 +110,9 @@ def described(name: str, framework: str) -> dict:
     if missing:
         return not_installed(name, framework, missing[0])
     versions = [f"{m}={metadata.version(installed[m][0])}" for m in needed]
-    key = hashlib.sha256(" ".join([name, *versions, cache.source_digest(
-        "xbench.common", module.rsplit(".", 1)[0])]).encode()).hexdigest()[:16]
+    key = hashlib.sha256(" ".join([  # Keras counts on the backend KERAS_BACKEND names
+        name, *versions, os.environ.get("KERAS_BACKEND", ""),
+        cache.source_digest("xbench.common", module.rsplit(".", 1)[0])]).encode()).hexdigest()[:16]
     kept = cache.cache_path("counted", f"{framework}-{name}-{key}.json")
     counted, _ = cache.read_kept(kept, COUNTED)
     if counted is None:
