@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from xbench.common.results.store import read_rows
-from xbench.reports.stats import ratio_of_means
+from xbench.reports.numbers.stats import ratio_of_means
 
 SINGLE = ("pt-single", "tf-single")
 

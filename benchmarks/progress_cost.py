@@ -16,7 +16,7 @@ from xbench.common.machine import cpu_cores
 from xbench.common.running.job import Job
 from xbench.common.running.progress import ProgressReport
 from xbench.common.workload.mnist import load_mnist
-from xbench.reports.stats import ratio_of_means
+from xbench.reports.numbers.stats import ratio_of_means
 
 
 def rate(cell, data, folder):

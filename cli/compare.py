@@ -40,9 +40,11 @@ def compare(base, new, fail_above, exclude_contended, form, as_json):
     environments (versions, device, threads) and the contention limits their runs were judged
     by. Exit 0; exit 2 where the files share no cell at all; with --fail-above, a gate that
     compared nothing (no cell with usable runs in both files) fails too."""
-    from xbench.reports.compare import as_json as compare_json  # pandas and scipy: loaded here
-    from xbench.reports.compare import compare as compare_files
-    from xbench.reports.compare import slower_than, text_table
+    from xbench.reports.rendering.compare import (
+        as_json as compare_json,  # pandas and scipy: loaded here
+    )
+    from xbench.reports.rendering.compare import compare as compare_files
+    from xbench.reports.rendering.compare import slower_than, text_table
     cells, notes = compare_files([Path(base)], [Path(new)], not exclude_contended,
                                  refuse_unshared=True)
     if as_json:

@@ -90,10 +90,10 @@ table_format = click.option(
 
 
 def table_text(frame, form: str) -> str:
-    """A table of text (reports.tables' `table`) as `--format` says: aligned for the terminal
-    (a model file by its file name and digest's start) or as Markdown."""
+    """A table of text (reports.rendering.tables' `table`) as `--format` says: aligned for the
+    terminal (a model file by its file name and digest's start) or as Markdown."""
     if form == "md":
-        from xbench.reports.tables import markdown  # pandas: loaded here
+        from xbench.reports.rendering.tables import markdown  # pandas: loaded here
         return markdown(frame)
     if frame.empty:
         return "(none)"

@@ -18,7 +18,7 @@ def export(results_file, target, mlflow_uri):
     if target:
         results.check_export_target(target)
     if mlflow_uri is not None:
-        from xbench.reports import tracking  # mlflow-skinny is optional
+        from xbench.reports.rendering import tracking  # mlflow-skinny is optional
         mlflow_uri = tracking.check_store(mlflow_uri or tracking.default_uri())
     rows, problems = results.read_rows(results_file)
     for problem in problems:

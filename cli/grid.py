@@ -125,12 +125,12 @@ def settle(cells, results_path, budget_minutes, launcher, load=None) -> list[dic
     would overrun the budget. Each round is a look of the grid's (its own repeats the first):
     its runs say which, there are LOOKS at most, so no comparison of its cells is tested more
     often whatever cells a round repeats, and the report tests a comparison with looks at a
-    look's level (reports.stats.sequential_p): repeating until a verdict appears keeps its error
-    rate. Returns the rows it added."""
-    from xbench.reports import analysis  # pandas and scipy: loaded here
-    from xbench.reports.load import load
-    from xbench.reports.stats import LOOKS, MAX_REPEATS
-    from xbench.reports.verdicts import judged
+    look's level (reports.numbers.stats.sequential_p): repeating until a verdict appears keeps its
+    error rate. Returns the rows it added."""
+    from xbench.reports.judging.verdicts import judged
+    from xbench.reports.numbers import analysis  # pandas and scipy: loaded here
+    from xbench.reports.numbers.load import load
+    from xbench.reports.numbers.stats import LOOKS, MAX_REPEATS
     grid_cells = {cell.key: cell for cell in cells}
     deadline, added = time.monotonic() + budget_minutes * 60, []
     while True:

@@ -58,10 +58,11 @@ def bucket_sizes_option(ctx, param, value):
 @click.option("--where", help="Keep only the rows matching a filter, as `xbench report --where`.")
 @click.option("--published", is_flag=False, flag_value="", default=None, metavar="[FILE]",
               help="Also put published scaling results through the model, beside their "
-                   "published efficiency: FILE's records (TOML, as reports/published.toml), or "
-                   "reports/published.toml's (NVIDIA's, Horovod's, TensorFlow's, Goyal et al.'s "
-                   "and torchtitan's, with their sources): each with none of its collectives "
-                   "hidden, all hidden, as its timeline predicts, and the terms it used.")
+                   "published efficiency: FILE's records (TOML, as "
+                   "reports/step_model/published.toml), or reports/step_model/published.toml's "
+                   "(NVIDIA's, Horovod's, TensorFlow's, Goyal et al.'s and torchtitan's, with "
+                   "their sources): each with none of its collectives hidden, all hidden, as its "
+                   "timeline predicts, and the terms it used.")
 @click.option("--include-contended", is_flag=True,
               help="Calibrate on runs marked contended too (left out by default).")
 @table_format
@@ -72,13 +73,13 @@ def predict(results_files, link, node_link, devices, nodes, bucket_mb, where, pu
     1-device cells (their step attribution) and a link, and check the model against every
     N-device cell in the results: each predicted from the other cells' calibration (default
     results: the newest in results/). Every predicted number is labelled predicted."""
-    from xbench.reports import analysis  # pandas and scipy: loaded here
-    from xbench.reports.load import load, load_probes, newest_results
-    from xbench.reports.predict import band_text, check_summary, checked, given_links
-    from xbench.reports.predict_tables import check_table, published_table, what_if_table
-    from xbench.reports.published import PUBLISHED_FILE, against_published
-    from xbench.reports.published import as_json as published_json
-    from xbench.reports.what_if import what_if
+    from xbench.reports.numbers import analysis  # pandas and scipy: loaded here
+    from xbench.reports.numbers.load import load, load_probes, newest_results
+    from xbench.reports.rendering.predict_tables import check_table, published_table, what_if_table
+    from xbench.reports.step_model.predict import band_text, check_summary, checked, given_links
+    from xbench.reports.step_model.published import PUBLISHED_FILE, against_published
+    from xbench.reports.step_model.published import as_json as published_json
+    from xbench.reports.step_model.what_if import what_if
     chosen, between = given_links(link, node_link)
     record = None  # the published records first: a bad one stops before any results are read
     if published is not None:

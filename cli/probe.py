@@ -13,7 +13,7 @@ from xbench.common.results import store as results
 from xbench.common.results.probes import append_probe, probe_path
 from xbench.common.running.launch import make_launcher
 from xbench.common.running.probe import ALL_REDUCE_BACKENDS, MATMUL_BACKENDS, run_probe
-from xbench.reports.probe import probe_text
+from xbench.reports.rendering.probe import probe_text
 
 
 @click.command()

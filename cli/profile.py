@@ -42,7 +42,7 @@ def profile(model, batch, backend, units, steps, warmup, device, seed, out, as_j
     pass, the unit's share of the step, and its achieved GFLOP/s (per-layer timing, as a study of
     CPU offloading measures it)."""
     from xbench.common.running.profile import PROFILE_BACKENDS, check_request, run_profile  # scipy
-    from xbench.reports.profile import table_text, write  # matplotlib
+    from xbench.reports.rendering.profile import table_text, write  # matplotlib
     backends = backend or [b for b in PROFILE_BACKENDS if not Start.of(b).missing()]
     timed = check_request(model, batch, backends, units or [], steps, warmup, seed)
     if not backends:

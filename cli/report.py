@@ -36,10 +36,10 @@ def report(results_files, out, formats, where, include_contended, baseline, lab,
            as_json):
     """Figures, tables and one HTML page from results files (default: the newest in results/);
     with --json, the report as data on stdout."""
-    from xbench.reports.build import build_report, parse_formats  # pandas, scipy, matplotlib
-    from xbench.reports.load import load, newest_results
-    from xbench.reports.predict import given_links
-    from xbench.reports.tables import shorten
+    from xbench.reports.numbers.load import load, newest_results
+    from xbench.reports.page.build import build_report, parse_formats  # pandas, scipy, matplotlib
+    from xbench.reports.rendering.tables import shorten
+    from xbench.reports.step_model.predict import given_links
     paths = [Path(p) for p in results_files] or [newest_results(DEFAULT_RESULTS_DIR)]
     links = given_links(link, node_link)
     out = writable_folder(out or Path("reports/out") / paths[0].stem, "the report")

@@ -1,4 +1,5 @@
-"""`xbench trace`: a cell's recorded steps as a Chrome / Perfetto trace (reports.trace)."""
+"""`xbench trace`: a cell's recorded steps as a Chrome / Perfetto trace
+(reports.rendering.trace)."""
 import json
 import re
 from pathlib import Path
@@ -9,7 +10,7 @@ from xbench.common.backends.traits import TRAITS
 from xbench.common.errors import UserError, did_you_mean
 from xbench.common.results.outputs import whole_file, writable_file
 from xbench.common.results.store import read_rows
-from xbench.reports.trace import has_timeline, trace
+from xbench.reports.rendering.trace import has_timeline, trace
 
 TIMELINE_SCHEMA = 15  # the schema version that added the step's timeline to a row
 

@@ -14,8 +14,8 @@ import pytest
 from tests.helpers import REPO, refused, strict_json, xbench, xbench_here
 from tests.report_fixtures import make_row, write_rows
 from xbench.common.results.store import append_row, new_run_id, read_rows
-from xbench.reports.compare import slower_than
-from xbench.reports.stats import Ratio
+from xbench.reports.numbers.stats import Ratio
+from xbench.reports.rendering.compare import slower_than
 
 RAN = REPO / "tests" / "data" / "repeats.jsonl"  # pt-single and pt-ddp, 3 repeats each
 EPOCH_SECONDS = (1.0, 1.05, 0.95)  # per repeat: the rows compared carry these times, so that

@@ -9,7 +9,7 @@ from tests.helpers import write_grid, xbench
 from xbench.common.results.store import read_rows
 from xbench.common.workload.compression import POWERSGD_MIN_RATE, gradient_wire_bytes, wire_bytes
 from xbench.common.workload.models import MODELS
-from xbench.reports.build import build_report
+from xbench.reports.page.build import build_report
 
 
 @pytest.mark.parametrize("shape, compression, rank, expected", [

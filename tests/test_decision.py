@@ -1,9 +1,10 @@
-"""The decision table at the top of the report (reports.decision) and SUSPECT ratios named with
-their likely cause (reports.suspect), on hand-made rows whose answers are known: no training."""
+"""The decision table at the top of the report (reports.judging.decision) and SUSPECT ratios named
+with their likely cause (reports.judging.suspect), on hand-made rows whose answers are known: no
+training."""
 from tests.helpers import strict_json, xbench_here
 from tests.report_fixtures import repeated, write_rows
-from xbench.reports.build import build_report
-from xbench.reports.tables import shorten
+from xbench.reports.page.build import build_report
+from xbench.reports.rendering.tables import shorten
 
 CONCLUSIVE = [*repeated("pt-ddp", 1, (98, 100, 102)), *repeated("pt-ddp", 2, (188, 190, 192)),
               *repeated("tf-mirrored", 1, (150, 151, 152), framework="tensorflow",
@@ -40,7 +41,7 @@ def test_a_configuration_surely_ahead_is_the_one_to_use(tmp_path):
 
 def test_configurations_within_each_other_s_intervals_say_what_would_settle_them(tmp_path):
     """pt-single at 110 [104, 117] and pt-ddp at 104 [97, 111]: 9 repeats a side would settle
-    it (reports.stats.repeats_to_settle), 6 more than the 3 they have."""
+    it (reports.numbers.stats.repeats_to_settle), 6 more than the 3 they have."""
     rows = [*repeated("pt-ddp", 1, (100, 104, 108)), *repeated("pt-single", 1, (106, 110, 114))]
     summary = summary_of(tmp_path, rows)
     assert [line.split(":")[0] for line in summary[2:4]] == ["    1. pt-single on 1 device",

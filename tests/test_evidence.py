@@ -15,7 +15,7 @@ from xbench.common.measuring.evidence import sample_evidence
 from xbench.common.results.store import read_rows
 from xbench.common.running.placement import rank_cores
 from xbench.common.workload.samples import rank_indices
-from xbench.reports.build import build_report
+from xbench.reports.page.build import build_report
 
 SAMPLES = 1024
 # In every process (sitecustomize runs at start-up): each rank is dealt rank 0's shard, the bug of

@@ -7,7 +7,7 @@ import pytest
 from tests.helpers import write_grid, xbench
 from xbench.common.results.store import read_rows
 from xbench.common.workload.models import MODELS
-from xbench.reports.build import build_report
+from xbench.reports.page.build import build_report
 
 # Epoch losses of pt-fsdp against pt-ddp (fp32, 2 ranks): equal to every printed digit here
 # (2.270425409078598, 1.4118895381689072 in both); the smoke grid's cross-backend tolerance.

@@ -136,8 +136,9 @@ def test_predict_reads_a_jax_steps_parts_as_every_other_backends(smoke):
 def test_a_verdicts_why_splits_a_jax_step_into_its_parts(smoke):
     import pandas as pd
 
-    from xbench.reports import analysis, verdicts
-    from xbench.reports.load import load
+    from xbench.reports.judging import verdicts
+    from xbench.reports.numbers import analysis
+    from xbench.reports.numbers.load import load
     frame, _ = load([smoke.results], None, True)
     cells = analysis.cell_table(frame)
     attributed = analysis.attribution(cells)

@@ -11,9 +11,9 @@ import pytest
 from tests.helpers import xbench_here
 from xbench.common.backends.traits import TRAITS
 from xbench.common.grids.grid import preset_path, read_grid_file
-from xbench.reports.knobs import Finding, payoff_text
-from xbench.reports.stats import Ratio
-from xbench.reports.verdicts import Judgement
+from xbench.reports.judging.knobs import Finding, payoff_text
+from xbench.reports.judging.verdicts import Judgement
+from xbench.reports.numbers.stats import Ratio
 
 BACKENDS = read_grid_file(preset_path("knobs"))["backends"]
 # K micro-batches' gradients summed are the batch's mean gradient: the same trajectory as one

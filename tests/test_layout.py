@@ -90,6 +90,27 @@ def test_common_rooms_import_only_downwards(room):
         assert not any(room_of(n) for n in runtime_imports(path)), path.name
 
 
+# reports/'s wings, in the order data flows through them: each may import the wings before it.
+WINGS = ["numbers", "step_model", "judging", "rendering", "sections", "page"]
+
+
+def test_the_reports_wings_import_one_way():
+    """A module of a wing of reports/ imports only its own wing and those before it (inside
+    functions too), and every module of reports/ but its docstring lives in a wing."""
+    wings = {path.name for path in (REPO / "reports").iterdir() if path.is_dir()
+             and (path / "__init__.py").exists()}
+    assert wings == set(WINGS), f"reports/ has the wings {sorted(wings)}, not {WINGS}"
+    loose = [p.name for p in (REPO / "reports").glob("*.py") if p.name != "__init__.py"]
+    assert not loose, f"modules of reports/ outside a wing: {loose}"
+    for wing in WINGS:
+        allowed = set(WINGS[:WINGS.index(wing) + 1])
+        for path in source_files(f"reports/{wing}"):
+            for name in imports(path, top_level_only=False):
+                parts = name.split(".")
+                if parts[:2] == ["xbench", "reports"] and len(parts) > 2:
+                    assert parts[2] in allowed, f"reports/{wing}/{path.name} imports {name}"
+
+
 @pytest.mark.parametrize("package", PACKAGES)
 def test_imports_run_one_way(package):
     """common/ never imports reports/ or the command line; a backend imports only common/;

@@ -12,8 +12,8 @@ import pytest
 from tests.helpers import write_grid, xbench, xbench_here
 from xbench.common.backends.traits import TRAITS
 from xbench.common.results.store import read_rows
-from xbench.reports import analysis
-from xbench.reports.load import rows_frame
+from xbench.reports.numbers import analysis
+from xbench.reports.numbers.load import rows_frame
 
 ONE_BUCKET, SMALL_BUCKET, CAP = 32.0, 1.0, "link=400mbit"
 
@@ -116,7 +116,7 @@ def test_the_timeline_shows_one_bucket_after_backward_and_nothing_hidden(buckete
 
 
 def attributed_cells(rows):
-    """The report's attributed cells of `rows` (reports.analysis)."""
+    """The report's attributed cells of `rows` (reports.numbers.analysis)."""
     return analysis.attribution(analysis.cell_table(rows_frame(rows)))
 
 

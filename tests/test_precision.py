@@ -11,7 +11,7 @@ import pytest
 from tests.helpers import REPO, write_grid, xbench
 from xbench.common.results.store import read_rows
 from xbench.common.workload.precision import LOSS_SCALE_START
-from xbench.reports.limits import against_limits
+from xbench.reports.step_model.limits import against_limits
 
 # pt-dp on one device is pt-single's loop under a DataParallel with nothing to scatter: left out
 SINGLE = ["pt-single", "tf-single", "jax-single"]
@@ -123,8 +123,8 @@ def test_mfu_of_a_mixed_precision_cell_is_against_the_probes_peak_at_that_precis
     import json
     import shutil
 
-    from xbench.reports import analysis
-    from xbench.reports.load import load, load_probes
+    from xbench.reports.numbers import analysis
+    from xbench.reports.numbers.load import load, load_probes
     folder, _, _ = probe
     results = tmp_path / "r.jsonl"
     results.write_text("".join(json.dumps(rows[(b, 1, p)]) + "\n"
@@ -145,7 +145,7 @@ def test_the_report_puts_each_precision_beside_the_others(rows, probe, tmp_path)
     import json
     import shutil
 
-    from xbench.reports.build import build_report
+    from xbench.reports.page.build import build_report
     results = tmp_path / "r.jsonl"
     results.write_text("".join(json.dumps(r) + "\n" for key, r in rows.items() if key[1] == 1))
     shutil.copy(probe[0] / "probe.jsonl", tmp_path / "probe.jsonl")

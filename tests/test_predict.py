@@ -10,8 +10,9 @@ from tests.helpers import strict_json, xbench_here
 from xbench.common.backends.protocol import RING_ALL_REDUCE
 from xbench.common.backends.traits import TRAITS
 from xbench.common.errors import UserError
-from xbench.reports import analysis
-from xbench.reports.calibration import (
+from xbench.reports.numbers import analysis
+from xbench.reports.numbers.load import load
+from xbench.reports.step_model.calibration import (
     ALONE,
     MOVING,
     Wire,
@@ -19,10 +20,9 @@ from xbench.reports.calibration import (
     calibration_point,
     fit_wire,
 )
-from xbench.reports.load import load
-from xbench.reports.predict import checked, parse_link, predicted, read_links, references
-from xbench.reports.published import against_published
-from xbench.reports.step_model import Link, collective_seconds, expected_largest
+from xbench.reports.step_model.predict import checked, parse_link, predicted, read_links, references
+from xbench.reports.step_model.published import against_published
+from xbench.reports.step_model.step_model import Link, collective_seconds, expected_largest
 
 LINK = Link("test", rate=10e9, latency=5e-6, source="by hand")
 NODE_LINK = Link("test nodes", rate=25e9, latency=20e-6, source="by hand")

@@ -14,7 +14,7 @@ import pytest
 from tests.helpers import REPO, XBENCH, refused, strict_json, xbench, xbench_here
 from xbench.common.running.profile import MIN_STEPS, STEP_PASSES
 from xbench.common.workload.models import MODELS
-from xbench.reports.profile import ms, table_text
+from xbench.reports.rendering.profile import ms, table_text
 
 BATCH = 8
 NARROW = 80  # the terminal's width the profile prints at (its table had 181-character lines)

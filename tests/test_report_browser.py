@@ -11,8 +11,8 @@ from pathlib import Path
 
 from tests.helpers import REPO
 from tests.report_fixtures import hostile_rows, write_rows
-from xbench.reports.build import build_report
-from xbench.reports.screenshot import chromium_command, screenshot
+from xbench.reports.page.build import build_report
+from xbench.reports.page.screenshot import chromium_command, screenshot
 
 REPEATS, TIME_TO_ACCURACY = (REPO / "tests" / "data" / f"{name}.jsonl"
                              for name in ("repeats", "time-to-accuracy"))

@@ -18,8 +18,9 @@ from matplotlib.figure import Figure
 from tests.helpers import REPO
 from xbench.common.backends.traits import TRAITS
 from xbench.common.results.store import read_rows
-from xbench.reports.data import Options, ReportData
-from xbench.reports.figures import (
+from xbench.reports.judging.verdict import interval_text
+from xbench.reports.numbers.stats import Ratio
+from xbench.reports.rendering.figures import (
     interval_kinds,
     interval_note,
     left_out,
@@ -28,9 +29,8 @@ from xbench.reports.figures import (
     series_style,
 )
 from xbench.reports.sections import SECTIONS
+from xbench.reports.sections.data import Options, ReportData
 from xbench.reports.sections.section import ShownFigure, walk
-from xbench.reports.stats import Ratio
-from xbench.reports.verdict import interval_text
 
 REPEATS = REPO / "tests" / "data" / "repeats.jsonl"  # pt-single and pt-ddp, 3 repeats each
 UNREGISTERED = "a-backend-of-another-xbench"

@@ -13,8 +13,8 @@ import pytest
 from tests.helpers import REPO, SLOW, XBENCH, refused, xbench, xbench_here
 from tests.report_fixtures import known_rows, make_row, write_rows
 from xbench.common.errors import UserError
-from xbench.reports.build import build_report, parse_formats
-from xbench.reports.load import load
+from xbench.reports.numbers.load import load
+from xbench.reports.page.build import build_report, parse_formats
 
 
 def test_format_chooses_the_files(tmp_path):

@@ -15,11 +15,11 @@ from tests.report_fixtures import (
     write_rows,
 )
 from xbench.common.workload.models import MODELS
-from xbench.reports import analysis
-from xbench.reports.build import build_report
-from xbench.reports.limits import against_limits
-from xbench.reports.load import load
-from xbench.reports.stats import summarize
+from xbench.reports.numbers import analysis
+from xbench.reports.numbers.load import load
+from xbench.reports.numbers.stats import summarize
+from xbench.reports.page.build import build_report
+from xbench.reports.step_model.limits import against_limits
 
 
 def test_ci_for_three_repeats_uses_students_t():
@@ -160,9 +160,9 @@ def test_a_verdict_the_false_discovery_control_does_not_allow_is_held_back():
     """Alone, 1.10× [1.05, 1.15] (p = 0.003) would be stated; among 20 comparisons where
     the rest show nothing, Benjamini-Hochberg holds it back (it needs p <= 0.0025); 1.20×
     (p = 0.00002) is stated either way."""
-    from xbench.reports.stats import false_discoveries_controlled, ratio_of_means
-    from xbench.reports.verdict import control_text
-    from xbench.reports.verdicts import Judge
+    from xbench.reports.judging.verdict import control_text
+    from xbench.reports.judging.verdicts import Judge
+    from xbench.reports.numbers.stats import false_discoveries_controlled, ratio_of_means
     weak, strong = ([1.10, 1.13, 1.14], [1.0, 1.02, 1.04]), ([1.2, 1.21, 1.22], [1.0, 1.01, 1.02])
     nothing = ([1.0, 1.05, 0.95], [1.0, 1.04, 0.96])
     for pairs, expected in (([weak, nothing], "above"), ([weak] + [nothing] * 19, "held"),
@@ -179,7 +179,7 @@ def test_a_verdict_the_false_discovery_control_does_not_allow_is_held_back():
 def test_an_mfu_above_the_peak_is_suspect_not_a_result(tmp_path):
     """MFU over 100% means the peak is the wrong one (another precision, another device) or the
     rate was disturbed: marked SUSPECT and not shown as a result."""
-    from xbench.reports.tables import limits_table
+    from xbench.reports.rendering.tables import limits_table
     results = write_rows(tmp_path / "r.jsonl", [make_row(rates=(80, 100)),
                                                 make_row(rates=(80, 100), batch=64)])
     frame, _ = load([results])
@@ -210,7 +210,7 @@ def test_a_run_that_crashed_and_ran_again_is_named(tmp_path):
 def test_the_precision_table_pairs_each_precision_with_its_own_setup(tmp_path):
     """Four cells: framework-default and bf16, each with and without fp16 gradient compression.
     Each precision is shown beside the other of the same compression, never across them."""
-    from xbench.reports.data import Options, ReportData
+    from xbench.reports.sections.data import Options, ReportData
     from xbench.reports.sections.precision import precision_table
     rows = []
     for precision, compression, rate in (("framework-default", "none", 100.0),

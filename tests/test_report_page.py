@@ -20,9 +20,9 @@ from tests.test_report_figures import (
 from xbench.common.backends.traits import TRAITS
 from xbench.common.measuring.attribution import PARTS
 from xbench.common.results.store import read_rows
-from xbench.reports.data import Options, ReportData
-from xbench.reports.figures import CONTENDED, MARKS, SUSPECT, render
-from xbench.reports.page import png_width
+from xbench.reports.page.page import png_width
+from xbench.reports.rendering.figures import CONTENDED, MARKS, SUSPECT, render
+from xbench.reports.sections.data import Options, ReportData
 from xbench.reports.sections.figure5 import EPOCH1
 
 PAGE = 1368  # px: the page's width (1,400) less its padding

@@ -7,7 +7,7 @@ import pandas as pd
 
 from tests.helpers import REPO, strict_json, xbench_here
 from tests.test_report_browser import render_in_chromium
-from xbench.reports.tables import markdown_text, num
+from xbench.reports.rendering.tables import markdown_text, num
 
 REPEATS = REPO / "tests" / "data" / "repeats.jsonl"
 

@@ -6,10 +6,10 @@ import json
 from tests.helpers import MNIST_DIR, xbench, xbench_here
 from tests.report_fixtures import hand_cell, make_row, write_rows
 from xbench.common.results.store import read_rows
-from xbench.reports import analysis
-from xbench.reports.load import load
-from xbench.reports.verdict import finding_lines
-from xbench.reports.verdicts import judged
+from xbench.reports.judging.verdict import finding_lines
+from xbench.reports.judging.verdicts import judged
+from xbench.reports.numbers import analysis
+from xbench.reports.numbers.load import load
 
 
 def test_until_conclusive_adds_repeats_until_settled_or_says_why_not(tmp_path):

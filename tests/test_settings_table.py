@@ -9,7 +9,7 @@ from tests.helpers import REPO
 from xbench.common.grids.columns import columns, training_label
 from xbench.common.grids.setting import Role
 from xbench.common.grids.settings import IN_ROW, SETTINGS
-from xbench.reports import analysis
+from xbench.reports.numbers import analysis
 
 DEFAULT_ROW = {s.row_name: s.row_value(s.cell_default) for s in IN_ROW}
 SETTING_COLUMNS = {s.column_name for s in SETTINGS.values() if s.column_name}

@@ -1,13 +1,12 @@
-"""The report's statistics (reports.stats): Fieller's interval for a ratio of means covers the true
-ratio 95% of the time, says when it cannot bound the ratio, and the repeats-to-settle estimate
-is consistent with the interval."""
+"""The report's statistics (reports.numbers.stats): Fieller's interval for a ratio of means covers
+the true ratio 95% of the time, says when it cannot bound the ratio, and the repeats-to-settle
+estimate is consistent with the interval."""
 import math
 
 import numpy as np
 import pytest
 
-from xbench.reports.compare import verdict as compare_verdict
-from xbench.reports.stats import (
+from xbench.reports.numbers.stats import (
     difference_of_means,
     false_discoveries_controlled,
     ratio_of_means,
@@ -15,6 +14,7 @@ from xbench.reports.stats import (
     repeats_to_settle,
     summarize,
 )
+from xbench.reports.rendering.compare import verdict as compare_verdict
 
 
 def test_fieller_interval_covers_the_true_ratio_95_percent_of_the_time():

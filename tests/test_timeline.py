@@ -1,13 +1,14 @@
-"""The step's timeline model (reports.timeline) on constructed steps, each worked by hand: buckets
-formed as each library forms them, queued on one stream, and what the step waits for after
-backward."""
+"""The step's timeline model (reports.step_model.timeline) on constructed steps, each worked by
+hand: buckets formed as each library forms them, queued on one stream, and what the step waits for
+after backward."""
 import math
 
 import pytest
 
 from xbench.common.backends.protocol import MIB
 from xbench.common.backends.traits import TRAITS
-from xbench.reports.timeline import (
+from xbench.reports.judging.verdicts import hidden_words
+from xbench.reports.step_model.timeline import (
     Gradient,
     buckets,
     crossing,
@@ -20,7 +21,6 @@ from xbench.reports.timeline import (
     recorded_curve,
     under_backward,
 )
-from xbench.reports.verdicts import hidden_words
 
 MS = 1e-3
 GBPS = 1e9  # a link moving 1 GB a second: a message of B bytes lasts B / 1e9 s

@@ -16,7 +16,7 @@ REDUCE_SCATTER = "reduce-scatter"  # each rank keeps the sum of its shard (param
 REDUCE_TO_ONE = "reduce-to-one"    # every replica's gradients copied to one device, summed there
 NO_REDUCTION = "none"              # one device: nothing crosses
 MIB = 2**20
-# When a message of the gradients can start (reports.timeline forms them so):
+# When a message of the gradients can start (reports.step_model.timeline forms them so):
 BUCKET_READY = "bucket-ready"          # a bucket as soon as its last gradient is ready (DDP)
 FUSED_EACH_CYCLE = "fused-each-cycle"  # every cycle, the tensors ready by then, fused (Horovod)
 AFTER_BACKWARD = "after-backward"      # every message once backward is over

@@ -82,7 +82,7 @@ class Step:
     collectives: list[Flight] = field(default_factory=list)
     collective_bytes: int | None = None  # the bytes its collectives reduced, where counted
     # Each gradient as it became ready (its hook), with its bytes on the wire, in that order:
-    # the curve of bytes ready over backward that reports.timeline forms buckets from.
+    # the curve of bytes ready over backward that reports.step_model.timeline forms buckets from.
     gradients: list[tuple[float, int]] = field(default_factory=list)
 
 

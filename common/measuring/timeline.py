@@ -4,8 +4,8 @@ measured from backward's start, kept as per-index medians over an epoch's steps.
 The overlap share (common.measuring.attribution.overlap) says how long a collective was in
 flight while the rank computed; on a CPU a collective in flight may only be waiting for a core.
 What the step pays is when the last collective ends after backward: the timeline keeps what
-reports.timeline needs to model that (the bytes ready over backward, each bucket's bytes, launch
-and end), and the collectives launched after backward was over, which shared no core with it:
+reports.step_model.timeline needs to model that (the bytes ready over backward, each bucket's bytes,
+launch and end), and the collectives launched after backward was over, which shared no core with it:
 the ones a link's bandwidth can be read from.
 
 Framework-free: the loops and libraries record the moments (attribution.Step); the medians are

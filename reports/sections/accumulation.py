@@ -1,9 +1,17 @@
 """Accumulation: each setup run at more than one gradient accumulation, side by side, and whether
-syncing once a step pays off (reports.knobs)."""
-from xbench.reports import knobs
-from xbench.reports.data import ReportData
+syncing once a step pays off (reports.judging.knobs)."""
+from xbench.reports.judging import knobs
+from xbench.reports.rendering.tables import (
+    CELL_VALUES,
+    RATE_INTERVAL,
+    Numbers,
+    column,
+    field,
+    num,
+    numbers,
+)
+from xbench.reports.sections.data import ReportData
 from xbench.reports.sections.section import Section, Table
-from xbench.reports.tables import CELL_VALUES, RATE_INTERVAL, Numbers, column, field, num, numbers
 
 NEEDS = ("it needs one setup run at more than one accumulation (--accumulate 1,4 "
          "--accumulate-sync last,each), e.g. `xbench grid --preset knobs`")

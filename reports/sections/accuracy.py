@@ -1,8 +1,7 @@
 """Accuracy: loss and accuracy per epoch and test accuracy against devices and batch, and what
 each backend does with BatchNorm's running statistics across replicas."""
-from xbench.reports import analysis
-from xbench.reports.data import ReportData
-from xbench.reports.figures import (
+from xbench.reports.numbers import analysis
+from xbench.reports.rendering.figures import (
     CI_NOTE,
     DEVICES,
     batch_label,
@@ -16,8 +15,7 @@ from xbench.reports.figures import (
     plain,
     without_faults,
 )
-from xbench.reports.sections.section import NO_ROWS, Figure, Made, Section, Table
-from xbench.reports.tables import (
+from xbench.reports.rendering.tables import (
     ACCURACY,
     CELL_VALUES,
     Column,
@@ -27,6 +25,8 @@ from xbench.reports.tables import (
     num,
     numbers,
 )
+from xbench.reports.sections.data import ReportData
+from xbench.reports.sections.section import NO_ROWS, Figure, Made, Section, Table
 
 MARKER_SIZES = (5, 8, 11, 14)  # one per device count (a series' marker is its backend's)
 

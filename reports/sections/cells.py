@@ -1,9 +1,7 @@
 """Cells: every cell's rates, times and test accuracy over its usable repeats, and the runs that
 did not finish ok."""
-from xbench.reports.data import ReportData
-from xbench.reports.sections.section import NO_ROWS, Section, Table
-from xbench.reports.stats import CI_METHOD
-from xbench.reports.tables import (
+from xbench.reports.numbers.stats import CI_METHOD
+from xbench.reports.rendering.tables import (
     ACCURACY,
     RATE_INTERVAL,
     WHO,
@@ -14,6 +12,8 @@ from xbench.reports.tables import (
     num,
     numbers,
 )
+from xbench.reports.sections.data import ReportData
+from xbench.reports.sections.section import NO_ROWS, Section, Table
 
 
 def cells_table(data: ReportData) -> Numbers:

@@ -1,7 +1,7 @@
 """Compared with a baseline (with --baseline): each cell also in the baseline's results, its
 epoch-2 rate now over then, as `xbench compare` gives it."""
-from xbench.reports.compare import text_table
-from xbench.reports.data import Options, ReportData
+from xbench.reports.rendering.compare import text_table
+from xbench.reports.sections.data import Options, ReportData
 from xbench.reports.sections.section import Section, Table
 
 COMPARE_TEXT = ("Each cell's epoch-2 rate in these results over its rate in the baseline, with "
@@ -10,7 +10,8 @@ COMPARE_TEXT = ("Each cell's epoch-2 rate in these results over its rate in the 
 
 
 def text(data: ReportData) -> list[str]:
-    """What the comparison is, then what differs between the files (reports.compare's notes)."""
+    """What the comparison is, then what differs between the files (reports.rendering.compare's
+    notes)."""
     return [COMPARE_TEXT, *data.comparison[1]]
 
 

@@ -1,9 +1,16 @@
 """Compiled or eager: each setup run with its step compiled and not, side by side, with what
-compiling costs up front and the job length from which it pays off (reports.knobs)."""
-from xbench.reports import knobs
-from xbench.reports.data import ReportData
+compiling costs up front and the job length from which it pays off (reports.judging.knobs)."""
+from xbench.reports.judging import knobs
+from xbench.reports.rendering.tables import (
+    CELL_VALUES,
+    RATE_INTERVAL,
+    Numbers,
+    column,
+    field,
+    numbers,
+)
+from xbench.reports.sections.data import ReportData
 from xbench.reports.sections.section import Section, Table
-from xbench.reports.tables import CELL_VALUES, RATE_INTERVAL, Numbers, column, field, numbers
 
 NEEDS = ("it needs one setup run compiled and not (--compile off,on), e.g. `xbench grid "
          "--preset knobs`")

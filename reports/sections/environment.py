@@ -1,7 +1,7 @@
 """Environment: what ran where, one line per environment (machine and software) of the rows."""
 import pandas as pd
 
-from xbench.reports.data import ReportData
+from xbench.reports.sections.data import ReportData
 from xbench.reports.sections.section import Section, Table
 
 COLUMNS = {"env": "env", "host": "host", "cpu_count": "CPUs", "devices_seen": "devices",

@@ -2,9 +2,8 @@
 1 beside epoch 2) for every backend in the results."""
 from matplotlib.patches import Rectangle
 
-from xbench.reports import analysis
-from xbench.reports.data import ReportData
-from xbench.reports.figures import (
+from xbench.reports.numbers import analysis
+from xbench.reports.rendering.figures import (
     CI_NOTE,
     DEVICES,
     RATE,
@@ -26,6 +25,7 @@ from xbench.reports.figures import (
     without_faults,
     wrapped,
 )
+from xbench.reports.sections.data import ReportData
 from xbench.reports.sections.section import NO_ROWS, Figure, Made, Section
 
 PANEL_WIDTH = 4.3  # inches: three panels a row, or one beside a figure of two, fit the page

@@ -1,16 +1,16 @@
 """The course lab (with --lab): the answers of HPML Lab 4, "Distributed Deep Learning", from a lab
-grid's rows, in its own layout. Every number comes from reports.analysis; this module only lays
-them out as the lab's questions and Tables 1-3 ask.
+grid's rows, in its own layout. Every number comes from reports.numbers.analysis; this module only
+lays them out as the lab's questions and Tables 1-3 ask.
 """
 import math
 
 import pandas as pd
 
 from xbench.common.backends.traits import TRAITS, in_words
-from xbench.reports import analysis, goodput
-from xbench.reports.data import Options
-from xbench.reports.sections.section import Section, Table
-from xbench.reports.tables import (
+from xbench.reports.judging import goodput
+from xbench.reports.judging.verdict import Interval
+from xbench.reports.numbers import analysis
+from xbench.reports.rendering.tables import (
     MIB,
     Column,
     Numbers,
@@ -24,7 +24,8 @@ from xbench.reports.tables import (
     table,
     with_interval,
 )
-from xbench.reports.verdict import Interval
+from xbench.reports.sections.data import Options
+from xbench.reports.sections.section import Section, Table
 
 TIME_DEFINITION = (
     "Times are epoch 2's (epoch 1 warms up), over the usable repeats, with the 95% interval of "

@@ -1,9 +1,9 @@
 """Against the limit: each cell's model FLOP utilisation and achieved bus bandwidth against what
 `xbench probe` measured this machine can do."""
 from xbench.common.backends.protocol import ALL_REDUCE
-from xbench.reports.data import ReportData
+from xbench.reports.rendering.tables import limits_table
+from xbench.reports.sections.data import ReportData
 from xbench.reports.sections.section import NO_ROWS, Section, Table
-from xbench.reports.tables import limits_table
 
 NO_PROBE = ("no probe of this machine beside the results: run `xbench probe` (its record goes to "
             "probe.jsonl in the results' folder) and make the report again")

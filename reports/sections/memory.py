@@ -5,9 +5,8 @@ import math
 import pandas as pd
 
 from xbench.common.backends.traits import TRAITS
-from xbench.reports import analysis
-from xbench.reports.data import ReportData
-from xbench.reports.figures import (
+from xbench.reports.numbers import analysis
+from xbench.reports.rendering.figures import (
     cell_labels,
     color,
     fixed_text,
@@ -15,8 +14,7 @@ from xbench.reports.figures import (
     panels,
     without_faults,
 )
-from xbench.reports.sections.section import NO_ROWS, Figure, Made, Section, Table
-from xbench.reports.tables import (
+from xbench.reports.rendering.tables import (
     CELL_VALUES,
     MIB,
     Column,
@@ -26,6 +24,8 @@ from xbench.reports.tables import (
     num,
     numbers,
 )
+from xbench.reports.sections.data import ReportData
+from xbench.reports.sections.section import NO_ROWS, Figure, Made, Section, Table
 
 NO_MEMORY = "no usable run recorded its memory"
 

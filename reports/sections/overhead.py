@@ -1,8 +1,7 @@
 """Start-up and first-epoch overhead: launch to the first batch, and what epoch 1 costs more than
 epoch 2."""
-from xbench.reports import analysis
-from xbench.reports.data import ReportData
-from xbench.reports.figures import (
+from xbench.reports.numbers import analysis
+from xbench.reports.rendering.figures import (
     CI_NOTE,
     DEVICES,
     fixed_text,
@@ -14,8 +13,9 @@ from xbench.reports.figures import (
     panels,
     without_faults,
 )
+from xbench.reports.rendering.tables import CELL_VALUES, Numbers, field, numbers
+from xbench.reports.sections.data import ReportData
 from xbench.reports.sections.section import NO_ROWS, Figure, Made, Section, Table
-from xbench.reports.tables import CELL_VALUES, Numbers, field, numbers
 
 
 def overhead_table(data: ReportData) -> Numbers:

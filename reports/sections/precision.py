@@ -3,10 +3,8 @@ import math
 
 from xbench.common.grids.columns import columns
 from xbench.common.grids.setting import Role
-from xbench.reports import analysis
-from xbench.reports.data import ReportData
-from xbench.reports.sections.section import Section, Table
-from xbench.reports.tables import (
+from xbench.reports.numbers import analysis
+from xbench.reports.rendering.tables import (
     ACCURACY,
     CELL_VALUES,
     RATE_INTERVAL,
@@ -16,11 +14,13 @@ from xbench.reports.tables import (
     mfu_text,
     numbers,
 )
+from xbench.reports.sections.data import ReportData
+from xbench.reports.sections.section import Section, Table
 
 
 def precision_table(data: ReportData) -> Numbers:
     """The cells of setups run at more than one precision, side by side: the rate, MFU against
-    the probe's peak at the precision each ran in (reports.limits.against_limits) and the
+    the probe's peak at the precision each ran in (reports.step_model.limits.against_limits) and the
     test accuracy that the lower precision may cost."""
     measured = analysis.measured(data.cells)
     setup = list(dict.fromkeys([  # all but the precision

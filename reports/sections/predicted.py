@@ -2,11 +2,12 @@
 held out of its own calibration, beside what was measured."""
 from matplotlib import ticker
 
-from xbench.reports import analysis, predict
-from xbench.reports.data import ReportData
-from xbench.reports.figures import left_out, legend, look, panels, plain
-from xbench.reports.predict_tables import check_table
+from xbench.reports.numbers import analysis
+from xbench.reports.rendering.figures import left_out, legend, look, panels, plain
+from xbench.reports.rendering.predict_tables import check_table
+from xbench.reports.sections.data import ReportData
 from xbench.reports.sections.section import Figure, Made, Section, Table
+from xbench.reports.step_model import predict
 
 NO_PREDICTION = ("no N-device cell could be predicted: it needs attributed cells on 1 and on "
                  "more devices of one backend and setup (the smoke grid has 1 and 2)")
@@ -59,8 +60,8 @@ def predicted_figure(data: ReportData) -> Made:
     ax.grid(alpha=0.3)
     legend(figure, [ax])
     return ("Each point: one N-device cell, predicted from its backend's 1-device cell and a "
-            "calibration on every other configuration's cells (reports.predict); on the dashed "
-            "line the model is right." + left_out(data.frame, faults=False)), figure
+            "calibration on every other configuration's cells (reports.step_model.predict); on "
+            "the dashed line the model is right." + left_out(data.frame, faults=False)), figure
 
 
 SECTION = Section(

@@ -1,7 +1,6 @@
 """Scaling: each backend's speedup and efficiency against its own 1-device cell."""
-from xbench.reports import analysis
-from xbench.reports.data import ReportData
-from xbench.reports.figures import (
+from xbench.reports.numbers import analysis
+from xbench.reports.rendering.figures import (
     DEVICES,
     fixed_text,
     interval_note,
@@ -13,8 +12,7 @@ from xbench.reports.figures import (
     without_faults,
     wrapped,
 )
-from xbench.reports.sections.section import NO_ROWS, Figure, Made, Section, Table
-from xbench.reports.tables import (
+from xbench.reports.rendering.tables import (
     WHO,
     Column,
     Numbers,
@@ -24,6 +22,8 @@ from xbench.reports.tables import (
     numbers,
     ratio_text,
 )
+from xbench.reports.sections.data import ReportData
+from xbench.reports.sections.section import NO_ROWS, Figure, Made, Section, Table
 
 
 def efficiency_text(efficiency) -> str:

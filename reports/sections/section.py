@@ -2,8 +2,9 @@
 and when it is shown. Each is checked when it is made (at import), so a section with no text or
 a table that cannot say why it is empty never reaches a report.
 
-Text that depends on the results is a function of the report's data (reports.data.ReportData);
-the rest is written out. `Shown*` is what walking a section gives the pages (reports.page).
+Text that depends on the results is a function of the report's data
+(reports.sections.data.ReportData); the rest is written out. `Shown*` is what walking a section
+gives the pages (reports.page.page).
 """
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -12,8 +13,8 @@ from typing import NoReturn
 import pandas as pd
 from matplotlib.figure import Figure as Drawing
 
-from xbench.reports.data import Options, ReportData
-from xbench.reports.tables import Numbers
+from xbench.reports.rendering.tables import Numbers
+from xbench.reports.sections.data import Options, ReportData
 
 Text = str | Callable[[ReportData], str]
 Made = tuple[str, Drawing] | str  # (caption, figure), or why it is not drawn and what would draw it
@@ -37,9 +38,9 @@ def refuse(problem: str) -> NoReturn:
 
 @dataclass(frozen=True)
 class Table:
-    """A table: `make` gives its values with how each column reads (reports.tables.Numbers),
-    or its text (a DataFrame of str); `empty` says why it would be empty and what would fill
-    it."""
+    """A table: `make` gives its values with how each column reads
+    (reports.rendering.tables.Numbers), or its text (a DataFrame of str); `empty` says why it would
+    be empty and what would fill it."""
     name: str
     title: Text
     make: Callable[[ReportData], Numbers | pd.DataFrame]

@@ -5,9 +5,8 @@ import pandas as pd
 
 from xbench.common.backends.protocol import ALL_REDUCE
 from xbench.common.measuring.attribution import MEANING, PARTS
-from xbench.reports import analysis
-from xbench.reports.data import ReportData
-from xbench.reports.figures import (
+from xbench.reports.numbers import analysis
+from xbench.reports.rendering.figures import (
     by_series,
     cell_labels,
     fixed_text,
@@ -17,8 +16,7 @@ from xbench.reports.figures import (
     panels,
     wrapped,
 )
-from xbench.reports.sections.section import Figure, Made, Section, Table
-from xbench.reports.tables import (
+from xbench.reports.rendering.tables import (
     CELL_VALUES,
     MIB,
     Column,
@@ -30,6 +28,8 @@ from xbench.reports.tables import (
     num,
     numbers,
 )
+from xbench.reports.sections.data import ReportData
+from xbench.reports.sections.section import Figure, Made, Section, Table
 
 NO_ATTRIBUTION = ("no usable run records its step attribution (rows of xbench before schema 5 "
                   "do not): run the grid again")

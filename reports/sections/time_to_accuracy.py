@@ -1,8 +1,9 @@
 """Time to accuracy: each configuration's time to its target accuracy over its seeds, beside its
-throughput (reports.goodput)."""
-from xbench.reports import analysis, goodput
-from xbench.reports.data import ReportData
-from xbench.reports.figures import TAB10, left_out, panels, plain, wrapped
+throughput (reports.judging.goodput)."""
+from xbench.reports.judging import goodput
+from xbench.reports.numbers import analysis
+from xbench.reports.rendering.figures import TAB10, left_out, panels, plain, wrapped
+from xbench.reports.sections.data import ReportData
 from xbench.reports.sections.section import Figure, Made, Section, Table
 
 NO_TARGET = ("no usable run has a target: run a grid with --target-accuracy (or a language "

@@ -1,9 +1,9 @@
 """Predicted on other hardware (with --link): what the model predicts for each backend's 1-device
 cells on more devices and nodes over the link given."""
-from xbench.reports import predict, what_if
-from xbench.reports.data import Options, ReportData
-from xbench.reports.predict_tables import what_if_table
+from xbench.reports.rendering.predict_tables import what_if_table
+from xbench.reports.sections.data import Options, ReportData
 from xbench.reports.sections.section import Section, Table
+from xbench.reports.step_model import predict, what_if
 
 WHAT_IF_DEVICES, WHAT_IF_NODES = [1, 2, 4, 8], [1, 8, 64]
 WHAT_IF_TEXT = (

@@ -1,10 +1,18 @@
 """What the parallel machinery costs at one device: each backend against its framework's
 single-device reference with no parallel wrapper."""
 from xbench.common.backends.traits import in_words, references
-from xbench.reports import analysis
-from xbench.reports.data import ReportData
+from xbench.reports.numbers import analysis
+from xbench.reports.rendering.tables import (
+    WHO,
+    Numbers,
+    batch_text,
+    column,
+    field,
+    numbers,
+    ratio_text,
+)
+from xbench.reports.sections.data import ReportData
 from xbench.reports.sections.section import Section, Table
-from xbench.reports.tables import WHO, Numbers, batch_text, column, field, numbers, ratio_text
 
 
 def wrapper_table(data: ReportData) -> Numbers:

@@ -1,0 +1,165 @@
+"""What reports.step_model.predict takes from measured cells, never from the cell it predicts: how a
+rank's compute grows with the cores it lost, and how fast each library's collectives run on this
+machine's links when nothing else runs beside them.
+
+The second is calibrated on collectives of known bytes that ran with nothing to overlap: those
+launched once backward was over (common.measuring.timeline's `after_backward`: one bucket as
+large as the model, DDP's last bucket, TensorFlow's packs). On a CPU a collective in flight
+beside backward waits for cores, so its time says little of the link. Per carrier (the library,
+or a process's copies) and link class (the experimenter's cap, or the machine's own), a least-
+squares fit with both terms at least 0 of
+
+    seconds = messages x ring steps x latency + seconds at the nominal link rate / efficiency
+
+where the nominal rate is the cap (shared by the ranks on one loopback) on a capped link, and 1
+byte a second on the machine's own (whose rate is then what the efficiency says).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import optimize
+
+from xbench.common.backends.protocol import FUSED_EACH_CYCLE
+from xbench.reports.numbers.analysis import AFTER_BACKWARD_SHARE
+from xbench.reports.step_model.step_model import (
+    COMPUTE_PARTS,
+    Link,
+    bucket_bytes,
+    carrier,
+    collective_seconds,
+    compute_parts,
+    cores_lost,
+    injected_link,
+    protocol,
+    sync_bytes,
+    syncs,
+)
+
+# What a Wire is calibrated on, the first preferred: the collectives launched after backward,
+# else (a cell with none carrying enough bytes) all of a step's over their moving time, which on
+# a CPU includes their wait for cores beside backward: a slower rate than the link's.
+ALONE, MOVING = "collectives after backward", "moving time"
+
+
+@dataclass(frozen=True)
+class Wire:
+    """A library's collectives on a class of link, as calibrated: seconds per ring step of a
+    message, and the share of the nominal link rate it moves bytes at; the `cells` it came from
+    and what of theirs (`basis`: ALONE or MOVING)."""
+    latency: float
+    efficiency: float
+    cells: int
+    basis: str = ALONE
+
+
+@dataclass
+class Calibration:
+    """How a rank's compute grows with the cores it lost (the exponent, per device type and
+    backend), each carrier's Wire per link class, and how many cells it came from."""
+    core_exponent: dict[str, dict[str, float]]
+    wire: dict[tuple[str, str, str], Wire]  # by carrier, class of link and basis
+    family: dict[str, str]  # each calibrated carrier's family (step_model.carrier)
+    cells: int
+
+
+def link_class(pair) -> str:
+    """What a measured collective is of: a capped link's cells (the experimenter's cap) or the
+    machine's own."""
+    return "capped" if injected_link(pair["inject"]) is not None else "uncapped"
+
+
+def nominal_link(pair) -> Link:
+    """The link a cell's collectives are calibrated against: its cap, shared by the ranks of the
+    one loopback, or 1 byte a second on the machine's own."""
+    cap = injected_link(pair["inject"])
+    if cap is not None:
+        return Link("capped loopback", cap, 0.0, "inject", shared=True)
+    return Link("nominal", 1.0, 0.0, "calibration")
+
+
+def calibration_point(pair) -> tuple[str, tuple[float, float, float]] | None:
+    """(basis, (ring steps its messages paid, seconds at the nominal link, seconds measured)):
+    the collectives a cell launched after backward where they carried at least
+    AFTER_BACKWARD_SHARE of the step's bytes (a last small bucket's time is its latency and its
+    wait for a core, no rate; a reduction through one device: all its copies, all after
+    backward), else all of the step's over their moving time; None where nothing was timed."""
+    crossing, devices = protocol(pair), pair["devices"]
+    if not crossing.crosses:
+        return None
+    basis, size, seconds = ALONE, pair.get("after_bytes"), pair.get("after_seconds")
+    messages = 1 if crossing.launch == FUSED_EACH_CYCLE else pair.get("after_messages")
+    steps = crossing.ring_passes(pair["reshard"]) * (devices - 1)
+    if crossing.through_one_device:
+        size, messages, steps = pair["bytes"], 1, 2 * (devices - 1)
+        seconds = pair["moving_seconds"] or pair["communication_step"]
+    if not (size and seconds and np.isfinite(size) and np.isfinite(seconds) and seconds > 0
+            and size >= AFTER_BACKWARD_SHARE * pair["bytes"]):
+        basis, size, seconds = MOVING, pair["bytes"], pair["moving_seconds"]
+        micro_batches, each = syncs(pair)  # every sync's messages, where each micro-batch syncs
+        messages = (micro_batches if each else 1) * crossing.messages(sync_bytes(pair, size),
+                                                                      bucket_bytes(pair))
+        if not (size and seconds and np.isfinite(seconds) and seconds > 0):
+            return None
+    link = nominal_link(pair)
+    nominal = collective_seconds(crossing, size, devices, 1, link, link, 0, pair["reshard"])
+    return basis, (max(messages or 1, 1) * steps, nominal, seconds)
+
+
+def fit_wire(points: list[tuple[float, float, float]], basis: str) -> Wire:
+    """Latency and efficiency from (ring steps, nominal seconds, seconds) points: least squares,
+    both terms at least 0; one point gives its efficiency alone."""
+    if len(points) == 1:
+        steps, nominal, seconds = points[0]
+        return Wire(0.0, nominal / seconds, 1, basis)
+    design = np.array([[steps, nominal] for steps, nominal, _ in points], dtype=float)
+    scale = design.max(axis=0)
+    scale[scale == 0] = 1.0
+    (latency, inverse), _ = optimize.nnls(design / scale, np.array([p[2] for p in points]))
+    latency, inverse = latency / scale[0], inverse / scale[1]
+    if inverse <= 0:  # every point the same size: no slope to read, the efficiency of their mean
+        return Wire(0.0, float(np.mean([n / s for _, n, s in points])), len(points), basis)
+    return Wire(float(latency), float(1 / inverse), len(points), basis)
+
+
+def calibrate(pairs: pd.DataFrame) -> Calibration:
+    """Each calibrated factor over `pairs` (cells with their 1-device cells): the cores'
+    exponent, the median; each carrier's Wire per link class, fitted."""
+    exponents, points, families = {}, {}, {}
+    for _, pair in pairs.iterrows():
+        measured = sum(pair[f"{p}_step"] for p in COMPUTE_PARTS)
+        unslowed = sum(compute_parts(pair, 0.0).values())
+        lost = cores_lost(pair)
+        # a backend whose collectives' time is inside its compute (FSDP's) says nothing of it
+        if not protocol(pair).collectives_in_compute and unslowed > 0 and lost != 1:
+            exponents.setdefault(pair["device_type"], {}).setdefault(
+                pair["backend"], []).append(math.log(measured / unslowed) / math.log(lost))
+        if (found := calibration_point(pair)) is not None:
+            family, name = carrier(pair)
+            points.setdefault((name, link_class(pair), found[0]), []).append(found[1])
+            families[name] = family
+    return Calibration(
+        {kind: {backend: float(np.median(v)) for backend, v in found.items()}
+         for kind, found in exponents.items()},
+        {key: fit_wire(found, key[2]) for key, found in points.items()}, families, len(pairs))
+
+
+def wire_of(calibration: Calibration, pair, kind: str) -> Wire | None:
+    """The Wire of the cell's carrier on links of `kind`, else the median of the other carriers'
+    of its family there (libraries between processes, or copies within one): on collectives
+    after backward where any were, else on moving times; None where nothing was calibrated."""
+    family, name = carrier(pair)
+    for basis in (ALONE, MOVING):
+        if (name, kind, basis) in calibration.wire:
+            return calibration.wire[(name, kind, basis)]
+        others = [wire for (other, of_kind, of_basis), wire in calibration.wire.items()
+                  if (of_kind, of_basis) == (kind, basis)
+                  and calibration.family.get(other) == family]
+        if others:
+            return Wire(float(np.median([w.latency for w in others])),
+                        float(np.median([w.efficiency for w in others])),
+                        sum(w.cells for w in others), basis)
+    return None
