@@ -26,10 +26,10 @@ from pathlib import Path
 import numpy as np
 
 from xbench.reports.numbers import analysis
-from xbench.reports.numbers.load import load, load_probes
+from xbench.reports.numbers.rows import load, load_probes
 from xbench.reports.step_model.predict import checked, error_groups, predicted
 from xbench.reports.step_model.published import against_published, published_summary
-from xbench.reports.step_model.step_model import injected_link
+from xbench.reports.step_model.step import injected_link
 
 OUT = Path(__file__).with_name("out") / "predict-sweep.jsonl"
 CAPS = ("link=200mbit", "link=400mbit")

@@ -74,7 +74,7 @@ def predict(results_files, link, node_link, devices, nodes, bucket_mb, where, pu
     N-device cell in the results: each predicted from the other cells' calibration (default
     results: the newest in results/). Every predicted number is labelled predicted."""
     from xbench.reports.numbers import analysis  # pandas and scipy: loaded here
-    from xbench.reports.numbers.load import load, load_probes, newest_results
+    from xbench.reports.numbers.rows import load, load_probes, newest_results
     from xbench.reports.rendering.predict_tables import check_table, published_table, what_if_table
     from xbench.reports.step_model.predict import band_text, check_summary, checked, given_links
     from xbench.reports.step_model.published import PUBLISHED_FILE, against_published

@@ -36,7 +36,7 @@ def report(results_files, out, formats, where, include_contended, baseline, lab,
            as_json):
     """Figures, tables and one HTML page from results files (default: the newest in results/);
     with --json, the report as data on stdout."""
-    from xbench.reports.numbers.load import load, newest_results
+    from xbench.reports.numbers.rows import load, newest_results
     from xbench.reports.page.build import build_report, parse_formats  # pandas, scipy, matplotlib
     from xbench.reports.rendering.tables import shorten
     from xbench.reports.step_model.predict import given_links

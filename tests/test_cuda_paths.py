@@ -11,7 +11,7 @@ from xbench.common.workload.models import MODELS
 from xbench.pt_backend.ddp import DistributedDataParallelBackend
 from xbench.pt_backend.dp import DataParallelBackend
 from xbench.pt_backend.single import SingleDeviceTorchBackend
-from xbench.reports.step_model.limits import against_limits
+from xbench.reports.step_model.utilisation import against_limits
 
 
 def cell(backend, devices, device="cuda"):
@@ -206,7 +206,7 @@ def test_mfu_on_an_h100_is_against_the_tf32_peak_and_the_data_sheet(tmp_path):
     from tests.report_fixtures import write_rows
     from xbench.common.workload.models import MODELS
     from xbench.reports.numbers import analysis
-    from xbench.reports.numbers.load import load
+    from xbench.reports.numbers.rows import load
     from xbench.reports.rendering.tables import limits_table
     flops = MODELS["resnet18"].training_flops_per_sample()
     forced = 1.2 * 494.7e12 / flops

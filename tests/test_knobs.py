@@ -11,8 +11,8 @@ import pytest
 from tests.helpers import xbench_here
 from xbench.common.backends.traits import TRAITS
 from xbench.common.grids.grid import preset_path, read_grid_file
+from xbench.reports.judging.comparisons import Judgement
 from xbench.reports.judging.knobs import Finding, payoff_text
-from xbench.reports.judging.verdicts import Judgement
 from xbench.reports.numbers.stats import Ratio
 
 BACKENDS = read_grid_file(preset_path("knobs"))["backends"]

@@ -13,7 +13,7 @@ from tests.helpers import write_grid, xbench, xbench_here
 from xbench.common.backends.traits import TRAITS
 from xbench.common.results.store import read_rows
 from xbench.reports.numbers import analysis
-from xbench.reports.numbers.load import rows_frame
+from xbench.reports.numbers.rows import rows_frame
 
 ONE_BUCKET, SMALL_BUCKET, CAP = 32.0, 1.0, "link=400mbit"
 

@@ -11,7 +11,7 @@ import pytest
 from tests.helpers import REPO, write_grid, xbench
 from xbench.common.results.store import read_rows
 from xbench.common.workload.precision import LOSS_SCALE_START
-from xbench.reports.step_model.limits import against_limits
+from xbench.reports.step_model.utilisation import against_limits
 
 # pt-dp on one device is pt-single's loop under a DataParallel with nothing to scatter: left out
 SINGLE = ["pt-single", "tf-single", "jax-single"]
@@ -124,7 +124,7 @@ def test_mfu_of_a_mixed_precision_cell_is_against_the_probes_peak_at_that_precis
     import shutil
 
     from xbench.reports.numbers import analysis
-    from xbench.reports.numbers.load import load, load_probes
+    from xbench.reports.numbers.rows import load, load_probes
     folder, _, _ = probe
     results = tmp_path / "r.jsonl"
     results.write_text("".join(json.dumps(rows[(b, 1, p)]) + "\n"

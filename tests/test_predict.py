@@ -11,7 +11,7 @@ from xbench.common.backends.protocol import RING_ALL_REDUCE
 from xbench.common.backends.traits import TRAITS
 from xbench.common.errors import UserError
 from xbench.reports.numbers import analysis
-from xbench.reports.numbers.load import load
+from xbench.reports.numbers.rows import load
 from xbench.reports.step_model.calibration import (
     ALONE,
     MOVING,
@@ -22,7 +22,7 @@ from xbench.reports.step_model.calibration import (
 )
 from xbench.reports.step_model.predict import checked, parse_link, predicted, read_links, references
 from xbench.reports.step_model.published import against_published
-from xbench.reports.step_model.step_model import Link, collective_seconds, expected_largest
+from xbench.reports.step_model.step import Link, collective_seconds, expected_largest
 
 LINK = Link("test", rate=10e9, latency=5e-6, source="by hand")
 NODE_LINK = Link("test nodes", rate=25e9, latency=20e-6, source="by hand")

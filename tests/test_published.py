@@ -10,7 +10,7 @@ from tests.helpers import refused, strict_json, xbench_here
 from tests.report_fixtures import known_rows, write_rows
 from xbench.common.errors import UserError
 from xbench.reports.numbers import analysis
-from xbench.reports.numbers.load import load
+from xbench.reports.numbers.rows import load
 from xbench.reports.step_model.published import (
     PUBLISHED_FILE,
     achieved_links,

@@ -13,7 +13,7 @@ import pytest
 from tests.helpers import REPO, SLOW, XBENCH, refused, xbench, xbench_here
 from tests.report_fixtures import known_rows, make_row, write_rows
 from xbench.common.errors import UserError
-from xbench.reports.numbers.load import load
+from xbench.reports.numbers.rows import load
 from xbench.reports.page.build import build_report, parse_formats
 
 

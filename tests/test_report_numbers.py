@@ -16,10 +16,10 @@ from tests.report_fixtures import (
 )
 from xbench.common.workload.models import MODELS
 from xbench.reports.numbers import analysis
-from xbench.reports.numbers.load import load
+from xbench.reports.numbers.rows import load
 from xbench.reports.numbers.stats import summarize
 from xbench.reports.page.build import build_report
-from xbench.reports.step_model.limits import against_limits
+from xbench.reports.step_model.utilisation import against_limits
 
 
 def test_ci_for_three_repeats_uses_students_t():
@@ -160,8 +160,8 @@ def test_a_verdict_the_false_discovery_control_does_not_allow_is_held_back():
     """Alone, 1.10× [1.05, 1.15] (p = 0.003) would be stated; among 20 comparisons where
     the rest show nothing, Benjamini-Hochberg holds it back (it needs p <= 0.0025); 1.20×
     (p = 0.00002) is stated either way."""
+    from xbench.reports.judging.comparisons import Judge
     from xbench.reports.judging.verdict import control_text
-    from xbench.reports.judging.verdicts import Judge
     from xbench.reports.numbers.stats import false_discoveries_controlled, ratio_of_means
     weak, strong = ([1.10, 1.13, 1.14], [1.0, 1.02, 1.04]), ([1.2, 1.21, 1.22], [1.0, 1.01, 1.02])
     nothing = ([1.0, 1.05, 0.95], [1.0, 1.04, 0.96])

@@ -20,10 +20,10 @@ from tests.test_report_figures import (
 from xbench.common.backends.traits import TRAITS
 from xbench.common.measuring.attribution import PARTS
 from xbench.common.results.store import read_rows
-from xbench.reports.page.page import png_width
+from xbench.reports.page.pages import png_width
 from xbench.reports.rendering.figures import CONTENDED, MARKS, SUSPECT, render
 from xbench.reports.sections.data import Options, ReportData
-from xbench.reports.sections.figure5 import EPOCH1
+from xbench.reports.sections.rates import EPOCH1
 
 PAGE = 1368  # px: the page's width (1,400) less its padding
 LONG = ["examples/models/a_rather_long_directory_name/transformer_language_model.py",

@@ -11,7 +11,7 @@ import pytest
 
 from xbench.reports import sections
 from xbench.reports.judging.verdict import Family, Kind, ReportWarning, Side, Verdict, Verdicts
-from xbench.reports.page.page import verdicts_html, verdicts_markdown
+from xbench.reports.page.pages import verdicts_html, verdicts_markdown
 from xbench.reports.rendering.tables import markdown_text
 from xbench.reports.sections import SECTIONS
 from xbench.reports.sections.data import Options

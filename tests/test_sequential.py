@@ -1,11 +1,11 @@
 """`--until-conclusive` keeps its error rate: a comparison looked at after every added repeat,
-until a verdict appears, goes through the report's own decision (reports.judging.verdicts.Judge,
+until a verdict appears, goes through the report's own decision (reports.judging.comparisons.Judge,
 both passes, as `judged` runs them) at the level of its look (reports.numbers.stats.sequential_p).
 Seeded simulations of normal epoch times with a 5% spread; no machine timing."""
 import numpy as np
 import pytest
 
-from xbench.reports.judging.verdicts import Judge
+from xbench.reports.judging.comparisons import Judge
 from xbench.reports.numbers.stats import LOOKS, false_discoveries_controlled, ratio_of_means
 
 SPREAD, FIRST_REPEATS = 0.05, 3

@@ -14,7 +14,7 @@ from xbench.common.grids.cell import Cell
 from xbench.common.measuring.target import Evaluation, TargetRun
 from xbench.common.results.store import read_rows
 from xbench.reports.judging.goodput import goodput, smallest_p, target_table, time_statistics
-from xbench.reports.numbers.load import load
+from xbench.reports.numbers.rows import load
 
 
 def target_run(steps_per_epoch, evals=4, target=0.9):

@@ -21,9 +21,9 @@ from scipy import stats
 from xbench.common.grids.columns import columns, draws
 from xbench.common.grids.setting import Role
 from xbench.reports.judging import goodput
+from xbench.reports.judging.comparisons import threshold_of
 from xbench.reports.judging.knobs import judged
 from xbench.reports.judging.verdict import Interval, Verdicts, interval_text
-from xbench.reports.judging.verdicts import threshold_of
 from xbench.reports.numbers import analysis
 from xbench.reports.numbers.stats import LEVEL, false_discoveries_controlled, repeats_to_settle
 

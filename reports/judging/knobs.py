@@ -5,7 +5,7 @@ Two cells are compared only where they agree on every other setting, the injecte
 included: "syncing once pays off at K=4" is said of the link the cells ran on. Each comparison is
 a ratio of mean epoch-2 times with Fieller's interval, stated only where its interval says so and
 the false-discovery rate over the section's comparisons stays at 5%
-(reports.judging.verdicts.Judge), else "inconclusive" with the repeats that would settle it. Pure
+(reports.judging.comparisons.Judge), else "inconclusive" with the repeats that would settle it. Pure
 functions of the report's cells (reports.numbers.analysis.cell_table).
 """
 import math
@@ -17,8 +17,8 @@ import pandas as pd
 from xbench.common.grids.columns import columns
 from xbench.common.grids.setting import Role
 from xbench.common.grids.settings import SETTINGS
+from xbench.reports.judging.comparisons import Judge, Judgement
 from xbench.reports.judging.verdict import interval_text
-from xbench.reports.judging.verdicts import Judge, Judgement
 from xbench.reports.numbers import analysis
 from xbench.reports.numbers.stats import Ratio, false_discoveries_controlled, ratio_of_means
 

@@ -1,4 +1,4 @@
-"""SUSPECT as data: a ratio beyond what its devices can give (reports.judging.verdicts decides
+"""SUSPECT as data: a ratio beyond what its devices can give (reports.judging.comparisons decides
 where) and its likely cause, a disturbed baseline: which of the baseline's runs was slowest and what
 took its cores then (each run's epoch-2 contention record, common.measuring.contention). A
 disturbance only slows a run, so an impossible ratio points at its slower side, the baseline."""

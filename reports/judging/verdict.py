@@ -1,8 +1,8 @@
-"""A verdict as data: what reports.judging.verdicts decides (`Verdict`, grouped in `Family`s, with
-the false-discovery control's `Control` and the `ReportWarning`s in one `Verdicts`), and the one
-place they become words (`lines`: the text the console prints and both pages show; reports.page.page
-lays the same words out as Markdown and HTML). Nothing downstream parses text back into structure:
-a page, a notebook or `xbench report --json` reads these objects (`as_json`).
+"""A verdict as data: what reports.judging.comparisons decides (`Verdict`, grouped in `Family`s,
+with the false-discovery control's `Control` and the `ReportWarning`s in one `Verdicts`), and the
+one place they become words (`lines`: the text the console prints and both pages show;
+reports.page.pages lays the same words out as Markdown and HTML). Nothing downstream parses text
+back into structure: a page, a notebook or `xbench report --json` reads these objects (`as_json`).
 """
 import math
 from dataclasses import dataclass, field, fields

@@ -1,4 +1,4 @@
-"""The numbers of the report, from the frame of rows (reports.numbers.load): one place for every
+"""The numbers of the report, from the frame of rows (reports.numbers.rows): one place for every
 formula (with reports.numbers.repeats: what a cell keeps of its repeats).
 
 Repeats of a configuration are averaged only within one environment (machine and versions); the

@@ -3,7 +3,7 @@
 Reads only the results files (through common.results.store) and needs no ML framework: pandas, numpy
 and matplotlib. `build_report` is the whole pipeline: it walks the registered sections
 (reports.sections) over the results' data (reports.sections.data) and writes what the two pages
-(reports.page.page) make of them; the command line only parses options and prints.
+(reports.page.pages) make of them; the command line only parses options and prints.
 """
 from datetime import datetime, timezone
 from pathlib import Path
@@ -13,7 +13,7 @@ from xbench.common.results.outputs import whole_file
 from xbench.common.results.store import csv_safe
 from xbench.reports.judging import decision, goodput
 from xbench.reports.judging.verdict import Verdicts, lines
-from xbench.reports.page import page
+from xbench.reports.page import pages
 from xbench.reports.page.json_report import dumps, report_json
 from xbench.reports.rendering import tables
 from xbench.reports.rendering.figures import render
@@ -63,12 +63,12 @@ def build_report(paths, out, formats=FORMATS, where: str | None = None,
     if "html" in formats:
         written["html"] = out / "index.html"
         with whole_file(written["html"]) as partial:
-            partial.write_text(page.html_page("xbench report", meta, found, notices,
+            partial.write_text(pages.html_page("xbench report", meta, found, notices,
                                               shown, pngs, decided), encoding="utf-8")
     if "md" in formats:
         written["md"] = out / "summary.md"
         with whole_file(written["md"]) as partial:
-            partial.write_text(page.markdown_page(meta, notices, found, shown,
+            partial.write_text(pages.markdown_page(meta, notices, found, shown,
                                                   linked="png" in formats, decided=decided),
                                encoding="utf-8")
     if as_json:

@@ -11,7 +11,7 @@ import pandas as pd
 
 from xbench.common.errors import UserError
 from xbench.reports.numbers import analysis
-from xbench.reports.numbers.load import load
+from xbench.reports.numbers.rows import load
 from xbench.reports.numbers.stats import ratio_of_means
 
 ENVIRONMENT = ("host", "cpu_count", "python")

@@ -29,7 +29,7 @@ from matplotlib.figure import Figure
 from xbench.common.backends.traits import TRAITS
 from xbench.common.results.schema import STATUSES
 from xbench.reports.numbers import analysis
-from xbench.reports.numbers.load import environment_number
+from xbench.reports.numbers.rows import environment_number
 
 matplotlib.use("Agg")  # files only, never a display
 
@@ -131,7 +131,7 @@ def left_out(runs: pd.DataFrame, faults: bool = True) -> str:
     """' Left out: 3 contended runs, 1 run with an injected fault.': which of `runs` a figure
     draws none of, and how many (nothing where it drew from all): a run that did not end ok, by
     its status; an ok one that is not usable (contended, unless --include-contended:
-    reports.numbers.load); with `faults` (the figure draws without_faults), a usable run with an
+    reports.numbers.rows); with `faults` (the figure draws without_faults), a usable run with an
     injected fault."""
     if runs.empty:
         return ""

@@ -13,16 +13,16 @@ from xbench.reports.sections import (
     compared,
     compiled,
     environment,
-    figure5,
-    lab,
-    limits,
     memory,
     overhead,
     precision,
     predicted,
+    rates,
     scaling,
     steps,
     time_to_accuracy,
+    utilisation,
+    weak_scaling,
     what_if,
     wrapper,
 )
@@ -30,12 +30,12 @@ from xbench.reports.sections.section import Section, check
 
 SECTIONS: list[Section] = [
     compared.SECTION,  # with --baseline
-    lab.SECTION,  # with --lab
-    figure5.SECTION,
+    weak_scaling.SECTION,  # with --lab
+    rates.SECTION,
     scaling.SECTION,
     wrapper.SECTION,
     steps.SECTION,
-    limits.SECTION,
+    utilisation.SECTION,
     predicted.SECTION,
     what_if.SECTION,  # with --link
     precision.SECTION,

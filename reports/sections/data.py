@@ -7,14 +7,14 @@ from pathlib import Path
 import pandas as pd
 
 from xbench.reports.judging import decision, goodput
+from xbench.reports.judging.comparisons import verdicts
 from xbench.reports.judging.verdict import Verdicts
-from xbench.reports.judging.verdicts import verdicts
 from xbench.reports.numbers import analysis
-from xbench.reports.numbers.load import load, load_probes
+from xbench.reports.numbers.rows import load, load_probes
 from xbench.reports.rendering.compare import compare
 from xbench.reports.step_model import predict
-from xbench.reports.step_model.limits import against_limits
 from xbench.reports.step_model.predict import Link
+from xbench.reports.step_model.utilisation import against_limits
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class ReportData:
 
     @property
     def frame(self) -> pd.DataFrame:
-        """Every valid row kept (reports.numbers.load)."""
+        """Every valid row kept (reports.numbers.rows)."""
         return self._loaded[0]
 
     @property
@@ -61,7 +61,7 @@ class ReportData:
 
     @property
     def probes(self) -> dict:
-        """{env label: probe} of the probe files beside the results (reports.numbers.load)."""
+        """{env label: probe} of the probe files beside the results (reports.numbers.rows)."""
         return self._probed[0]
 
     @cached_property

@@ -20,8 +20,8 @@ from xbench.reports.sections.section import Section, Table
 
 def precision_table(data: ReportData) -> Numbers:
     """The cells of setups run at more than one precision, side by side: the rate, MFU against
-    the probe's peak at the precision each ran in (reports.step_model.limits.against_limits) and the
-    test accuracy that the lower precision may cost."""
+    the probe's peak at the precision each ran in (reports.step_model.utilisation.against_limits)
+    and the test accuracy that the lower precision may cost."""
     measured = analysis.measured(data.cells)
     setup = list(dict.fromkeys([  # all but the precision
         *analysis.PLACED, *(c for c in analysis.SETUP if c != "training"),

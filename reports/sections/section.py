@@ -4,7 +4,7 @@ a table that cannot say why it is empty never reaches a report.
 
 Text that depends on the results is a function of the report's data
 (reports.sections.data.ReportData); the rest is written out. `Shown*` is what walking a section
-gives the pages (reports.page.page).
+gives the pages (reports.page.pages).
 """
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field

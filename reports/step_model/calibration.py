@@ -25,7 +25,7 @@ from scipy import optimize
 
 from xbench.common.backends.protocol import FUSED_EACH_CYCLE
 from xbench.reports.numbers.analysis import AFTER_BACKWARD_SHARE
-from xbench.reports.step_model.step_model import (
+from xbench.reports.step_model.step import (
     COMPUTE_PARTS,
     Link,
     bucket_bytes,

@@ -2,7 +2,7 @@
 and every measured N-device cell beside what the model said of it.
 
 A step on N devices is its compute, the part of its gradients' collectives that the compute does
-not hide, and the wait for the slowest rank: reports.step_model.step_model says how each is had.
+not hide, and the wait for the slowest rank: reports.step_model.step says how each is had.
 
 This machine's link is what the calibration cells' collectives that ran after backward moved at
 (reports.step_model.calibration: a latency and an efficiency per library and class of link), else
@@ -37,7 +37,7 @@ from xbench.reports.step_model.calibration import (
     nominal_link,
     wire_of,
 )
-from xbench.reports.step_model.step_model import (
+from xbench.reports.step_model.step import (
     COMPUTE_PARTS,
     Link,
     bucket_bytes,

@@ -32,7 +32,7 @@ from xbench.common.errors import UserError
 from xbench.common.grids.settings import SETTINGS
 from xbench.common.results.store import open_regular
 from xbench.reports.step_model.predict import LINKS_FILE, parse_link, read_links
-from xbench.reports.step_model.step_model import Link, step_collectives
+from xbench.reports.step_model.step import Link, step_collectives
 
 PUBLISHED_FILE = Path(__file__).with_name("published.toml")
 RESHARD = SETTINGS["reshard"].default[0]  # a sharded backend's record: FSDP's default

@@ -14,7 +14,7 @@ instead of a share of overlap.
   message once backward is over.
 - One stream: a message starts at max(its ready moment, the previous one's end) and lasts its
   ring's latencies and bytes over the link at the library's efficiency
-  (reports.step_model.step_model).
+  (reports.step_model.step).
 - Accumulation (K micro-batches a step): the curve holds every micro-batch's gradients over
   the step's K backward passes (the 1-device cell of the same K recorded them so; where nothing
   did, evenly), all of them crossing where each micro-batch syncs, only the last micro-batch's

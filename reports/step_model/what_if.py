@@ -1,5 +1,5 @@
 """What if: a backend's measured 1-device cells scaled out to any count of devices and nodes over
-a link one names (reports.step_model.step_model, each collective on the step's timeline:
+a link one names (reports.step_model.step, each collective on the step's timeline:
 reports.step_model.timeline), and, with several bucket sizes, which one a link and device count
 want."""
 from __future__ import annotations
@@ -16,7 +16,7 @@ from xbench.common.measuring.attribution import COMPUTE
 from xbench.reports.numbers.analysis import WORKLOAD, wire_size
 from xbench.reports.step_model.calibration import Calibration, calibrate
 from xbench.reports.step_model.predict import checked, error_band, references
-from xbench.reports.step_model.step_model import (
+from xbench.reports.step_model.step import (
     COMPUTE_PARTS,
     PER_SAMPLE,
     Link,

@@ -22,7 +22,7 @@ def against_limits(cells, attributed, probes):
     `attributed`: reports.numbers.analysis.attribution) against the probe's, at the gradients' size,
     with the same library and placement; an achieved bandwidth above the probe's is marked
     suspect.
-    `probes`: reports.numbers.load.load_probes' {env label: probe}."""
+    `probes`: reports.numbers.rows.load_probes' {env label: probe}."""
     records = []
     for _, cell in measured(cells).iterrows():
         probe = probes.get(cell["env"], {"matmul": [], "all_reduce": []})

@@ -35,8 +35,8 @@ from xbench.reports.numbers.stats import (
     repeats_to_settle,
     sequential_p,
 )
-from xbench.reports.step_model.limits import against_limits
-from xbench.reports.step_model.step_model import split_apart
+from xbench.reports.step_model.step import split_apart
+from xbench.reports.step_model.utilisation import against_limits
 
 MIN_REPEATS = 3
 

@@ -43,7 +43,7 @@ details.methods { font-size: 0.9em; } details[open].methods { background: #f6f8f
 
 def html_page(title, meta_lines, verdicts: Verdicts, warnings, sections: list[ShownSection],
               pngs: dict[str, bytes], decided: list[decision.Decision] = ()) -> str:
-    """The whole page, the decision first. `verdicts`: reports.judging.verdicts'; `warnings`: the
+    """The whole page, the decision first. `verdicts`: reports.judging.comparisons'; `warnings`: the
     notices (reports.rendering.tables.notices); `pngs`: {figure name: PNG bytes} of the figures
     drawn; `decided`: reports.judging.decision's."""
     body = [f"<h1>{escape(title)}</h1>", *[f"<p>{escape(line)}</p>" for line in meta_lines]]
