@@ -2,7 +2,7 @@
 with their likely cause (reports.judging.suspect), on hand-made rows whose answers are known: no
 training."""
 from tests.helpers import strict_json, xbench_here
-from tests.report_fixtures import repeated, write_rows
+from tests.report_fixtures import make_row, repeated, write_rows
 from xbench.reports.page.build import build_report
 from xbench.reports.rendering.tables import shorten
 
@@ -75,8 +75,9 @@ def test_report_json_holds_the_decision_first(tmp_path):
 def test_an_impossible_ratio_is_suspect_with_its_disturbed_baseline(tmp_path):
     """No line contradicts itself: the 0.82x of pt-ddp's 2 devices against tf-mirrored is
     SUSPECT because pt-ddp's own speedup (4.25x) is beyond 2 devices, and says so; the cause
-    named is pt-ddp's collapsed 1-device run and what took its cores. The decision ranks what
-    is left and counts the two SUSPECT cells."""
+    named is pt-ddp's collapsed 1-device run and what took its cores. The decision leaves out
+    that run only, not both sides: pt-ddp on 1 device is ranked on its other runs, and its clean
+    2-device cell stays."""
     summary = summary_of(tmp_path, disturbed_rows())
     text = "\n".join(summary)
     cause = ("likely a disturbed baseline: pt-ddp on 1 device, its slowest run (repeat 2) at 20 "
@@ -91,11 +92,31 @@ def test_an_impossible_ratio_is_suspect_with_its_disturbed_baseline(tmp_path):
     assert "efficiency above 100%" not in text and "inconclusive" not in best
     speedup = next(line for line in summary if "pt-ddp on 2 devices: speedup" in line)
     assert "efficiency SUSPECT (212%, above 100%), not taken as a result: " + cause in speedup
-    assert summary[2:5] == [
+    assert summary[2:7] == [
         "    1. tf-mirrored on 1 device: 222 [217, 227] samples/s; place sure",
-        "    → only tf-mirrored on 1 device has usable runs: nothing to rank it against",
-        "    left out: 2 SUSPECT cell(s) (pt-ddp on 1 device, pt-ddp on 2 devices: see the "
+        "    2. pt-ddp on 2 devices: 182 [177, 187] samples/s; place sure",
+        "    3. pt-ddp on 1 device: 100 [100, 100] samples/s; place sure",
+        "    → use tf-mirrored on 1 device: surely faster than the next, pt-ddp on 2 devices "
+        "(1.22× [1.19, 1.25])",
+        "    left out: what makes a ratio SUSPECT (run 2 of pt-ddp on 1 device: see the "
         "verdicts)"]
+
+
+def test_a_lone_usable_configuration_is_the_only_one_never_sure(tmp_path):
+    """One configuration with usable runs has no neighbour to be apart from: its place is "the
+    only usable one", in the terminal and in the JSON."""
+    results = write_rows(tmp_path / "r.jsonl", [
+        make_row(backend="tf-mirrored", framework="tensorflow", rates=(80.0, rate), repeat=repeat)
+        for repeat, rate in enumerate((220.0, 222.0, 224.0))])
+    done = xbench_here("report", results, "--out", tmp_path / "out", "--json")
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert lines[2].startswith("    1. tf-mirrored on 1 device: 222 [")
+    assert lines[2].endswith("samples/s; place the only usable one")
+    assert lines[3] == ("    → only tf-mirrored on 1 device has usable runs: nothing to rank it "
+                        "against")
+    (decided,) = strict_json(done.stdout)["decision"]
+    assert [c["sure"] for c in decided["choices"]] == [False] and decided["best"] is None
 
 
 def test_a_wrapper_faster_than_no_wrapper_beyond_its_interval_is_suspect(tmp_path):

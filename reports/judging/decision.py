@@ -96,41 +96,82 @@ def keyed(frame: pd.DataFrame) -> pd.Series:
 
 def suspect_keys(found: Verdicts, limits: pd.DataFrame) -> set[str]:
     """The cells a SUSPECT verdict rests on (both sides of its impossible ratio), and those
-    beyond the machine's limits (MFU or bus bandwidth)."""
+    beyond the machine's limits (MFU or bus bandwidth): what the figures ring."""
     keys = {side.cell_key for family in found.families for v in family.verdicts
             if v.impossible for side in (v.impossible.subject, v.impossible.reference)}
-    if len(limits):
-        beyond = limits["mfu_suspect"].fillna(False) | limits["bandwidth_suspect"].fillna(False)
-        keys |= set(limits[beyond.astype(bool)]["cell_key"])
-    return keys
+    return keys | beyond_limits(limits)
+
+
+def beyond_limits(limits: pd.DataFrame) -> set[str]:
+    """The cells whose own numbers are impossible: MFU or bus bandwidth above the machine's."""
+    if limits.empty:
+        return set()
+    beyond = limits["mfu_suspect"].fillna(False) | limits["bandwidth_suspect"].fillna(False)
+    return set(limits[beyond.astype(bool)]["cell_key"])
+
+
+def impossible_runs(found: Verdicts) -> tuple[set[tuple[str, int]], set[str]]:
+    """What makes each SUSPECT ratio impossible, to leave out of the ranking and nothing more:
+    the disturbed baseline's slowest run ((cell key, repeat): a disturbance only slows a run),
+    or, where no run of the baseline was timed, the baseline cell. The other side, a clean
+    cell, stays."""
+    runs, cells = set(), set()
+    for family in found.families:
+        for verdict in family.verdicts:
+            if not verdict.impossible:
+                continue
+            baseline = verdict.impossible.baseline
+            if baseline is None:
+                cells.add(verdict.impossible.reference.cell_key)
+            else:
+                runs.add((baseline.side.cell_key, baseline.repeat))
+    return runs, cells
+
+
+def without_runs(frame: pd.DataFrame, runs: set[tuple[str, int]]) -> pd.DataFrame:
+    """`frame` with `runs` ((cell key, repeat)) no longer usable."""
+    left_out = [(key, repeat) in runs for key, repeat in zip(frame["cell_key"], frame["repeat"])]
+    return frame.assign(usable=frame["usable"] & ~pd.Series(left_out, index=frame.index))
 
 
 def decisions(frame: pd.DataFrame, cells: pd.DataFrame, found: Verdicts,
               limits: pd.DataFrame) -> list[Decision]:
     """One decision per setup any ok run trained (runs with an injected fault are in none): by
-    time to the target where its rows have one, else by rate."""
+    time to the target where its rows have one, else by rate. A SUSPECT ratio's disturbed run
+    is left out of the ranking (its cell ranked on its other runs), a cell beyond the machine's
+    limits wholly; each is named under its setup."""
     ran = frame[frame["status"].eq("ok")] if len(frame) else frame
     ran = ran[ran["training"] == ran["training_without_fault"]] if len(ran) else ran
     if ran.empty:
         return []
     targeted = goodput.target_rows(ran)
-    suspect = suspect_keys(found, limits)
-    made = to_target(frame, suspect) if len(targeted) else []
+    made = to_target(frame, suspect_keys(found, limits)) if len(targeted) else []
     ran = ran.drop(targeted.index)
     if ran.empty:
         return made
+    runs, doubted = impossible_runs(found)
+    doubted |= beyond_limits(limits)
+    if runs:
+        cells = analysis.cell_table(without_runs(frame, runs))
     measured = analysis.measured(cells)
     measured = measured[measured["training"] == measured["training_without_fault"]]
     measured = measured.assign(_setup=keyed(measured)) if len(measured) else measured
     for setup, rows in ran.groupby(keyed(ran), sort=False):
         here = measured[measured["_setup"] == setup] if len(measured) else measured
-        kept = here[~here["cell_key"].isin(suspect)] if len(here) else here
+        kept = here[~here["cell_key"].isin(doubted)] if len(here) else here
+        dropped = [f"run {repeat} of {name}" for key, repeat in sorted(runs)
+                   for name in names(rows, key)]
         made.append(ranked(setup_title(rows.iloc[0]), kept,
                            int((rows["contended"] & ~rows["usable"]).sum()),
-                           [Choice(c["series"], int(c["devices"]), (), c["cell_key"],
-                                   Interval(c["epoch2_rate"]), int(c["n"])).name
-                            for _, c in here[here["cell_key"].isin(suspect)].iterrows()]))
+                           [*names(here[here["cell_key"].isin(doubted)]), *dropped]))
     return made
+
+
+def names(rows: pd.DataFrame, key: str | None = None) -> list[str]:
+    """'pt-ddp on 2 devices' of each cell in `rows` (of the one cell `key`, where given)."""
+    rows = rows[rows["cell_key"] == key] if key is not None else rows
+    return list(dict.fromkeys(f"{c['series']} on {analysis.devices_text(int(c['devices']))}"
+                              for _, c in rows.iterrows()))
 
 
 def to_target(frame: pd.DataFrame, suspect: set[str]) -> list[Decision]:
@@ -179,7 +220,8 @@ def by_time(group: pd.DataFrame, empty: Decision) -> Decision:
                       c["configuration"], Interval(c["_median"], c["training_seconds"]["low"],
                                                    c["training_seconds"]["high"]),
                       len(c["training_seconds_values"]),
-                      sure=(i == 0 or apart[i - 1]) and (i == len(rows) - 1 or apart[i]),
+                      sure=len(rows) > 1 and (i == 0 or apart[i - 1])
+                      and (i == len(rows) - 1 or apart[i]),
                       coverage=c["training_seconds"]["coverage"])
                for i, c in enumerate(rows)]
     decision = replace(empty, choices=choices)
@@ -202,7 +244,8 @@ def ranked(title: str, cells: pd.DataFrame, contended: int, suspect: list[str]) 
     choices = [Choice(c["series"], int(c["devices"]), tuple((k, str(c[k])) for k in varied),
                       c["cell_key"], Interval(c["epoch2_rate"], c["epoch2_rate_low"],
                                               c["epoch2_rate_high"]), int(c["n"]),
-                      sure=(i == 0 or apart[i - 1]) and (i == len(rows) - 1 or apart[i]))
+                      sure=len(rows) > 1 and (i == 0 or apart[i - 1])
+                      and (i == len(rows) - 1 or apart[i]))
                for i, c in enumerate(rows)]
     decision = Decision(title, choices, contended=contended, suspect=suspect)
     if len(choices) < 2:
@@ -257,13 +300,14 @@ def left_out_text(d: Decision) -> str:
     parts = ([f"{d.contended} contended run(s) (--include-contended uses them)"]
              if d.contended else [])
     if d.suspect:
-        parts.append(f"{len(d.suspect)} SUSPECT cell(s) ({', '.join(d.suspect)}: see the "
-                     f"verdicts)")
+        parts.append(f"what makes a ratio SUSPECT ({', '.join(d.suspect)}: see the verdicts)")
     return ("left out: " + "; ".join(parts)) if parts else ""
 
 
-def place_text(c: Choice) -> str:
-    return "sure" if c.sure else "not sure"
+def place_text(c: Choice, d: Decision) -> str:
+    """A place is sure only where it is apart from a neighbour: a lone configuration has no
+    place to be sure of."""
+    return "the only usable one" if len(d.choices) == 1 else "sure" if c.sure else "not sure"
 
 
 def value_text(c: Choice, d: Decision, unit: bool = False) -> str:
@@ -290,7 +334,7 @@ def lines(made: list[Decision]) -> list[str]:
     out = []
     for d in made:
         out.append(f"{d.setup}, ranked by {d.ranked_by}:")
-        out += [f"  {i}. {c.name}: {value_text(c, d, unit=True)}; place {place_text(c)}"
+        out += [f"  {i}. {c.name}: {value_text(c, d, unit=True)}; place {place_text(c, d)}"
                 for i, c in enumerate(d.choices, 1)]
         out += [f"  → {sentence(d)}"] + ([f"  {left_out_text(d)}"] if left_out_text(d) else [])
     return out
@@ -298,7 +342,7 @@ def lines(made: list[Decision]) -> list[str]:
 
 def frame(d: Decision) -> pd.DataFrame:
     """A setup's ranking as a table for the pages."""
-    return pd.DataFrame([[i, c.name, value_text(c, d), c.repeats, place_text(c)]
+    return pd.DataFrame([[i, c.name, value_text(c, d), c.repeats, place_text(c, d)]
                          for i, c in enumerate(d.choices, 1)],
                         columns=["rank", "configuration", f"{d.ranked_by}, interval",
                                  "repeats" if d.ranked_by == RANKED_BY else "seeds", "place"])
