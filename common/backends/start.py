@@ -9,18 +9,11 @@ import importlib.machinery
 import importlib.metadata
 import importlib.util
 import math
-import shutil
-import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from xbench.common.backends.traits import (
     HOROVOD_EXTENSIONS,
-    HOROVODRUN,
-    ONE_PROCESS,
-    TORCHRUN,
     TRAITS,
-    WORKER_PER_DEVICE,
     Traits,
     in_words,
     spanning_nodes,
@@ -35,20 +28,14 @@ if TYPE_CHECKING:
     from xbench.common.running.placement import Placement
 
 WORKER = "xbench.common.running.worker"  # what every rank runs, with the job's arguments
-# Where each start runs its command: once per node (torchrun, or a one-process backend's worker),
-# once per device (a worker per device), or once for the cell (horovodrun starts every rank).
-SCOPES = {ONE_PROCESS: "node", TORCHRUN: "node", WORKER_PER_DEVICE: "task", HOROVODRUN: "once"}
-# How each start lays out a cell's processes, in words (`xbench backends`).
-STARTED = {ONE_PROCESS: "one process drives every device", TORCHRUN: "a process per device, "
-           "started by torchrun", WORKER_PER_DEVICE: "a worker process per device",
-           HOROVODRUN: "a process per device, started by horovodrun"}
 
 
 class Start:
-    """A backend as the runner starts it (`traits`: common.backends.traits)."""
+    """A backend as the runner starts it (`traits`: common.backends.traits; `scope`: how its
+    processes start, common.backends.launch_scopes)."""
 
     def __init__(self, traits: Traits):
-        self.traits = traits
+        self.traits, self.scope = traits, traits.start
         self.name, self.framework = traits.name, traits.framework.name
 
     @classmethod
@@ -72,7 +59,7 @@ class Start:
             return (f"{title} on one device, no wrapper: the reference {title}'s wrappers are "
                     f"measured against")
         nodes = "; spans nodes" if traits.spans_nodes else "; one machine"
-        return f"{title} with {traits.wrapper}: {STARTED[traits.start]}{nodes}"
+        return f"{title} with {traits.wrapper}: {self.scope.started}{nodes}"
 
     def needs(self) -> str:
         """What it needs installed, and whether it is here (else how to install it)."""
@@ -87,14 +74,9 @@ class Start:
 
     # --- its processes -----------------------------------------------------------------------
 
-    @property
-    def launch_scope(self) -> str:
-        """'node', 'task' or 'once' (SCOPES)."""
-        return SCOPES[self.traits.start]
-
     def processes(self, cell: Cell) -> int:
         """Processes of the cell on each node (the node's cores are shared out between them)."""
-        return 1 if self.traits.start == ONE_PROCESS else cell.devices
+        return self.scope.processes(cell)
 
     def devices_per_process(self, cell: Cell) -> int:
         """Devices one process drives: all of them for a one-process backend, else one."""
@@ -102,24 +84,10 @@ class Start:
 
     def launch_command(self, cell: Cell, worker_args: list[str],
                        placement: Placement) -> list[str]:
-        """The command line run at the launch scope; each rank runs common.running.worker.
-        `placement`: where the cell's nodes are (common.running.placement)."""
-        worker = ["-m", WORKER, *worker_args]
-        if self.traits.start == TORCHRUN:
-            rendezvous = (["--standalone"] if cell.nodes == 1 else [
-                f"--nnodes={cell.nodes}", "--rdzv-backend=c10d",
-                f"--rdzv-endpoint={placement.hosts[0]}:{placement.port}",
-                f"--rdzv-id=xbench-{placement.port}"])
-            return [sys.executable, "-m", "torch.distributed.run", *rendezvous,
-                    f"--nproc-per-node={cell.devices}", *worker]
-        if self.traits.start == HOROVODRUN:  # over ssh for a node that is not this machine
-            horovodrun = Path(sys.executable).with_name("horovodrun")
-            launcher = (str(horovodrun) if horovodrun.exists()
-                        else shutil.which("horovodrun") or "horovodrun")
-            hosts = ",".join(f"{host}:{cell.devices}" for host in placement.hosts)
-            return [launcher, "-np", str(cell.world), "-H", hosts, "--gloo", sys.executable,
-                    *worker]
-        return [sys.executable, *worker]
+        """The command line its launch scope's engine runs; each rank runs
+        common.running.worker. `placement`: where the cell's nodes are
+        (common.running.placement)."""
+        return self.scope.command(cell, ["-m", WORKER, *worker_args], placement)
 
     def memory_estimate(self, cell: Cell) -> int:
         """Bytes of a node's memory the cell's processes there need, before it runs: per
@@ -154,7 +122,7 @@ class Start:
             return (f"{self.name} runs on one machine: it cannot span {cell.nodes} nodes; "
                     f"{', '.join(spanning_nodes())} can")
         slow = faults.parse(cell.inject).slow_rank
-        ranks = self.processes(cell) * cell.nodes
+        ranks = self.scope.ranks(cell)
         if slow is not None and self.devices_per_process(cell) > 1:
             return (f"inject slow-rank: {self.name}'s {cell.devices} replicas share one process, "
                     f"so one of them cannot be slowed alone")

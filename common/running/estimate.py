@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xbench.common.backends.start import Start
-from xbench.common.backends.traits import HOROVODRUN, TORCHRUN
 from xbench.common.grids.cell import Cell, threads_per_device
 from xbench.common.machine import cpu_cores
 from xbench.common.results.store import read_rows, results_files
@@ -131,7 +130,7 @@ def composed(cell: Cell, rows: list[dict], launcher: Launcher, measure: bool) ->
                         f"start-up and finish of {len(like)} earlier row(s) of {cell.backend} "
                         f"on {cell.world} device(s), training as {probe} trained")
     processes = backend.processes(cell)
-    starter = 1 if backend.traits.start in (TORCHRUN, HOROVODRUN) else 0
+    starter = 1 if backend.scope.tool else 0
     starting = costs["start"] * (starter + max(1.0, processes / cpu_cores()))
     return Estimate("to run", starting + training + costs["finish"],
                     f"as {probe} ran: start-up {starting:.0f} s ({processes} process(es)"

@@ -3,11 +3,12 @@ for: this machine (common.running.local, the default) or a Slurm cluster's nodes
 (common.running.slurm).
 
 Both hand the backend a `Placement` (one reachable host name per node, and ports) and run what
-the backend asks for at its launch scope: once per node (torchrun, or the worker of a one-process
-backend), once per device (tf-multiworker's workers), or once for the whole cell (horovodrun, which
-starts every rank itself). Either way each rank runs `common.running.worker`, and the runner
-turns what it leaves in the cell's folder into the row. A cell's process tree is
-common.running.processes'; a capped link, common.running.link_cap's.
+the backend asks for as its launch scope (common.backends.launch_scopes) says: once per node
+(torchrun, or the worker of a one-process backend), once per device (tf-multiworker's workers),
+or once for the whole cell (horovodrun, which starts every rank itself). Either way each rank
+runs `common.running.worker`, and the runner turns what it leaves in the cell's folder into the
+row. A cell's process tree is common.running.processes'; a capped link,
+common.running.link_cap's.
 """
 from __future__ import annotations
 

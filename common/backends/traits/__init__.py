@@ -24,10 +24,6 @@ from xbench.common.backends.traits.horovod import HOROVOD_TRAITS
 from xbench.common.backends.traits.jax import JAX_TRAITS
 from xbench.common.backends.traits.jax import JIT_BATCHNORM as JIT_BATCHNORM
 from xbench.common.backends.traits.pytorch import PYTORCH_TRAITS
-from xbench.common.backends.traits.shared import HOROVODRUN as HOROVODRUN
-from xbench.common.backends.traits.shared import ONE_PROCESS as ONE_PROCESS
-from xbench.common.backends.traits.shared import TORCHRUN as TORCHRUN
-from xbench.common.backends.traits.shared import WORKER_PER_DEVICE as WORKER_PER_DEVICE
 from xbench.common.backends.traits.shared import Traits
 from xbench.common.backends.traits.tensorflow import TENSORFLOW_TRAITS
 

@@ -4,8 +4,9 @@ compressors and its BatchNorm) beside their rows, in the table's order."""
 from dataclasses import replace
 
 from xbench.common.backends.frameworks import TENSORFLOW, TORCH
+from xbench.common.backends.launch_scopes import HOROVODRUN
 from xbench.common.backends.protocol import ALL_REDUCE, FUSED_EACH_CYCLE, MIB, Protocol, everywhere
-from xbench.common.backends.traits.shared import HOROVODRUN, SUMMED_IN_STEP, Traits
+from xbench.common.backends.traits.shared import SUMMED_IN_STEP, Traits
 
 HOROVOD_BUILD_HINT = ("build Horovod for this environment with `make setup` (it runs "
                       "scripts/build_horovod.sh .venv/bin/python)")

@@ -2,8 +2,9 @@
 under jax.jit) and keras-jax (Keras 3 on JAX), in the table's order, and what their texts say of
 XLA's compiled step."""
 from xbench.common.backends.frameworks import JAX
+from xbench.common.backends.launch_scopes import WORKER_PER_DEVICE
 from xbench.common.backends.protocol import ALL_REDUCE, Protocol, everywhere
-from xbench.common.backends.traits.shared import WORKER_PER_DEVICE, Traits
+from xbench.common.backends.traits.shared import Traits
 
 # jax-dp and jax-multiprocess: one jax.jit-compiled step over a batch sharded on a mesh of the
 # devices, its parameters replicated; XLA's SPMD partitioner inserts the gradients' all-reduce.

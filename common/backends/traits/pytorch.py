@@ -2,6 +2,7 @@
 DistributedDataParallel and FSDP2, in the table's order (hvd-torch, Horovod over PyTorch, is with
 Horovod's rows: common.backends.traits.horovod)."""
 from xbench.common.backends.frameworks import TORCH
+from xbench.common.backends.launch_scopes import TORCHRUN
 from xbench.common.backends.protocol import (
     ALL_REDUCE,
     BUCKET_READY,
@@ -11,7 +12,7 @@ from xbench.common.backends.protocol import (
     Protocol,
     everywhere,
 )
-from xbench.common.backends.traits.shared import TORCHRUN, Traits
+from xbench.common.backends.traits.shared import Traits
 from xbench.common.workload.compression import COMPRESSIONS
 
 PYTORCH_TRAITS = [

@@ -7,13 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from xbench.common.backends.frameworks import Framework
+from xbench.common.backends.launch_scopes import ONE_PROCESS, LaunchScope
 from xbench.common.backends.protocol import NONE, Protocol, everywhere
 
-# How the runner starts a cell's processes on a node (common.backends.start).
-ONE_PROCESS = "one process"
-TORCHRUN = "torchrun"
-WORKER_PER_DEVICE = "a worker per device"
-HOROVODRUN = "horovodrun"
 ONE_REPLICA = "one replica: its running statistics are its own"
 NO_COLLECTIVE = "none: no collective between processes"
 # --accumulate's sync modes (common.grids.settings): how each backend crosses once a step or after
@@ -33,7 +29,8 @@ class Traits:
     # What spreads the training over devices (the figures give each one marker; several
     # frameworks' backends may share one, Horovod's do).
     wrapper: str = "none: one device"
-    start: str = ONE_PROCESS      # how its processes start (ONE_PROCESS, TORCHRUN, ...)
+    # How its processes start (common.backends.launch_scopes: ONE_PROCESS, TORCHRUN, ...).
+    start: LaunchScope = ONE_PROCESS
     spans_devices: bool = True    # False: a single-device reference, 1 device only
     # Each rank draws its shard with a DistributedSampler, set_epoch each epoch (the lab's
     # question 5); a PyTorch backend of one process shuffles with a plain loader, as its users'
@@ -76,8 +73,8 @@ class Traits:
 
     @property
     def spans_nodes(self) -> bool:
-        """Whether its ranks can run on several machines (every launcher of many processes)."""
-        return self.start != ONE_PROCESS
+        """Whether its ranks can run on several machines (as its processes start)."""
+        return self.start.spans_nodes
 
     @property
     def compiler(self) -> str | None:

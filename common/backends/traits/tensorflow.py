@@ -2,6 +2,7 @@
 MultiWorkerMirroredStrategy, in the table's order (hvd-tf, Horovod over TensorFlow, is with
 Horovod's rows: common.backends.traits.horovod), and what their texts say of TensorFlow."""
 from xbench.common.backends.frameworks import TENSORFLOW
+from xbench.common.backends.launch_scopes import WORKER_PER_DEVICE
 from xbench.common.backends.protocol import (
     ALL_REDUCE,
     REDUCE_TO_ONE,
@@ -9,7 +10,7 @@ from xbench.common.backends.protocol import (
     Protocol,
     everywhere,
 )
-from xbench.common.backends.traits.shared import SUMMED_IN_STEP, WORKER_PER_DEVICE, Traits
+from xbench.common.backends.traits.shared import SUMMED_IN_STEP, Traits
 
 # tf_backend.step: Keras' optimizer sums what it is given over the strategy's replicas.
 STRATEGY_EACH = ("the first K-1 micro-batches' gradients all-reduced by the replica context's "
