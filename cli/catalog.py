@@ -22,6 +22,7 @@ from xbench.common.running.estimate import gpus_here
 from xbench.common.shapes import NUMBER, TEXT, WHOLE
 from xbench.common.workload import models
 from xbench.common.workload.layers import LAYER_NAMES, Block
+from xbench.common.workload.resolve import resolve_model
 
 COUNTED = {"framework": TEXT, "params": WHOLE, "flops_per_sample": NUMBER}
 FLOPS = ("FLOPs = 2 x multiply-accumulates of the forward pass of one sample (an image, or a "
@@ -154,10 +155,12 @@ def cannot(backend: Start, kind: str) -> list[dict]:
     attempt's refusal (`why`), and whether GPUs could do it; a refusal that more than 1 device
     already implies is left out, and so is everything of several ranks for a backend of one
     device."""
+    small = resolve_model("small")
+
     def refusal(settings: dict, on: str) -> str | None:
         cell = Cell(grid="backends", backend=backend.name, model="small", multiple=1, batch=128,
                     **{"devices": 1, **settings})
-        return backend.cannot_launch(cell) or backend.unsupported_on(cell, on)
+        return backend.cannot_launch(cell, small) or backend.unsupported_on(cell, on)
     (first, several), *others = attempts()
     alone = refusal(several, "cuda")  # a single-device reference: several ranks on no device
     found = [{"what": first, "why": refusal(several, kind),

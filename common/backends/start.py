@@ -1,7 +1,8 @@
 """What the runner needs to start a backend's cell, from its traits alone (no framework): whether
 it can run in this installation, how its processes start and how many, what they need of a
 node's memory, and why it cannot run a cell (on any device, or on a device kind): the dry run
-asks the same questions the run does.
+asks the same questions the run does. A question of the cell's model is given the model, which
+the asker resolved once for the cell (common.workload.resolve).
 """
 from __future__ import annotations
 
@@ -21,11 +22,11 @@ from xbench.common.backends.traits import (
 from xbench.common.workload import faults
 from xbench.common.workload.data import train_samples
 from xbench.common.workload.precision import LOWER
-from xbench.common.workload.resolve import resolve_model
 
 if TYPE_CHECKING:
     from xbench.common.grids.cell import Cell
     from xbench.common.running.placement import Placement
+    from xbench.common.workload.model import Model
 
 WORKER = "xbench.common.running.worker"  # what every rank runs, with the job's arguments
 
@@ -89,14 +90,13 @@ class Start:
         (common.running.placement)."""
         return self.scope.command(cell, ["-m", WORKER, *worker_args], placement)
 
-    def memory_estimate(self, cell: Cell) -> int:
+    def memory_estimate(self, cell: Cell, model: Model) -> int:
         """Bytes of a node's memory the cell's processes there need, before it runs: per
         process, the framework and data, the sample order and the recorded indices, and per
         device the model with its gradients and Adam's two moments and the activations of its
         batch kept for the backward pass, their gradients and a workspace as large. A cell
         asked to run on GPUs keeps those on the devices; a cell whose device is `auto` is
         counted as if on the CPU, the conservative case."""
-        model = resolve_model(cell.model)
         samples = min(train_samples(cell.data, model),
                       cell.max_train_samples or math.inf) * cell.multiple
         per_device = 0 if cell.device == "cuda" else (
@@ -106,17 +106,16 @@ class Start:
                        + per_device * self.devices_per_process(cell))
         return int(per_process * self.processes(cell))  # on each node
 
-    def batchnorm(self, cell: Cell) -> str | None:
-        """What it does with BatchNorm's statistics where the cell's model has BatchNorm."""
-        framework = self.traits.framework.name
-        has_batchnorm = resolve_model(cell.model).has_batchnorm(framework)
+    def batchnorm(self, model: Model) -> str | None:
+        """What it does with BatchNorm's statistics where the cell's `model` has BatchNorm."""
+        has_batchnorm = model.has_batchnorm(self.traits.framework.name)
         return self.traits.batchnorm_statistics if has_batchnorm else None
 
     # --- what it cannot run --------------------------------------------------------------------
 
-    def cannot_launch(self, cell: Cell) -> str | None:
-        """Why the runner should not even start `cell` (it asks for what this backend never
-        does, on any device), or None."""
+    def cannot_launch(self, cell: Cell, model: Model) -> str | None:
+        """Why the runner should not even start `cell` of `model` (it asks for what this
+        backend never does, on any device), or None."""
         traits = self.traits
         if cell.nodes > 1 and not traits.spans_nodes:
             return (f"{self.name} runs on one machine: it cannot span {cell.nodes} nodes; "
@@ -144,8 +143,7 @@ class Start:
         if cell.compression not in traits.compressions:
             return (f"compression {cell.compression}: {self.name} does "
                     f"{', '.join(traits.compressions)}; {traits.no_compression}")
-        why_not = resolve_model(cell.model).why_not_served(traits.framework.name,
-                                                           traits.own_models_only)
+        why_not = model.why_not_served(traits.framework.name, traits.own_models_only)
         if why_not:
             return why_not
         return self._input_refused(cell)

@@ -24,6 +24,7 @@ from xbench.common.running.slurm import SlurmLauncher
 
 if TYPE_CHECKING:
     from xbench.common.backends.start import Start
+    from xbench.common.workload.model import Model
 
 
 class Launcher(Protocol):
@@ -55,10 +56,10 @@ class Launcher(Protocol):
         """Start the cell's processes and wait for them (`watch()` is called while they run)."""
 
 
-def refused(backend: Start, cell: Cell, launcher: Launcher) -> str | None:
-    """Why `cell` is an unsupported row before any of its processes starts (its backend's word or
-    its launcher's), or None: the runner's question, and the dry run's."""
-    return backend.missing() or backend.cannot_launch(cell) or launcher.cannot_run(cell)
+def refused(backend: Start, cell: Cell, model: Model, launcher: Launcher) -> str | None:
+    """Why `cell` (of `model`) is an unsupported row before any of its processes starts (its
+    backend's word or its launcher's), or None: the runner's question, and the dry run's."""
+    return backend.missing() or backend.cannot_launch(cell, model) or launcher.cannot_run(cell)
 
 
 def make_launcher(settings: dict) -> Launcher:
