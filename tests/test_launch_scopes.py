@@ -20,6 +20,7 @@ from xbench.common.backends.start import WORKER, Start
 from xbench.common.backends.traits import TRAITS
 from xbench.common.grids.cell import Cell
 from xbench.common.running.placement import Placement
+from xbench.common.workload.models import MODELS
 
 WORKER_ARGS = ["-m", WORKER, "job.json", "out"]
 PLACED = Placement(("node-a", "node-b"), 23456)
@@ -80,7 +81,8 @@ def test_one_process_drives_every_device_on_one_machine():
     assert Start.of("pt-dp").devices_per_process(cell) == 4
     assert ONE_PROCESS.command(cell, WORKER_ARGS, PLACED) == [sys.executable, *WORKER_ARGS]
     assert not ONE_PROCESS.spans_nodes and not ONE_PROCESS.environment.rank
-    assert "cannot span 2 nodes" in Start.of("pt-dp").cannot_launch(two_by_two("pt-dp"))
+    assert "cannot span 2 nodes" in Start.of("pt-dp").cannot_launch(two_by_two("pt-dp"),
+                                                                     MODELS["small"])
 
 
 @pytest.mark.parametrize("environ, rank, local", [
