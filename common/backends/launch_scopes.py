@@ -28,8 +28,8 @@ SPAWN = "xbench.common.running.spawn"  # N copies of a command here, as srun sta
 
 
 class CellSize(Protocol):
-    """What a launch scope reads of a cell (common.grids.cell.Cell, which the settings table
-    makes; the grids' room imports this one's traits)."""
+    """What a launch scope reads of a cell (a common.grids.cell.Cell: named by what is read of
+    it, as the settings that make Cell import the traits that import this module)."""
     nodes: int
     devices: int  # per node
 
@@ -102,8 +102,7 @@ class LaunchScope:
 
 
 class SingleProcess(LaunchScope):
-    """One process drives every device of the cell (pt-dp, tf-mirrored, jax-dp): on one machine
-    only, rank 0 of 1."""
+    """One process drives every device of the cell: on one machine only, rank 0 of 1."""
     started = "one process drives every device"
     environment = RankEnvironment(set_by="nobody: its one process is rank 0 of 1")
     spans_nodes = False
@@ -134,7 +133,7 @@ class TorchrunPerNode(LaunchScope):
 
 class WorkerPerDevice(LaunchScope):
     """The worker itself once per device: srun's tasks on a cluster, xbench's spawner's copies
-    on this machine (tf-multiworker, jax-multiprocess)."""
+    on this machine."""
     started = "a worker process per device"
     environment = RankEnvironment(
         rank=("SLURM_PROCID", TASK_ENV), local_rank=("SLURM_LOCALID", TASK_ENV),
