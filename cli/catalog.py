@@ -13,6 +13,7 @@ import click
 
 from xbench.cli.console import framework_messages, json_text, quiet, say, verbose
 from xbench.common import cache, terminal
+from xbench.common.backends.frameworks import FRAMEWORKS, Framework
 from xbench.common.backends.registry import BACKENDS
 from xbench.common.backends.start import Start
 from xbench.common.grids.cell import Cell
@@ -21,12 +22,8 @@ from xbench.common.running.estimate import gpus_here
 from xbench.common.shapes import NUMBER, TEXT, WHOLE
 from xbench.common.workload import models
 from xbench.common.workload.layers import LAYER_NAMES, Block
+from xbench.common.workload.resolve import resolve_model
 
-# Each framework's count of xbench's models: where it is, and the modules whose installed versions
-# (with the source of its package and of common/) decide whether a kept count still holds.
-FRAMEWORK_MODELS = {"PyTorch": ("xbench.pt_backend.models:describe", ("torch",)),
-                    "Keras": ("xbench.keras_models.models:describe", ("keras", "tensorflow")),
-                    "JAX": ("xbench.jax_backend.models:describe", ("jax", "jaxlib", "flax"))}
 COUNTED = {"framework": TEXT, "params": WHOLE, "flops_per_sample": NUMBER}
 FLOPS = ("FLOPs = 2 x multiply-accumulates of the forward pass of one sample (an image, or a "
          "window of the context's tokens): conv and dense layers, a transformer's products; "
@@ -78,15 +75,15 @@ def list_models(as_json):
     """Every model: what it takes and gives (input shape, classes, or a language model's
     context), parameters and FLOPs per sample, from the spec and from each framework."""
     found = []
-    steps = len(models.MODELS) * len(FRAMEWORK_MODELS)
+    steps = len(models.MODELS) * len(FRAMEWORKS)
     with progress_on_terminal(steps, not (as_json or quiet())) as measuring, \
             framework_messages() as messages:  # TensorFlow's and Keras' log lines as they load
         for name, spec in models.MODELS.items():
             found.append({"model": name, "source": "spec (common)", "data": spec.dataset,
                           **shape(spec), "params": spec.parameters(),
                           "flops_per_sample": spec.flops_per_sample()})
-            for framework in FRAMEWORK_MODELS:
-                measuring(f"{framework}: {name}")
+            for framework in FRAMEWORKS:
+                measuring(f"{framework.models_built_by}: {name}")
                 found.append(described(name, framework))
     shapes = [[f["model"], f["data"], f["text"]] for f in found if "text" in f]
     numbers = [[f["model"], f["source"], *((f"{f['params']:,}", f"{f['flops_per_sample']:,}")
@@ -99,27 +96,27 @@ def list_models(as_json):
         say(terminal.wrap(FLOPS))
 
 
-def described(name: str, framework: str) -> dict:
+def described(name: str, framework: Framework) -> dict:
     """A framework's own count of model `name` (or why there is none: not installed), kept
     (common.cache) for as long as the framework's version and xbench's code that builds the
     model are the same: counting builds every model in every framework, half a minute here."""
-    path, needed = FRAMEWORK_MODELS[framework]
-    module, function = path.split(":")
+    module, function = framework.models_counter.split(":")
+    built_by, needed = framework.models_built_by, framework.models_versions
     installed = installed_modules()
     missing = [m for m in needed if m not in installed]
     if missing:
-        return not_installed(name, framework, missing[0])
+        return not_installed(name, built_by, missing[0])
     versions = [f"{m}={metadata.version(installed[m][0])}" for m in needed]
     key = hashlib.sha256(" ".join([  # Keras counts on the backend KERAS_BACKEND names
         name, *versions, os.environ.get("KERAS_BACKEND", ""),
         cache.source_digest("xbench.common", module.rsplit(".", 1)[0])]).encode()).hexdigest()[:16]
-    kept = cache.cache_path("counted", f"{framework}-{name}-{key}.json")
+    kept = cache.cache_path("counted", f"{built_by}-{name}-{key}.json")
     counted, _ = cache.read_kept(kept, COUNTED)
     if counted is None:
         try:
             counted = getattr(importlib.import_module(module), function)(name)
         except ImportError as e:
-            return not_installed(name, framework, e.name)
+            return not_installed(name, built_by, e.name)
         with contextlib.suppress(OSError):  # not kept: counted again next time
             cache.write_whole(kept, json.dumps(counted).encode())
     return {"model": name, "source": counted["framework"], "params": counted["params"],
@@ -158,10 +155,12 @@ def cannot(backend: Start, kind: str) -> list[dict]:
     attempt's refusal (`why`), and whether GPUs could do it; a refusal that more than 1 device
     already implies is left out, and so is everything of several ranks for a backend of one
     device."""
+    small = resolve_model("small")
+
     def refusal(settings: dict, on: str) -> str | None:
         cell = Cell(grid="backends", backend=backend.name, model="small", multiple=1, batch=128,
                     **{"devices": 1, **settings})
-        return backend.cannot_launch(cell) or backend.unsupported_on(cell, on)
+        return backend.cannot_launch(cell, small) or backend.unsupported_on(cell, on)
     (first, several), *others = attempts()
     alone = refusal(several, "cuda")  # a single-device reference: several ranks on no device
     found = [{"what": first, "why": refusal(several, kind),

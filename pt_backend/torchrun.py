@@ -1,8 +1,6 @@
 """What the processes of pt-ddp and pt-fsdp share: one per device, started by torchrun on each
-node (common.backends.start) and joined in torch.distributed's default process group (nccl on
-GPUs, gloo on the CPU)."""
-import os
-
+node (common.backends.launch_scopes.TORCHRUN) and joined in torch.distributed's default process
+group (nccl on GPUs, gloo on the CPU)."""
 from xbench.common.backends.collectives import Collectives
 from xbench.pt_backend.base import TorchBackend
 
@@ -23,7 +21,7 @@ class TorchrunBackend(TorchBackend):
             dist.destroy_process_group()
 
     def local_rank(self):
-        return int(os.environ["LOCAL_RANK"])
+        return self.traits.start.environment.local_rank_here()
 
     def launch_details(self) -> dict:
         """What the row records of the launch and the process group."""

@@ -89,7 +89,7 @@ def make_row(backend="pt-ddp", devices=1, batch=128, mode="global", rates=(80.0,
             SAMPLES // (batch if mode == "global" else batch * devices),
             devices, (0.2 if devices > 1 else 0.0) if comm is None else comm))
     return schema.make_row(cell, f"hand-run-{next(RUNS)}", schema.now(), status, error, framework,
-                           measurement, env, None, 1.0, 1)
+                           measurement, env, None, 1.0, 1, model=MODELS[model])
 
 
 RUNS = itertools.count()  # each hand-made row is its own run, as each grid's rows are

@@ -121,10 +121,12 @@ def mark():
 # error text).
 HAND_ROW = """from xbench.common.grids.grid import expand
 from xbench.common.results.schema import make_row, now
+from xbench.common.workload.models import MODELS
 def hand_row(run_id, repeat, error):
     cell = expand({"name": "hand", "backends": ["pt-dp"], "models": ["small"], "multiples": [1],
                    "batches": [128], "devices": [1], "repeats": repeat + 1})[repeat]
-    return make_row(cell, run_id, now(), "failed", error, None, None, {}, None, 0.0, 1)
+    return make_row(cell, run_id, now(), "failed", error, None, None, {}, None, 0.0, 1,
+                    model=MODELS["small"])
 """
 
 
@@ -239,10 +241,11 @@ def test_a_row_the_file_cannot_take_is_kept_beside_it_and_no_half_row_stays(mnis
     again, the row is kept in <results>.unsaved.jsonl, and the grid says so and stops (exit 2)."""
     from xbench.common.grids.grid import expand
     from xbench.common.results.schema import make_row, now
+    from xbench.common.workload.models import MODELS
     cell = expand({"name": "hand", "backends": ["pt-single"], "models": ["small"],
                    "multiples": [1], "batches": [128], "devices": [1]})[0]
     earlier = make_row(cell, "earlier", now(), "failed", "x" * 50_000, None, None, {}, None, 0.0,
-                       1)  # larger than any file the cell itself writes
+                       1, model=MODELS["small"])  # larger than any file the cell itself writes
     results = tmp_path / "r.jsonl"
     results.write_text(json.dumps({**earlier, "cell_key": "earlier"}) + "\n")
     before = results.read_bytes()

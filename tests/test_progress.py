@@ -12,6 +12,7 @@ from xbench.common.grids.cell import Cell
 from xbench.common.results.schema import Measurement, make_row, now
 from xbench.common.running.progress import GridProgress
 from xbench.common.running.timings import probe_key
+from xbench.common.workload.models import MODELS
 
 # 512 images at batch 32, each step waiting 200 ms for its batch (an injected input delay): 16
 # steps an epoch, 3 s or more whatever the machine's speed, so the progress file (written once a
@@ -76,7 +77,7 @@ def earlier_ok_row(key_settings, seconds):
         hosts=["h"], threads={}, contended=False, evidence={}, backend_details={},
         attribution=None)
     row = make_row(cell, "earlier", now(), "ok", None, "torch", measurement, capture(), None,
-                   seconds, 2)
+                   seconds, 2, model=MODELS[cell.model])
     return row
 
 

@@ -15,6 +15,7 @@ from xbench.common.grids.cell import Cell
 from xbench.common.results.schema import FIELDS, SCHEMA_VERSION, make_row, now, row_problem
 from xbench.common.results.store import read_rows
 from xbench.common.results.upgrades import UPGRADES, VERSIONS, upgrade
+from xbench.common.workload.models import MODELS
 
 DATA = REPO / "tests" / "data"
 
@@ -43,8 +44,8 @@ def todays_row(**fields) -> dict:
     cell = Cell(grid="hand", backend="pt-ddp", model="small", multiple=1, batch=128, devices=2,
                 epochs=3, batch_mode="global", seed=0, max_train_samples=512, data="mnist",
                 device="cpu", timeout=60)
-    return {**make_row(cell, "hand", now(), "failed", "hand-made", None, None, {}, None, 0.0, 1),
-            **fields}
+    return {**make_row(cell, "hand", now(), "failed", "hand-made", None, None, {}, None, 0.0, 1,
+                       model=MODELS["small"]), **fields}
 
 
 def as_of(row: dict, version: int) -> dict:
@@ -159,7 +160,8 @@ def failed_row(key="k", repeat=0, **fields):
     cell = Cell(grid="hand", backend="pt-single", model="small", multiple=1, batch=128, devices=1,
                 epochs=2, batch_mode="global", seed=0, max_train_samples=SLICE, data="mnist",
                 device="cpu", timeout=60, repeat=repeat)
-    row = make_row(cell, "hand", now(), "failed", "hand-made", None, None, {}, None, 0.0, 1)
+    row = make_row(cell, "hand", now(), "failed", "hand-made", None, None, {}, None, 0.0, 1,
+                   model=MODELS["small"])
     return {**row, "cell_key": key, **fields}
 
 

@@ -1,5 +1,6 @@
 """TensorFlow's backends, on Keras 3 models: the classes the traits table's rows of framework
-tensorflow name (common/backends/traits.py; `xbench backends` lists them).
+tensorflow name (common/backends/traits/tensorflow.py and horovod.py; `xbench backends` lists
+them).
 
 Only launched workers (and `xbench models`) import these modules' TensorFlow code; the runner
 imports just the backend classes. TensorFlow's C++ INFO and WARNING lines (CPU feature banners,

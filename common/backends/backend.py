@@ -2,7 +2,7 @@
 
 A backend is a small class (Lightning's strategies are the model): inside each launched process,
 it places and wraps the model and trains. What it is (its traits) and how its processes start
-are framework-free and apart (common.backends.traits, common.backends.start). The framework
+are framework-free and apart (common.backends.traits, launch_scopes, start). The framework
 base classes (pt_backend.base.TorchBackend, tf_backend.base.TensorFlowBackend) do the common
 set-up and run the framework's training loop; a backend class says only what makes it different.
 """

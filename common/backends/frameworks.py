@@ -1,6 +1,7 @@
 """The frameworks xbench trains in, as the backends' traits read them (common.backends.traits):
 what each imports and installs, what its processes hold, what forms its batches, what a model file
-defines for it, the precisions its loop runs and what --compile does to its step."""
+defines for it, how it builds and counts xbench's own models, the precisions its loop runs and
+what --compile does to its step."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -24,6 +25,13 @@ class Framework:
     # builds such a file's model and says what it counted.
     model_function: str
     describer: str
+    # xbench's own models as it builds them (`xbench models` counts them): whose models they are
+    # ("Keras": TensorFlow's backends train Keras'), the function that counts one
+    # ("module:function") and the modules whose installed versions (with that function's
+    # package's source and common/'s) decide whether a kept count still holds.
+    models_built_by: str
+    models_counter: str
+    models_versions: tuple[str, ...]
     # The mixed precisions its loop runs, and why it runs no other.
     mixed_precisions: tuple[str, ...] = ("bf16", "fp16")
     no_mixed_precision: str = ""
@@ -42,7 +50,8 @@ TORCH = Framework(
     "install PyTorch with `make setup` (or `pip install torch` into the environment)",
     memory_mb=450, input="torch.utils.data.DataLoader", uses_dataloader=True,
     image_layout=CHANNELS_FIRST, model_function="pytorch",
-    describer="xbench.pt_backend.user_model",
+    describer="xbench.pt_backend.user_model", models_built_by="PyTorch",
+    models_counter="xbench.pt_backend.models:describe", models_versions=("torch",),
     compiler="torch.compile of the model (TorchDynamo and Inductor)",
     uncompiled="eager: each operation dispatched as Python reaches it")
 TENSORFLOW = Framework(
@@ -50,7 +59,8 @@ TENSORFLOW = Framework(
     "install TensorFlow with `make setup`, or `pip install -e '.[tf]'` into the environment "
     "(the CPU wheel, tensorflow-cpu)",
     memory_mb=800, input="tf.data", uses_dataloader=False, image_layout=CHANNELS_LAST,
-    model_function="keras", describer="xbench.tf_backend.user_model",
+    model_function="keras", describer="xbench.tf_backend.user_model", models_built_by="Keras",
+    models_counter="xbench.keras_models.models:describe", models_versions=("keras", "tensorflow"),
     compiler="the step's tf.function with jit_compile=True (XLA)",
     uncompiled="the step's tf.function graph, without XLA")
 # Peak RSS of the small model's smoke cells on CPU with JAX: 485-555 MB with Flax, 675-685 MB
@@ -64,6 +74,8 @@ JAX = Framework(
     uses_dataloader=False, image_layout=CHANNELS_LAST,
     # keras-jax's: the Flax backends take no model file (Traits.own_models_only)
     model_function="keras", describer="xbench.jax_backend.user_model",
+    models_built_by="JAX", models_counter="xbench.jax_backend.models:describe",  # in Flax
+    models_versions=("jax", "jaxlib", "flax"),
     mixed_precisions=("bf16",),
     no_mixed_precision="fp16 trains only under a dynamic loss scale, and JAX has none of its own "
                        "(optax has no loss scaler; DeepMind's jmp is archived): xbench's JAX "

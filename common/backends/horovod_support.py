@@ -1,6 +1,6 @@
 """What the processes of both Horovod backends (hvd-torch, hvd-tf) share: the compressor, the
 row's details and the gather; `hvd` is horovod.torch or horovod.tensorflow, initialised. (How
-their processes start and what they need: common.backends.traits and start.)
+their processes start and what they need: common.backends.launch_scopes, traits and start.)
 """
 import importlib.metadata
 

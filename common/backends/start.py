@@ -1,7 +1,8 @@
 """What the runner needs to start a backend's cell, from its traits alone (no framework): whether
 it can run in this installation, how its processes start and how many, what they need of a
 node's memory, and why it cannot run a cell (on any device, or on a device kind): the dry run
-asks the same questions the run does.
+asks the same questions the run does. A question of the cell's model is given the model, which
+the asker resolved once for the cell (common.workload.resolve).
 """
 from __future__ import annotations
 
@@ -9,18 +10,11 @@ import importlib.machinery
 import importlib.metadata
 import importlib.util
 import math
-import shutil
-import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from xbench.common.backends.traits import (
     HOROVOD_EXTENSIONS,
-    HOROVODRUN,
-    ONE_PROCESS,
-    TORCHRUN,
     TRAITS,
-    WORKER_PER_DEVICE,
     Traits,
     in_words,
     spanning_nodes,
@@ -28,27 +22,21 @@ from xbench.common.backends.traits import (
 from xbench.common.workload import faults
 from xbench.common.workload.data import train_samples
 from xbench.common.workload.precision import LOWER
-from xbench.common.workload.resolve import resolve_model
 
 if TYPE_CHECKING:
     from xbench.common.grids.cell import Cell
     from xbench.common.running.placement import Placement
+    from xbench.common.workload.model import Model
 
 WORKER = "xbench.common.running.worker"  # what every rank runs, with the job's arguments
-# Where each start runs its command: once per node (torchrun, or a one-process backend's worker),
-# once per device (a worker per device), or once for the cell (horovodrun starts every rank).
-SCOPES = {ONE_PROCESS: "node", TORCHRUN: "node", WORKER_PER_DEVICE: "task", HOROVODRUN: "once"}
-# How each start lays out a cell's processes, in words (`xbench backends`).
-STARTED = {ONE_PROCESS: "one process drives every device", TORCHRUN: "a process per device, "
-           "started by torchrun", WORKER_PER_DEVICE: "a worker process per device",
-           HOROVODRUN: "a process per device, started by horovodrun"}
 
 
 class Start:
-    """A backend as the runner starts it (`traits`: common.backends.traits)."""
+    """A backend as the runner starts it (`traits`: common.backends.traits; `scope`: how its
+    processes start, common.backends.launch_scopes)."""
 
     def __init__(self, traits: Traits):
-        self.traits = traits
+        self.traits, self.scope = traits, traits.start
         self.name, self.framework = traits.name, traits.framework.name
 
     @classmethod
@@ -72,7 +60,7 @@ class Start:
             return (f"{title} on one device, no wrapper: the reference {title}'s wrappers are "
                     f"measured against")
         nodes = "; spans nodes" if traits.spans_nodes else "; one machine"
-        return f"{title} with {traits.wrapper}: {STARTED[traits.start]}{nodes}"
+        return f"{title} with {traits.wrapper}: {self.scope.started}{nodes}"
 
     def needs(self) -> str:
         """What it needs installed, and whether it is here (else how to install it)."""
@@ -87,14 +75,9 @@ class Start:
 
     # --- its processes -----------------------------------------------------------------------
 
-    @property
-    def launch_scope(self) -> str:
-        """'node', 'task' or 'once' (SCOPES)."""
-        return SCOPES[self.traits.start]
-
     def processes(self, cell: Cell) -> int:
         """Processes of the cell on each node (the node's cores are shared out between them)."""
-        return 1 if self.traits.start == ONE_PROCESS else cell.devices
+        return self.scope.processes(cell)
 
     def devices_per_process(self, cell: Cell) -> int:
         """Devices one process drives: all of them for a one-process backend, else one."""
@@ -102,33 +85,18 @@ class Start:
 
     def launch_command(self, cell: Cell, worker_args: list[str],
                        placement: Placement) -> list[str]:
-        """The command line run at the launch scope; each rank runs common.running.worker.
-        `placement`: where the cell's nodes are (common.running.placement)."""
-        worker = ["-m", WORKER, *worker_args]
-        if self.traits.start == TORCHRUN:
-            rendezvous = (["--standalone"] if cell.nodes == 1 else [
-                f"--nnodes={cell.nodes}", "--rdzv-backend=c10d",
-                f"--rdzv-endpoint={placement.hosts[0]}:{placement.port}",
-                f"--rdzv-id=xbench-{placement.port}"])
-            return [sys.executable, "-m", "torch.distributed.run", *rendezvous,
-                    f"--nproc-per-node={cell.devices}", *worker]
-        if self.traits.start == HOROVODRUN:  # over ssh for a node that is not this machine
-            horovodrun = Path(sys.executable).with_name("horovodrun")
-            launcher = (str(horovodrun) if horovodrun.exists()
-                        else shutil.which("horovodrun") or "horovodrun")
-            hosts = ",".join(f"{host}:{cell.devices}" for host in placement.hosts)
-            return [launcher, "-np", str(cell.world), "-H", hosts, "--gloo", sys.executable,
-                    *worker]
-        return [sys.executable, *worker]
+        """The command line its launch scope's engine runs; each rank runs
+        common.running.worker. `placement`: where the cell's nodes are
+        (common.running.placement)."""
+        return self.scope.command(cell, ["-m", WORKER, *worker_args], placement)
 
-    def memory_estimate(self, cell: Cell) -> int:
+    def memory_estimate(self, cell: Cell, model: Model) -> int:
         """Bytes of a node's memory the cell's processes there need, before it runs: per
         process, the framework and data, the sample order and the recorded indices, and per
         device the model with its gradients and Adam's two moments and the activations of its
         batch kept for the backward pass, their gradients and a workspace as large. A cell
         asked to run on GPUs keeps those on the devices; a cell whose device is `auto` is
         counted as if on the CPU, the conservative case."""
-        model = resolve_model(cell.model)
         samples = min(train_samples(cell.data, model),
                       cell.max_train_samples or math.inf) * cell.multiple
         per_device = 0 if cell.device == "cuda" else (
@@ -138,23 +106,22 @@ class Start:
                        + per_device * self.devices_per_process(cell))
         return int(per_process * self.processes(cell))  # on each node
 
-    def batchnorm(self, cell: Cell) -> str | None:
-        """What it does with BatchNorm's statistics where the cell's model has BatchNorm."""
-        framework = self.traits.framework.name
-        has_batchnorm = resolve_model(cell.model).has_batchnorm(framework)
+    def batchnorm(self, model: Model) -> str | None:
+        """What it does with BatchNorm's statistics where the cell's `model` has BatchNorm."""
+        has_batchnorm = model.has_batchnorm(self.traits.framework.name)
         return self.traits.batchnorm_statistics if has_batchnorm else None
 
     # --- what it cannot run --------------------------------------------------------------------
 
-    def cannot_launch(self, cell: Cell) -> str | None:
-        """Why the runner should not even start `cell` (it asks for what this backend never
-        does, on any device), or None."""
+    def cannot_launch(self, cell: Cell, model: Model) -> str | None:
+        """Why the runner should not even start `cell` of `model` (it asks for what this
+        backend never does, on any device), or None."""
         traits = self.traits
         if cell.nodes > 1 and not traits.spans_nodes:
             return (f"{self.name} runs on one machine: it cannot span {cell.nodes} nodes; "
                     f"{', '.join(spanning_nodes())} can")
         slow = faults.parse(cell.inject).slow_rank
-        ranks = self.processes(cell) * cell.nodes
+        ranks = self.scope.ranks(cell)
         if slow is not None and self.devices_per_process(cell) > 1:
             return (f"inject slow-rank: {self.name}'s {cell.devices} replicas share one process, "
                     f"so one of them cannot be slowed alone")
@@ -176,8 +143,7 @@ class Start:
         if cell.compression not in traits.compressions:
             return (f"compression {cell.compression}: {self.name} does "
                     f"{', '.join(traits.compressions)}; {traits.no_compression}")
-        why_not = resolve_model(cell.model).why_not_served(traits.framework.name,
-                                                           traits.own_models_only)
+        why_not = model.why_not_served(traits.framework.name, traits.own_models_only)
         if why_not:
             return why_not
         return self._input_refused(cell)

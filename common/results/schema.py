@@ -25,7 +25,7 @@ from xbench.common.shapes import (
     shape_problem,
     shown,
 )
-from xbench.common.workload.resolve import resolve_model
+from xbench.common.workload.model import Model
 
 SCHEMA_VERSION = CURRENT  # the last of common.results.upgrades' named upgrades
 # What rows of older versions lack; they are reported and left out, never mixed with these.
@@ -182,15 +182,14 @@ def now() -> str:
 def make_row(cell, run_id: str, started_at: str, status: str, error: str | None,
              framework: str | None, measurement: Measurement | None, env: dict,
              log: str | None, cell_seconds: float, threads_per_device: int,
-             batchnorm: str | None = None, crashes: list[str] = ()) -> dict:
+             batchnorm: str | None = None, crashes: list[str] = (), *, model: Model) -> dict:
     """The result row of one run of `cell` (a common.grids.grid.Cell): identity, the cell's
     configuration (with the compute threads per device it ran with, and what its backend does
     with BatchNorm's statistics across replicas where the model has BatchNorm), the measurement
     when the run was ok, and how the run went (`crashes`: the errors of the attempts before it
-    whose processes crashed)."""
+    whose processes crashed). `model`: the cell's, as the runner resolved it for the cell."""
     measured = measurement.to_dict() if measurement else {}
     memory = measured.get("peak_memory_per_device")
-    model = resolve_model(cell.model)
     row = {
         "schema_version": SCHEMA_VERSION, "run_id": run_id, "grid": cell.grid,
         "cell_key": cell.key, "repeat": cell.repeat, "look": cell.look, "status": status,

@@ -23,9 +23,9 @@ import socket
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from xbench.common.backends.start import Start
-from xbench.common.backends.traits import HOROVODRUN, TORCHRUN
 from xbench.common.grids.cell import Cell, threads_per_device
 from xbench.common.machine import cpu_cores
 from xbench.common.results.store import read_rows, results_files
@@ -34,6 +34,9 @@ from xbench.common.running.progress import duration
 from xbench.common.running.timings import PROBE_CELL_STEPS, framework_costs, reference_cell
 from xbench.common.workload.data import train_samples
 from xbench.common.workload.resolve import resolve_model
+
+if TYPE_CHECKING:
+    from xbench.common.workload.model import Model
 
 
 @dataclass
@@ -49,10 +52,11 @@ def gpus_here() -> int:
     return len(list(folder.iterdir())) if folder.is_dir() else 0
 
 
-def unsupported_here(backend: Start, cell: Cell, gpus: int, launcher: Launcher) -> str | None:
-    """Why `cell` would be an unsupported row here (as its backend and launcher would say), or
-    None."""
-    reason = refused(backend, cell, launcher)
+def unsupported_here(backend: Start, cell: Cell, model: Model, gpus: int,
+                     launcher: Launcher) -> str | None:
+    """Why `cell` (of `model`) would be an unsupported row here (as its backend and launcher
+    would say), or None."""
+    reason = refused(backend, cell, model, launcher)
     if reason:
         return reason
     if cell.launcher == "slurm":
@@ -75,8 +79,8 @@ def history(results_path: Path) -> list[dict]:
     return rows
 
 
-def samples_per_epoch(cell: Cell) -> int:
-    base = min(train_samples(cell.data, resolve_model(cell.model)),
+def samples_per_epoch(cell: Cell, model: Model) -> int:
+    base = min(train_samples(cell.data, model),
                cell.max_train_samples or math.inf)
     return base * cell.multiple // cell.global_batch * cell.global_batch
 
@@ -87,7 +91,7 @@ def outside_epochs(row: dict) -> float:
     return row["cell_seconds"] - sum(e["seconds"] for e in row["epochs"])
 
 
-def from_rows(cell: Cell, rows: list[dict]) -> Estimate | None:
+def from_rows(cell: Cell, model: Model, rows: list[dict]) -> Estimate | None:
     same_cell = [r["cell_seconds"] for r in rows if r["cell_key"] == cell.key]
     if same_cell:
         return Estimate("to run", statistics.mean(same_cell),
@@ -99,7 +103,7 @@ def from_rows(cell: Cell, rows: list[dict]) -> Estimate | None:
     per_sample = statistics.mean(r["epochs"][-1]["seconds"] / r["epochs"][-1]["samples"]
                                  for r in like)
     return Estimate("to run", statistics.mean(map(outside_epochs, like))
-                    + per_sample * samples_per_epoch(cell) * cell.epochs,
+                    + per_sample * samples_per_epoch(cell, model) * cell.epochs,
                     f"{len(like)} earlier row(s) of the same model and backend on as many "
                     f"devices")
 
@@ -111,18 +115,19 @@ def device_share(cell: Cell) -> float:
     return min(1.0, threads_per_device(cell, cpu_cores()) * cell.devices / cpu_cores())
 
 
-def composed(cell: Cell, rows: list[dict], launcher: Launcher, measure: bool) -> Estimate:
+def composed(cell: Cell, model: Model, rows: list[dict], launcher: Launcher,
+             measure: bool) -> Estimate:
     """Start-up, training and finish, each measured (the module's docstring); where `measure`
     is False only what is kept is read, and what is not kept is no forecast."""
     backend = Start.of(cell.backend)
-    costs, ran = framework_costs(cell, launcher, measure)
+    costs, ran = framework_costs(cell, model, launcher, measure)
     if costs is None:
         return Estimate("to run", None, f"no earlier rows, and no {PROBE_CELL_STEPS}-step "
                         f"{reference_cell(cell).backend} cell of it " + (
                             "ran ok here" if measure else
                             "kept here (`xbench grid --dry-run` runs one)"))
-    training = (samples_per_epoch(cell) * cell.epochs * costs["per_sample"] / device_share(cell)
-                + costs["first_epoch_extra"])
+    training = (samples_per_epoch(cell, model) * cell.epochs * costs["per_sample"]
+                / device_share(cell) + costs["first_epoch_extra"])
     probe = (f"a {PROBE_CELL_STEPS}-step {reference_cell(cell).backend} cell "
              f"{'now' if ran else 'kept'}")
     like = [r for r in rows if (r["backend"], r["world_size"]) == (cell.backend, cell.world)]
@@ -131,7 +136,7 @@ def composed(cell: Cell, rows: list[dict], launcher: Launcher, measure: bool) ->
                         f"start-up and finish of {len(like)} earlier row(s) of {cell.backend} "
                         f"on {cell.world} device(s), training as {probe} trained")
     processes = backend.processes(cell)
-    starter = 1 if backend.traits.start in (TORCHRUN, HOROVODRUN) else 0
+    starter = 1 if backend.scope.tool else 0
     starting = costs["start"] * (starter + max(1.0, processes / cpu_cores()))
     return Estimate("to run", starting + training + costs["finish"],
                     f"as {probe} ran: start-up {starting:.0f} s ({processes} process(es)"
@@ -148,13 +153,15 @@ def estimate(cells: list[Cell], results_path: Path, resume: bool, launcher: Laun
              if r["status"] == "ok"} if resume and results_path.is_file() else set())
     gpus, estimates = gpus_here(), []
     for cell in cells:
-        reason = unsupported_here(Start.of(cell.backend), cell, gpus, launcher)
+        model = resolve_model(cell.model)  # once for the cell: each question below is given it
+        reason = unsupported_here(Start.of(cell.backend), cell, model, gpus, launcher)
         if (cell.key, cell.repeat) in done:
             estimates.append(Estimate("done", None, f"an ok row in {results_path.name}"))
         elif reason:
             estimates.append(Estimate("unsupported", None, reason))
         else:
-            estimates.append(from_rows(cell, rows) or composed(cell, rows, launcher, measure))
+            estimates.append(from_rows(cell, model, rows)
+                             or composed(cell, model, rows, launcher, measure))
     return estimates
 
 

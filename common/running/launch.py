@@ -3,11 +3,12 @@ for: this machine (common.running.local, the default) or a Slurm cluster's nodes
 (common.running.slurm).
 
 Both hand the backend a `Placement` (one reachable host name per node, and ports) and run what
-the backend asks for at its launch scope: once per node (torchrun, or the worker of a one-process
-backend), once per device (tf-multiworker's workers), or once for the whole cell (horovodrun, which
-starts every rank itself). Either way each rank runs `common.running.worker`, and the runner
-turns what it leaves in the cell's folder into the row. A cell's process tree is
-common.running.processes'; a capped link, common.running.link_cap's.
+the backend asks for as its launch scope (common.backends.launch_scopes) says: once per node
+(torchrun, or the worker of a one-process backend), once per device (tf-multiworker's workers),
+or once for the whole cell (horovodrun, which starts every rank itself). Either way each rank
+runs `common.running.worker`, and the runner turns what it leaves in the cell's folder into the
+row. A cell's process tree is common.running.processes'; a capped link,
+common.running.link_cap's.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from xbench.common.running.slurm import SlurmLauncher
 
 if TYPE_CHECKING:
     from xbench.common.backends.start import Start
+    from xbench.common.workload.model import Model
 
 
 class Launcher(Protocol):
@@ -54,10 +56,10 @@ class Launcher(Protocol):
         """Start the cell's processes and wait for them (`watch()` is called while they run)."""
 
 
-def refused(backend: Start, cell: Cell, launcher: Launcher) -> str | None:
-    """Why `cell` is an unsupported row before any of its processes starts (its backend's word or
-    its launcher's), or None: the runner's question, and the dry run's."""
-    return backend.missing() or backend.cannot_launch(cell) or launcher.cannot_run(cell)
+def refused(backend: Start, cell: Cell, model: Model, launcher: Launcher) -> str | None:
+    """Why `cell` (of `model`) is an unsupported row before any of its processes starts (its
+    backend's word or its launcher's), or None: the runner's question, and the dry run's."""
+    return backend.missing() or backend.cannot_launch(cell, model) or launcher.cannot_run(cell)
 
 
 def make_launcher(settings: dict) -> Launcher:

@@ -6,7 +6,6 @@ import os
 import random
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -78,10 +77,8 @@ class LocalLauncher:
             log, token: str, watch=lambda: None) -> Ended:
         """Start the cell here and wait for it (`watch()` is called while it runs)."""
         placement = Placement(("127.0.0.1",), free_ports(cell.world + 1), (socket.gethostname(),))
-        command = backend.launch_command(cell, worker_args, placement)
-        if backend.launch_scope == "task":
-            command = [sys.executable, "-m", "xbench.common.running.spawn", str(cell.devices),
-                       "--", *command]
+        command = [*backend.scope.local_wrapper(cell),
+                   *backend.launch_command(cell, worker_args, placement)]
         injected = faults.parse(cell.inject)
         if injected.link:
             command = capped_link(command, injected.link, injected.link_bytes_per_second)

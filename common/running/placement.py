@@ -11,8 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-PLACEMENT_ENV = "XBENCH_PLACEMENT"
-TASK_ENV = "XBENCH_TASK"  # a worker's index among the workers of its node (common.running.spawn)
+from xbench.common.backends.launch_scopes import PLACEMENT_ENV, WORKER_PER_DEVICE
 
 
 @dataclass(frozen=True)
@@ -40,12 +39,12 @@ class Placement:
 
 def task_index() -> int:
     """This worker's rank among the cell's workers of a per-device launch: Slurm's task id, or
-    the index common.running.spawn gave it on this machine."""
-    return int(os.environ.get("SLURM_PROCID", os.environ.get(TASK_ENV, 0)))
+    the index common.running.spawn gave it on this machine (its launch scope's environment)."""
+    return WORKER_PER_DEVICE.environment.rank_here()
 
 
 def local_task_index() -> int:
-    return int(os.environ.get("SLURM_LOCALID", os.environ.get(TASK_ENV, 0)))
+    return WORKER_PER_DEVICE.environment.local_rank_here()
 
 
 def rank_cores(allowed: list[int], sharing: int, index: int,

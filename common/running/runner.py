@@ -161,14 +161,16 @@ def run_cell(cell, run_id, log_path, launcher, watch=lambda folder: None, load=N
     """One cell, start to end: its result row, whatever happened (`watch(folder)` is called
     while it runs, with the cell's folder). A run whose processes crashed (`crashed`) is run
     again, up to the cell's `retries` times, each with a log of its own; the row keeps the
-    crashes' errors."""
+    crashes' errors. The cell's model is resolved once, here, and every question of it is asked
+    of that object."""
     started_at, started = now(), time.perf_counter()
     framework, log, outcome, batchnorm, crashes = None, None, {}, None, []
+    model = resolve_model(cell.model)
     try:
         backend = Start.of(cell.backend)
-        framework, batchnorm = backend.framework, backend.batchnorm(cell)
-        reason = refused(backend, cell, launcher)
-        needed, node = backend.memory_estimate(cell), launcher.node_memory_mb * 2**20
+        framework, batchnorm = backend.framework, backend.batchnorm(model)
+        reason = refused(backend, cell, model, launcher)
+        needed, node = backend.memory_estimate(cell, model), launcher.node_memory_mb * 2**20
         if reason:
             outcome = {"status": "unsupported", "error": reason}
         elif needed > node:
@@ -180,11 +182,11 @@ def run_cell(cell, run_id, log_path, launcher, watch=lambda folder: None, load=N
                                 f"wake the kernel's out-of-memory killer"}
         else:
             attempt_log = log_path
-            outcome = launch(backend, cell, attempt_log, launcher, watch, load=load)
+            outcome = launch(backend, cell, model, attempt_log, launcher, watch, load=load)
             while outcome.get("crashed") and len(crashes) < cell.retries:
                 crashes.append(outcome["error"])
                 attempt_log = log_path.with_name(f"{log_path.stem}-{len(crashes) + 1}.log")
-                outcome = launch(backend, cell, attempt_log, launcher, watch, load=load)
+                outcome = launch(backend, cell, model, attempt_log, launcher, watch, load=load)
             log = str(attempt_log)
     except Exception:  # noqa: BLE001 - e.g. a backend that fails to import fails its cells, not the grid
         outcome = {"status": "failed",
@@ -194,15 +196,16 @@ def run_cell(cell, run_id, log_path, launcher, watch=lambda folder: None, load=N
     return make_row(cell, run_id, started_at, outcome["status"], outcome.get("error"), framework,
                     measurement, outcome.get("env") or env.capture(), log,
                     time.perf_counter() - started, threads_per_device(cell, launcher.cores),
-                    batchnorm, crashes)
+                    batchnorm, crashes, model=model)
 
 
-def launch(backend, cell, log_path, launcher, watch=lambda folder: None, measure=None,
+def launch(backend, cell, model, log_path, launcher, watch=lambda folder: None, measure=None,
            load=None):
     """Start the cell's processes with `launcher`, wait for them (or the timeout), and read what
-    they left: {status, error} or {status, result, env}. With `measure` (("probe", request) or
-    ("profile", request): the Backend method and its request), the processes measure that
-    instead of training. `load`: the grid's look at the machine, for `omp_wait auto`."""
+    they left: {status, error} or {status, result, env}. `model`: the cell's (a model file's
+    facts travel in the job, for its processes to resolve it from). With `measure` (("probe",
+    request) or ("profile", request): the Backend method and its request), the processes measure
+    that instead of training. `load`: the grid's look at the machine, for `omp_wait auto`."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     threads = threads_per_device(cell, launcher.cores)
     token = uuid.uuid4().hex
@@ -219,7 +222,7 @@ def launch(backend, cell, log_path, launcher, watch=lambda folder: None, measure
         job_path.write_text(json.dumps({"cell": cell.to_dict(), "threads_per_device": threads,
                                         "memory_budget_mb": budget_mb,
                                         "launched_at": time.time(), "omp_wait": waiting,
-                                        "model_file": resolve_model(cell.model).carried(),
+                                        "model_file": model.carried(),
                                         **({"measure": measure} if measure else {})}))
         process_threads = threads * backend.devices_per_process(cell)
         environment = {**omp_environment(os.environ, waiting),
@@ -241,7 +244,8 @@ def measure(cell: Cell, method: str, request: dict, log_path: Path,
     missing = backend.missing()
     if missing:
         return None, missing
-    ended = launch(backend, cell, log_path, launcher, measure=(method, request))
+    ended = launch(backend, cell, resolve_model(cell.model), log_path, launcher,
+                   measure=(method, request))
     if ended["status"] != "ok":
         return None, f"{ended['status']}: {ended.get('error', '').strip()}"
     return ended["result"][method], None

@@ -108,9 +108,8 @@ class SlurmLauncher:
 
     def sbatch_command(self, cell: Cell, backend: Start, script: Path, log: Path) -> list[str]:
         minutes = self.time_minutes or math.ceil(cell.timeout / 60)
-        tasks = cell.devices if backend.launch_scope == "task" else 1
         command = ["sbatch", "--parsable", f"--job-name=xbench-{cell.backend}",
-                   f"--nodes={cell.nodes}", f"--ntasks-per-node={tasks}",
+                   f"--nodes={cell.nodes}", f"--ntasks-per-node={backend.scope.slurm_tasks(cell)}",
                    f"--time={minutes}", f"--output={log}", "--open-mode=append",
                    f"--chdir={REPO}"]
         gpus = self.gpus_per_node or (cell.devices if cell.device == "cuda" else 0)

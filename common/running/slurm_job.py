@@ -1,7 +1,8 @@
 """`python -m xbench.common.running.slurm_job JOB_JSON OUT_DIR`: the batch script of a cell's Slurm
 job, on the job's first node. It finds the nodes Slurm allocated and how the other nodes reach each
-of them, then runs the backend's command at its launch scope: with srun once per node or once per
-device, or here, once, for a launcher that starts every rank itself (horovodrun)."""
+of them, then runs the backend's command as its launch scope says (common.backends.launch_scopes):
+with srun, as many tasks on each node as it asks for, or here, once, for a launcher that starts
+every rank itself (horovodrun)."""
 import json
 import os
 import socket
@@ -61,10 +62,10 @@ def main(job_path: str, out_dir: str) -> int:
     names, addresses = allocated_nodes()
     placement = Placement(tuple(distinct_hosts(addresses)), port, tuple(names))
     command = backend.launch_command(cell, [job_path, out_dir], placement)
-    if backend.launch_scope != "once":
-        tasks = cell.devices if backend.launch_scope == "task" else 1
-        command = ["srun", f"--nodes={cell.nodes}", f"--ntasks-per-node={tasks}",
-                   "--kill-on-bad-exit=1", *command]
+    if not backend.scope.once_per_cell:
+        command = ["srun", f"--nodes={cell.nodes}",
+                   f"--ntasks-per-node={backend.scope.slurm_tasks(cell)}", "--kill-on-bad-exit=1",
+                   *command]
     print(f"xbench slurm_job: nodes {placement.hosts}, port {port}: {' '.join(command)}",
           file=sys.stderr, flush=True)
     return subprocess.run(command, env={**os.environ, PLACEMENT_ENV: placement.to_env()}).returncode

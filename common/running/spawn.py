@@ -11,8 +11,8 @@ import subprocess
 import sys
 import time
 
+from xbench.common.backends.launch_scopes import TASK_ENV
 from xbench.common.children import end_with
-from xbench.common.running.placement import TASK_ENV
 from xbench.common.running.processes import KILL_GRACE_SECONDS
 
 

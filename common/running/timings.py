@@ -18,6 +18,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from xbench.common import cache
 from xbench.common.backends.start import Start
@@ -26,6 +27,9 @@ from xbench.common.grids.cell import Cell
 from xbench.common.running.launch import Launcher, refused
 from xbench.common.running.runner import launch
 from xbench.common.shapes import NUMBER, is_kind
+
+if TYPE_CHECKING:
+    from xbench.common.workload.model import Model
 
 PROBE_CELL_STEPS = 8  # steps an epoch of a framework's probe cell
 COSTS = ("start", "per_sample", "first_epoch_extra", "finish")  # its seconds, as kept
@@ -78,8 +82,10 @@ def probe_key(cell: Cell) -> str:
     return f"cell {probe.key} {Start.of(probe.backend).describe()}"
 
 
-def framework_costs(cell: Cell, launcher: Launcher, measure: bool) -> tuple[dict | None, bool]:
-    """What `cell`'s framework costs here, from a real short cell of its single-device backend
+def framework_costs(cell: Cell, model: Model, launcher: Launcher,
+                    measure: bool) -> tuple[dict | None, bool]:
+    """What `cell`'s framework costs here (`model`: the cell's, the probe cell's too), from a
+    real short cell of its single-device backend
     (reference_cell, launched as a grid launches it, on this machine only): its start-up
     (imports, data, model), its second epoch's seconds per sample, its first epoch's extra
     seconds (TensorFlow's tracing, JAX's compilation), and its finish (the test evaluation on
@@ -89,11 +95,11 @@ def framework_costs(cell: Cell, launcher: Launcher, measure: bool) -> tuple[dict
     backend = Start.of(probe.backend)
 
     def run() -> dict | None:
-        if refused(backend, probe, launcher) or backend.missing():
+        if refused(backend, probe, model, launcher) or backend.missing():
             return None
         with tempfile.TemporaryDirectory(prefix="xbench-probe-") as folder:
             started = time.perf_counter()
-            ended = launch(backend, probe, Path(folder) / "probe.log", launcher)
+            ended = launch(backend, probe, model, Path(folder) / "probe.log", launcher)
             seconds = time.perf_counter() - started
         if ended["status"] != "ok":
             return None

@@ -1,0 +1,93 @@
+"""PyTorch's backends in the traits table: the single-device reference, DataParallel,
+DistributedDataParallel and FSDP2, in the table's order (hvd-torch, Horovod over PyTorch, is with
+Horovod's rows: common.backends.traits.horovod)."""
+from xbench.common.backends.frameworks import TORCH
+from xbench.common.backends.launch_scopes import TORCHRUN
+from xbench.common.backends.protocol import (
+    ALL_REDUCE,
+    BUCKET_READY,
+    MIB,
+    REDUCE_SCATTER,
+    REDUCE_TO_ONE,
+    Protocol,
+    everywhere,
+)
+from xbench.common.backends.traits.shared import Traits
+from xbench.common.workload.compression import COMPRESSIONS
+
+PYTORCH_TRAITS = [
+    Traits("pt-single", TORCH, "xbench.pt_backend.single:SingleDeviceTorchBackend",
+           spans_devices=False),
+    Traits("pt-dp", TORCH, "xbench.pt_backend.dp:DataParallelBackend", wrapper="DataParallel",
+           protocol=everywhere(Protocol(REDUCE_TO_ONE, through_one_device=True,
+                                        collectives_in_compute=True)),
+           no_buckets="DataParallel sums the replicas' gradients on device 0 inside "
+                   "autograd, with no bucketed collective",
+           no_compression="DataParallel sums the replicas' gradients on device 0 inside "
+                          "autograd: it has no communication hook to compress them",
+           several_devices_need_gpus="DataParallel has no multi-device CPU mode, and running on "
+                                     "one device instead would misreport the cell",
+           sync_modes={"each": "DataParallel reduces the replicas' gradients onto device 0 "
+                               "inside every backward"},
+           no_sync_mode="DataParallel reduces the gradients inside autograd on every backward: it "
+                        "has no no_sync() to skip a micro-batch's reduction",
+           collectives_not_counted="not counted: on N GPUs DataParallel scatters the batch, "
+                                   "replicates the module and gathers the outputs inside its "
+                                   "forward, and reduces the gradients onto the first GPU inside "
+                                   "its backward: their time is in those parts",
+           batchnorm_statistics="DataParallel copies the module from the first GPU every step: "
+                                "each replica normalises with its own share of the batch, and "
+                                "only the first GPU's running statistics are updated and kept"),
+    Traits("pt-ddp", TORCH, "xbench.pt_backend.ddp:DistributedDataParallelBackend",
+           wrapper="DistributedDataParallel",
+           start=TORCHRUN, distributed_sampler=True,
+           # bucket_cap_mb, 25; with none given, the first bucket is capped at 1 MiB
+           # (torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES) to start the all-reduces early
+           protocol=everywhere(Protocol(ALL_REDUCE, reduce_passes=2, message_bytes=25 * MIB,
+                                        first_message_bytes=MIB, launch=BUCKET_READY,
+                                        bucket_knob="DistributedDataParallel's bucket_cap_mb")),
+           sync_modes={"last": "DDP's no_sync() on the first K-1 micro-batches",
+                       "each": "DDP's bucketed all-reduce in every micro-batch's backward"},
+           library="torch.distributed", compressions=COMPRESSIONS,  # its communication hooks
+           gpu_only={"powersgd": "PowerSGD's hook chains each bucket's all-reduces in "
+                                 "callbacks; on gloo the chains of DDP's two buckets interleave "
+                                 "in another order on each rank, and gloo aborts ('Received data "
+                                 "size doesn't match expected size', torch 2.13 on 2 CPU "
+                                 "ranks): powersgd runs on GPUs (NCCL) only"},
+           collectives_counted="DDP: each bucket's all-reduce timed by a communication hook "
+                               "from its launch to its future's completion; the gradients' own "
+                               "hooks tell when each is ready, and its bytes",
+           batchnorm_statistics="DistributedDataParallel (broadcast_buffers=True, its default) "
+                                "broadcasts rank 0's running statistics to every rank before "
+                                "each forward: each rank normalises with its own samples' "
+                                "statistics, and the statistics kept (and evaluated with) are "
+                                "rank 0's"),
+    Traits("pt-fsdp", TORCH, "xbench.pt_backend.fsdp:FullyShardedBackend",
+           wrapper="FSDP", start=TORCHRUN,
+           distributed_sampler=True,
+           # its gathers: before forward and again before backward, or once when it keeps the
+           # parameters from forward until after backward (reshard after-backward)
+           protocol=everywhere(Protocol(REDUCE_SCATTER, reduce_passes=1,
+                                        gathers={"after-forward": 2, "after-backward": 1},
+                                        collectives_in_compute=True)),
+           library="torch.distributed", shards_parameters=True,
+           no_compile="torch.compile of the FSDP2-sharded model compiled no graph here (torch "
+                      "2.13 on CPU over gloo: AOTAutograd counted 0 graphs, Dynamo breaking at "
+                      "FSDP2's hooks), so a compiled cell would be an eager one by another name; "
+                      "compiling each unit apart is not done yet",
+           sync_modes={"last": "FSDP2's set_requires_gradient_sync(False) on the first K-1 "
+                               "micro-batches (whole gradients kept between them)",
+                       "each": "a reduce-scatter in every micro-batch's backward"},
+           no_buckets="FSDP2 gathers and reduce-scatters each fully_shard unit's "
+                   "parameters as one, its units are its buckets",
+           no_compression="FSDP reduce-scatters the gradients in their own type (a "
+                          "MixedPrecisionPolicy's reduce_dtype, not set here); xbench's "
+                          "compression is DDP's communication hooks and Horovod's compressors",
+           collectives_not_counted="not counted apart: FSDP's all-gathers run inside the forward "
+                                   "and backward passes and its reduce-scatters inside backward, "
+                                   "so their time, waiting for the slowest rank included, is in "
+                                   "those parts",
+           batchnorm_statistics="FSDP shards parameters, not buffers, and broadcasts none: each "
+                                "rank keeps the running statistics of its own samples, and the "
+                                "statistics evaluated with are rank 0's"),
+]
