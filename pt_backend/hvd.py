@@ -140,6 +140,8 @@ class HandleWatch:
 
 
 class HorovodTorchCollectives(horovod_support.HorovodGather, Collectives):
+    carries_gradients = True  # hvd.allreduce: what DistributedOptimizer's hooks launch
+
     def barrier(self):
         self.hvd.barrier()
 

@@ -36,7 +36,8 @@ class TorchrunBackend(TorchBackend):
 
 
 class TorchDistributedCollectives(Collectives):
-    """torch.distributed's default process group."""
+    """torch.distributed's default process group (DDP's and FSDP's gradients cross in it)."""
+    carries_gradients = True
 
     def __init__(self):
         import torch.distributed as dist

@@ -159,6 +159,9 @@ class TorchLoop(TrainingLoop):
         if self.cuda:
             torch.cuda.synchronize()
 
+    def collective_buffer(self, size):
+        return torch.zeros(size // 4, device=self.device)
+
     def step_clock(self):
         return (cuda_moment, cuda_seconds) if self.cuda else super().step_clock()
 

@@ -18,7 +18,7 @@ from xbench.common.measuring.limits import (
     peak_flops,
 )
 from xbench.common.workload.models import MODELS
-from xbench.reports.numbers.analysis import AFTER_BACKWARD_SHARE
+from xbench.reports.step_model.calibration import AFTER_BACKWARD_SHARE
 
 
 def test_probe_measures_matmul_at_every_thread_count_and_gloo_at_both_gradient_sizes(probe):

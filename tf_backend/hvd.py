@@ -35,6 +35,8 @@ class HorovodTensorFlowBackend(TensorFlowBackend):
 
 
 class HorovodTensorFlowCollectives(horovod_support.HorovodGather, TensorFlowCollectives):
+    carries_gradients = True  # hvd.allreduce: what `reduce` crosses the gradients in
+
     def __init__(self, hvd, tf, compression):
         super().__init__(hvd)
         self.tf, self.compression = tf, compression

@@ -14,6 +14,11 @@ class Collectives(abc.ABC):
 
     rank: int = 0
     world: int = 1
+    # Whether `sum` is the collective the cell's gradients cross in between processes (the same
+    # library, process group and link), so that a step's collectives can be replayed through it
+    # alone (common.measuring.alone); False where the gradients cross inside a compiled step or
+    # a strategy's own ops.
+    carries_gradients: bool = False
 
     @abc.abstractmethod
     def barrier(self) -> None:

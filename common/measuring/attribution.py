@@ -331,21 +331,39 @@ def collective_record(steps: Sequence[Step], split_steps: list[tuple]) -> dict:
     their ratio is the overlap share, None where nothing was in flight); the time they moved
     data (in flight, less waiting for the slowest rank), per step its median; and the
     collectives and bytes they reduced per step (optimizer step: every micro-batch's) where
-    counted."""
+    counted.
+
+    One basis: the steps that carry collectives (`basis_steps`; every step where a library's
+    hooks time each one, the traced steps where a profiler sees them, none on one device), and
+    on those steps alone, per step, the means every derived number of the why is made of: the
+    exposed communication (`exposed_mean`, the step's communication part), the wait for the
+    slowest rank (`waiting_mean`), the time in flight (`busy_mean`), of it overlapped by compute
+    (`overlapped_mean`) and moving data (`moving_mean`); and the collectives a step counted on
+    them (never a median over steps that record none)."""
+    carrying = [i for i, step in enumerate(steps) if step.collectives]
     busy = [flying for _, flying, _ in split_steps]
     overlapped = [both for _, _, both in split_steps]
     moving = [max(flying - parts["waiting"], 0.0) for parts, flying, _ in split_steps]
-    sizes = [step.collective_bytes for step in steps if step.collective_bytes]
+    sizes = [steps[i].collective_bytes for i in carrying if steps[i].collective_bytes]
 
     def median(values):
         return float(np.median(values)) if values else 0.0
+
+    def basis_mean(values):
+        return float(np.mean([values[i] for i in carrying])) if carrying else 0.0
     return {"busy_seconds": sum(busy), "busy_median": median(busy),
             "overlapped_seconds": sum(overlapped), "overlapped_median": median(overlapped),
             "overlap_share": sum(overlapped) / sum(busy) if sum(busy) > 0 else None,
             "moving_seconds": sum(moving), "moving_median": median(moving),
             "bytes_per_step": int(np.median(sizes)) if sizes else None,
-            "collectives_per_step": (float(np.median([len(step.collectives) for step in steps]))
-                                     if any(step.collectives for step in steps) else None)}
+            "collectives_per_step": (float(np.median([len(steps[i].collectives)
+                                                      for i in carrying]))
+                                     if carrying else None),
+            "basis_steps": len(carrying),
+            "exposed_mean": basis_mean([parts["communication"] for parts, _, _ in split_steps]),
+            "waiting_mean": basis_mean([parts["waiting"] for parts, _, _ in split_steps]),
+            "busy_mean": basis_mean(busy), "overlapped_mean": basis_mean(overlapped),
+            "moving_mean": basis_mean(moving)}
 
 
 def latest_ready(ready_by_rank: Sequence[Sequence[float | None]]) -> list[float | None]:

@@ -11,6 +11,7 @@ from typing import Any
 
 from xbench.common.grids.settings import IN_ROW
 from xbench.common.measuring.attribution import PARTS
+from xbench.common.results.invariants import broken
 from xbench.common.results.upgrades import CURRENT
 from xbench.common.shapes import (
     BOOL,
@@ -107,7 +108,9 @@ MEASUREMENTS = {
     "warmup_seconds": (NUMBER, "never"),
 }
 RUN = {"cell_seconds": (NUMBER, "always"), "log": (TEXT, "never"), "env": ((dict,), "always"),
-       "crashes": ((list,), "always")}
+       "crashes": ((list,), "always"),
+       # the invariants its derived numbers break, by name (common.results.invariants)
+       "invariants": ((list,), "always")}
 FIELDS = {**IDENTITY, **CONFIGURATION, **MEASUREMENTS, **RUN}
 AT_LEAST_ONE = ("dataset_multiple", "global_batch", "per_device_batch", "nodes", "devices",
                 "world_size", "params")
@@ -140,7 +143,11 @@ RANK_ATTRIBUTION = {
                    "bytes_per_step": Maybe(WHOLE), "busy_median?": NUMBER,  # schema 12 on
                    "overlapped_seconds?": NUMBER, "overlapped_median?": NUMBER,
                    "overlap_share?": Maybe(NUMBER),
-                   "collectives_per_step?": Maybe(NUMBER)},  # schema 16 on
+                   "collectives_per_step?": Maybe(NUMBER),  # schema 16 on
+                   # schema 18 on: the steps that carry collectives, and on them alone the means
+                   # a step (common.measuring.basis)
+                   "basis_steps?": WHOLE, "exposed_mean?": NUMBER, "waiting_mean?": NUMBER,
+                   "busy_mean?": NUMBER, "overlapped_mean?": NUMBER, "moving_mean?": NUMBER},
     # schema 15 on: the step as a timeline (common.measuring.timeline), seconds from backward's
     # start
     "timeline?": Maybe({"steps": WHOLE, "backward_seconds": NUMBER,
@@ -171,7 +178,11 @@ NESTED = {
         "curve": [{"epoch": WHOLE, "step": WHOLE, "samples": WHOLE, "epochs": NUMBER,
                    "accuracy": NUMBER, "seconds": NUMBER, "training_seconds": NUMBER}]}),
     "attribution": Maybe({"how": Each(TEXT), "epochs": [
-        {"ranks": [RANK_ATTRIBUTION], "slowest_rank": Maybe(WHOLE)}]}),
+        {"ranks": [RANK_ATTRIBUTION], "slowest_rank": Maybe(WHOLE)}],
+        # schema 18 on: the step's collectives replayed alone (common.measuring.alone)
+        "alone?": Maybe({"seconds": NUMBER, "low": NUMBER, "high": NUMBER, "repeats": WHOLE,
+                         "messages": WHOLE, "bytes": WHOLE, "source": TEXT})}),
+    "invariants": [TEXT],
 }
 
 
@@ -208,6 +219,7 @@ def make_row(cell, run_id: str, started_at: str, status: str, error: str | None,
         "backend_details": measured.get("backend_details", {}),
         "cell_seconds": cell_seconds, "log": log, "env": env, "crashes": list(crashes),
     }
+    row["invariants"] = broken(row)
     assert row.keys() == FIELDS.keys(), set(row) ^ set(FIELDS)
     return row
 

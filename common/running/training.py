@@ -21,7 +21,7 @@ import numpy as np
 from xbench.common.backends.backend import Backend
 from xbench.common.backends.collectives import Collectives
 from xbench.common.errors import UserError
-from xbench.common.measuring import attribution
+from xbench.common.measuring import alone, attribution
 from xbench.common.measuring.attribution import StepMarks
 from xbench.common.measuring.contention import ContentionProbe, epoch_contention
 from xbench.common.measuring.evidence import batchnorm_evidence, sample_evidence, weights_digest
@@ -232,7 +232,19 @@ class TrainingLoop(TrainingHooks):
                                       "timeline": timeline_record(steps, latest)})
             epochs.append({"ranks": ranks, "slowest_rank": attribution.slowest_rank(ranks)})
         return {"how": self.attribution_sources(), "epochs": epochs,
-                "traced_steps": self.tracing()}
+                "traced_steps": self.tracing(), "alone": self.alone(epochs[-1]["ranks"])}
+
+    def alone(self, ranks: list[dict]) -> dict | None:
+        """The step's collectives replayed alone once training is over (every rank calls the same
+        collectives: `ranks` is every rank's last epoch, gathered to all), where some of them ran
+        beside backward and the framework reduces through the cell's collectives; None where
+        every one ran after backward (those are their own time alone), none crossed, or they
+        crossed where the cell's collectives cannot replay them (inside a compiled step)."""
+        sizes = alone.step_messages(ranks)
+        if (not self.comm.carries_gradients or self.comm.world < 2 or not sizes
+                or alone.all_after_backward(ranks)):
+            return None
+        return alone.replay(self.comm, self.collective_buffer, self.sync, sizes)
 
     def measure(self, ran: Ran) -> Measurement:
         """Rank 0's measurement of the run."""

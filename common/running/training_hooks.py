@@ -12,6 +12,7 @@ from __future__ import annotations
 import abc
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -77,6 +78,12 @@ class TrainingHooks(abc.ABC):
         """Seconds the set-up spent compiling the step before epoch 1 (JAX compiles it ahead
         of time); 0 where the first steps compile it (in epoch 1's time)."""
         return 0.0
+
+    def collective_buffer(self, size: int) -> Any:
+        """A float32 buffer of `size` bytes on this rank's device, that the cell's collectives
+        (`self.comm.sum`, where they carry the gradients) reduce: a step's collectives replayed
+        alone (common.measuring.alone)."""
+        return np.zeros(size // 4, np.float32)
 
     def attribution_sources(self) -> dict[str, str]:
         """How each part of a step is known here: {part: how}."""

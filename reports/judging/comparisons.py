@@ -12,6 +12,7 @@ from typing import Literal
 import numpy as np
 
 from xbench.common.measuring.attribution import COMPUTE
+from xbench.common.results.invariants import GUARDS
 from xbench.reports.judging.suspect import beyond_a_wrapper, impossible
 from xbench.reports.judging.verdict import (
     Control,
@@ -25,6 +26,7 @@ from xbench.reports.judging.verdict import (
     Verdicts,
 )
 from xbench.reports.numbers import analysis
+from xbench.reports.numbers.communication import alone_words
 from xbench.reports.numbers.stats import (
     LEVEL,
     LOOKS,
@@ -215,18 +217,32 @@ PART_WORDS = {"communication": "waiting for the collective after every rank's co
 
 
 def hidden_words(cell) -> str:
-    """'; of 29 ms of all-reduce a step, 2 ms ran under compute and 27 ms were exposed (hidden
-    7%; in flight while computing, HTA's overlap share: 45%)' from the cell's timeline columns
-    (reports.numbers.analysis), '' where its collectives were not timed."""
-    alone, hidden = cell["alone_seconds"], cell["hidden_share"]
-    if not (np.isfinite(alone) and alone > 0 and np.isfinite(hidden)):
+    """What the cell's collectives cost its step, every number on the steps that carry them
+    (reports.numbers.communication): '; on the 32 steps that carry collectives: of 29 ms of
+    all-reduce a step alone (replayed ...), 2 ms ran under compute and 27 ms were exposed
+    (hidden 7%; in flight while computing, HTA's overlap share: 45%); in flight 40 ms: 1 ms
+    waiting for the slowest rank, 10 ms waiting for a core'; what could not be measured where a
+    number cannot be had; '' where no collective was timed."""
+    def ms(name):
+        return f"{cell[name] * 1000:.3g} ms"
+    if cell["why_missing"]:
+        return f"; its collectives: {cell['why_missing']}"
+    if not np.isfinite(cell["alone_seconds"]):
         return ""
+    basis = f"; on the {cell['basis_steps']:.0f} steps that carry collectives: "
+    if cell["all_after_backward"]:
+        return (basis + f"every collective ran after backward, nothing hidden: "
+                f"{ms('exposed_basis_seconds')} a step exposed, "
+                f"{ms('waiting_basis_seconds')} waiting for the slowest rank")
     overlap = cell["overlap_share"]
-    return (f"; of {alone * 1000:.3g} ms of {cell['reduction']} a step, "
-            f"{cell['under_backward_seconds'] * 1000:.3g} ms ran under compute and "
-            f"{cell['communication_step'] * 1000:.3g} ms were exposed (hidden {hidden:.0%}"
+    return (basis + f"of {ms('alone_seconds')} of {cell['reduction']} a step alone "
+            f"({alone_words(cell['alone_source'])}), {ms('under_compute_seconds')} ran under "
+            f"compute and {ms('exposed_basis_seconds')} were exposed (hidden "
+            f"{cell['hidden_share']:.0%}"
             + (f"; in flight while computing, HTA's overlap share: {overlap:.0%}"
-               if np.isfinite(overlap) else "") + ")")
+               if np.isfinite(overlap) else "")
+            + f"); in flight {ms('busy_basis_seconds')}: {ms('waiting_basis_seconds')} waiting "
+            f"for the slowest rank, {ms('core_wait_seconds')} waiting for a core")
 
 
 def why(cell, attributed, limits):
@@ -246,6 +262,10 @@ def why(cell, attributed, limits):
     if not split_apart(mine.to_frame().T).iloc[0]:  # one opaque call (an untraced JAX row)
         return (f"not known: {mine['untraced_share']:.0%} of the step is one call no mark or "
                 f"trace splits (its compute and communication together)")
+    unsplit = [name for name in mine["broken"] if GUARDS[name] == "step parts"]
+    if unsplit:
+        return ("not drawn: its runs break " + "; ".join(f"'{name}'" for name in unsplit)
+                + " (their numbers are kept in the rows)")
     parts = [f"{mine[f'{part}_share']:.0%} {PART_WORDS[part]}" for part in PART_WORDS
              if mine[f"{part}_share"] >= 0.05]
     text = ("the step spends " + ", ".join(parts) if parts

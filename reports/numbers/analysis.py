@@ -17,11 +17,10 @@ from xbench.common.grids.columns import columns, draws
 from xbench.common.grids.setting import Role
 from xbench.common.grids.settings import SETTINGS
 from xbench.common.measuring.attribution import PARTS
-from xbench.common.measuring.limits import (
-    bus_bandwidth,
-)
 from xbench.common.workload.compression import wire_bytes
 from xbench.common.workload.resolve import own_model
+from xbench.reports.numbers.communication import COLUMNS as COMMUNICATION_COLUMNS
+from xbench.reports.numbers.communication import communication_columns
 from xbench.reports.numbers.repeats import epoch_rate, evidence_of, repeated_values, statuses_text
 from xbench.reports.numbers.stats import difference_of_means, ratio_of_means, summarize
 
@@ -195,10 +194,8 @@ def attribution(cells):
             total = summarize([sum(r["parts"][p] for p in parts)
                                + (r["residual"] if name == "compute" else 0) for r in runs])
             record[f"{name}_epoch_seconds"], record[f"{name}_epoch_ci"] = total["mean"], total["ci"]
-        record.update(bandwidth(cell, runs))
-        shares = [r["overlap"] for r in runs if r.get("overlap") is not None]
-        record["overlap_share"] = float(np.mean(shares)) if shares else math.nan
-        record.update(timeline_columns(record, runs))
+        record.update(communication_columns(cell, runs, wire_size(cell),
+                                            protocol(cell).is_all_reduce))
         records.append(record)
     return pd.DataFrame(records, columns=ATTRIBUTION_COLUMNS)
 
@@ -211,12 +208,7 @@ ATTRIBUTION_COLUMNS = [
     "adds_up", "residual_share", "how", "slowest_rank",
     *[f"{part}{suffix}" for part in PARTS for suffix in ("_step", "_step_ci", "_share")],
     "compute_epoch_seconds", "compute_epoch_ci", "comm_epoch_seconds", "comm_epoch_ci",
-    "moving_seconds", "moving_ci", "bytes", "bytes_how", "algbw", "busbw", "busbw_ci",
-    "busbw_from", "overlap_share", "timeline", "after_bytes", "after_seconds", "after_messages",
-    "alone_seconds", "hidden_share", "under_backward_seconds"]
-# The collectives launched after backward must carry at least this share of a step's bytes for
-# their rate to stand for all of them (a last small tensor's says only its latency).
-AFTER_BACKWARD_SHARE = 0.25
+    *COMMUNICATION_COLUMNS]
 UNTRACED_LIMIT = 0.10  # a step's share no mark or trace covers above which the report says so
 
 
@@ -232,78 +224,6 @@ def wire_size(cell) -> float:
     if spec is None:  # a model file's: one float32 gradient per parameter
         return 4.0 * cell["params"] if cell["compression"] == "none" else math.nan
     return wire_bytes(spec.tensor_shapes(), cell["compression"], cell["powersgd_rank"])
-
-
-def timeline_columns(record: dict, runs: list[dict]) -> dict:
-    """What the cell's timelines say (common.measuring.timeline): rank 0's timeline of the
-    first run; the collectives launched after backward (bytes and moving seconds a step, their
-    count: the median over ranks and runs), which shared no core with backward; the
-    collectives' own time a step, alone (the step's bytes at the after-backward rate where
-    those carried at least AFTER_BACKWARD_SHARE of them, else the moving time); and the hidden
-    share, 1 - exposed communication / that time, with the seconds that ran under compute."""
-    timelines = [t for r in runs for t in r.get("timelines") or [] if t]
-    after = [found for t in timelines if (found := after_of(t, record["bytes"]))]
-    found = {"timeline": timelines[0] if timelines else None, "after_bytes": math.nan,
-             "after_seconds": math.nan, "after_messages": math.nan,
-             "alone_seconds": record["moving_seconds"], "hidden_share": math.nan,
-             "under_backward_seconds": math.nan}
-    if after:
-        found.update(after_bytes=float(np.median([size for size, _, _ in after])),
-                     after_seconds=float(np.median([seconds for _, seconds, _ in after])),
-                     after_messages=float(np.median([count for _, _, count in after])))
-        size = record["bytes"]
-        if found["after_seconds"] > 0 and found["after_bytes"] >= AFTER_BACKWARD_SHARE * size:
-            found["alone_seconds"] = size * found["after_seconds"] / found["after_bytes"]
-    exposed, alone = record["communication_step"], found["alone_seconds"]
-    if record["devices"] > 1 and alone and np.isfinite(alone) and alone > 0:
-        found["hidden_share"] = min(max(1 - exposed / alone, 0.0), 1.0)
-        found["under_backward_seconds"] = max(alone - exposed, 0.0)
-    return found
-
-
-def bandwidth(cell, runs) -> dict:
-    """The moving time per step, the bytes reduced, and for an all-reducing cell on N > 1
-    devices algbw and busbw (the mean over repeats, busbw with its interval): from the
-    collectives that ran after backward where every run had enough of them (`alone_rate`: on a
-    CPU a collective in flight beside backward waits for cores), else from the moving time."""
-    moving = summarize([r["moving"] for r in runs])
-    counted = [r["bytes"] for r in runs if r["bytes"]]
-    size = counted[0] if counted else wire_size(cell)
-    found = {"moving_seconds": moving["mean"], "moving_ci": moving["ci"], "bytes": size,
-             "bytes_how": "counted" if counted else "computed from the model",
-             "algbw": math.nan, "busbw": math.nan, "busbw_ci": math.nan, "busbw_from": None}
-    if cell["devices"] > 1 and protocol(cell).is_all_reduce:
-        rates = [rate for r in runs if (rate := alone_rate(r, size)) is not None]
-        alone = len(rates) == len(runs)
-        if not alone:
-            rates = [size / r["moving"] for r in runs if r["moving"] > 0]
-        busbw = summarize([bus_bandwidth(rate, cell["devices"]) for rate in rates])
-        algbw = summarize(rates)
-        found.update(algbw=algbw["mean"], busbw=busbw["mean"], busbw_ci=busbw["ci"],
-                     busbw_from="collectives after backward" if alone else "moving time")
-    return found
-
-
-def after_of(timeline: dict, size: float) -> tuple[float, float, int] | None:
-    """(bytes, moving seconds, count) of a rank's collectives launched after backward (a
-    timeline's `after_backward`; bytes the step's `size` where the library did not tell them
-    and every collective ran then), None where there are none or their bytes are unknown."""
-    after = timeline["after_backward"]
-    if not after or after["seconds"] <= 0:
-        return None
-    size = after["bytes"] if after["bytes"] is not None else (size if after.get("all") else None)
-    count = sum(c["launch"] >= timeline["backward_seconds"] for c in timeline["collectives"])
-    return (float(size), after["seconds"], count) if size else None
-
-
-def alone_rate(run: dict, size: float) -> float | None:
-    """Bytes a second the run's collectives moved once backward was over, sharing no core with
-    it (the median over ranks), where they carried at least AFTER_BACKWARD_SHARE of the step's
-    `size` bytes; else None."""
-    after = [found for t in run.get("timelines") or [] if t and (found := after_of(t, size))]
-    if not after or np.median([b for b, _, _ in after]) < AFTER_BACKWARD_SHARE * size:
-        return None
-    return float(np.median([b / seconds for b, seconds, _ in after]))
 
 
 def wrapper_cost(cells):

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from xbench.common.measuring.attribution import mean_parts
+from xbench.common.measuring.basis import communication
 from xbench.reports.numbers.stats import summarize
 
 
@@ -20,7 +21,8 @@ def repeated_values(ok) -> dict:
             "epoch_means": epoch_means(ok["epoch_list"]),
             "batchnorm_difference": ok["batchnorm_difference"].max(),
             "test_accuracy_values": ok["test_accuracy"].dropna().tolist(),
-            "attributions": [last_epoch_attribution(a) for a in ok["attribution"] if a],
+            "attributions": [{**last_epoch_attribution(a), "broken": broken}
+                             for a, broken in zip(ok["attribution"], ok["broken"]) if a],
             "epoch2_runs": epoch2_runs(ok)}
 
 
@@ -104,8 +106,11 @@ def last_epoch_attribution(record: dict) -> dict:
             "overlap": (sum(overlapped) / busy if busy > 0 and None not in overlapped
                         else None),
             "bytes": ranks[0]["collective"]["bytes_per_step"],
-            # collectives a step, counted (None: none counted, or a row from before schema 16)
+            # collectives a step, counted on the steps that carry them (None: none counted, or
+            # a row from before schema 16)
             "collectives": ranks[0]["collective"].get("collectives_per_step"),
+            # the why's numbers on one basis (None: no collective, or a row before schema 18)
+            "communication": communication(ranks, record.get("alone")),
             # each rank's step as a timeline (None: a row from before schema 15 recorded it)
             "timelines": [r.get("timeline") for r in ranks],
             "slowest_rank": epoch["slowest_rank"], "how": record["how"]}

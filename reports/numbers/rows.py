@@ -15,6 +15,7 @@ from xbench.common.grids.columns import training_label
 from xbench.common.grids.setting import Role
 from xbench.common.grids.settings import IN_ROW
 from xbench.common.measuring.contention import taken_share
+from xbench.common.results.invariants import broken
 from xbench.common.results.probes import probe_path, read_probes
 from xbench.common.results.store import flat_table, read_rows, results_files
 from xbench.reports.numbers.query import select
@@ -154,6 +155,8 @@ def add_details(frame, rows):
                  "time_to_target", "batchnorm"):
         frame[name] = [row.get(name) for row in rows]
     frame["memory_per_device"] = frame["peak_memory_per_device"]
+    # checked again as read, whatever the row says of itself (common.results.invariants)
+    frame["broken"] = [tuple(broken(row)) for row in rows]
     frame["crashes"] = [len(row.get("crashes") or []) for row in rows]
 
 

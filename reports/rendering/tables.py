@@ -196,7 +196,7 @@ def limits_table(limits):
         ("data-sheet peak", lambda c: c["sheet_basis"] or "— (CPUs: the probe's only)"),
         ("MFU of the data sheet", lambda c: mfu_text(c, "sheet_mfu")),
         ("library", lambda c: c["library"] if isinstance(c["library"], str) else "—"),
-        ("achieved busbw (GB/s), from counted communication",
+        ("achieved busbw (GB/s), of the collectives alone",
          lambda c: f"SUSPECT: {gigabytes(c['achieved_busbw'])} is above the probe's, not a "
                    f"result" if c["bandwidth_suspect"] else gigabytes(c["achieved_busbw"])),
         ("probe busbw (GB/s), slowest-fastest", lambda c: "—" if math.isnan(c["probe_busbw"])

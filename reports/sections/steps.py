@@ -95,30 +95,38 @@ def milliseconds(cell, name: str, ci: str):
     return estimate(cell[name] * 1000, cell[ci] * 1000)
 
 
+# The communication table's times, each a mean a step on the steps that carry collectives.
+BASIS = {"waiting for the slowest rank": "waiting_basis_seconds",
+         "exposed communication": "exposed_basis_seconds",
+         "collectives alone": "alone_seconds", "under compute": "under_compute_seconds",
+         "in flight": "busy_basis_seconds", "waiting for a core": "core_wait_seconds"}
+
+
 def communication_table(data: ReportData) -> Numbers:
-    """The cells whose gradients cross between N > 1 devices: what the step waits for, what the
-    collectives moved and how fast (words where a reduction to one device has no ring
+    """The cells whose gradients cross between N > 1 devices, every number on one basis (the
+    steps that carry collectives: reports.numbers.communication): what the step waits for, the
+    collectives' time alone and of it under compute, how long they were in flight and why, and
+    what they moved and how fast (words where a reduction to one device has no ring
     bandwidth)."""
     def ring(value):
         return lambda c: (value(c) if analysis.protocol(c).is_all_reduce
                           else f"— ({c['reduction']}: no ring bandwidth)")
+
+    def ms(name):
+        return field(f"{name} (ms/step)", BASIS[name], lambda v: "—" if pd.isna(v)
+                     else num(v * 1000))
     attributed = data.attributed
     many = attributed[attributed["devices"] > 1] if len(attributed) else attributed
     return numbers(many, [
         *CELL_VALUES, ("training", column("training")), ("reduction", column("reduction")),
-        Column("waiting for the slowest rank (ms/step)",
-               lambda c: milliseconds(c, "waiting_step", "waiting_step_ci"), estimate_text()),
-        Column("exposed communication (ms/step)",
-               lambda c: milliseconds(c, "communication_step", "communication_step_ci"),
-               estimate_text()),
-        Column("moving (ms/step)", lambda c: milliseconds(c, "moving_seconds", "moving_ci"),
-               estimate_text()),
-        field("overlap share (in flight while computing, HTA's)", "overlap_share",
-              lambda v: "—" if pd.isna(v) else f"{v:.0%}"),
-        field("collectives alone (ms/step)", "alone_seconds",
-              lambda v: "—" if pd.isna(v) else num(v * 1000)),
+        field("steps carrying collectives", "basis_steps",
+              lambda v: "—" if pd.isna(v) else f"{v:.0f}"),
+        *map(ms, BASIS),
         field("hidden share (not waited for)", "hidden_share",
               lambda v: "—" if pd.isna(v) else f"{v:.0%}"),
+        field("overlap share (in flight while computing, HTA's)", "overlap_share",
+              lambda v: "—" if pd.isna(v) else f"{v:.0%}"),
+        ("not known", lambda c: c["why_missing"] or "—"),
         Column("bytes reduced (MiB/step)", lambda c: (c["bytes"] / MIB, c["bytes_how"]),
                lambda v: f"{num(v[0])} ({v[1]})"),
         Column("algbw (GB/s)", ring(lambda c: c["algbw"] * 1e-9), num),

@@ -24,7 +24,6 @@ import pandas as pd
 from scipy import optimize
 
 from xbench.common.backends.protocol import FUSED_EACH_CYCLE
-from xbench.reports.numbers.analysis import AFTER_BACKWARD_SHARE
 from xbench.reports.step_model.step import (
     COMPUTE_PARTS,
     Link,
@@ -54,6 +53,11 @@ class Wire:
     efficiency: float
     cells: int
     basis: str = ALONE
+
+
+# The collectives launched after backward must carry at least this share of a step's bytes for
+# their rate to stand for all of them (a last small tensor's says only its latency).
+AFTER_BACKWARD_SHARE = 0.25
 
 
 @dataclass
@@ -86,7 +90,8 @@ def calibration_point(pair) -> tuple[str, tuple[float, float, float]] | None:
     the collectives a cell launched after backward where they carried at least
     AFTER_BACKWARD_SHARE of the step's bytes (a last small bucket's time is its latency and its
     wait for a core, no rate; a reduction through one device: all its copies, all after
-    backward), else all of the step's over their moving time; None where nothing was timed."""
+    backward), else all of the step's over their time alone where the cell replayed them
+    (common.measuring.alone), else over their moving time; None where nothing was timed."""
     crossing, devices = protocol(pair), pair["devices"]
     if not crossing.crosses:
         return None
@@ -98,7 +103,9 @@ def calibration_point(pair) -> tuple[str, tuple[float, float, float]] | None:
         seconds = pair["moving_seconds"] or pair["communication_step"]
     if not (size and seconds and np.isfinite(size) and np.isfinite(seconds) and seconds > 0
             and size >= AFTER_BACKWARD_SHARE * pair["bytes"]):
-        basis, size, seconds = MOVING, pair["bytes"], pair["moving_seconds"]
+        alone = pair.get("alone_seconds")
+        basis, size, seconds = ((ALONE, pair["bytes"], alone) if alone and np.isfinite(alone)
+                                else (MOVING, pair["bytes"], pair["moving_seconds"]))
         micro_batches, each = syncs(pair)  # every sync's messages, where each micro-batch syncs
         messages = (micro_batches if each else 1) * crossing.messages(sync_bytes(pair, size),
                                                                       bucket_bytes(pair))

@@ -116,7 +116,8 @@ def references(cells: pd.DataFrame, attributed: pd.DataFrame) -> pd.DataFrame:
     family = [*[c for c in SETUP if c != "training"], "training_without_fault"]
     keyed = cells.merge(attributed[["env", "cell_key", *[f"{p}_step" for p in (
         *COMPUTE_PARTS, "waiting", "communication")], "moving_seconds", "bytes", "timeline",
-        "after_bytes", "after_seconds", "after_messages", *[f"{p}_share" for p in COMPUTE]]],
+        "after_bytes", "after_seconds", "after_messages", "alone_seconds",
+        *[f"{p}_share" for p in COMPUTE]]],
         on=["env", "cell_key"])
     keyed = keyed[keyed["backend"].isin(list(TRAITS)) & split_apart(keyed)]
     ones = keyed[(keyed["devices"] == 1) & (keyed["nodes"] == 1)

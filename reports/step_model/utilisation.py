@@ -18,8 +18,9 @@ def against_limits(cells, attributed, probes):
     (its row's `math`: bf16 or fp16 in mixed precision, else fp32, or TF32 on a GPU that allowed
     it), and on a GPU also against the data sheet's peak at that precision
     (common.measuring.datasheets); either above 100% is SUSPECT; and for an all-reducing cell on
-    N > 1 devices its achieved bus bandwidth (from its collectives' counted moving time,
-    `attributed`: reports.numbers.analysis.attribution) against the probe's, at the gradients' size,
+    N > 1 devices its achieved bus bandwidth (of its collectives' counted bytes over their time
+    alone, `attributed`: reports.numbers.communication) against the probe's, at the gradients'
+    size,
     with the same library and placement; an achieved bandwidth above the probe's is marked
     suspect.
     `probes`: reports.numbers.rows.load_probes' {env label: probe}."""

@@ -1,0 +1,77 @@
+"""A step's collectives alone: how long they take with nothing to overlap, the denominator of
+the hidden share and the time under compute (common.measuring.basis).
+
+Two clean sources, never a moving time measured beside backward (on a CPU a collective in
+flight beside backward waits for a core, and its moving time says so, not how long it takes):
+
+- `AFTER_BACKWARD`: where every collective of the steps that carry them was launched once
+  backward was over, those collectives ran with nothing to overlap, on the same steps as the
+  exposed communication they are set against (their moving time, from when the last rank was
+  ready to their end). Nothing of them was hidden.
+- `REPLAYED`: otherwise, once training is over, every rank replays the step's collectives (the
+  bytes of each, in order, as its library reduced them in the last epoch) through the cell's
+  own collectives (its library, its processes, its link, capped or not), each round after a
+  barrier, the slowest rank's time a round, `ALONE_REPEATS` rounds after one to warm up (as
+  nccl-tests and `xbench probe` time a collective).
+
+Framework-free: a framework loop gives the buffer its library reduces and its device's sync.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from xbench.common.backends.collectives import Collectives
+
+ALONE_REPEATS = 5
+AFTER_BACKWARD = "after backward"
+REPLAYED = "replayed"
+SOURCES = {AFTER_BACKWARD: "every collective of the steps that carry them ran after backward, "
+                           "with nothing to overlap: their moving time on those steps",
+           REPLAYED: "the step's collectives replayed after training through the cell's own "
+                     "library and processes, nothing to overlap (the slowest rank's time, "
+                     f"median of {ALONE_REPEATS} rounds)"}
+
+
+def step_messages(ranks: Sequence[dict]) -> list[int]:
+    """The bytes of each collective of a step, in order, as rank 0's timeline of the last epoch
+    holds them (every rank reduces the same messages); [] where a message's bytes were not
+    told or no timeline was kept."""
+    timeline = ranks[0].get("timeline") if ranks else None
+    sizes = [c["bytes"] for c in (timeline or {}).get("collectives", [])]
+    return sizes if sizes and None not in sizes else []
+
+
+def all_after_backward(ranks: Sequence[dict]) -> bool:
+    """Whether every rank's every collective of its timeline's steps was launched after
+    backward (the timeline's `after_backward.all`)."""
+    timelines = [rank.get("timeline") for rank in ranks]
+    return bool(timelines) and all(t and t.get("after_backward") and t["after_backward"]["all"]
+                                   for t in timelines)
+
+
+def replay(comm: Collectives, make_buffer: Callable[[int], Any], sync: Callable[[], None],
+           sizes: list[int], repeats: int = ALONE_REPEATS) -> dict:
+    """Every rank calls this with the same `sizes`: the step's collectives, one buffer of each
+    size reduced after the other, timed `repeats` rounds after a warm-up one. The record:
+    seconds (the median round, each round the slowest rank's), its lowest and highest, the
+    rounds, messages and bytes, and the source."""
+    buffers = [make_buffer(size) for size in sizes]
+
+    def round_seconds() -> float:
+        comm.barrier()
+        started = time.perf_counter()
+        for buffer in buffers:
+            comm.sum(buffer)
+        sync()
+        return time.perf_counter() - started
+    round_seconds()
+    mine = [round_seconds() for _ in range(repeats)]
+    slowest = np.max(np.asarray(comm.gather(mine), dtype=float), axis=0)
+    return {"seconds": float(np.median(slowest)), "low": float(slowest.min()),
+            "high": float(slowest.max()), "repeats": repeats, "messages": len(sizes),
+            "bytes": int(sum(sizes)), "source": REPLAYED}
