@@ -29,8 +29,8 @@ from xbench.common.measuring.target import Evaluation, TargetRun
 from xbench.common.measuring.timeline import timeline_record
 from xbench.common.measuring.timing import EpochClock, epoch_record, step_percentiles
 from xbench.common.results.schema import Measurement
+from xbench.common.running.busy_machine import OMP_VARIABLES
 from xbench.common.running.job import Job
-from xbench.common.running.load import OMP_VARIABLES
 from xbench.common.running.placement import node_name, pin_rank
 from xbench.common.running.training_hooks import TrainingHooks
 from xbench.common.workload import faults
