@@ -10,9 +10,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from xbench.common.grids.settings import IN_ROW
-from xbench.common.measuring.attribution import PARTS
-from xbench.common.results.upgrades import CURRENT
-from xbench.common.shapes import (
+from xbench.common.json_shapes import (
     BOOL,
     NUMBER,
     POSITIVE,
@@ -25,6 +23,8 @@ from xbench.common.shapes import (
     shape_problem,
     shown,
 )
+from xbench.common.measuring.attribution import PARTS
+from xbench.common.results.upgrades import CURRENT
 from xbench.common.workload.resolve import resolve_model
 
 SCHEMA_VERSION = CURRENT  # the last of common.results.upgrades' named upgrades
