@@ -105,7 +105,7 @@ class JaxBackend(Backend):
             self.stop_processes()
 
     def probe(self, cell: Cell, threads_per_device: int, request: dict) -> dict | None:
-        from xbench.jax_backend.limits import probe
+        from xbench.jax_backend.probe import probe
 
         try:
             comm, kind = self.set_up(cell, threads_per_device)

@@ -120,7 +120,7 @@ class TorchBackend(Backend):
             self.stop_processes()
 
     def probe(self, cell: Cell, threads_per_device: int, request: dict) -> dict | None:
-        from xbench.pt_backend.limits import probe
+        from xbench.pt_backend.probe import probe
 
         try:
             comm, device = self.set_up(cell, threads_per_device)

@@ -17,7 +17,7 @@ from xbench.common.grids.columns import columns, draws
 from xbench.common.grids.setting import Role
 from xbench.common.grids.settings import SETTINGS
 from xbench.common.measuring.attribution import PARTS
-from xbench.common.measuring.limits import (
+from xbench.common.measuring.peaks import (
     bus_bandwidth,
 )
 from xbench.common.workload.compression import wire_bytes

@@ -75,7 +75,7 @@ class TensorFlowBackend(Backend):
         return TensorFlowLoop(job, comm, self, strategy).run()
 
     def probe(self, cell: Cell, threads_per_device: int, request: dict) -> dict | None:
-        from xbench.tf_backend.limits import probe
+        from xbench.tf_backend.probe import probe
 
         comm, _, kind = self.set_up(cell, threads_per_device)
         return probe(self, comm, kind, request)

@@ -1,4 +1,4 @@
-"""JAX's part of `xbench probe` (common.measuring.limits): matmul rates with XLA's own kernels
+"""JAX's part of `xbench probe` (common.measuring.peaks): matmul rates with XLA's own kernels
 (jax.jit, as training runs them), and all-reduce times across jax-multiprocess's processes
 (its collectives' sum: an all-reduce compiled over a mesh of every process's device; each timed
 call also places the buffer from the host and reads the sum back, which the other frameworks'
@@ -9,11 +9,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from xbench.common.measuring.limits import matmul_record, time_all_reduce, time_matmul
+from xbench.common.measuring.peaks import matmul_record, time_all_reduce, time_matmul
 from xbench.common.running.env import cpu_name
 from xbench.jax_backend.base import MATMUL_PRECISION
 
-SIZE = {"cpu": 2048, "cuda": 8192}  # n of the n x n matmul, as pt_backend.limits
+SIZE = {"cpu": 2048, "cuda": 8192}  # n of the n x n matmul, as pt_backend.probe
 
 
 def probe(backend, comm, kind, request):
