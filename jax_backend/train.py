@@ -1,4 +1,5 @@
-"""The JAX training loop of every JAX backend: the hooks of common.running.training's loop.
+"""The JAX training loop of every JAX backend: the hooks (common.running.framework_hooks) of
+common.running.training_loop's loop.
 
 One step is one jax.jit-compiled function over a one-axis mesh of the backend's devices: the
 global batch sharded over them, the parameters, BatchNorm's statistics and the optimizer's state
@@ -23,7 +24,7 @@ from xbench.common.measuring.attribution import CALL
 from xbench.common.measuring.target import Evaluation
 from xbench.common.measuring.tracing import SAMPLED, TracedCalls
 from xbench.common.running.env import cpu_name, peak_rss_bytes
-from xbench.common.running.training import TrainingLoop, eval_batch
+from xbench.common.running.training_loop import TrainingLoop, eval_batch
 from xbench.common.workload.precision import lower_dtype
 from xbench.common.workload.resolve import own_model
 from xbench.common.workload.samples import rank_indices

@@ -16,6 +16,7 @@ from xbench.common.grids.cell import Cell
 from xbench.common.measuring.attribution import CollectiveClock
 from xbench.common.results.schema import Measurement
 from xbench.common.running.job import Job
+from xbench.common.running.training_loop import INTER_OP_PER_DEVICE
 from xbench.common.workload.compression import gradient_wire_bytes
 
 if TYPE_CHECKING:
@@ -93,8 +94,6 @@ class TorchBackend(Backend):
     def set_up(self, cell: Cell, threads_per_device: int) -> tuple[Collectives, torch.device]:
         """Threads, device and processes of `cell` in this process (stop_processes undoes it)."""
         import torch
-
-        from xbench.common.running.training import INTER_OP_PER_DEVICE
 
         self.cell = cell
         devices = self.devices_per_process(cell)
