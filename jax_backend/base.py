@@ -121,4 +121,3 @@ class JaxBackend(Backend):
 
     def is_out_of_memory(self, error: BaseException) -> bool:
         return isinstance(error, MemoryError) or "RESOURCE_EXHAUSTED" in str(error)
-

@@ -54,4 +54,3 @@ def matmul_rates(kind, device):
                                      time_matmul(lambda m=multiply: m(a, b).block_until_ready(),
                                                  lambda: None)))
     return records
-

@@ -379,4 +379,3 @@ class JaxLoop(TracedCalls, TrainingLoop):
 
     def gpu_indices(self):
         return [d.local_hardware_id for d in self.local] if self.kind == "cuda" else []
-
