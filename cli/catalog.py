@@ -18,8 +18,8 @@ from xbench.common.backends.registry import BACKENDS
 from xbench.common.backends.start import Start
 from xbench.common.grids.cell import Cell
 from xbench.common.grids.settings import SETTINGS
+from xbench.common.json_shapes import NUMBER, TEXT, WHOLE
 from xbench.common.running.estimate import gpus_here
-from xbench.common.shapes import NUMBER, TEXT, WHOLE
 from xbench.common.workload import models
 from xbench.common.workload.layers import LAYER_NAMES, Block
 from xbench.common.workload.resolve import resolve_model

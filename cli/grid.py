@@ -19,9 +19,9 @@ from xbench.common.grids import grid as grid_module
 from xbench.common.grids.settings import SETTINGS
 from xbench.common.grids.table import format_rows
 from xbench.common.results import store as results
+from xbench.common.running.busy_machine import LOOK_SECONDS, Load
 from xbench.common.running.estimate import dry_run_plan, forecasts
 from xbench.common.running.launch import make_launcher
-from xbench.common.running.load import LOOK_SECONDS, Load
 from xbench.common.running.runner import check_cells, run_grid
 from xbench.common.workload import data as data_module
 

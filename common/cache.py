@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from xbench.common.errors import UserError
-from xbench.common.shapes import shape_problem
+from xbench.common.json_shapes import shape_problem
 
 CACHE_ENV = "XBENCH_CACHE"
 

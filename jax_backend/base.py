@@ -3,7 +3,9 @@ platform, the host platform's device count, the cores its CPU thread pool may us
 by which each says how it joins its processes and which devices its mesh spans.
 
 JAX is imported only inside methods that run in a launched worker, so the runner can list and
-launch these backends without importing it.
+launch these backends without importing it: the modules they import there (networks, train,
+probe) import JAX at their top. What those modules share with this one, the mesh and the float32
+math, is jax_backend.mesh, which imports none of them: no module here imports another back.
 """
 from __future__ import annotations
 
@@ -16,16 +18,12 @@ from xbench.common.grids.cell import Cell
 from xbench.common.results.schema import Measurement
 from xbench.common.running.job import Job
 from xbench.common.running.placement import first_sibling, rank_cores
+from xbench.jax_backend.mesh import MATMUL_PRECISION, platform
 
 if TYPE_CHECKING:
     import jax
 
     from xbench.jax_backend.networks import Network
-
-AXIS = "batch"  # the mesh's one axis, the batch's first dimension split over it
-# Float32 matmuls and convolutions as the cell's precision asks (JAX's default on GPUs lets them
-# run in TF32): jax_default_matmul_precision's values.
-MATMUL_PRECISION = {"fp32": "highest", "tf32": "tensorfloat32"}
 
 
 class JaxBackend(Backend):
@@ -105,7 +103,7 @@ class JaxBackend(Backend):
             self.stop_processes()
 
     def probe(self, cell: Cell, threads_per_device: int, request: dict) -> dict | None:
-        from xbench.jax_backend.limits import probe
+        from xbench.jax_backend.probe import probe
 
         try:
             comm, kind = self.set_up(cell, threads_per_device)
@@ -123,17 +121,3 @@ class JaxBackend(Backend):
 
     def is_out_of_memory(self, error: BaseException) -> bool:
         return isinstance(error, MemoryError) or "RESOURCE_EXHAUSTED" in str(error)
-
-
-def one_axis_mesh(devices: list[jax.Device], axis: str = AXIS) -> jax.sharding.Mesh:
-    """A mesh of `devices` in that order along one axis, by jax.make_mesh (the pinned JAX's way
-    to lay one out). Its axis is Auto: the step says how its arrays lie (NamedSharding) and XLA's
-    partitioner carries that through the step, as it does with a Mesh built by hand."""
-    import jax
-    return jax.make_mesh((len(devices),), (axis,), axis_types=(jax.sharding.AxisType.Auto,),
-                         devices=devices)
-
-
-def platform(kind: str) -> str:
-    """JAX's platform name of a device kind ("cpu", "cuda")."""
-    return "gpu" if kind == "cuda" else "cpu"

@@ -9,7 +9,8 @@ import numpy as np
 
 from xbench.common.backends.collectives import Collectives
 from xbench.common.running.placement import Placement, local_task_index, task_index
-from xbench.jax_backend.base import JaxBackend, one_axis_mesh, platform
+from xbench.jax_backend.base import JaxBackend
+from xbench.jax_backend.mesh import one_axis_mesh, platform
 
 
 class MultiProcessJaxBackend(JaxBackend):

@@ -7,8 +7,10 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable
 
+import flax
 import jax
 import numpy as np
+import optax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -16,8 +18,8 @@ from xbench.common.errors import Unsupported
 from xbench.common.grids.cell import Cell
 from xbench.common.workload.precision import lower_dtype
 from xbench.common.workload.resolve import resolve_model
-from xbench.jax_backend.base import AXIS, one_axis_mesh
-from xbench.jax_backend.models import parameter_count
+from xbench.jax_backend import models as flax_models
+from xbench.jax_backend.mesh import AXIS, one_axis_mesh
 
 
 class Network(abc.ABC):
@@ -60,19 +62,18 @@ class Network(abc.ABC):
         return NamedSharding(self.mesh, P(AXIS))
 
     def parameter_count(self, trainable) -> int:
-        return parameter_count(trainable)
+        return flax_models.parameter_count(trainable)
 
 
 class FlaxNetwork(Network):
     """The spec's model in Flax (jax_backend.models), stepped by Optax as PyTorch steps."""
 
     def __init__(self, cell: Cell, devices: list):
-        from xbench.jax_backend.models import build_model, build_optimizer
         self.mesh = one_axis_mesh(devices)
-        self.module, self.variables = build_model(cell.model, cell.seed,
-                                                  lower_dtype(cell.precision))
-        self.optimizer = build_optimizer(cell.optimizer, cell.lr, cell.momentum,
-                                         cell.weight_decay)
+        self.module, self.variables = flax_models.build_model(cell.model, cell.seed,
+                                                              lower_dtype(cell.precision))
+        self.optimizer = flax_models.build_optimizer(cell.optimizer, cell.lr, cell.momentum,
+                                                     cell.weight_decay)
         # the parameters' paths, which name the model's tensors (no values kept)
         self.paths = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype),
                                   self.variables["params"])
@@ -92,25 +93,20 @@ class FlaxNetwork(Network):
         return logits, updated.get("batch_stats", others)
 
     def update(self, grads, optimizer, trainable):
-        import optax
         updates, optimizer = self.optimizer.update(grads, optimizer, trainable)
         return optax.apply_updates(trainable, updates), optimizer
 
     def set_learning_rate(self, optimizer, value):
-        from xbench.jax_backend.models import set_learning_rate
-        return set_learning_rate(optimizer, value)
+        return flax_models.set_learning_rate(optimizer, value)
 
     def weights(self, trainable):
-        from xbench.jax_backend.models import leaf_arrays
-        return leaf_arrays({"params": trainable})
+        return flax_models.leaf_arrays({"params": trainable})
 
     def batchnorm(self, others):
-        from xbench.jax_backend.models import batchnorm_arrays
-        return batchnorm_arrays({"params": self.paths, "batch_stats": others}) if others else []
+        return (flax_models.batchnorm_arrays({"params": self.paths, "batch_stats": others})
+                if others else [])
 
     def details(self):
-        import flax
-        import optax
         return {"model_library": f"Flax {flax.__version__} (linen)",
                 "optimizer_library": f"Optax {optax.__version__}"}
 
@@ -126,6 +122,8 @@ class KerasNetwork(Network):
     trainer compiles them in `fit`."""
 
     def __init__(self, cell: Cell, devices: list):
+        # Keras here, not at the top: the Flax backends never load it, and keras-jax sets
+        # KERAS_BACKEND before its first import (jax_backend.keras)
         import keras
 
         from xbench.keras_models.models import batchnorm_statistics, build_model, build_optimizer

@@ -1,4 +1,5 @@
-"""The JAX training loop of every JAX backend: the hooks of common.running.training's loop.
+"""The JAX training loop of every JAX backend: the hooks (common.running.framework_hooks) of
+common.running.training_loop's loop.
 
 One step is one jax.jit-compiled function over a one-axis mesh of the backend's devices: the
 global batch sharded over them, the parameters, BatchNorm's statistics and the optimizer's state
@@ -23,11 +24,12 @@ from xbench.common.measuring.attribution import CALL
 from xbench.common.measuring.target import Evaluation
 from xbench.common.measuring.tracing import SAMPLED, TracedCalls
 from xbench.common.running.env import cpu_name, peak_rss_bytes
-from xbench.common.running.training import TrainingLoop, eval_batch
+from xbench.common.running.training_loop import TrainingLoop, eval_batch
 from xbench.common.workload.precision import lower_dtype
 from xbench.common.workload.resolve import own_model
 from xbench.common.workload.samples import rank_indices
-from xbench.jax_backend.base import AXIS
+from xbench.jax_backend.flops import flops_check, xla_flops
+from xbench.jax_backend.mesh import AXIS, has_tf32
 from xbench.jax_backend.trace import ACCUMULATE_SCOPE, TOTALS_SCOPE, JaxTracer, Program
 
 # XLA's passes that merge independent all-reduces into one (CPU's, GPU's).
@@ -363,8 +365,7 @@ class JaxLoop(TracedCalls, TrainingLoop):
         """The precision float32 matmuls and convolutions run in here: TF32 on a GPU that has
         it (compute capability 8.0 on) unless the cell asked for fp32 ("highest"), as JAX's
         default precision allows there; else fp32."""
-        capability = getattr(self.local[0], "compute_capability", "0")
-        tf32 = (self.kind == "cuda" and float(capability) >= 8.0
+        tf32 = (has_tf32(self.kind, self.local[0])
                 and jax.config.jax_default_matmul_precision != "highest")
         return "tf32" if tf32 else "fp32"
 
@@ -378,23 +379,3 @@ class JaxLoop(TracedCalls, TrainingLoop):
 
     def gpu_indices(self):
         return [d.local_hardware_id for d in self.local] if self.kind == "cuda" else []
-
-
-def xla_flops(compiled) -> float | None:
-    """The FLOPs XLA's cost analysis counts in one call of a compiled program (one device's
-    program, where it is partitioned over a mesh); None where the platform gives none."""
-    return (compiled.cost_analysis() or {}).get("flops")
-
-
-def flops_check(counted: float | None, spec) -> dict:
-    """XLA's count of a training step's FLOPs per sample beside xbench's from the model's `spec`
-    (the MFU's numerator). They differ where their conventions do: XLA counts the elementwise
-    ops too (the loss, activations, the optimizer's update), and leaves out a convolution's
-    products with its zero padding, which the spec counts. XLA's is one device's program over
-    its share of the batch, the whole optimizer update included (every device steps every
-    parameter), so its count per sample grows with the devices. A model file (keras-jax's) has
-    no spec (`spec` None): its rows' FLOPs are XLA's own count of its forward pass
-    (jax_backend.user_model), no second opinion to check against, so none is given."""
-    from_spec = spec.training_flops_per_sample() if spec else None
-    return {"xla": counted, "spec": from_spec,
-            "ratio": counted / from_spec if counted and from_spec else None}

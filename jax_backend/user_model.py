@@ -18,7 +18,7 @@ import keras
 import numpy as np
 
 from xbench.common.workload.file_checks import run_describer
-from xbench.jax_backend.train import xla_flops
+from xbench.jax_backend.flops import xla_flops
 from xbench.keras_models.file_facts import counted, seed
 
 

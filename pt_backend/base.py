@@ -16,6 +16,7 @@ from xbench.common.grids.cell import Cell
 from xbench.common.measuring.attribution import CollectiveClock
 from xbench.common.results.schema import Measurement
 from xbench.common.running.job import Job
+from xbench.common.running.training_loop import INTER_OP_PER_DEVICE
 from xbench.common.workload.compression import gradient_wire_bytes
 
 if TYPE_CHECKING:
@@ -94,8 +95,6 @@ class TorchBackend(Backend):
         """Threads, device and processes of `cell` in this process (stop_processes undoes it)."""
         import torch
 
-        from xbench.common.running.training import INTER_OP_PER_DEVICE
-
         self.cell = cell
         devices = self.devices_per_process(cell)
         torch.set_num_threads(threads_per_device * devices)
@@ -120,7 +119,7 @@ class TorchBackend(Backend):
             self.stop_processes()
 
     def probe(self, cell: Cell, threads_per_device: int, request: dict) -> dict | None:
-        from xbench.pt_backend.limits import probe
+        from xbench.pt_backend.probe import probe
 
         try:
             comm, device = self.set_up(cell, threads_per_device)

@@ -7,8 +7,8 @@ from torch import nn
 from xbench.common.running.profile import STEP_PASSES, time_passes
 from xbench.common.workload.data import load
 from xbench.common.workload.resolve import resolve_model
-from xbench.pt_backend.limits import device_name
 from xbench.pt_backend.models import TorchTiedLogits, build_model, build_optimizer
+from xbench.pt_backend.probe import device_name
 from xbench.pt_backend.train import mean_loss, model_inputs
 
 

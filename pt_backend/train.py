@@ -1,5 +1,5 @@
-"""The PyTorch training loop of every PyTorch backend: the hooks of common.running.training's
-loop.
+"""The PyTorch training loop of every PyTorch backend: the hooks (common.running.framework_hooks)
+of common.running.training_loop's loop.
 
 The backend wraps the model and the optimizer its own way (pt_backend.base's hooks); the input
 pipeline, the step and the measurements are the same for all three, so their numbers compare.
@@ -15,7 +15,7 @@ from xbench.common.measuring.attribution import INSTRUMENTED, CollectiveClock
 from xbench.common.measuring.evidence import indices_digest
 from xbench.common.measuring.target import Evaluation
 from xbench.common.running.env import cpu_name, peak_rss_bytes
-from xbench.common.running.training import TrainingLoop, eval_batch
+from xbench.common.running.training_loop import TrainingLoop, eval_batch
 from xbench.common.workload.precision import LOSS_SCALE_GROWTH_STEPS, LOSS_SCALE_START, lower_dtype
 from xbench.pt_backend.data import EpochShardSampler, EpochShuffleSampler, TrainSet, as_is
 from xbench.pt_backend.models import batchnorm_statistics, build_model, build_optimizer

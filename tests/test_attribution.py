@@ -333,7 +333,7 @@ SLOW_MS, DELAY_MS, LINK = 100, 40, "200mbit"
 MULTI = ["pt-ddp", "hvd-torch", "tf-multiworker"]
 # An input delay on 2 ranks where the step's parts come from marks and from a trace (hvd-torch's
 # input is pt-ddp's loop's), and in tf-mirrored's one process of 2 replicas. The delay is the
-# common loop's (common.running.training) and the input part its mark, in any number of ranks:
+# common loop's (common.running.training_loop) and the input part its mark, in any number of ranks:
 # pt-single's steps are marked as pt-ddp's are, tf-single's traced as tf-mirrored's, left out.
 DELAYED = ["pt-ddp", "tf-multiworker"]
 INJECTED = ["none", f"input-delay={DELAY_MS}", f"slow-rank=1:{SLOW_MS}", f"link={LINK}"]

@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers import write_grid, xbench
 from xbench.common.results.store import read_rows
-from xbench.common.running.load import Load, look_at_load, omp_environment, omp_wait
+from xbench.common.running.busy_machine import Load, look_at_load, omp_environment, omp_wait
 
 BUSY_LOOP = [sys.executable, "-c", "while True: pass"]
 BUSY = Load(share=0.5, cores=2, busiest=(("python3", 4242, 0.99),))

@@ -11,7 +11,7 @@ import pytest
 
 from tests.helpers import REPO, xbench_here
 from xbench.common.machine import install_plan, wants_gpu
-from xbench.common.measuring.limits import (
+from xbench.common.measuring.peaks import (
     all_reduce_record,
     bus_bandwidth,
     flop_utilisation,

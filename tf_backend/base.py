@@ -13,6 +13,7 @@ from xbench.common.backends.backend import Backend
 from xbench.common.grids.cell import Cell
 from xbench.common.results.schema import Measurement
 from xbench.common.running.job import Job
+from xbench.common.running.training_loop import INTER_OP_PER_DEVICE
 from xbench.tf_backend.collectives import OneTensorFlowProcess, TensorFlowCollectives
 
 if TYPE_CHECKING:
@@ -52,7 +53,6 @@ class TensorFlowBackend(Backend):
         device kind ("cpu" or "cuda")."""
         import tensorflow as tf
 
-        from xbench.common.running.training import INTER_OP_PER_DEVICE
         from xbench.tf_backend.train import set_threads
 
         self.cell = cell
@@ -75,7 +75,7 @@ class TensorFlowBackend(Backend):
         return TensorFlowLoop(job, comm, self, strategy).run()
 
     def probe(self, cell: Cell, threads_per_device: int, request: dict) -> dict | None:
-        from xbench.tf_backend.limits import probe
+        from xbench.tf_backend.probe import probe
 
         comm, _, kind = self.set_up(cell, threads_per_device)
         return probe(self, comm, kind, request)

@@ -1,6 +1,6 @@
-"""The TensorFlow training loop of every TensorFlow backend: the hooks of
-common.running.training's loop, around its input (tf_backend.pipeline) and its replica's step
-(tf_backend.step).
+"""The TensorFlow training loop of every TensorFlow backend: the hooks
+(common.running.framework_hooks) of common.running.training_loop's loop, around its input
+(tf_backend.pipeline) and its replica's step (tf_backend.step).
 
 The backend gives the `tf.distribute` strategy that holds the replicas of its process and the
 collectives its processes talk through (tf-mirrored: one process, N replicas; hvd-tf: N
@@ -19,7 +19,7 @@ from xbench.common.measuring.attribution import CALL
 from xbench.common.measuring.target import Evaluation
 from xbench.common.measuring.tracing import SAMPLED, TracedCalls
 from xbench.common.running.env import peak_rss_bytes
-from xbench.common.running.training import INPUT_PIPELINE_PER_DEVICE, TrainingLoop, eval_batch
+from xbench.common.running.training_loop import INPUT_PIPELINE_PER_DEVICE, TrainingLoop, eval_batch
 from xbench.common.workload.precision import LOSS_SCALE_GROWTH_STEPS, LOSS_SCALE_START, lower_dtype
 from xbench.keras_models.models import (
     batchnorm_statistics,

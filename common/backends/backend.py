@@ -91,7 +91,7 @@ class Backend(abc.ABC):
     def probe(self, cell: Cell, threads_per_device: int, request: dict) -> dict | None:
         """For `xbench probe`, inside a launched process set up as for training `cell`: the
         framework's matmul rates (`request` {"matmul": {...}}) or its all-reduce times through
-        this backend's collectives ({"all_reduce": {"sizes": [...]}}), see common.measuring.limits;
+        this backend's collectives ({"all_reduce": {"sizes": [...]}}), see common.measuring.peaks;
         the result on rank 0, None on the others."""
         raise Unsupported(f"{self.name} has no probe")
 

@@ -12,8 +12,8 @@ that reaches its target goes on to the end of that epoch, and of epoch 2 at leas
 epoch in its row is whole and its rate is read from epoch 2 as in every other row; no evaluation
 runs after the target is reached.
 
-Framework-free: the loop (common.running.training) evaluates and reports here; the arithmetic is
-here.
+Framework-free: the loop (common.running.training_loop) evaluates and reports here; the
+arithmetic is here.
 """
 from __future__ import annotations
 

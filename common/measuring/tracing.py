@@ -131,7 +131,7 @@ def _set_collectives(step: Step, flights: list[Flight]) -> None:
 
 class TracedCalls:
     """The training loop's hooks of a framework whose step's call a StepTracer samples
-    (common.running.training_hooks): the tracer in `self.tracer`, the steps per epoch in
+    (common.running.framework_hooks): the tracer in `self.tracer`, the steps per epoch in
     `self.steps_per_epoch`, the processes in `self.comm`."""
 
     tracer: StepTracer

@@ -1,4 +1,4 @@
-"""The probe file: what `xbench probe` measured (common.measuring.limits), one record per line
+"""The probe file: what `xbench probe` measured (common.measuring.peaks), one record per line
 in `probe.jsonl` beside the results files, and the check of each record the report reads."""
 import json
 from pathlib import Path

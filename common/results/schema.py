@@ -10,10 +10,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from xbench.common.grids.settings import IN_ROW
-from xbench.common.measuring.attribution import PARTS
-from xbench.common.results.invariants import broken
-from xbench.common.results.upgrades import CURRENT
-from xbench.common.shapes import (
+from xbench.common.json_shapes import (
     BOOL,
     NUMBER,
     POSITIVE,
@@ -26,6 +23,9 @@ from xbench.common.shapes import (
     shape_problem,
     shown,
 )
+from xbench.common.measuring.attribution import PARTS
+from xbench.common.results.invariants import broken
+from xbench.common.results.upgrades import CURRENT
 from xbench.common.workload.model import Model
 
 SCHEMA_VERSION = CURRENT  # the last of common.results.upgrades' named upgrades

@@ -21,7 +21,7 @@ class Job:
     threads_per_device: int
     launched_at: float
     progress: ProgressReport = field(default_factory=ProgressReport)
-    # How its OpenMP threads wait, and why (common.running.load.omp_wait)
+    # How its OpenMP threads wait, and why (common.running.busy_machine.omp_wait)
     omp_wait: dict = field(default_factory=lambda: {
         "policy": "environment", "by": "this process's own environment (not launched by a grid)"})
 

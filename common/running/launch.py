@@ -17,7 +17,7 @@ from typing import IO, TYPE_CHECKING, Protocol
 
 from xbench.common.grids.cell import Cell
 from xbench.common.grids.settings import SETTINGS, SLURM
-from xbench.common.running.load import Load
+from xbench.common.running.busy_machine import Load
 from xbench.common.running.local import LocalLauncher
 from xbench.common.running.processes import Ended
 from xbench.common.running.slurm import SlurmLauncher

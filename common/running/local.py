@@ -15,8 +15,8 @@ import psutil
 from xbench.common.children import end_with, signals_held
 from xbench.common.grids.cell import Cell
 from xbench.common.machine import cpu_cores
+from xbench.common.running.busy_machine import Load, look_at_load
 from xbench.common.running.link_cap import capped_link, namespaces_refused
-from xbench.common.running.load import Load, look_at_load
 from xbench.common.running.placement import PLACEMENT_ENV, Placement
 from xbench.common.running.processes import Ended, end_processes
 from xbench.common.workload import faults

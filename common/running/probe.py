@@ -1,4 +1,4 @@
-"""`xbench probe`: what runs to measure this machine's limits (common.measuring.limits), each
+"""`xbench probe`: what runs to measure this machine's limits (common.measuring.peaks), each
 measurement a short "cell" launched exactly as a grid's cells are (common.running.runner.launch),
 so it runs with the
 same processes, launcher, threads and collectives as the cells whose numbers it judges.

@@ -25,9 +25,9 @@ from xbench.common.measuring.contention import taken_share
 from xbench.common.results import store as results
 from xbench.common.results.schema import Measurement, make_row, now
 from xbench.common.running import env
+from xbench.common.running.busy_machine import omp_environment, omp_wait
 from xbench.common.running.claims import Claims
 from xbench.common.running.launch import Launcher, refused
-from xbench.common.running.load import omp_environment, omp_wait
 from xbench.common.running.local import LocalLauncher
 from xbench.common.running.processes import remove_dead_scratch, scratch_folder
 from xbench.common.running.progress import GridProgress
@@ -47,7 +47,7 @@ def run_grid(cells, results_path, resume=True, echo=print, launcher=None, live=N
     """Run every cell not already done, with `launcher` (common.running.launch; default: this
     machine); return the rows written by this run. Progress is shown live on a terminal (`live`:
     default when standard output is one), as plain lines otherwise, not at all when `quiet`.
-    `load`: what else ran on the machine when the grid started (common.running.load), which
+    `load`: what else ran on the machine when the grid started (common.running.busy_machine), which
     `omp_wait auto` follows. `forecasts`: each cell's seconds as the dry run forecasts them,
     where the grid's ETA starts (common.running.progress.GridProgress)."""
     launcher = launcher or LocalLauncher()

@@ -24,9 +24,9 @@ from xbench.common import cache
 from xbench.common.backends.start import Start
 from xbench.common.backends.traits import TRAITS, references
 from xbench.common.grids.cell import Cell
+from xbench.common.json_shapes import NUMBER, is_kind
 from xbench.common.running.launch import Launcher, refused
 from xbench.common.running.runner import launch
-from xbench.common.shapes import NUMBER, is_kind
 
 if TYPE_CHECKING:
     from xbench.common.workload.model import Model

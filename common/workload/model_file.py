@@ -36,7 +36,7 @@ from types import ModuleType
 
 from xbench.common import cache
 from xbench.common.errors import UserError
-from xbench.common.shapes import BOOL, TEXT, WHOLE, Each, Maybe, Range, shape_problem
+from xbench.common.json_shapes import BOOL, TEXT, WHOLE, Each, Maybe, Range, shape_problem
 from xbench.common.workload.layouts import image_shape
 from xbench.common.workload.model import IMAGES, OTHER, TOKENS
 from xbench.common.workload.models import INPUT_SHAPES, NUM_CLASSES
@@ -48,7 +48,7 @@ SYNTHETIC_TRAIN, SYNTHETIC_TEST = 8192, 1024  # random samples of a file without
 FACTS_VERSION = 3  # of what the describers count: a new version counts again
 INPUT_DTYPES = ("float32", "int64")
 # What a describer answers (common.workload.file_checks.describe) and what is kept of a model
-# file (ModelFile's fields), as common.shapes checks them: both are read from files.
+# file (ModelFile's fields), as common.json_shapes checks them: both are read from files.
 COUNT, SIZE = Range(WHOLE, 1), Range(WHOLE, 0)
 SAMPLES = {"input_dtype": TEXT, "target_shape": [COUNT], "classes": Range(WHOLE, 2),
            "data": Maybe({"train": COUNT, "test": COUNT, "digest": TEXT})}

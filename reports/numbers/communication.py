@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from xbench.common.measuring.alone import SOURCES
-from xbench.common.measuring.limits import bus_bandwidth
+from xbench.common.measuring.peaks import bus_bandwidth
 from xbench.common.results.invariants import GUARDS
 from xbench.reports.numbers.stats import summarize
 

@@ -167,7 +167,7 @@ def numbers(values):
 
 def load_probes(paths, frame):
     """({env label: {"matmul": [...], "all_reduce": [...]}}, problems): the records of the probe
-    files beside the results files (common.measuring.limits), each given to the environment of
+    files beside the results files (common.measuring.peaks), each given to the environment of
     the rows it was measured in; where several measured the same thing, the newest counts."""
     labels = dict(zip(frame["env_key"], frame["env"], strict=True)) if len(frame) else {}
     found, problems = {}, []

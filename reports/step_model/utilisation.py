@@ -7,7 +7,7 @@ import math
 import pandas as pd
 
 from xbench.common.measuring.datasheets import datasheet_peak
-from xbench.common.measuring.limits import flop_utilisation, peak_flops, probe_all_reduce
+from xbench.common.measuring.peaks import flop_utilisation, peak_flops, probe_all_reduce
 from xbench.common.workload.resolve import own_model
 from xbench.reports.numbers.analysis import CONFIG, measured, protocol, wire_size
 

@@ -1,12 +1,12 @@
-"""TensorFlow's part of `xbench probe` (common.measuring.limits): matmul rates with TensorFlow's own
+"""TensorFlow's part of `xbench probe` (common.measuring.peaks): matmul rates with TensorFlow's own
 kernels (in a tf.function, as training runs them), and all-reduce times through tf-multiworker's
 collectives."""
 import tensorflow as tf
 
-from xbench.common.measuring.limits import matmul_record, time_all_reduce, time_matmul
+from xbench.common.measuring.peaks import matmul_record, time_all_reduce, time_matmul
 from xbench.tf_backend.device import device_name, gpu_capability
 
-SIZE = {"cpu": 2048, "cuda": 8192}  # n of the n x n matmul, as pt_backend.limits
+SIZE = {"cpu": 2048, "cuda": 8192}  # n of the n x n matmul, as pt_backend.probe
 
 
 def probe(backend, comm, kind, request):
@@ -28,7 +28,7 @@ def probe(backend, comm, kind, request):
 def matmul_rates(kind):
     """fp32 (TF32 turned off for it) and bf16, at this process's threads on a CPU; on a GPU also
     fp16, and tf32 and bf16 where the device has them (TensorFlow's default allows TF32); fp16
-    on GPUs only, as pt_backend.limits. Each timed call ends by reading one number of the result
+    on GPUs only, as pt_backend.probe. Each timed call ends by reading one number of the result
     back to the host, so that it waits for the device."""
     size = SIZE[kind]
     threads = tf.config.threading.get_intra_op_parallelism_threads() if kind == "cpu" else None

@@ -1,4 +1,4 @@
-"""JAX's part of `xbench probe` (common.measuring.limits): matmul rates with XLA's own kernels
+"""JAX's part of `xbench probe` (common.measuring.peaks): matmul rates with XLA's own kernels
 (jax.jit, as training runs them), and all-reduce times across jax-multiprocess's processes
 (its collectives' sum: an all-reduce compiled over a mesh of every process's device; each timed
 call also places the buffer from the host and reads the sum back, which the other frameworks'
@@ -9,11 +9,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from xbench.common.measuring.limits import matmul_record, time_all_reduce, time_matmul
+from xbench.common.measuring.peaks import matmul_record, time_all_reduce, time_matmul
 from xbench.common.running.env import cpu_name
-from xbench.jax_backend.base import MATMUL_PRECISION
+from xbench.jax_backend.mesh import MATMUL_PRECISION, has_tf32
 
-SIZE = {"cpu": 2048, "cuda": 8192}  # n of the n x n matmul, as pt_backend.limits
+SIZE = {"cpu": 2048, "cuda": 8192}  # n of the n x n matmul, as pt_backend.probe
 
 
 def probe(backend, comm, kind, request):
@@ -38,7 +38,6 @@ def matmul_rates(kind, device):
     GPU also tf32 (where the device has it) and fp16. Each timed call waits for its result."""
     size = SIZE[kind]
     threads = len(os.sched_getaffinity(0)) if kind == "cpu" else None
-    modern = kind == "cuda" and float(getattr(device, "compute_capability", "0")) >= 8.0
     a, b = (jax.device_put(np.random.default_rng(k).standard_normal((size, size), np.float32),
                            device) for k in range(2))
     records = []
@@ -46,7 +45,8 @@ def matmul_rates(kind, device):
                                    ("tf32", jnp.float32, MATMUL_PRECISION["tf32"]),
                                    ("bf16", jnp.bfloat16, "default"),
                                    ("fp16", jnp.float16, "default")):
-        if (precision == "tf32" and not modern) or (precision == "fp16" and kind == "cpu"):
+        if ((precision == "tf32" and not has_tf32(kind, device))
+                or (precision == "fp16" and kind == "cpu")):
             continue
         multiply = jax.jit(lambda x, y, dtype=dtype, math=math: jnp.matmul(
             x.astype(dtype), y.astype(dtype), precision=math))
@@ -54,4 +54,3 @@ def matmul_rates(kind, device):
                                      time_matmul(lambda m=multiply: m(a, b).block_until_ready(),
                                                  lambda: None)))
     return records
-

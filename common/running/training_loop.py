@@ -1,10 +1,11 @@
-"""The one shape of training in every backend.
+"""The one shape of training in every backend: the loop's side of a contract whose other side,
+what each framework supplies, is common.running.framework_hooks.
 
 `TrainingLoop.run` is the order of the parts (set-up; per epoch: barrier, clock, timed steps,
 totals; then the evidence, the attribution of the steps and the measurement) and all the
 arithmetic on them, written once. A framework's loop (pt_backend.train.TorchLoop,
-tf_backend.train.TensorFlowLoop) implements only the hooks (common.running.training_hooks), which
-are framework code: building the model, one training step (marking where its parts end:
+tf_backend.train.TensorFlowLoop, jax_backend.train.JaxLoop) implements only the hooks, which are
+framework code: building the model, one training step (marking where its parts end:
 common.measuring.attribution), reading its totals.
 """
 from __future__ import annotations
@@ -29,10 +30,10 @@ from xbench.common.measuring.target import Evaluation, TargetRun
 from xbench.common.measuring.timeline import timeline_record
 from xbench.common.measuring.timing import EpochClock, epoch_record, step_percentiles
 from xbench.common.results.schema import Measurement
+from xbench.common.running.busy_machine import OMP_VARIABLES
+from xbench.common.running.framework_hooks import TrainingHooks
 from xbench.common.running.job import Job
-from xbench.common.running.load import OMP_VARIABLES
 from xbench.common.running.placement import node_name, pin_rank
-from xbench.common.running.training_hooks import TrainingHooks
 from xbench.common.workload import faults
 from xbench.common.workload.model import Model
 

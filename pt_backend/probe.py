@@ -1,9 +1,9 @@
-"""PyTorch's part of `xbench probe` (common.measuring.limits): matmul rates with torch's own
+"""PyTorch's part of `xbench probe` (common.measuring.peaks): matmul rates with torch's own
 kernels, and all-reduce times through a PyTorch backend's collectives (gloo or nccl for pt-ddp,
 Horovod for hvd-torch)."""
 import torch
 
-from xbench.common.measuring.limits import matmul_record, time_all_reduce, time_matmul
+from xbench.common.measuring.peaks import matmul_record, time_all_reduce, time_matmul
 from xbench.common.running.env import cpu_name
 
 SIZE = {"cpu": 2048, "cuda": 8192}  # n of the n x n matmul: large enough to reach the peak

@@ -1,11 +1,12 @@
-"""What a framework's training loop supplies: the hooks `common.running.training.TrainingLoop`
-calls, each framework code (building the model, one training step, reading its totals, weights
-and memory, evaluating).
+"""What a framework's training loop supplies: the hooks
+`common.running.training_loop.TrainingLoop` calls, each framework code (building the model, one
+training step, reading its totals, weights and memory, evaluating).
 
-Apart from the loop because it is the contract a framework implements
-(pt_backend.train.TorchLoop, tf_backend.train.TensorFlowLoop, jax_backend.train.JaxLoop), read
-without the loop's order and arithmetic, as common.backends.backend's `Backend` is read without
-the runner's. A hook with a body here is one a framework may leave as it is.
+A module apart from the loop because it is the other side of the contract: what a framework
+implements (pt_backend.train.TorchLoop, tf_backend.train.TensorFlowLoop,
+jax_backend.train.JaxLoop), read without the loop's order and arithmetic, as
+common.backends.backend's `Backend` is read without the runner's. A hook with a body here is one
+a framework may leave as it is.
 """
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""This machine's limits, as `xbench probe` measures them with the frameworks' own kernels and
-collectives (the report's denominators; the file they are kept in is common.results.probes).
+"""This machine's peaks (its limits), as `xbench probe` measures them with the frameworks' own
+kernels and collectives (the report's denominators; the file they are kept in is
+common.results.probes).
 
 - Matmul: C = A @ B of two n x n matrices, 2 n^3 FLOPs, timed `MATMUL_REPEATS` times after a
   warm-up; GFLOP/s as the median with the slowest and fastest repeat. On a CPU it is measured at
@@ -9,8 +10,8 @@ collectives (the report's denominators; the file they are kept in is common.resu
   rank's; algbw = bytes / time, busbw = algbw x 2(N-1)/N (the bytes each link carries in a ring),
   at the byte sizes of the models' gradients.
 
-Framework-free: the frameworks' probes (pt_backend.limits, tf_backend.limits) time the kernels and
-hand their timings here.
+Framework-free: the frameworks' parts of the probe (pt_backend.probe, tf_backend.probe,
+jax_backend.probe) time the kernels and hand their timings here.
 """
 from __future__ import annotations
 
