@@ -147,3 +147,9 @@ class HorovodTorchCollectives(horovod_support.HorovodGather, Collectives):
 
     def sum(self, tensor):
         return self.hvd.allreduce(tensor, op=self.hvd.Sum)
+
+    def sum_all(self, buffers):
+        """As DistributedOptimizer launches a step's gradients: each asynchronously, so that
+        Horovod fuses those of one cycle, then waited for."""
+        for handle in [self.hvd.allreduce_async_(buffer, op=self.hvd.Sum) for buffer in buffers]:
+            self.hvd.synchronize(handle)

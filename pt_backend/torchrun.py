@@ -55,3 +55,7 @@ class TorchDistributedCollectives(Collectives):
     def sum(self, tensor):
         self.dist.all_reduce(tensor)
         return tensor
+
+    def sum_all(self, buffers):
+        for work in [self.dist.all_reduce(buffer, async_op=True) for buffer in buffers]:
+            work.wait()

@@ -136,7 +136,7 @@ def test_predict_reads_a_jax_steps_parts_as_every_other_backends(smoke):
 def test_a_verdicts_why_splits_a_jax_step_into_its_parts(smoke):
     import pandas as pd
 
-    from xbench.reports.judging import comparisons
+    from xbench.reports.judging.why import why
     from xbench.reports.numbers import analysis
     from xbench.reports.numbers.rows import load
     frame, _ = load([smoke.results], None, True)
@@ -145,7 +145,7 @@ def test_a_verdicts_why_splits_a_jax_step_into_its_parts(smoke):
     limits = pd.DataFrame(columns=["env", "cell_key", "bandwidth_share"])
     for backend in ("jax-dp", "jax-multiprocess", "keras-jax", "pt-ddp"):
         cell = cells[(cells["backend"] == backend) & (cells["devices"] == 2)].iloc[0]
-        said = comparisons.why(cell, attributed, limits)
+        said = why(cell, attributed, limits)
         assert said.startswith(("the step spends", "the step is nearly all compute")), said
         if backend != "pt-ddp":
             assert "all-reduce a step" in said, said

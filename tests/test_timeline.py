@@ -7,7 +7,7 @@ import pytest
 
 from xbench.common.backends.protocol import MIB
 from xbench.common.backends.traits import TRAITS
-from xbench.reports.judging.comparisons import hidden_words
+from xbench.reports.judging.why import hidden_words
 from xbench.reports.step_model.timeline import (
     Gradient,
     buckets,

@@ -48,6 +48,10 @@ class HorovodTensorFlowCollectives(horovod_support.HorovodGather, TensorFlowColl
     def sum(self, array):
         return self.hvd.allreduce(self.tf.constant(array), op=self.hvd.Sum).numpy()
 
+    def sum_all(self, buffers):
+        """In one group, as Horovod fuses the gradients DistributedGradientTape gives it."""
+        self.hvd.grouped_allreduce(list(buffers), op=self.hvd.Sum)
+
     def broadcast(self, variables):
         self.hvd.broadcast_variables([v.value for v in variables], root_rank=0)
 

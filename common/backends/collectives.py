@@ -38,6 +38,14 @@ class Collectives(abc.ABC):
     def sum(self, values: Any) -> Any:
         """A framework tensor (or numpy array) summed over the processes, in the same type."""
 
+    def sum_all(self, buffers: list) -> None:
+        """Every buffer summed over the processes in place, launched together as a step's
+        gradients are (so that the library queues, or fuses, them as it does then), returning
+        when all are done: a step's collectives replayed (common.measuring.alone). One after
+        the other where the library launches nothing asynchronously."""
+        for buffer in buffers:
+            self.sum(buffer)
+
 
 class OneProcess(Collectives):
     """A cell that runs in one process (pt-dp, tf-mirrored, the single-device references):

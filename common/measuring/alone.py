@@ -10,7 +10,8 @@ flight beside backward waits for a core, and its moving time says so, not how lo
   ready to their end). Nothing of them was hidden.
 - `REPLAYED`: otherwise, once training is over, every rank replays the step's collectives (the
   bytes of each, in order, as its library reduced them in the last epoch) through the cell's
-  own collectives (its library, its processes, its link, capped or not), each round after a
+  own collectives (its library, its processes, its link, capped or not), launched together as
+  the step launches them (the library queues or fuses them as it does then), each round after a
   barrier, the slowest rank's time a round, `ALONE_REPEATS` rounds after one to warm up (as
   nccl-tests and `xbench probe` time a collective).
 
@@ -65,8 +66,7 @@ def replay(comm: Collectives, make_buffer: Callable[[int], Any], sync: Callable[
     def round_seconds() -> float:
         comm.barrier()
         started = time.perf_counter()
-        for buffer in buffers:
-            comm.sum(buffer)
+        comm.sum_all(buffers)
         sync()
         return time.perf_counter() - started
     round_seconds()

@@ -233,9 +233,10 @@ class TrainingLoop(TrainingHooks):
                                       "timeline": timeline_record(steps, latest)})
             epochs.append({"ranks": ranks, "slowest_rank": attribution.slowest_rank(ranks)})
         return {"how": self.attribution_sources(), "epochs": epochs,
-                "traced_steps": self.tracing(), "alone": self.alone(epochs[-1]["ranks"])}
+                "traced_steps": self.tracing(),
+                "alone": self.collectives_alone(epochs[-1]["ranks"])}
 
-    def alone(self, ranks: list[dict]) -> dict | None:
+    def collectives_alone(self, ranks: list[dict]) -> dict | None:
         """The step's collectives replayed alone once training is over (every rank calls the same
         collectives: `ranks` is every rank's last epoch, gathered to all), where some of them ran
         beside backward and the framework reduces through the cell's collectives; None where
