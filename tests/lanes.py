@@ -2,15 +2,16 @@
 command line in this process, recorded rows, constructed timelines, the schema, the layout
 rules); `make test` runs every test. Which tests start processes is derived when the suite is
 collected, never kept by hand: a test does when the code it reaches starts one. That code is the
-test's body and the fixtures of its closure, followed into every function of tests/ and of the
-xbench package they name (the `xbench` helper, `run_in_terminal`, the runner that the shared
-grids call), down to the ways Python starts a process (STARTERS). Such a test is marked
-`processes` with the path that starts one.
+test's body and its fixtures (its closure's, and those it asks for by name), read into every
+function and class of the repository they name (the `xbench` helper, `run_in_terminal`, the
+runner the shared grids call) down to the ways Python starts a process (STARTERS). Such a test is
+marked `processes`, with the path that starts one.
 
-A reading of names misses what runs through an object it cannot see (a launcher passed as an
-argument, a command named in a string to the command line run here), so in the fast lane every
-way of starting a process refuses while a test runs: a test put there wrongly fails and names
-itself and what it started, rather than slowing the lane in silence."""
+A reading of names cannot see what runs through an object (a launcher passed as an argument) or
+through the command line run in the test's own process (`xbench_here`: a dry run's probe cell, a
+model file's describers): such a test says so itself, `@pytest.mark.processes("how")`. And in the
+fast lane every way of starting a process refuses while a test runs, so that a test put there
+wrongly fails naming itself, the command and its line, rather than slowing the lane in silence."""
 from __future__ import annotations
 
 import _posixsubprocess
@@ -56,9 +57,6 @@ STARTERS = {
 REFUSED = [(subprocess.Popen, "_execute_child"), (os, "fork"), (os, "forkpty"),
            (os, "posix_spawn"), (os, "posix_spawnp"), (os, "system"),
            (_posixsubprocess, "fork_exec")]
-# Folders whose code the reading follows: the tests' own, and the xbench package's.
-FOLLOWED = [REPO / name for name in ("tests", "cli", "common", "reports", "pt_backend",
-                                     "tf_backend", "jax_backend", "keras_models")]
 
 
 class ProcessReading:
@@ -66,6 +64,7 @@ class ProcessReading:
 
     def __init__(self) -> None:
         self.paths: dict[CodeType, str | None] = {}
+        self.classes: dict[int, str | None] = {}
 
     def path_of(self, function) -> str | None:
         """'f -> g -> subprocess.run' where `function` reaches a starter; None where it does
@@ -80,30 +79,34 @@ class ProcessReading:
         return self.paths[code]
 
     def code_path(self, code: CodeType, names: dict) -> str | None:
-        for value in referenced(code, names):
-            found = self.value_path(value)
-            if found:
-                return f"{code.co_name} -> {found}"
+        found = next(filter(None, map(self.value_path, referenced(code, names))), None)
         for inner in code.co_consts:  # nested functions, lambdas, comprehensions
-            if isinstance(inner, CodeType):
+            if isinstance(inner, CodeType) and not found:
                 found = self.code_path(inner, names)
-                if found:
-                    return found
-        return None
+        return f"{code.co_name} -> {found}" if found else None
 
     def value_path(self, value) -> str | None:
+        """How an object the code names starts a process: it is a starter, or a function or a
+        class of the repository's own code that reaches one."""
         value = unbound(value)
+        if isinstance(value, FunctionType):  # a refusal (the fast lane's) reads as what it refuses
+            value = inspect.unwrap(value)
         if id(value) in STARTER_NAMES:
             return STARTER_NAMES[id(value)]
         if isinstance(value, FunctionType):
             return self.path_of(value)
-        if isinstance(value, type) and followed(getattr(sys.modules.get(value.__module__),
-                                                        "__file__", None) or ""):
-            for member in vars(value).values():  # an instance's methods, any of them
-                found = self.value_path(member)
-                if found:
-                    return f"{value.__name__}.{found}"
+        if isinstance(value, type):
+            return self.class_path(value)
         return None
+
+    def class_path(self, kind: type) -> str | None:
+        """How any method of `kind` starts a process (a class named may run all it has)."""
+        if id(kind) not in self.classes:
+            self.classes[id(kind)] = None
+            self.classes[id(kind)] = next((f"{kind.__name__}.{found}" for member in
+                                           vars(kind).values()
+                                           if (found := self.value_path(member))), None)
+        return self.classes[id(kind)]
 
 
 def unbound(value):
@@ -115,8 +118,11 @@ STARTER_NAMES = {id(unbound(starter)): name for name, starter in STARTERS.items(
 
 
 def followed(filename: str) -> bool:
+    """Whether the reading follows code of this file: the repository's own (the tests', and
+    xbench's through its editable install), never an installed package's."""
     path = Path(filename)
-    return path != HERE and any(path.is_relative_to(folder) for folder in FOLLOWED)
+    return (path != HERE and path.is_relative_to(REPO)
+            and not {".venv", "site-packages"} & set(path.relative_to(REPO).parts))
 
 
 def referenced(code: CodeType, names: dict):
@@ -254,12 +260,13 @@ def refusing(refuse: Callable[[str, object], None]):
     command)` instead, which raises."""
     saved = [(owner, name, getattr(owner, name)) for owner, name in REFUSED]
 
-    def refusal(way: str):
+    def refusal(way: str, original):
         def refused(*args, **_):  # the command: the first list or string given
             refuse(way, next((a for a in args if isinstance(a, (list, tuple, str, bytes))), ""))
+        refused.__wrapped__ = original
         return refused
-    for owner, name, _ in saved:
-        setattr(owner, name, refusal(f"{owner.__name__}.{name}"))
+    for owner, name, original in saved:
+        setattr(owner, name, refusal(f"{owner.__name__}.{name}", original))
     try:
         yield
     finally:
