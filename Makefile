@@ -1,4 +1,5 @@
-# make setup: create or update .venv (fast when current); make demo: smoke grid + report; make test.
+# make setup: create or update .venv (fast when current); make demo: smoke grid + report;
+# make check: ruff and the tests that start no process (minutes); make test: everything (CI).
 VENV   := .venv
 PY     := $(VENV)/bin/python
 XBENCH := $(VENV)/bin/xbench
@@ -8,7 +9,7 @@ GPU_PYTHON  ?= python3
 # Where the demo finds MNIST (tests read ../shared/data/mnist, see tests/conftest.py).
 MNIST  ?= $(or $(XBENCH_DATA_DIR),../shared/data/mnist)
 
-.PHONY: setup demo test gpu-check clean
+.PHONY: setup demo check test gpu-check clean
 
 setup: $(VENV)/.setup-done
 
@@ -36,14 +37,26 @@ demo: setup
 	fi
 	$(XBENCH) report results/demo.jsonl --out reports/out/demo
 
-# The report's browser test needs Debian's chromium, the capped-link fault iproute2's ip and tc:
-# installed here when absent (CI runs as root). Python may be told not to write bytecode
-# (PYTHONDONTWRITEBYTECODE, set on these machines): xbench's own modules are compiled once here,
-# or each of the thousands of processes the suite starts would compile them again. Two xdist
-# workers, a test file each at a time (a file's module fixtures run once), the longest files first
-# (tests/conftest.py): 1.3x faster than one process on 2 cores, measured.
-# .test-durations/latest.json keeps where the time went.
+# Python may be told not to write bytecode (PYTHONDONTWRITEBYTECODE, set on these machines):
+# xbench's own modules are compiled once here, or each of the thousands of processes the suite
+# starts (and each run of the fast lane) would compile them again.
 PACKAGES := cli common reports pt_backend tf_backend jax_backend keras_models examples tests
+
+# The fast lane: ruff, then every test that starts no process (tests/lanes.py derives which when
+# it collects them, and refuses any process one of them starts). Its tests are compute, not
+# waiting (the models' parity tests take half of it): 205 s of CPU in one process here, so two
+# xdist workers, each taking the next test (their fixtures are cheap): 236 s of CPU in all.
+# Where its time went: .test-durations/fast-lane.json.
+check: setup
+	$(PY) -m ruff check .
+	$(PY) -m compileall -q $(PACKAGES)
+	$(PY) -m pytest --fast-lane -n 2 --dist load
+
+# The report's browser test needs Debian's chromium, the capped-link fault iproute2's ip and tc:
+# installed here when absent (CI runs as root). Two xdist workers, a test file each at a time (a
+# file's module fixtures run once), the longest files first (tests/conftest.py): 1.3x faster
+# than one process on 2 cores, measured.
+# .test-durations/latest.json keeps where the time went.
 test: setup
 	@command -v chromium >/dev/null && command -v tc >/dev/null || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium iproute2 >/dev/null; }

@@ -2,7 +2,8 @@
 download. The session's real rows come from one shared grid (`smoke`, on SMOKE_SLICE), built
 once however many pytest-xdist workers ask for it (`make test` runs two, a test file each at a
 time); a test that needs the machine to itself is marked `alone` and runs while the other worker
-waits. Where the time goes is tests/durations.py's."""
+waits. Which tests start processes, and the fast lane of those that start none (`make check`),
+is tests/lanes.py's; where the time goes, tests/durations.py's."""
 import contextlib
 import fcntl
 import json
@@ -13,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.durations import DurationRecorder
+from tests.durations import DURATIONS, FAST_LANE_DURATIONS, DurationRecorder
 from tests.helpers import (
     KNOBS_SLICE,
     MNIST_DIR,
@@ -22,6 +23,7 @@ from tests.helpers import (
     SMOKE_TEST_SLICE,
     xbench,
 )
+from tests.lanes import Lanes
 
 # OpenMP's threads spin while they wait for one another. With two cells at once (two xdist
 # workers, or busy loops beside the suite) each spins on the cores the other needs: a pt-single
@@ -54,13 +56,24 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: place.get(item.path.name, len(place)))  # stable: the rest as found
 
 
+def pytest_addoption(parser):
+    parser.addoption("--fast-lane", action="store_true",
+                     help="only the tests that start no process (`make check`), each refused "
+                          "any process it starts (tests/lanes.py)")
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "alone: the test needs the machine to itself (it "
                                        "measures how busy the machine is): under xdist the other "
                                        "worker waits while it runs")
+    config.addinivalue_line("markers", "processes(how): the test starts processes (derived by "
+                                       "tests/lanes.py; by hand only where it cannot see how)")
+    fast = config.getoption("--fast-lane")
+    config.pluginmanager.register(Lanes(fast), "xbench-lanes")
     # every process times; the controller (or the one process without xdist) writes it down
-    config.pluginmanager.register(DurationRecorder(writes=not hasattr(config, "workerinput")),
-                                  "xbench-durations")
+    config.pluginmanager.register(
+        DurationRecorder(writes=not hasattr(config, "workerinput"),
+                         kept=FAST_LANE_DURATIONS if fast else DURATIONS), "xbench-durations")
 
 
 @pytest.hookimpl(wrapper=True)

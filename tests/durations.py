@@ -1,7 +1,9 @@
 """Where the suite's time goes, kept after every run: each test's setup, call and teardown, each
 fixture's own setup (its dependencies' apart, as pytest sets them up first), and the total per
-file, written to DURATIONS (ignored by git) and printed at the end: the 25 slowest items, the
-slowest fixtures and the files by total. HISTORY gets one line a run, to see the suite grow."""
+file, written to DURATIONS (FAST_LANE_DURATIONS for `make check`'s lane, so that it never
+replaces what `make test` measured; both ignored by git) and printed at the end: the 25 slowest
+items, the slowest fixtures and the files by total. HISTORY gets one line a run, to see the suite
+grow."""
 from __future__ import annotations
 
 import json
@@ -14,6 +16,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 DURATIONS = REPO / ".test-durations" / "latest.json"
+FAST_LANE_DURATIONS = REPO / ".test-durations" / "fast-lane.json"
 HISTORY = REPO / ".test-durations" / "history.jsonl"
 SHOWN = 25
 
@@ -23,8 +26,9 @@ class DurationRecorder:
     and fixtures. Where a fixture is set up (an xdist worker) its time rides on the report of
     the test phase that set it up, which reaches the process that writes (the controller)."""
 
-    def __init__(self, writes: bool) -> None:
+    def __init__(self, writes: bool, kept: Path = DURATIONS) -> None:
         self.writes = writes
+        self.kept = kept
         self.started = time.monotonic()
         self.phases: dict[str, dict[str, float]] = defaultdict(dict)  # nodeid -> phase -> s
         self.outcomes: dict[str, str] = {}
@@ -74,14 +78,15 @@ class DurationRecorder:
         if not self.writes or not self.phases:  # a worker, --collect-only, or nothing ran
             return
         found = self.summary()
-        DURATIONS.parent.mkdir(exist_ok=True)
-        DURATIONS.write_text(json.dumps(found, indent=1) + "\n")
+        self.kept.parent.mkdir(exist_ok=True)
+        self.kept.write_text(json.dumps(found, indent=1) + "\n")
         with open(HISTORY, "a") as history:
-            history.write(json.dumps({k: found[k] for k in ("finished_at", "wall_seconds",
-                                                            "tests", "per_file")}) + "\n")
+            history.write(json.dumps({"kept": self.kept.name, **{
+                k: found[k] for k in ("finished_at", "wall_seconds", "tests", "per_file")}})
+                + "\n")
         write = terminalreporter.write_line
         terminalreporter.section(f"where the time went (all of it: "
-                                 f"{DURATIONS.relative_to(REPO)})")
+                                 f"{self.kept.relative_to(REPO)})")
         write(f"{SHOWN} slowest tests (setup + call + teardown; a shared fixture's setup is "
               f"charged to its first user):")
         for item in found["items"][:SHOWN]:

@@ -15,7 +15,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 SLOW = 600  # generous limits: the machine is small and shared
 MNIST_DIR = Path(os.environ.get("XBENCH_TEST_DATA", REPO.parent / "shared" / "data" / "mnist"))
-TEXT_DIR = REPO.parent / "shared" / "data" / "tinyshakespeare"
+TEXT_DIR = MNIST_DIR.parent / "tinyshakespeare"  # beside MNIST, as a grid's --data-dir finds it
 XBENCH = [sys.executable, "-m", "xbench.cli.main"]
 # The one sample slice of the session's shared grid (conftest.py's `smoke`): 16 steps an epoch at
 # the smoke preset's batch of 128.

@@ -284,6 +284,8 @@ def test_a_fault_spelled_one_way_reads_back_the_same(text):
                                                              rel=1e-4)
 
 
+@pytest.mark.processes(
+    "the dry run measures the cell's costs in a real cell and tries a capped link (unshare)")
 @pytest.mark.parametrize("spellings", [
     ["input-delay=1000", "input-delay=1_000", "input-delay=1e3", "input-delay=1000.0",
      "input-delay=01000"],

@@ -73,6 +73,7 @@ def test_the_report_has_a_comparison_section(quiet_and_busy, tmp_path):
     assert "Compared with quiet.jsonl" in page and "slower (contended)" in page
 
 
+@pytest.mark.processes("importing MLflow runs `git version` (GitPython)")
 def test_export_to_a_real_mlflow_store(quiet_and_busy, tmp_path):
     from mlflow.tracking import MlflowClient
     quiet, _ = quiet_and_busy

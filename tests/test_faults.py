@@ -351,6 +351,8 @@ def dry_run_of(model, tmp_path):
             "pt-ddp", "--devices", "1", "--results", tmp_path / "r.jsonl", "--dry-run"]
 
 
+@pytest.mark.processes(
+    "a model file is described, and its dry run measured, in processes of its own")
 def test_a_model_files_processes_end_with_its_describers_and_probe(tmp_path, mark):
     """Each describer, and the dry run's probe cell, is ended with its process group:
     what the file started at import is gone when the dry run has its answer."""

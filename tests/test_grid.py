@@ -202,6 +202,8 @@ def test_a_grid_runs_from_any_folder_with_relative_paths(mnist_dir, tmp_path):
     assert Path(row["log"]).is_absolute() and Path(row["log"]).is_file()
 
 
+@pytest.mark.processes(
+    "the dry run measures pt-single's costs in a real cell (common/running/timings.py)")
 def test_duplicated_axis_values_are_one_cell():
     done = xbench_here("grid", "--preset", "smoke", "--backend", "pt-single,pt-single", "--batch",
                        "128,128", "--devices", "1", "--dry-run")

@@ -97,6 +97,7 @@ def test_probe_refuses_bad_input_with_exit_2(tmp_path):
     assert not (tmp_path / "probe.jsonl").exists()
 
 
+@pytest.mark.processes("the probe records the commit it ran (`git rev-parse`)")
 def test_a_probe_that_measured_nothing_exits_non_zero_and_appends_nothing(tmp_path):
     done = xbench_here("probe", "--backend", "pt-single", "--device", "cuda", "--results-dir",
                        tmp_path)

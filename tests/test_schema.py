@@ -244,6 +244,8 @@ def bad_rows():
     }
 
 
+@pytest.mark.processes(
+    "the dry run measures the frameworks' costs in real cells (common/running/timings.py)")
 def test_a_row_of_the_wrong_shape_is_a_skipped_line_for_every_reader(tmp_path):
     results = tmp_path / "r.jsonl"
     rows = bad_rows()

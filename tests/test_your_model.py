@@ -127,6 +127,8 @@ BAD_FILES = {
 }
 
 
+@pytest.mark.processes(
+    "a model file is described in processes of its own (xbench.pt_backend.user_model)")
 @pytest.mark.parametrize("text, message", BAD_FILES.values(), ids=BAD_FILES.keys())
 def test_a_wrong_model_file_is_one_line_and_exit_2(text, message, tmp_path, cache):
     path = model_file(tmp_path, text)
@@ -165,6 +167,8 @@ atexit.register(lambda: print("{}"))
 """
 
 
+@pytest.mark.processes(
+    "a model file is described in processes of its own (xbench.pt_backend.user_model)")
 def test_what_a_model_file_prints_is_no_answer_and_data_may_use_numpys_generator(
         tmp_path, cache, monkeypatch):
     """A file that prints at import and at exit is described; a data() drawing from numpy's
