@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from tests.durations import DURATIONS, FAST_LANE_DURATIONS, DurationRecorder
+from tests.every_row import EveryRow
 from tests.helpers import (
     KNOBS_SLICE,
     MNIST_DIR,
@@ -70,6 +71,8 @@ def pytest_configure(config):
                                        "tests/lanes.py; by hand only where it cannot see how)")
     fast = config.getoption("--fast-lane")
     config.pluginmanager.register(Lanes(fast), "xbench-lanes")
+    if not hasattr(config, "workerinput"):  # the controller, after every worker has written
+        config.pluginmanager.register(EveryRow(config), "xbench-every-row")
     # every process times; the controller (or the one process without xdist) writes it down
     config.pluginmanager.register(
         DurationRecorder(writes=not hasattr(config, "workerinput"),
