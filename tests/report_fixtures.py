@@ -8,6 +8,7 @@ import numpy as np
 from xbench.common.grids.cell import Cell
 from xbench.common.measuring.attribution import MARKED, Flight, Step
 from xbench.common.measuring.attribution import summarize as summarize_steps
+from xbench.common.measuring.timeline import timeline_record
 from xbench.common.results import schema
 from xbench.common.workload.models import MODELS
 
@@ -38,7 +39,9 @@ def hand_attribution(epoch_seconds, steps, devices, comm):
         return made
     epochs = []
     for seconds in epoch_seconds:
-        ranks = [summarize_steps(steps_of(seconds / steps), [None] * steps, seconds)] * devices
+        made = steps_of(seconds / steps)
+        ranks = [{**summarize_steps(made, [None] * steps, seconds),
+                  "timeline": timeline_record(made, [None] * steps)}] * devices
         epochs.append({"ranks": ranks, "slowest_rank": None})
     return {"how": {}, "epochs": epochs, "traced_steps": None}
 
