@@ -1,7 +1,10 @@
 """hvd-torch and hvd-tf, from the smoke run: 2 processes launched by horovodrun over gloo."""
+import subprocess
+import sys
+
 import pytest
 
-from tests.helpers import xbench_here
+from tests.helpers import REPO, xbench_here
 from xbench.common.backends.start import horovod_described
 
 
@@ -52,3 +55,29 @@ def test_backends_command_reports_what_horovod_was_built_for():
         (block,) = [b for b in blocks if b.startswith(f"torch, {extension}")
                     or b.startswith(f"tensorflow, {extension}")]
         assert "installed (horovod 0.28.1 built for PyTorch, TensorFlow)" in block, name
+
+
+def test_the_probe_times_horovod_s_all_reduce_as_the_training_runs_it():
+    """`xbench probe` times HorovodTorchCollectives.sum: in place on the kept buffer, as
+    DistributedOptimizer reduces a gradient, and done when a look at its handle says so, as
+    HandleWatch times the training's. hvd.allreduce's fresh output and copy on every call, and
+    hvd.synchronize's 1 ms naps, made the probe read slower than the same all-reduce in
+    training. Real Horovod, one process (its all-reduce still runs through its background
+    thread)."""
+    script = """
+import horovod.torch as hvd, torch
+from xbench.pt_backend.hvd import HorovodTorchCollectives
+hvd.init()
+done_when_synchronized = []
+synchronize = hvd.synchronize
+hvd.synchronize = lambda handle: (done_when_synchronized.append(hvd.poll(handle)),
+                                  synchronize(handle))[1]
+hvd.allreduce = None  # out of place: never
+buffer = torch.full((1024,), 3.0)
+summed = HorovodTorchCollectives(hvd).sum(buffer)
+print(summed is buffer, summed.tolist() == [3.0] * 1024, done_when_synchronized)
+"""
+    run = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip().splitlines()[-1] == "True True [True]"

@@ -10,12 +10,15 @@ import pandas as pd
 import pytest
 
 from tests.helpers import REPO, xbench_here
+from xbench.common.backends.collectives import Collectives
 from xbench.common.machine import install_plan, wants_gpu
 from xbench.common.measuring.peaks import (
     all_reduce_record,
     bus_bandwidth,
     flop_utilisation,
+    last_launch_seconds,
     peak_flops,
+    time_all_reduce,
 )
 from xbench.common.workload.models import MODELS
 from xbench.reports.step_model.calibration import AFTER_BACKWARD_SHARE
@@ -122,6 +125,34 @@ def test_the_formulas():
     gpu = [{"framework": "torch", "device_type": "cuda", "precision": "fp32", "threads": None,
             "gflops": 50000.0}]
     assert peak_flops(gpu, "torch", "cuda", 2, 4, 1, 16)["flops"] == 8 * 50e12
+
+
+class LateRank(Collectives):
+    """Rank 0 of two whose partner left each barrier 10 s earlier and waited there for it."""
+    rank, world = 0, 2
+
+    def barrier(self):
+        pass
+
+    def gather(self, value):
+        return [value, [10.0 + seconds for seconds in value]]
+
+    def sum(self, values):
+        return values
+
+
+def test_an_all_reduce_is_timed_from_the_last_rank_s_launch():
+    """A row's collective time leaves out the wait for the slowest rank (in flight less
+    waiting), so the probe's does too: a repeat's time is the rank's that launched last. Timed
+    as the slowest rank's, a partner that left Horovod's barrier early (its ranks see it done by
+    polling with 1 ms naps) lent its wait to the all-reduce, and hvd-torch's rows read a bus
+    bandwidth above the probe's."""
+    assert last_launch_seconds([[0.009, 0.030, 0.004], [0.002, 0.031, 0.005]]) == [
+        0.002, 0.030, 0.004]
+    (record,) = time_all_reduce(LateRank(), lambda size: [0.0] * (size // 4), lambda: None,
+                                [4096], repeats=5)
+    assert record["repeats"] == 5 and record["world_size"] == 2 and record["bytes"] == 4096
+    assert record["seconds"] < 10.0  # this rank's own launch-to-completion, not its partner's
 
 
 # --- set-up on a GPU machine ---------------------------------------------------------------------

@@ -12,8 +12,9 @@ flight beside backward waits for a core, and its moving time says so, not how lo
   bytes of each, in order, as its library reduced them in the last epoch) through the cell's
   own collectives (its library, its processes, its link, capped or not), launched together as
   the step launches them (the library queues or fuses them as it does then), each round after a
-  barrier, the slowest rank's time a round, `ALONE_REPEATS` rounds after one to warm up (as
-  nccl-tests and `xbench probe` time a collective).
+  barrier, a round's time from the last rank's launch (the shortest rank's: the others' hold
+  how much later it left the barrier, common.measuring.peaks.last_launch_seconds),
+  `ALONE_REPEATS` rounds after one to warm up, as `xbench probe` times a collective.
 
 Framework-free: a framework loop gives the buffer its library reduces and its device's sync.
 """
@@ -25,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from xbench.common.measuring.peaks import last_launch_seconds
+
 if TYPE_CHECKING:
     from xbench.common.backends.collectives import Collectives
 
@@ -34,7 +37,7 @@ REPLAYED = "replayed"
 SOURCES = {AFTER_BACKWARD: "every collective of the steps that carry them ran after backward, "
                            "with nothing to overlap: their moving time on those steps",
            REPLAYED: "the step's collectives replayed after training through the cell's own "
-                     "library and processes, nothing to overlap (the slowest rank's time, "
+                     "library and processes, nothing to overlap (from the last rank's launch, "
                      f"median of {ALONE_REPEATS} rounds)"}
 
 
@@ -59,7 +62,7 @@ def replay(comm: Collectives, make_buffer: Callable[[int], Any], sync: Callable[
            sizes: list[int], repeats: int = ALONE_REPEATS) -> dict:
     """Every rank calls this with the same `sizes`: the step's collectives, one buffer of each
     size reduced after the other, timed `repeats` rounds after a warm-up one. The record:
-    seconds (the median round, each round the slowest rank's), its lowest and highest, the
+    seconds (the median round, each from the last rank's launch), its lowest and highest, the
     rounds, messages and bytes, and the source."""
     buffers = [make_buffer(size) for size in sizes]
 
@@ -71,7 +74,7 @@ def replay(comm: Collectives, make_buffer: Callable[[int], Any], sync: Callable[
         return time.perf_counter() - started
     round_seconds()
     mine = [round_seconds() for _ in range(repeats)]
-    slowest = np.max(np.asarray(comm.gather(mine), dtype=float), axis=0)
-    return {"seconds": float(np.median(slowest)), "low": float(slowest.min()),
-            "high": float(slowest.max()), "repeats": repeats, "messages": len(sizes),
+    rounds = np.asarray(last_launch_seconds(comm.gather(mine)), dtype=float)
+    return {"seconds": float(np.median(rounds)), "low": float(rounds.min()),
+            "high": float(rounds.max()), "repeats": repeats, "messages": len(sizes),
             "bytes": int(sum(sizes)), "source": REPLAYED}
