@@ -28,7 +28,13 @@ from xbench.common.workload.precision import lower_dtype
 from xbench.common.workload.resolve import own_model
 from xbench.common.workload.samples import rank_indices
 from xbench.jax_backend.base import AXIS
-from xbench.jax_backend.trace import ACCUMULATE_SCOPE, TOTALS_SCOPE, JaxTracer, Program
+from xbench.jax_backend.trace import (
+    ACCUMULATE_SCOPE,
+    OPTIMIZER_SCOPE,
+    TOTALS_SCOPE,
+    JaxTracer,
+    Program,
+)
 
 # XLA's passes that merge independent all-reduces into one (CPU's, GPU's).
 UNCOMBINED = ("cpu-all-reduce-combiner", "all-reduce-combiner")
@@ -130,7 +136,8 @@ class JaxLoop(TracedCalls, TrainingLoop):
                 grads, (losses, right, others) = jax.grad(loss, has_aux=True)(trainable)
             else:
                 grads, losses, right, others = self.accumulated(trainable, others, images, labels)
-            trainable, optimizer = network.update(grads, optimizer, trainable)
+            with jax.named_scope(OPTIMIZER_SCOPE):
+                trainable, optimizer = network.update(grads, optimizer, trainable)
             with jax.named_scope(TOTALS_SCOPE):
                 sums = jnp.stack([losses.reshape(parts, -1).sum(1),
                                   right.reshape(parts, -1).sum(1)])
@@ -245,7 +252,8 @@ class JaxLoop(TracedCalls, TrainingLoop):
     def attribution_sources(self):
         traced = (f"JAX's profiler inside the step's call (one compiled XLA program): every "
                   f"k-th step of each timed epoch from the second, {SAMPLED} an epoch, traced, "
-                  f"each XLA op labelled by the name JAX gave it (jax_backend.trace); the "
+                  f"each XLA op labelled by the name JAX gave it, or by the work it serves "
+                  f"where that names none (jax_backend.trace); the "
                   f"other steps' calls split by the traced calls' shares")
         traits = self.backend.traits
         collective = (f"{traced}; the collective: {traits.collectives_counted}"
