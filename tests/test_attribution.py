@@ -313,6 +313,19 @@ def test_a_traced_rank_is_ready_when_its_backward_ends_not_at_its_last_launch(tm
     assert step.ready == pytest.approx(0.05)
 
 
+def test_a_compiled_tensorflow_step_is_one_op_the_trace_cannot_split(tmp_path):
+    """Under jit_compile=True TensorFlow's trace sees the step as one op, XLA's cluster of the
+    whole function: its time is untraced, none of it forward."""
+    from xbench.tf_backend.trace import TensorFlowTracer
+    ms = 1_000_000
+    write_trace(tmp_path, (0, 100 * ms), [
+        ("__inference_train_step_486:__inference_train_step_486", 5 * ms, 99 * ms)], [])
+    [step] = TensorFlowTracer().read(str(tmp_path), [0.0])
+    parts = partition(step, latest_ready=None)
+    assert parts["untraced"] == pytest.approx(0.1)
+    assert parts["forward"] == parts["backward"] == parts["optimizer"] == 0
+
+
 def test_the_epoch_summary_names_its_residual_and_the_slowest_rank():
     moments = [0.0, 0.0, 0.001, 0.01, 0.01, 0.01, 0.011, 0.02, 0.02]  # origin, then 4 a step
     marks = StepMarks(stamp=iter(moments).__next__)
@@ -506,6 +519,66 @@ def test_a_slow_rank_needs_a_rank_of_its_own(injected):
                          (("tf-single", 1), "the cell has ranks 0 to 0")):
         row = injected[(*cell, f"slow-rank=1:{SLOW_MS}")]
         assert row["status"] == "unsupported" and reason in row["error"]
+
+
+def grid_rows(folder, mnist_dir, name, **settings) -> list[dict]:
+    """The rows of a small grid of `settings` on the shared grid's slices of real MNIST, judged
+    by a contention limit that marks nothing (where a part lands must not depend on how busy the
+    machine was)."""
+    grid = write_grid(folder, name=name, max_train_samples=SMOKE_SLICE,
+                      max_test_samples=SMOKE_TEST_SLICE, contention_limit=1.0, **settings)
+    run = xbench("grid", grid, "--data-dir", mnist_dir, "--results", folder / f"{name}.jsonl",
+                 timeout=1800)
+    assert run.returncode == 0, run.stdout + run.stderr
+    return read_rows(folder / f"{name}.jsonl")[0]
+
+
+@pytest.fixture(scope="module")
+def accumulating(mnist_dir, tmp_path_factory):
+    """pt-ddp, hvd-torch and tf-multiworker on 2 ranks, each step 4 micro-batches synced after
+    each one, rank 1 slowed by SLOW_MS once a step (before its first micro-batch's backward)."""
+    rows = grid_rows(tmp_path_factory.mktemp("accumulating"), mnist_dir, "accumulating",
+                     backends=MULTI, devices=[2], accumulate=[4], accumulate_sync=["each"],
+                     inject=INJECTED[2:3])
+    return {row["backend"]: row for row in rows}
+
+
+@pytest.mark.parametrize("backend", MULTI)
+def test_a_micro_batchs_wait_for_a_slow_rank_is_waiting(accumulating, backend):
+    """The fast rank waits for the slow one at the first micro-batch's sync: in pt-ddp inside
+    DDP's backward call, in hvd-torch in Horovod's synchronize, in tf-multiworker (whose
+    micro-batches' all-reduces run beside the next micro-batch's compute) at the step's last
+    sync. Each is its waiting part, not backward or host; the parts add up."""
+    row = accumulating[backend]
+    assert row["status"] == "ok", row["error"]
+    fast, slow = last_epoch(row)
+    assert 0.5 * SLOW_MS * MS <= fast["parts"]["waiting"]["median"] <= 2 * SLOW_MS * MS, fast
+    assert slow["parts"]["waiting"]["median"] < 0.5 * SLOW_MS * MS
+    assert all(rank["adds_up"] for epoch in row["attribution"]["epochs"]
+               for rank in epoch["ranks"])
+
+
+@pytest.fixture(scope="module")
+def compiled(mnist_dir, tmp_path_factory):
+    """tf-single's step compiled (jit_compile=True, the one TensorFlow backend that compiles
+    on this CPU)."""
+    [row] = grid_rows(tmp_path_factory.mktemp("compiled"), mnist_dir, "compiled",
+                      backends=["tf-single"], devices=[1], compile=["on"])
+    return row
+
+
+def test_a_compiled_tensorflow_steps_row_says_its_parts_are_not_split(compiled):
+    """Its trace holds one op for the compiled step: the row's step is untraced, not forward,
+    and its attribution says why."""
+    assert compiled["status"] == "ok", compiled["error"]
+    [rank] = last_epoch(compiled)
+    parts = {part: rank["parts"][part]["seconds"] for part in rank["parts"]}
+    step = sum(parts.values())
+    assert parts["untraced"] >= 0.5 * step, parts
+    assert parts["forward"] + parts["backward"] + parts["optimizer"] <= 0.05 * step, parts
+    how = compiled["attribution"]["how"]
+    assert "jit_compile=True" in how["untraced"] and "cannot split" in how["untraced"]
+    assert "jit_compile=True" in how["forward"]
 
 
 @pytest.mark.parametrize("backend", MULTI)

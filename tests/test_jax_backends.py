@@ -51,8 +51,9 @@ def test_every_jax_cell_ran_its_mesh_and_says_how(smoke):
 
 def test_a_jax_step_is_split_by_the_xla_ops_its_trace_saw(smoke):
     """Sampled steps are traced (jax.profiler) and their ops labelled by the names JAX gave
-    them; the gradients cross in one all-reduce XLA inserted after backward, carrying every
-    parameter's gradient once (float32), each gradient's ready moment recorded."""
+    them (or, where a name says no part, by the work they serve); the gradients cross in one
+    all-reduce XLA inserted after backward, carrying every parameter's gradient once
+    (float32), each gradient's ready moment recorded."""
     for (backend, devices), row in jax_rows(smoke).items():
         attribution = row["attribution"]
         how = attribution["how"]

@@ -42,7 +42,8 @@ MEANING = {
     "host": "host overhead: the step's own work outside the other parts (copies, dispatch, "
             "bookkeeping), as the loop marks it",
     "untraced": "time in the step that no mark and no traced op covers (inside a "
-                "tf.function's or a JAX program's call: what its trace does not account for)",
+                "tf.function's or a JAX program's call: what its trace does not account for), "
+                "and a compiled TensorFlow step, which its trace sees as one op it cannot split",
 }
 COMPUTE = ("forward", "backward", "optimizer")
 # "off": the loop keeps only each step's window and its input wait (what a row's step times and
