@@ -8,10 +8,11 @@ compiled program's text gives each instruction its opcode, its operands and shap
 metadata JAX wrote: the op's name under the transformations that made it. An op is labelled from
 that name (`Program.part`): under `transpose(` is the backward pass (JAX's reverse mode is the
 transpose of its forward derivative), under `jvp(` and not transposed the forward pass and loss,
-under the totals' named scope the step's bookkeeping, and the rest, outside the derivative, the
-optimizer's update. A fusion counts as the latest part
-of the instructions fused into it (forward, then backward, then optimizer: it runs once its last
-input is ready); one with no named instruction (a layout copy) as its consumer's.
+under the optimizer's named scope its update, under the totals' the step's bookkeeping. A fusion
+counts as the latest part of the instructions fused into it (forward, then backward, then
+optimizer: it runs once its last input is ready). An op whose name says none (one XLA made, as
+the reduce-window and iotas it expands max-pool's gradient into; or one JAX made outside those,
+as --accumulate's split of the batch) belongs to the work it serves: its consumers' (`_label`).
 
 A collective's flight in one process spans from when its last device reached it (XLA's
 rendezvous: nothing moves before every device is there) to when its last device left it; its
@@ -38,6 +39,7 @@ TOTALS_SCOPE = "xbench_totals"  # the step's loss and right sums (jax.named_scop
 # --accumulate's sum of the micro-batches' gradients (jax.named_scope): the backward pass's, as
 # PyTorch's backward adds each micro-batch's into .grad
 ACCUMULATE_SCOPE = "xbench_accumulate"
+OPTIMIZER_SCOPE = "xbench_optimizer"  # the optimizer's update (jax.named_scope)
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all",
                "collective-broadcast")
 GPU_PLANE = "/device:GPU:"  # a GPU's plane in the trace, then its ordinal
@@ -122,18 +124,22 @@ class Program:
     @staticmethod
     def _named_part(op_name: str) -> str | None:
         """The part an op's name says ('jit(step)/transpose(jvp())/dot_general': the scopes and
-        transformations it was made under, then its primitive); None for a name XLA gave an op
-        of its own making ('broadcast.15')."""
+        transformations it was made under, then its primitive); None for a name that says
+        none: one XLA gave an op of its own making ('broadcast.15'), or one JAX made outside
+        the derivative, the update and the totals (--accumulate's split of the batch into
+        micro-batches), whose part is the work it serves (`_label`)."""
         scopes = op_name.split("/")
         if len(scopes) < 2:
             return None
         if TOTALS_SCOPE in scopes:
             return "host"
+        if OPTIMIZER_SCOPE in scopes:
+            return "optimizer"
         if ACCUMULATE_SCOPE in scopes or any(scope.startswith("transpose(") for scope in scopes):
             return "backward"
         if any(scope.startswith("jvp(") for scope in scopes):
             return "forward"
-        return "optimizer"  # outside the derivative and the totals: the update
+        return None
 
     def _own_part(self, name: str) -> str | None:
         """The latest part its own name and the names of the instructions fused into it say
@@ -147,22 +153,30 @@ class Program:
         return "host" if "host" in parts else _latest(parts)
 
     def _label(self) -> dict[str, str]:
-        """Every instruction's part. One with none of its own runs once its operands are
-        computed: it takes the latest of theirs (the text lists operands first); one with no
-        operand of a part (a layout copy of an input) takes its first consumer's."""
-        parts: dict[str, str | None] = {}
-        for name, instruction in self.instructions.items():
-            parts[name] = self._own_part(name) or _latest(
-                parts.get(operand) for operand in instruction.operands)
+        """Every instruction's part. One whose name says none (a layout copy; the iotas and the
+        reduce-window XLA's CPU compiler expands max-pool's select_and_scatter into, backward's
+        work though they run before it) takes the part of the work it serves: the earliest of
+        its consumers' parts (it must be done before the first of them; the text lists
+        consumers after their operands), except that one the optimizer consumes and computed of
+        the derivative's values is a gradient's last op (the kernel's gradient of a
+        convolution XLA made): backward. Where no consumer has a part (its only consumer a
+        collective, or none) it takes the latest of its operands' (it runs once they are)."""
+        own = {name: self._own_part(name) for name in self.instructions}
         users: dict[str, list[str]] = {}
+        after: dict[str, str | None] = {}  # the latest part of what it is computed of
         for name, instruction in self.instructions.items():
             for operand in instruction.operands:
                 users.setdefault(operand, []).append(name)
+            after[name] = own[name] or _latest(after.get(operand)
+                                               for operand in instruction.operands)
+        parts: dict[str, str] = {}
         for name in reversed(self.instructions):
-            if parts[name] is None:
-                parts[name] = next((parts[user] for user in users.get(name, [])
-                                    if parts[user] in ORDER), None)
-        return {name: part or "forward" for name, part in parts.items()}
+            made = _latest(after.get(operand) for operand in self.instructions[name].operands)
+            served = _earliest(parts.get(user) for user in users.get(name, []))
+            if served == "optimizer" and made in ("forward", "backward"):
+                served = "backward"
+            parts[name] = own[name] or served or made or "forward"
+        return parts
 
 
 def _latest(parts) -> str | None:
@@ -170,6 +184,13 @@ def _latest(parts) -> str | None:
     parts = set(parts)
     known = [part for part in ORDER if part in parts]
     return known[-1] if known else None
+
+
+def _earliest(parts) -> str | None:
+    """The earliest of `parts` in the order the step runs them, the step's bookkeeping after
+    them (None where none is one: a collective serves no part of the step's compute)."""
+    parts = set(parts)
+    return next((part for part in (*ORDER, "host") if part in parts), None)
 
 
 class JaxTracer(StepTracer):

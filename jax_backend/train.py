@@ -28,9 +28,9 @@ from xbench.common.running.training_loop import TrainingLoop, eval_batch
 from xbench.common.workload.precision import lower_dtype
 from xbench.common.workload.resolve import own_model
 from xbench.common.workload.samples import rank_indices
+from xbench.jax_backend import trace
 from xbench.jax_backend.flops import flops_check, xla_flops
 from xbench.jax_backend.mesh import AXIS, has_tf32
-from xbench.jax_backend.trace import ACCUMULATE_SCOPE, TOTALS_SCOPE, JaxTracer, Program
 
 # XLA's passes that merge independent all-reduces into one (CPU's, GPU's).
 UNCOMBINED = ("cpu-all-reduce-combiner", "all-reduce-combiner")
@@ -93,8 +93,8 @@ class JaxLoop(TracedCalls, TrainingLoop):
         self.compile_seconds = time.perf_counter() - began
         self.xla_flops = xla_flops(self.step)
         on_gpu = self.kind == "cuda"
-        self.tracer = JaxTracer(Program(self.step.as_text()),
-                             [d.local_hardware_id if on_gpu else d.id for d in self.local], on_gpu)
+        devices = [d.local_hardware_id if on_gpu else d.id for d in self.local]
+        self.tracer = trace.JaxTracer(trace.Program(self.step.as_text()), devices, on_gpu)
         self.step_sums = []  # per step, this process's devices' loss and right sums (on device)
         self.taken = []      # per step, this process's share of the global batch (indices)
         self.evaluate_sums = None
@@ -132,8 +132,9 @@ class JaxLoop(TracedCalls, TrainingLoop):
                 grads, (losses, right, others) = jax.grad(loss, has_aux=True)(trainable)
             else:
                 grads, losses, right, others = self.accumulated(trainable, others, images, labels)
-            trainable, optimizer = network.update(grads, optimizer, trainable)
-            with jax.named_scope(TOTALS_SCOPE):
+            with jax.named_scope(trace.OPTIMIZER_SCOPE):
+                trainable, optimizer = network.update(grads, optimizer, trainable)
+            with jax.named_scope(trace.TOTALS_SCOPE):
                 sums = jnp.stack([losses.reshape(parts, -1).sum(1),
                                   right.reshape(parts, -1).sum(1)])
                 sums = jax.lax.with_sharding_constraint(
@@ -168,7 +169,7 @@ class JaxLoop(TracedCalls, TrainingLoop):
         each = cell.accumulate_sync == "each"
 
         def summed(grads):  # one all-reduce of them all (a psum per leaf is one per leaf)
-            with jax.named_scope(ACCUMULATE_SCOPE):
+            with jax.named_scope(trace.ACCUMULATE_SCOPE):
                 flat, unflatten = ravel_pytree(grads)
             return unflatten(jax.lax.psum(flat, AXIS))
 
@@ -190,7 +191,7 @@ class JaxLoop(TracedCalls, TrainingLoop):
                 right.append(hits)
                 if each:
                     micro = summed(micro)
-                with jax.named_scope(ACCUMULATE_SCOPE):
+                with jax.named_scope(trace.ACCUMULATE_SCOPE):
                     grads = micro if grads is None else jax.tree.map(jnp.add, grads, micro)
                 if each:
                     grads, trainable = jax.lax.optimization_barrier((grads, trainable))
@@ -245,10 +246,9 @@ class JaxLoop(TracedCalls, TrainingLoop):
         return self.compile_seconds
 
     def attribution_sources(self):
-        traced = (f"JAX's profiler inside the step's call (one compiled XLA program): every "
-                  f"k-th step of each timed epoch from the second, {SAMPLED} an epoch, traced, "
-                  f"each XLA op labelled by the name JAX gave it (jax_backend.trace); the "
-                  f"other steps' calls split by the traced calls' shares")
+        traced = (f"JAX's profiler inside the step's call (one XLA program), every k-th step of "
+                  f"each timed epoch from the second ({SAMPLED} an epoch): each op by its name or "
+                  f"the work it serves (jax_backend.trace); other calls as the traced calls split")
         traits = self.backend.traits
         collective = (f"{traced}; the collective: {traits.collectives_counted}"
                       if traits.collectives_counted else traits.collectives_not_counted)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from xbench.common.backends.backend import Backend
 from xbench.common.backends.collectives import Collectives, OneProcess
 from xbench.common.grids.cell import Cell
-from xbench.common.measuring.attribution import CollectiveClock
+from xbench.common.measuring.collective_clock import CollectiveClock
 from xbench.common.results.schema import Measurement
 from xbench.common.running.job import Job
 from xbench.common.running.training_loop import INTER_OP_PER_DEVICE
@@ -76,13 +76,11 @@ class TorchBackend(Backend):
         nothing by default (a backend that reduces in every backward, or one device)."""
         return nullcontext()
 
-    def sync_micro_batch(self, optimizer: torch.optim.Optimizer) -> None:
-        """After a micro-batch's backward that synced, before the step's last: wait for its
-        collectives where backward itself does not."""
-
     def wait_for_gradients(self, optimizer: torch.optim.Optimizer,
                            clock: CollectiveClock) -> None:
-        """After backward: wait for the gradients' collectives where backward itself does not."""
+        """After the backward of a micro-batch that syncs (the step's last, or every one with
+        accumulate_sync each): wait for the gradients' collectives where backward itself does
+        not, and tell `clock` the wait is over."""
 
     def update(self, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler) -> None:
         """The optimizer's step on the (averaged) gradients, through fp16's loss scaler (which

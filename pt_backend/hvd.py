@@ -47,15 +47,12 @@ class HorovodTorchBackend(TorchBackend):
         for name in ("_allreduce_grad_async", "_grouped_allreduce_grad_async"):
             setattr(optimizer, name, self.handles.timed(getattr(optimizer, name), clock))
 
-    def sync_micro_batch(self, optimizer):
-        """Accumulating with sync each: the micro-batch's average in place of its gradients,
+    def wait_for_gradients(self, optimizer, clock):
+        """The averages in place of the gradients; accumulating with sync each, a micro-batch's,
         to which the next backward adds its own (averaged again: the sum of the averages)."""
         if self.hvd.size() > 1:
             self.handles.wait()
         optimizer.synchronize()
-
-    def wait_for_gradients(self, optimizer, clock):
-        self.sync_micro_batch(optimizer)
         clock.done()
 
     def update(self, optimizer, scaler):

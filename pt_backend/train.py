@@ -11,7 +11,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
 
-from xbench.common.measuring.attribution import INSTRUMENTED, CollectiveClock
+from xbench.common.measuring.attribution import INSTRUMENTED
+from xbench.common.measuring.collective_clock import CollectiveClock
 from xbench.common.measuring.evidence import indices_digest
 from xbench.common.measuring.target import Evaluation
 from xbench.common.running.env import cpu_name, peak_rss_bytes
@@ -189,7 +190,7 @@ class TorchLoop(TrainingLoop):
     def train_step(self, batch):
         """One optimizer step on the rank's batch, in the cell's micro-batches: each one's loss
         over K backward (their gradients sum to the batch's mean gradient), synced as the cell
-        says, then one update."""
+        says (the wait for each sync told to the collectives' clock), then one update."""
         images, labels, indices = batch
         self.taken.append(indices)
         data = self.job.data
@@ -211,12 +212,10 @@ class TorchLoop(TrainingLoop):
                     time.sleep(self.faults.slow_for(self.comm.rank))
                 self.scaler.scale(loss / micro_batches).backward()
             self.marks.mark("backward")
-            if syncs and index < micro_batches - 1:
-                self.backend.sync_micro_batch(self.optimizer)
+            if syncs:  # each micro-batch's wait for its collectives is its own
+                self.backend.wait_for_gradients(self.optimizer, self.collectives)
                 self.marks.mark("host")
             counted.append((loss.detach(), logits, ys))
-        self.backend.wait_for_gradients(self.optimizer, self.collectives)
-        self.marks.mark("host")
         self.backend.update(self.optimizer, self.scaler)
         self.scaler.update()
         self.marks.mark("optimizer")

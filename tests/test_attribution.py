@@ -23,12 +23,13 @@ from xbench.common.grids.settings import check_axis
 from xbench.common.measuring.attribution import (
     COUNTED,
     MARKED,
-    CollectiveClock,
     Flight,
     Step,
     StepMarks,
+    Sync,
     call_shares,
     covered_seconds,
+    everyones_ready,
     latest_ready,
     overlap,
     partition,
@@ -36,6 +37,8 @@ from xbench.common.measuring.attribution import (
     split,
     summarize,
 )
+from xbench.common.measuring.collective_clock import CollectiveClock
+from xbench.common.measuring.tracing import traced_step
 from xbench.common.results.store import read_rows
 from xbench.common.running.link_cap import capped_link
 from xbench.common.workload import faults
@@ -88,6 +91,75 @@ def test_a_traced_op_wins_over_the_collectives_wait():
     assert parts == pytest.approx({"input": 0, "forward": 0, "backward": 3 * MS,
                                    "optimizer": 1 * MS, "waiting": 1 * MS,
                                    "communication": 3 * MS, "host": 0, "untraced": 2 * MS})
+
+
+def test_parts_running_at_once_share_those_moments_equally():
+    """Ops of two parts at once (a forward op on one device beside a backward op on another, an
+    optimizer op beside the last backward op) split each moment they share equally, whichever
+    part's name sorts first; the parts still add up to the window. A traced op still wins over
+    the collectives' wait, and that over the loop's marks."""
+    step = Step(0.0, 10 * MS, [("forward", 0, 4 * MS, COUNTED),
+                               ("backward", 2 * MS, 8 * MS, COUNTED),
+                               ("optimizer", 6 * MS, 8 * MS, COUNTED),
+                               ("backward", 7 * MS, 9 * MS, COUNTED),
+                               ("host", 0, 10 * MS, MARKED)])
+    step.ready, step.collective_end = 8 * MS, 9.5 * MS
+    parts = partition(step, None)
+    # 0-2 forward; 2-4 forward and backward; 4-6 backward; 6-8 backward (two ops: one part)
+    # and optimizer; 8-9 backward over the wait; 9-9.5 the wait; 9.5-10 the host mark
+    assert parts == pytest.approx({"input": 0, "forward": 3 * MS, "backward": 5 * MS,
+                                   "optimizer": 1 * MS, "waiting": 0,
+                                   "communication": 0.5 * MS, "host": 0.5 * MS,
+                                   "untraced": 0}, abs=1e-12)
+    assert sum(parts.values()) == pytest.approx(10 * MS, abs=1e-15)
+    three = Step(0.0, 3 * MS, [(part, 0, 3 * MS, COUNTED)
+                               for part in ("optimizer", "backward", "forward")])
+    assert [partition(three, None)[part] for part in ("forward", "backward", "optimizer")] == \
+        pytest.approx([1 * MS] * 3)
+
+
+def test_each_micro_batchs_wait_is_waiting_or_communication():
+    """pt-ddp accumulating 2 micro-batches, synced after each: DDP's backward call returns only
+    when its all-reduce is done, so each backward mark holds a wait. Every wait, the first
+    micro-batch's too, is split where the last rank became ready for it (gathered from every
+    rank: here rank 1, ready 2 ms after this rank for the first, 1 ms for the second); the
+    forward and backward of each micro-batch stay theirs."""
+    step = marked(0.0, ("input", 1 * MS), ("forward", 4 * MS), ("backward", 10 * MS),
+                  ("host", 1 * MS), ("forward", 4 * MS), ("backward", 10 * MS),
+                  ("host", 1 * MS), ("optimizer", 3 * MS))
+    step.earlier_syncs = [Sync(11 * MS, 15 * MS)]  # this rank's first backward ended at 11 ms
+    step.ready, step.collective_end = 26 * MS, 30 * MS
+    other = Step(0.0, 34 * MS, ready=27 * MS, collective_end=30 * MS,
+                 earlier_syncs=[Sync(13 * MS, 15 * MS)])
+
+    def gather(value):  # every rank's, rank 1's as its steps gave it
+        return [value, [(other.ready, [sync.ready for sync in other.earlier_syncs])]]
+    latest = everyones_ready([step], gather)
+    assert latest == [27 * MS] and step.earlier_syncs == [Sync(11 * MS, 15 * MS, 13 * MS)]
+    parts = partition(step, latest[0])
+    assert parts["forward"] == pytest.approx(8 * MS)
+    assert parts["backward"] == pytest.approx(12 * MS)  # 5-11 ms and 20-26 ms
+    assert parts["waiting"] == pytest.approx(3 * MS)  # 11-13 ms and 26-27 ms
+    assert parts["communication"] == pytest.approx(5 * MS)  # 13-15 ms and 27-30 ms
+    assert sum(parts.values()) == pytest.approx(34 * MS)
+
+
+def test_a_traced_collective_the_rank_stopped_for_is_a_wait_of_its_own():
+    """In a traced call, a collective that ended before backward did is a wait where the rank
+    computed nothing during it (a micro-batch's all-reduce the next one waits for), from the
+    end of the op before it; one that ran beside backward's ops is no wait of its own."""
+    ns = 1_000_000
+    step = traced_step((0, 20 * ns), 1.0, [
+        ("forward", 0, 2 * ns), ("backward", 2 * ns, 5 * ns),
+        ("forward", 8 * ns, 10 * ns), ("backward", 10 * ns, 16 * ns)],
+        [Flight(6 * ns, 8 * ns, 40), Flight(11 * ns, 13 * ns, 40),
+         Flight(16 * ns, 19 * ns, 40)])
+    assert step.ready == pytest.approx(1.016) and step.collective_end == pytest.approx(1.019)
+    assert step.earlier_syncs == [(pytest.approx(1.005), pytest.approx(1.008), None)]
+    parts = partition(step, None)
+    assert parts["communication"] == pytest.approx(0.006)  # 5-8 ms and 16-19 ms
+    assert parts["untraced"] == pytest.approx(0.001)  # 19-20 ms
+    assert sum(parts.values()) == pytest.approx(0.020)
 
 
 def test_an_opaque_call_is_split_as_the_traced_calls_were():
@@ -146,12 +218,30 @@ def test_a_collective_clock_keeps_ready_end_each_collective_and_bytes():
     clock.complete(first)      # 3.0: the first completed (on the library's thread)
     clock.done()               # 3.5: backward (or synchronize) stopped waiting for them
     assert clock.take() == (2.0, 3.5, [(1.2, 3.0, 100), (2.1, 3.5, None)], 150,
-                            [(1.0, 100), (2.0, 50)])
+                            [(1.0, 100), (2.0, 50)], [])
     assert clock.take() is None  # the next step starts empty
     one = CollectiveClock(stamp=iter([1.0, 1.5]).__next__)  # one process: nothing launched
     one.ready(40)
     one.done()
-    assert one.take() == (None, None, [], 40, [(1.0, 40)])
+    assert one.take() == (None, None, [], 40, [(1.0, 40)], [])
+
+
+def test_a_collective_clock_keeps_each_micro_batchs_wait_apart():
+    """--accumulate-sync each: every micro-batch's gradients cross before the next micro-batch,
+    and the step waits for them each time; each wait runs from that micro-batch's last gradient
+    to its end, the last one's as the step's, the others' as earlier waits. A completion nobody
+    told was seen when the wait for it ended, not at the step's last."""
+    moments = iter([1.0, 1.1, 1.5, 2.0, 2.1, 2.6, 2.7])
+    clock = CollectiveClock(stamp=lambda: next(moments))
+    clock.ready(100)    # 1.0: micro-batch 1's gradient
+    clock.launch(100)   # 1.1: its all-reduce, whose completion nobody tells
+    clock.done()        # 1.5: its wait over
+    clock.ready(100)    # 2.0: micro-batch 2's
+    second = clock.launch(100)  # 2.1
+    clock.complete(second)      # 2.6
+    clock.done()                # 2.7
+    assert clock.take() == (2.0, 2.7, [(1.1, 1.5, 100), (2.1, 2.6, 100)], 200,
+                            [(1.0, 100), (2.0, 100)], [(1.0, 1.5)])
     assert covered_seconds([(0, 1), (0.5, 2), (3, 4)]) == pytest.approx(3.0)
 
 
@@ -221,6 +311,19 @@ def test_a_traced_rank_is_ready_when_its_backward_ends_not_at_its_last_launch(tm
                                                             90 * ms)])
     [step] = TensorFlowTracer().read(str(tmp_path), [0.0])
     assert step.ready == pytest.approx(0.05)
+
+
+def test_a_compiled_tensorflow_step_is_one_op_the_trace_cannot_split(tmp_path):
+    """Under jit_compile=True TensorFlow's trace sees the step as one op, XLA's cluster of the
+    whole function: its time is untraced, none of it forward."""
+    from xbench.tf_backend.trace import TensorFlowTracer
+    ms = 1_000_000
+    write_trace(tmp_path, (0, 100 * ms), [
+        ("__inference_train_step_486:__inference_train_step_486", 5 * ms, 99 * ms)], [])
+    [step] = TensorFlowTracer().read(str(tmp_path), [0.0])
+    parts = partition(step, latest_ready=None)
+    assert parts["untraced"] == pytest.approx(0.1)
+    assert parts["forward"] == parts["backward"] == parts["optimizer"] == 0
 
 
 def test_the_epoch_summary_names_its_residual_and_the_slowest_rank():
@@ -418,6 +521,66 @@ def test_a_slow_rank_needs_a_rank_of_its_own(injected):
                          (("tf-single", 1), "the cell has ranks 0 to 0")):
         row = injected[(*cell, f"slow-rank=1:{SLOW_MS}")]
         assert row["status"] == "unsupported" and reason in row["error"]
+
+
+def grid_rows(folder, mnist_dir, name, **settings) -> list[dict]:
+    """The rows of a small grid of `settings` on the shared grid's slices of real MNIST, judged
+    by a contention limit that marks nothing (where a part lands must not depend on how busy the
+    machine was)."""
+    grid = write_grid(folder, name=name, max_train_samples=SMOKE_SLICE,
+                      max_test_samples=SMOKE_TEST_SLICE, contention_limit=1.0, **settings)
+    run = xbench("grid", grid, "--data-dir", mnist_dir, "--results", folder / f"{name}.jsonl",
+                 timeout=1800)
+    assert run.returncode == 0, run.stdout + run.stderr
+    return read_rows(folder / f"{name}.jsonl")[0]
+
+
+@pytest.fixture(scope="module")
+def accumulating(mnist_dir, tmp_path_factory):
+    """pt-ddp, hvd-torch and tf-multiworker on 2 ranks, each step 4 micro-batches synced after
+    each one, rank 1 slowed by SLOW_MS once a step (before its first micro-batch's backward)."""
+    rows = grid_rows(tmp_path_factory.mktemp("accumulating"), mnist_dir, "accumulating",
+                     backends=MULTI, devices=[2], accumulate=[4], accumulate_sync=["each"],
+                     inject=INJECTED[2:3])
+    return {row["backend"]: row for row in rows}
+
+
+@pytest.mark.parametrize("backend", MULTI)
+def test_a_micro_batchs_wait_for_a_slow_rank_is_waiting(accumulating, backend):
+    """The fast rank waits for the slow one at the first micro-batch's sync: in pt-ddp inside
+    DDP's backward call, in hvd-torch in Horovod's synchronize, in tf-multiworker (whose
+    micro-batches' all-reduces run beside the next micro-batch's compute) at the step's last
+    sync. Each is its waiting part, not backward or host; the parts add up."""
+    row = accumulating[backend]
+    assert row["status"] == "ok", row["error"]
+    fast, slow = last_epoch(row)
+    assert 0.5 * SLOW_MS * MS <= fast["parts"]["waiting"]["median"] <= 2 * SLOW_MS * MS, fast
+    assert slow["parts"]["waiting"]["median"] < 0.5 * SLOW_MS * MS
+    assert all(rank["adds_up"] for epoch in row["attribution"]["epochs"]
+               for rank in epoch["ranks"])
+
+
+@pytest.fixture(scope="module")
+def compiled(mnist_dir, tmp_path_factory):
+    """tf-single's step compiled (jit_compile=True, the one TensorFlow backend that compiles
+    on this CPU)."""
+    [row] = grid_rows(tmp_path_factory.mktemp("compiled"), mnist_dir, "compiled",
+                      backends=["tf-single"], devices=[1], compile=["on"])
+    return row
+
+
+def test_a_compiled_tensorflow_steps_row_says_its_parts_are_not_split(compiled):
+    """Its trace holds one op for the compiled step: the row's step is untraced, not forward,
+    and its attribution says why."""
+    assert compiled["status"] == "ok", compiled["error"]
+    [rank] = last_epoch(compiled)
+    parts = {part: rank["parts"][part]["seconds"] for part in rank["parts"]}
+    step = sum(parts.values())
+    assert parts["untraced"] >= 0.5 * step, parts
+    assert parts["forward"] + parts["backward"] + parts["optimizer"] <= 0.05 * step, parts
+    how = compiled["attribution"]["how"]
+    assert "jit_compile=True" in how["untraced"] and "cannot split" in how["untraced"]
+    assert "jit_compile=True" in how["forward"]
 
 
 @pytest.mark.parametrize("backend", MULTI)

@@ -51,8 +51,9 @@ def test_every_jax_cell_ran_its_mesh_and_says_how(smoke):
 
 def test_a_jax_step_is_split_by_the_xla_ops_its_trace_saw(smoke):
     """Sampled steps are traced (jax.profiler) and their ops labelled by the names JAX gave
-    them; the gradients cross in one all-reduce XLA inserted after backward, carrying every
-    parameter's gradient once (float32), each gradient's ready moment recorded."""
+    them (or, where a name says no part, by the work they serve); the gradients cross in one
+    all-reduce XLA inserted after backward, carrying every parameter's gradient once
+    (float32), each gradient's ready moment recorded."""
     for (backend, devices), row in jax_rows(smoke).items():
         attribution = row["attribution"]
         how = attribution["how"]
@@ -82,7 +83,8 @@ def test_a_jax_step_is_split_by_the_xla_ops_its_trace_saw(smoke):
 
 def test_the_parts_of_a_step_follow_the_names_jax_gave_its_ops():
     """How an XLA instruction is labelled: by JAX's name for it, a fusion by the latest part
-    fused into it, an unnamed copy by its operands (or, with none, its consumer)."""
+    fused into it, an unnamed copy by its consumers (or, where they have no part, as the
+    collective it feeds, by its operands)."""
     from xbench.jax_backend.trace import Program
     program = Program((DATA / "jax_step.hlo").read_text())  # a compiled step's text, cut
     assert program.module == "jit_step"
@@ -92,6 +94,41 @@ def test_the_parts_of_a_step_follow_the_names_jax_gave_its_ops():
     assert program.part("copy_fusion") == "backward"  # its fused select runs in backward
     assert program.is_collective("all-reduce.1") and not program.is_collective("layout")
     assert program.gradients("all-reduce.1") == [("layout", 16), ("forward", 16)]
+
+
+def test_the_ops_xla_expands_max_pools_gradient_into_are_backward():
+    """jax-single's small-model step as XLA compiled it on this CPU (a recorded program, JAX
+    0.10: `JaxLoop.step.as_text()`). XLA expands max-pool's gradient (select_and_scatter) into
+    four iotas and a reduce-window over the pool's input, run before backward and named by JAX
+    as nothing: they serve the scatter into the gradient, so they are backward, as is the
+    convolution's kernel gradient XLA made (its consumer, the update, is the optimizer's, its
+    operands backward's: a gradient's last op). A copy of a weight that forward reads first is
+    forward; the update under the optimizer's scope is the optimizer's; an unnamed sum the
+    totals take is bookkeeping."""
+    from xbench.jax_backend.trace import Program
+    program = Program((DATA / "jax_small_step.hlo").read_text())
+    expansion = [f"wrapped_iota{suffix}" for suffix in ("", ".1", ".2", ".3")] + [
+        "wrapped_reduce-window", "get-tuple-element.1", "concatenate_bitcast_fusion.1"]
+    assert all(program.instructions[name].op_name == "" for name in expansion)
+    assert {program.part(name) for name in expansion} == {"backward"}
+    assert "select_and_scatter" in program.instructions["wrapped_scatter.1"].op_name
+    assert program.part("wrapped_scatter.1") == "backward"
+    assert program.part("ynn_fusion.1") == "backward"  # the kernel's gradient, unnamed
+    assert program.part("ynn_fusion.8") == "forward"  # the convolution, named
+    assert program.part("copy.16") == "forward"  # fc1's kernel, read by forward, then the rest
+    assert program.part("multiply_add_fusion.6") == "optimizer"
+    assert program.part("wrapped_reduce-window.2") == "host"
+
+
+def test_accumulations_split_of_the_batch_serves_forward_not_the_optimizer():
+    """--accumulate K splits each device's batch into micro-batches under shard_map, outside
+    the derivative: JAX names those ops by no part, so a slice belongs to the forward pass that
+    reads it, and a forward fusion that takes its slice in stays forward; only the update's
+    named scope is the optimizer's."""
+    from xbench.jax_backend.trace import Program
+    program = Program((DATA / "jax_accumulating_step.hlo").read_text())  # cut
+    assert [program.part(name) for name in ("micro", "forward", "relu", "grad", "update")] == [
+        "forward", "forward", "forward", "backward", "optimizer"]
 
 
 def test_fp16_and_more_devices_than_the_cpu_can_split_are_refused(mnist_dir, tmp_path):

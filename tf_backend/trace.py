@@ -9,6 +9,10 @@ the backward pass, the optimizer's scope its update, the collectives by their op
 rest of the replica's function the forward pass and loss. The rank is ready for its collectives
 when its backward's last op ends: what the step waits for its collectives after that is waiting
 or communication (common.measuring.attribution.partition), however late they were launched.
+
+A step compiled with jit_compile=True runs as one op in the trace, XLA's cluster of the whole
+function (`__inference_train_step_...`): the trace sees no op inside it, so its forward, backward
+and optimizer cannot be told apart, and its time is untraced, not given to any of them.
 """
 import glob
 import os
@@ -36,12 +40,18 @@ BOOKKEEPING_SCOPE = "xbench_totals"  # the epoch's loss and correct count
 # The optimizer's update, whatever the optimizer: under fp16 a LossScaleOptimizer runs the inner
 # one's update inside a cond, whose ops take the cond's name, not the optimizer's.
 OPTIMIZER_SCOPE = "xbench_optimizer"
+# A function run as one op (its type the function's name): under jit_compile, XLA's compiled
+# cluster of the step, inside which the trace sees nothing.
+FUNCTION_PREFIX = "__inference_"
 
 
 def label(op: str) -> str:
-    """The part an op of the trace belongs to ('collective' for the step's reduction), from its
-    event name 'scope/.../name:Type'."""
+    """The part an op of the trace belongs to ('collective' for the step's reduction; untraced
+    for a compiled function, whose parts the trace cannot split), from its event name
+    'scope/.../name:Type'."""
     name, _, op_type = op.rpartition(":")
+    if op_type.startswith(FUNCTION_PREFIX):
+        return "untraced"
     scopes = name.split("/")
     if scopes[0].startswith("replica_"):  # MirroredStrategy's other replicas
         scopes = scopes[1:]

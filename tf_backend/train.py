@@ -149,11 +149,18 @@ class TensorFlowLoop(TracedCalls, TrainingLoop):
         traits = self.backend.traits
         collective = (f"{traced}; the collective: {traits.collectives_counted}"
                       if traits.collectives_counted else traits.collectives_not_counted)
+        untraced = "the share of the call's time no op of the trace covers"
+        if self.cell.compile == "on":  # tf_backend.trace: the compiled cluster is one op
+            traced += ("; under jit_compile=True the trace sees the step as one op (XLA's "
+                       "cluster), so none of its time is counted here: it is untraced")
+            untraced += (", and the compiled step's one op: under jit_compile=True the trace "
+                         "sees XLA's cluster of the whole step as one op and cannot split it "
+                         "into forward, backward and optimizer")
         return {"input": "the host clock: the loop's wait for tf.data's next batch",
                 **dict.fromkeys(("forward", "backward", "optimizer"), traced),
                 "waiting": collective, "communication": collective,
                 "host": "the host clock outside the call (bookkeeping)",
-                "untraced": "the share of the call's time no op of the trace covers"}
+                "untraced": untraced}
 
     def consumed(self):
         taken, self.taken = self.taken, []

@@ -42,7 +42,8 @@ MEANING = {
     "host": "host overhead: the step's own work outside the other parts (copies, dispatch, "
             "bookkeeping), as the loop marks it",
     "untraced": "time in the step that no mark and no traced op covers (inside a "
-                "tf.function's or a JAX program's call: what its trace does not account for)",
+                "tf.function's or a JAX program's call: what its trace does not account for), "
+                "and a compiled TensorFlow step, which its trace sees as one op it cannot split",
 }
 COMPUTE = ("forward", "backward", "optimizer")
 # "off": the loop keeps only each step's window and its input wait (what a row's step times and
@@ -57,6 +58,16 @@ ADDS_UP = 0.05  # the residual (epoch time the step windows do not cover) allowe
 # wait (the rank is busy, not waiting), the collective's wait over the coarse windows between
 # the loop's marks (a DDP backward call includes its wait for the all-reduce).
 MARKED, COLLECTIVE, COUNTED = 1, 2, 3
+
+
+class Sync(NamedTuple):
+    """One wait of a step for its collectives before its last (a micro-batch's that crosses
+    before the optimizer's, --accumulate-sync each): when this rank's compute for it was done,
+    when it stopped waiting, and when the last rank's compute for it was done (None: not
+    gathered, this rank's own; `everyones_ready` sets it)."""
+    ready: float
+    end: float
+    latest: float | None = None
 
 
 class Flight(NamedTuple):
@@ -84,6 +95,9 @@ class Step:
     # Each gradient as it became ready (its hook), with its bytes on the wire, in that order:
     # the curve of bytes ready over backward that reports.step_model.timeline forms buckets from.
     gradients: list[tuple[float, int]] = field(default_factory=list)
+    # The step's waits for its collectives before the one that `ready` and `collective_end`
+    # bound (accumulate_sync each: every micro-batch's but the last's), in order.
+    earlier_syncs: list[Sync] = field(default_factory=list)
 
 
 class StepMarks:
@@ -115,12 +129,13 @@ class StepMarks:
         self._last = moment
 
     def collective(self, ready, end, timed: list[tuple], size: int | None = None,
-                   gradients: list[tuple] = ()) -> None:
+                   gradients: list[tuple] = (), earlier: list[tuple] = ()) -> None:
         """This step's collectives: `ready` (this rank's compute for them done) and `end` (it
         stopped waiting for them) are moments of `stamp` (None where nothing was launched),
         `timed` each one's (launch, completion, bytes or None), `size` the bytes they reduced
-        (where counted), `gradients` each gradient's (ready moment, bytes)."""
-        self._raw[-1][3] = (ready, end, timed, size, gradients)
+        (where counted), `gradients` each gradient's (ready moment, bytes), `earlier` the
+        (ready, end) of each wait for them before the last (a micro-batch's)."""
+        self._raw[-1][3] = (ready, end, timed, size, gradients, earlier)
 
     def end(self) -> None:
         self.mark("host")
@@ -137,10 +152,11 @@ class StepMarks:
         for start, end, marks, collective in self._raw:
             step = Step(at(start), at(end), [(part, at(a), at(b), MARKED) for part, a, b in marks])
             if collective:
-                ready, end, timed, size, gradients = collective
+                ready, end, timed, size, gradients, earlier = collective
                 step.gradients = [(at(moment), bytes_) for moment, bytes_ in gradients]
                 if timed:
                     step.ready, step.collective_end = at(ready), at(end)
+                    step.earlier_syncs = [Sync(at(a), at(b)) for a, b in earlier]
                     step.collectives = [Flight(at(a), at(b), n) for a, b, n in timed]
                     step.collective_bytes = size
             steps.append(step)
@@ -155,66 +171,12 @@ class WindowMarks(StepMarks):
             super().mark(part)
 
     def collective(self, ready, end, timed: list[tuple], size: int | None = None,
-                   gradients: list[tuple] = ()) -> None:
+                   gradients: list[tuple] = (), earlier: list[tuple] = ()) -> None:
         pass
 
     def end(self) -> None:
         self._last = self.stamp()
         self._raw[-1][1] = self._last
-
-
-class CollectiveClock:
-    """What a library tells of one step's gradient collectives, as they happen: when each
-    gradient was ready (this rank's compute for it done) with the bytes it puts on the wire
-    (`ready`), when each collective was launched, with its bytes, and when it completed
-    (`launch`, then `complete` from whichever thread sees it done), and when the step stopped
-    waiting for them all (`done`: after DDP's backward, or Horovod's synchronize). `take` ends
-    the step: (ready, end, [(launch, completion, bytes)], bytes, [(ready, bytes)]), or None
-    where nothing was told."""
-
-    def __init__(self, stamp: Callable[[], object] = time.perf_counter,
-                 seconds: Callable[[object, object], float] = lambda a, b: b - a):
-        self.stamp, self.seconds = stamp, seconds
-        self._ready, self._ops, self._done, self._bytes = [], [], None, 0
-
-    def ready(self, size: int = 0) -> None:
-        """A gradient is ready (its bytes as they go on the wire)."""
-        self._ready.append((self.stamp(), size))
-        self._bytes += size
-
-    def launch(self, size: int | None = None) -> list:
-        """A collective of `size` bytes (None: not told) is launched now: the token `complete`
-        takes."""
-        op = [self.stamp(), None, size]
-        self._ops.append(op)
-        return op
-
-    def complete(self, op: list) -> None:
-        """The collective launched as `op` has completed now (any thread)."""
-        op[1] = self.stamp()
-
-    def done(self, size: int = 0) -> None:
-        """Every collective of the step has completed (`size`: their bytes, where the hooks
-        did not tell them)."""
-        self._done = self.stamp()
-        self._bytes += size
-
-    def take(self) -> tuple | None:
-        ready, ops, done, size = self._ready, self._ops, self._done, self._bytes
-        self._ready, self._ops, self._done, self._bytes = [], [], None, 0
-        if done is None or not (ops or ready):
-            return None
-        if not ops:  # nothing to reduce (one process): only when its gradients were ready
-            return None, None, [], size, ready
-        if all(bytes_ is not None for _, _, bytes_ in ops):
-            # what crossed, as the library told it: the gradients' bytes count every
-            # micro-batch's, of which a step that syncs once reduces only their sum
-            size = sum(bytes_ for _, _, bytes_ in ops)
-        # a completion the library did not report was seen, at the latest, when the step
-        # stopped waiting for them all
-        timed = [(launch, completion if completion is not None else done, bytes_)
-                 for launch, completion, bytes_ in ops]
-        return (ready[-1][0] if ready else ops[-1][0]), done, timed, size, ready
 
 
 def with_trace(marked: Step, traced: Step) -> Step:
@@ -224,7 +186,7 @@ def with_trace(marked: Step, traced: Step) -> Step:
     return Step(marked.start, marked.end,
                 [i for i in marked.intervals if i[0] != CALL] + traced.intervals,
                 traced.ready, traced.collective_end, list(traced.collectives),
-                traced.collective_bytes, list(traced.gradients))
+                traced.collective_bytes, list(traced.gradients), list(traced.earlier_syncs))
 
 
 def covered_seconds(spans: Sequence[tuple[float, float]]) -> float:
@@ -239,23 +201,35 @@ def covered_seconds(spans: Sequence[tuple[float, float]]) -> float:
 
 def partition(step: Step, latest_ready: float | None) -> dict[str, float]:
     """Seconds of each part in `step`'s window (and of an opaque CALL, where there is one):
-    every moment goes to the highest-priority interval covering it, untraced where none does.
-    `latest_ready`: when the last rank became ready for this step's collective (None: this
-    rank's own moment, or no collective)."""
+    every moment goes to the highest-priority intervals covering it, untraced where none does.
+    Where intervals of two or more parts cover a moment at the same priority (a backward op on
+    one thread beside an optimizer op on another, one device's forward beside another's
+    backward) the moment is split equally among those parts: each ran then, the moment says
+    no more of which the step waited for, and an equal split is the one rule that neither
+    depends on the parts' order nor lets a part claim time it shared; each part's seconds stay
+    within the time it ran, and the parts still add up to the window. Each wait for the
+    collectives (`ready` to `collective_end`, and each of `earlier_syncs`) is split where the
+    last rank became ready: waiting before, communication after. `latest_ready`: when the last
+    rank became ready for the step's last wait (None: this rank's own moment, or no
+    collective)."""
     intervals = list(step.intervals)
+    waits = list(step.earlier_syncs)
     if step.ready is not None and step.collective_end is not None:
-        turn = max(step.ready, min(latest_ready if latest_ready is not None else step.ready,
-                                   step.collective_end))
-        intervals += [("waiting", step.ready, turn, COLLECTIVE),
-                      ("communication", turn, step.collective_end, COLLECTIVE)]
+        waits.append(Sync(step.ready, step.collective_end, latest_ready))
+    for ready, end, latest in waits:
+        turn = max(ready, min(latest if latest is not None else ready, end))
+        intervals += [("waiting", ready, turn, COLLECTIVE),
+                      ("communication", turn, end, COLLECTIVE)]
     cuts = sorted({step.start, step.end, *(t for _, a, b, _ in intervals for t in (a, b)
                                            if step.start < t < step.end)})
     parts = dict.fromkeys(PARTS, 0.0)
     for low, high in zip(cuts, cuts[1:]):
         middle = (low + high) / 2
         covering = [(priority, label) for label, a, b, priority in intervals if a <= middle < b]
-        label = max(covering)[1] if covering else "untraced"
-        parts[label] = parts.get(label, 0.0) + high - low
+        top = max((priority for priority, _ in covering), default=None)
+        running = sorted({label for priority, label in covering if priority == top}) or ["untraced"]
+        for label in running:
+            parts[label] = parts.get(label, 0.0) + (high - low) / len(running)
     return parts
 
 
@@ -373,6 +347,22 @@ def latest_ready(ready_by_rank: Sequence[Sequence[float | None]]) -> list[float 
         known = [m for m in moments if m is not None]
         latest.append(max(known) if known else None)
     return latest
+
+
+def everyones_ready(steps: Sequence[Step],
+                    gather: Callable[[object], list]) -> list[float | None]:
+    """Per step, when the last rank was ready for its collectives (`latest_ready`), from every
+    rank's moments (`gather`: every rank calls it, as the processes' gather); each wait before
+    the last (`Step.earlier_syncs`) gets its own moment, the last rank's for that wait, set in
+    the step."""
+    gathered = gather([(step.ready, [sync.ready for sync in step.earlier_syncs])
+                       for step in steps])
+    for index, step in enumerate(steps):
+        ranks = [rank[index][1] for rank in gathered if index < len(rank)]
+        step.earlier_syncs = [
+            sync._replace(latest=max(moments[wait] for moments in ranks if wait < len(moments)))
+            for wait, sync in enumerate(step.earlier_syncs)]
+    return latest_ready([[ready for ready, _ in rank] for rank in gathered])
 
 
 def slowest_rank(ranks: Sequence[dict]) -> int | None:

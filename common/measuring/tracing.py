@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 
-from xbench.common.measuring.attribution import COUNTED, Flight, Step
+from xbench.common.measuring.attribution import COMPUTE, COUNTED, Flight, Step, Sync
 
 STEP_EVENT = "xbench_step"  # the annotation around a traced step's call, seen in the trace
 SAMPLED = 8  # steps of each timed epoch from the second on, evenly spaced, that are traced
@@ -120,13 +120,22 @@ def _set_collectives(step: Step, flights: list[Flight]) -> None:
     backward op, the slow-rank fault's included), not at the last launch: small packs run one
     after another, launched long after backward, and the wait for them is the step's
     communication (or waiting, until the slowest rank's backward ended). A step without a
-    backward op was ready at its last launch."""
+    backward op was ready at its last launch. A collective that ended before backward did and
+    during which the rank computed nothing is a wait of its own (`earlier_syncs`: a
+    micro-batch's, with --accumulate-sync each, that the next micro-batch waits for), from the
+    end of the rank's last op before it; one that ran beside compute (launched as backward
+    made its gradients) is no wait."""
     backward = [end for part, _, end, _ in step.intervals if part == "backward"]
     step.ready = max(backward) if backward else flights[-1].launch
     step.collective_end = max(f.end for f in flights)
     step.collectives = flights
     sizes = [f.size for f in flights]
     step.collective_bytes = sum(sizes) if all(sizes) else None
+    compute = [(a, b) for part, a, b, _ in step.intervals if part in COMPUTE]
+    step.earlier_syncs = [
+        Sync(max([b for _, b in compute if b <= f.launch], default=f.launch), f.end)
+        for f in flights if f.end <= step.ready
+        and not any(a < f.end and b > f.launch for a, b in compute)]
 
 
 class TracedCalls:

@@ -221,14 +221,14 @@ class TrainingLoop(TrainingHooks):
         shares, seen = None, {}
         if traced is not None:
             calls = [step for _, _, step in traced]
-            latest = attribution.latest_ready(self.comm.gather([s.ready for s in calls]))
+            latest = attribution.everyones_ready(calls, self.comm.gather)
             shares = attribution.call_shares(calls, latest)
             seen = {(epoch, index): step for epoch, index, step in traced}
         epochs = []
         for epoch, (seconds, steps) in enumerate(timed, 1):
             steps = [attribution.with_trace(step, seen[(epoch, index)])
                      if (epoch, index) in seen else step for index, step in enumerate(steps, 1)]
-            latest = attribution.latest_ready(self.comm.gather([s.ready for s in steps]))
+            latest = attribution.everyones_ready(steps, self.comm.gather)
             ranks = self.comm.gather({**attribution.summarize(steps, latest, seconds, shares),
                                       "timeline": timeline_record(steps, latest)})
             epochs.append({"ranks": ranks, "slowest_rank": attribution.slowest_rank(ranks)})
