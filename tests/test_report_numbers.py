@@ -14,6 +14,7 @@ from tests.report_fixtures import (
     repeated,
     write_rows,
 )
+from xbench.common.measuring.peaks import bus_bandwidth
 from xbench.common.workload.models import MODELS
 from xbench.reports.numbers import analysis
 from xbench.reports.numbers.rows import load
@@ -49,7 +50,8 @@ def test_speedup_efficiency_and_weak_strong_labels(tmp_path):
 
 def test_the_step_attribution_and_bus_bandwidth(tmp_path):
     """Every hand-made step is 5% input, 25% forward, 45% backward, 10% optimizer, 15% host on 1
-    device; on N > 1, 20% of it is moved from backward to the all-reduce."""
+    device; on N > 1, 20% of it is moved from backward to the all-reduce, launched when every
+    rank was ready: the bus bandwidth is of that time alone."""
     frame, _ = load([write_rows(tmp_path / "r.jsonl", known_rows())])
     attributed = analysis.attribution(analysis.cell_table(frame))
     weak = attributed[attributed["batch_mode"] == "per_device"].set_index("devices")
@@ -68,7 +70,12 @@ def test_the_step_attribution_and_bus_bandwidth(tmp_path):
             == pytest.approx(SAMPLES / 200))
     assert weak.loc[1, "communication_step"] == 0 and math.isnan(weak.loc[1, "busbw"])
     assert attributed["adds_up"].all()
-    assert analysis.bus_bandwidth(10.0, 2) == 10.0 and analysis.bus_bandwidth(10.0, 4) == 15.0
+    assert bus_bandwidth(10.0, 2) == 10.0 and bus_bandwidth(10.0, 4) == 15.0
+    # every collective ran after backward on every step that carries one: nothing hidden, and
+    # their time alone is their own on those steps (common.measuring.basis)
+    assert weak.loc[2, "alone_source"] == "after backward" and weak.loc[2, "hidden_share"] == 0
+    assert weak.loc[2, "alone_seconds"] == pytest.approx(0.2 * step)
+    assert weak.loc[2, "basis_steps"] == SAMPLES // 64 and weak.loc[2, "broken"] == ()
 
 
 def test_report_files_hold_the_known_numbers(tmp_path):

@@ -8,6 +8,7 @@ import pytest
 from xbench.common.backends.protocol import MIB
 from xbench.common.backends.traits import TRAITS
 from xbench.reports.judging.why import hidden_words
+from xbench.reports.numbers.communication import NOT_REPLAYED
 from xbench.reports.step_model.timeline import (
     Gradient,
     buckets,
@@ -126,13 +127,28 @@ def test_a_recorded_curve_scales_to_another_backward_and_an_even_one_adds_up():
     assert on_one_stream([], at_1gbps) == [] and hidden_share(0.0, 0.0) is None
 
 
-def test_the_why_reads_the_timeline_and_names_each_share_for_what_it_is():
-    cell = {"alone_seconds": 0.029, "hidden_share": 2 / 29, "under_backward_seconds": 0.002,
-            "communication_step": 0.027, "overlap_share": 0.45, "reduction": "all-reduce"}
-    assert hidden_words(cell) == ("; of 29 ms of all-reduce a step, 2 ms ran under compute and "
-                                  "27 ms were exposed (hidden 7%; in flight while computing, "
-                                  "HTA's overlap share: 45%)")
-    assert hidden_words({**cell, "hidden_share": math.nan}) == ""  # collectives not timed
+def test_the_why_names_each_number_on_one_basis_for_what_it_is():
+    """Every number of the why from the steps that carry collectives: alone, under compute,
+    exposed, the hidden share, the overlap share, and the time in flight beyond the
+    collectives' own: waiting for the slowest rank and for a core."""
+    cell = {"alone_seconds": 0.029, "hidden_share": 2 / 29, "under_compute_seconds": 0.002,
+            "exposed_basis_seconds": 0.027, "waiting_basis_seconds": 0.001,
+            "busy_basis_seconds": 0.040, "core_wait_seconds": 0.010, "basis_steps": 32.0,
+            "overlap_share": 0.45, "reduction": "all-reduce", "alone_source": "replayed",
+            "all_after_backward": False, "why_missing": None}
+    said = hidden_words(cell)
+    assert said.startswith("; on the 32 steps that carry collectives: of 29 ms of all-reduce a "
+                           "step alone (the step's collectives replayed after training")
+    assert said.endswith("2 ms ran under compute and 27 ms were exposed (hidden 7%; in flight "
+                         "while computing, HTA's overlap share: 45%); in flight 40 ms: 1 ms "
+                         "waiting for the slowest rank, 10 ms waiting for a core")
+    after = hidden_words({**cell, "all_after_backward": True, "alone_source": "after backward"})
+    assert after == ("; on the 32 steps that carry collectives: every collective ran after "
+                     "backward, nothing hidden: 27 ms a step exposed, 1 ms waiting for the "
+                     "slowest rank")
+    missing = hidden_words({**cell, "alone_seconds": math.nan, "why_missing": NOT_REPLAYED})
+    assert missing == f"; its collectives: {NOT_REPLAYED}"  # what could not be measured
+    assert hidden_words({**cell, "alone_seconds": math.nan}) == ""  # collectives not timed
 
 
 def test_accumulation_crosses_every_micro_batchs_gradients_or_the_last_ones():
