@@ -65,21 +65,21 @@ def test_smoke_report_shows_mfu_per_cell_and_2_device_bandwidth_against_the_prob
                                             / (gflops * 1e9), rel=1e-6), row["cell_key"]
     ddp = next(r for r in rows if r["backend"] == "pt-ddp" and r["devices"] == 2)
     cell = cells[cells["cell_key"] == ddp["cell_key"]].iloc[0]
-    moving = max(r["collective"]["moving_median"]
-                 for r in ddp["attribution"]["epochs"][-1]["ranks"])
     counted = ddp["attribution"]["epochs"][-1]["ranks"][0]["collective"]["bytes_per_step"]
     assert counted == MODELS["small"].gradient_bytes()  # DDP's hook counted every bucket's bytes
-    # the small model's last bucket, the one launched after backward, is too small for a rate:
-    # the bandwidth is the moving time's (N = 2: busbw = algbw)
+    # the small model's last bucket, the one launched after backward, is too small for a rate,
+    # and the moving time beside backward waits for cores: the bandwidth is of the step's
+    # collectives replayed alone (common.measuring.alone; N = 2: busbw = algbw)
     after = ddp["attribution"]["epochs"][-1]["ranks"][0]["timeline"]["after_backward"]
     assert after["bytes"] < AFTER_BACKWARD_SHARE * counted
-    assert cell["achieved_busbw"] == pytest.approx(counted / moving)
-    assert cell["moving_seconds"] == pytest.approx(moving)
+    alone = ddp["attribution"]["alone"]
+    assert alone["source"] == "replayed" and alone["bytes"] == counted
+    assert cell["achieved_busbw"] == pytest.approx(counted / alone["seconds"])
     assert cell["probe_busbw"] == pytest.approx(next(
         a["busbw"] for a in record["all_reduce"]
         if a["world_size"] == 2 and a["bytes"] == MODELS["small"].gradient_bytes()))
     summary = (out / "summary.md").read_text()
-    assert "## Against the limit" in summary and "from counted communication" in summary
+    assert "## Against the limit" in summary and "of the collectives alone" in summary
 
 
 def test_report_without_a_probe_says_how_to_get_one(smoke, tmp_path):
