@@ -137,11 +137,12 @@ def not_installed(name: str, framework: str, missing: str) -> dict:
 def attempts() -> list[tuple[str, dict]]:
     """What `xbench backends` asks of every backend, each as a small cell's settings: more than
     one device or node, then every choice of the settings a backend may lack (those of gradients
-    that cross, on 2 devices)."""
+    that cross, a capped link among them, on 2 devices)."""
     def others(name: str) -> list[str]:
         return [c for c in SETTINGS[name].choices if c != SETTINGS[name].cell_default]
     return [("more than 1 device", {"devices": 2}), ("several nodes", {"nodes": 2}),
             ("bucket_mb", {"devices": 2, "bucket_mb": 1.0}),
+            ("inject link", {"devices": 2, "inject": "link=400mbit"}),
             *[(f"accumulate_sync {mode}", {"devices": 2, "accumulate": 2, "accumulate_sync": mode})
               for mode in SETTINGS["accumulate_sync"].choices],
             *[(f"compression {c}", {"devices": 2, "compression": c})

@@ -14,12 +14,13 @@ from xbench.cli.console import (
     verbose,
 )
 from xbench.cli.options import setting_options
+from xbench.common.backends.traits import TRAITS, in_words
 from xbench.common.errors import UserError
 from xbench.common.grids import grid as grid_module
 from xbench.common.grids.settings import SETTINGS
 from xbench.common.grids.table import format_rows
 from xbench.common.results import store as results
-from xbench.common.running.busy_machine import LOOK_SECONDS, Load
+from xbench.common.running.busy_machine import LOOK_SECONDS, Load, auto_waiting
 from xbench.common.running.estimate import dry_run_plan, forecasts
 from xbench.common.running.launch import make_launcher
 from xbench.common.running.runner import check_cells, run_grid
@@ -104,15 +105,20 @@ def grid(grid_file, preset, batch_sweep, data_dir, results_path, resume, dry_run
 
 def warn_if_busy(load: Load | None, cells) -> None:
     """Say, before the first cell, that other processes already take more of the machine than
-    the cells' contention limit allows, what is running, and the choices."""
+    the cells' contention limit allows, what is running, and the choices; and how the OpenMP
+    threads of cells of `--omp-wait auto` wait, as their rows will record it (the limit
+    changes that in no way)."""
     limit = min(cell.contention_limit for cell in cells)
     if load is None or not load.busy(limit):
         return
     higher = min(1.0, math.ceil((load.share + 0.05) * 20) / 20)
+    waiting = [TRAITS[cell.backend].framework for cell in cells if cell.omp_wait == "auto"]
+    openmp = list(dict.fromkeys(f.title for f in waiting if not f.no_omp_wait))
     click.secho(f"warning: this machine is busy: {load.words()} over the last "
                 f"{LOOK_SECONDS:g} s, above the cells' contention limit of {limit:.0%}; the rows "
                 f"of cells they disturb will be marked contended, and the report and predict "
                 f"leave those out. Choices: wait until it is quiet; --pin-ranks (each rank on "
                 f"cores of its own, judged there); or --contention-limit {higher:g} (the rows "
-                f"record the limit they were judged by). PyTorch's CPU cells wait passively "
-                f"meanwhile (--omp-wait auto).", fg="yellow", err=True)
+                f"record the limit they were judged by)."
+                + (f" The OpenMP threads of {in_words(openmp)}'s CPU cells (--omp-wait auto) "
+                   f"{auto_waiting(load)}." if openmp else ""), fg="yellow", err=True)

@@ -607,7 +607,7 @@ def test_without_tc_a_capped_link_is_unsupported_with_the_reason(mnist_dir, tmp_
     bare.mkdir()
     for tool in ("unshare", "ip"):
         (bare / tool).symlink_to(shutil.which(tool))
-    grid = write_grid(tmp_path, backends=["pt-single"], inject=["link=400mbit"])
+    grid = write_grid(tmp_path, backends=["pt-ddp"], devices=[2], inject=["link=400mbit"])
     env = {**os.environ, "PATH": f"{bare}{os.pathsep}{os.path.dirname(sys.executable)}"}
     run = xbench("grid", grid, "--data-dir", mnist_dir, "--results", tmp_path / "r.jsonl",
                  env=env)

@@ -3,6 +3,7 @@ runs, and the choices), PyTorch's OpenMP threads wait passively there unless ask
 every row records how they waited; a report or predict that leaves contended runs out ends with
 the exact command that keeps them, and its empty sections say that is why. Real pt-single cells
 on real MNIST beside a real busy loop."""
+import dataclasses
 import os
 import signal
 import subprocess
@@ -12,8 +13,17 @@ import psutil
 import pytest
 
 from tests.helpers import write_grid, xbench
+from xbench.cli.grid import warn_if_busy
+from xbench.common.grids.cell import Cell
 from xbench.common.results.store import read_rows
-from xbench.common.running.busy_machine import Load, look_at_load, omp_environment, omp_wait
+from xbench.common.running.busy_machine import (
+    AUTO_PASSIVE_ABOVE,
+    WAITING,
+    Load,
+    look_at_load,
+    omp_environment,
+    omp_wait,
+)
 
 BUSY_LOOP = [sys.executable, "-c", "while True: pass"]
 BUSY = Load(share=0.5, cores=2, busiest=(("python3", 4242, 0.99),))
@@ -87,19 +97,66 @@ def test_auto_follows_the_environment_then_the_look_and_a_choice_sets_the_variab
         monkeypatch):
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
-    assert omp_wait("auto", BUSY, 0.10)["policy"] == "passive"
-    assert omp_wait("auto", BUSY, 0.60)["policy"] == "runtime"  # within a higher limit
-    assert omp_wait("auto", QUIET, 0.10)["policy"] == "runtime"
-    assert omp_wait("auto", None, 0.10)["by"] == "auto: no look at the machine's load"
+    assert omp_wait("auto", BUSY)["policy"] == "passive"
+    assert omp_wait("auto", QUIET)["policy"] == "runtime"
+    assert omp_wait("auto", None)["by"] == "auto: no look at the machine's load"
     monkeypatch.setenv("GOMP_SPINCOUNT", "10000")
-    given = omp_wait("auto", BUSY, 0.10)
+    given = omp_wait("auto", BUSY)
     assert given["policy"] == "environment" and given["GOMP_SPINCOUNT"] == "10000"
     assert omp_environment({"GOMP_SPINCOUNT": "10000", "A": "1"}, given) == {
         "GOMP_SPINCOUNT": "10000", "A": "1"}
     assert omp_environment({"GOMP_SPINCOUNT": "10000", "A": "1"},
-                           omp_wait("runtime", BUSY, 0.10)) == {"A": "1"}
-    assert omp_environment({"OMP_WAIT_POLICY": "ACTIVE"}, omp_wait("passive", QUIET, 0.1)) == {
+                           omp_wait("runtime", BUSY)) == {"A": "1"}
+    assert omp_environment({"OMP_WAIT_POLICY": "ACTIVE"}, omp_wait("passive", QUIET)) == {
         "OMP_WAIT_POLICY": "PASSIVE"}
+
+
+@pytest.mark.parametrize("share, policy", [(0.0, "runtime"), (0.02, "runtime"),
+                                           (AUTO_PASSIVE_ABOVE, "runtime"),
+                                           (AUTO_PASSIVE_ABOVE + 0.01, "passive"),
+                                           (0.5, "passive"), (1.0, "passive")])
+def test_auto_decides_against_its_own_threshold(share, policy, monkeypatch):
+    """Passive above AUTO_PASSIVE_ABOVE of the cores taken by others, the runtime's own at or
+    below it, and the row's reason says which side of it the look fell and what it saw; no
+    contention limit enters the choice, so none can make a busy machine's threads spin."""
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    look = Load(share=share, cores=2, busiest=())
+    chosen = omp_wait("auto", look)
+    assert chosen["policy"] == policy
+    assert chosen["by"] == (f"auto: when the grid started, {look.words()}: "
+                            f"{'above' if policy == 'passive' else 'not above'} --omp-wait "
+                            f"auto's threshold of 10% of the cores, whatever the contention "
+                            f"limit")
+    assert "quiet" not in chosen["by"]
+
+
+@pytest.mark.parametrize("share, limit", [(0.5, 0.10), (0.07, 0.05), (0.5, 0.45)])
+def test_the_busy_warning_says_what_the_rows_of_auto_record(share, limit, monkeypatch,
+                                                           capsys):
+    """The warning fires above the cells' contention limit; what it says PyTorch's threads of
+    --omp-wait auto will do is the choice their rows record (the same look, the same
+    function), and so is the choice after its own advice, a higher --contention-limit. A grid of
+    TensorFlow only has no OpenMP threads to speak of."""
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    look = Load(share=share, cores=2, busiest=(("python3", 4242, 2 * share),))
+    cells = [Cell(grid="busy", backend=backend, model="small", multiple=1, batch=128, devices=1,
+                  contention_limit=limit) for backend in ("pt-single", "tf-single")]
+    warn_if_busy(look, cells)
+    warning = " ".join(capsys.readouterr().err.split())
+    chosen = omp_wait("auto", look)
+    assert chosen["policy"] == ("passive" if share > AUTO_PASSIVE_ABOVE else "runtime")
+    advice = float(warning.split("--contention-limit ")[1].split()[0])
+    advised = [dataclasses.replace(cell, contention_limit=advice) for cell in cells]
+    warn_if_busy(look, advised)  # following the advice: no warning, the rows' choice as it was
+    assert capsys.readouterr().err == ""
+    assert (f"The OpenMP threads of PyTorch's CPU cells (--omp-wait auto) "
+            f"{WAITING[chosen['policy']]}: the load is "
+            f"{'above' if chosen['policy'] == 'passive' else 'not above'} --omp-wait auto's "
+            f"threshold of 10%") in warning
+    warn_if_busy(look, cells[1:])
+    assert "OpenMP" not in capsys.readouterr().err
 
 
 def test_the_look_does_not_count_its_own_processes():

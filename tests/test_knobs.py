@@ -43,8 +43,9 @@ def test_every_cell_of_the_preset_ran_or_says_why_not(knobs):
     for backend in BACKENDS:  # accumulation runs everywhere
         for accumulation in ((1, "last"), (4, "last"), (4, "each")):
             assert (backend, *accumulation, "off") in knobs.rows
-    assert "jax.jit" in knobs.unsupported[("jax-dp", 1, "last", "on")]["error"]
-    assert knobs.rows[("jax-dp", 1, "last", "off")]["backend_details"]["compiled"]["compiled"]
+    assert "jax.jit" in knobs.unsupported[("jax-multiprocess", 1, "last", "on")]["error"]
+    assert knobs.rows[("jax-multiprocess", 1, "last", "off")]["backend_details"]["compiled"][
+        "compiled"]
     for key, row in knobs.unsupported.items():
         assert key[3] == "on" and row["error"].startswith("compile on: ")
 
@@ -114,7 +115,7 @@ def test_the_report_answers_both_knobs(knobs, tmp_path):
     assert all("inconclusive: one run a side has no interval" in line for line in findings)
     assert accumulation.count("(counted)") >= 3 * len(BACKENDS)
     jax_row = next(line for line in compiled.replace("\\-", "-").splitlines()
-                   if "| jax-dp |" in line)
+                   if "| jax-multiprocess |" in line)
     assert "jax.jit (XLA): compiled ahead of the first step" in jax_row  # JAX's off is compiled
     ran_compiled = [b for b in BACKENDS if (b, 1, "last", "on") in knobs.rows]
     for backend in ran_compiled:
@@ -149,11 +150,12 @@ def test_compiling_pays_off_after_its_extra_warm_up_over_the_time_it_saves():
 
 
 def test_a_compile_xla_cannot_do_says_why_and_jax_each_keeps_its_all_reduces_apart(knobs):
-    """tf-multiworker's compiled step is refused (XLA compiles no RING collective); jax-dp's
-    `each` step is compiled without XLA's all-reduce combiners, which would merge its K
-    all-reduces into one (its 4 collectives a step: the test above), and the row says so."""
+    """tf-multiworker's compiled step is refused (XLA compiles no RING collective);
+    jax-multiprocess's `each` step is compiled without XLA's all-reduce combiners, which would
+    merge its K all-reduces into one (its 4 collectives a step: the test above), and the row
+    says so."""
     refused = knobs.unsupported[("tf-multiworker", 1, "last", "on")]
     assert refused["error"] == f"compile on: {TRAITS['tf-multiworker'].no_compile}"
     assert "ring" in refused["error"]
-    compiled = knobs.rows[("jax-dp", 4, "each", "off")]["backend_details"]["compiled"]
+    compiled = knobs.rows[("jax-multiprocess", 4, "each", "off")]["backend_details"]["compiled"]
     assert "cpu-all-reduce-combiner" in compiled["xla_options"]["xla_disable_hlo_passes"]

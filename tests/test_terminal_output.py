@@ -121,6 +121,8 @@ def test_backends_json_has_the_same_fields():
             assert all(f"compression {c}" not in cannot for c in traits.compressions
                        if c not in traits.gpu_only)
         assert ("model files" in cannot) == bool(traits.own_models_only)
+        # a capped link crosses between processes: on 2 devices, where a library joins them
+        assert ("inject link" in cannot) == (traits.spans_devices and not traits.library)
     assert found["pt-dp"]["cannot"][0] == {
         "what": "more than 1 device", "on_gpus": True,
         "why": f"pt-dp with 2 devices needs 2 CUDA GPUs; "

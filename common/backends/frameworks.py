@@ -1,7 +1,7 @@
 """The frameworks xbench trains in, as the backends' traits read them (common.backends.traits):
 what each imports and installs, what its processes hold, what forms its batches, what a model file
-defines for it, how it builds and counts xbench's own models, the precisions its loop runs and
-what --compile does to its step."""
+defines for it, how it builds and counts xbench's own models, the precisions its loop runs,
+what --compile does to its step and whether --omp-wait acts on its threads."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -41,6 +41,10 @@ class Framework:
     compiler: str | None = None
     uncompiled: str = ""
     always_compiled: str = ""
+    # Why --omp-wait cannot act on its processes ("": it can, its CPU kernels' threads are
+    # OpenMP's), whose cells then make one configuration whatever its value
+    # (common.grids.grid.normalised).
+    no_omp_wait: str = ""
 
 
 # Peak RSS of the small model's smoke cells on CPU: 420-460 MB with PyTorch, 690-750 MB with
@@ -62,7 +66,11 @@ TENSORFLOW = Framework(
     model_function="keras", describer="xbench.tf_backend.user_model", models_built_by="Keras",
     models_counter="xbench.keras_models.models:describe", models_versions=("keras", "tensorflow"),
     compiler="the step's tf.function with jit_compile=True (XLA)",
-    uncompiled="the step's tf.function graph, without XLA")
+    uncompiled="the step's tf.function graph, without XLA",
+    no_omp_wait="TensorFlow's CPU kernels run on its own thread pools (Eigen's, which its oneDNN "
+                "kernels use too), not OpenMP's: no library of TensorFlow 2.21 (or of Horovod's "
+                "TensorFlow extension) holds an OpenMP runtime, so OMP_WAIT_POLICY changes "
+                "nothing in its processes")
 # Peak RSS of the small model's smoke cells on CPU with JAX: 485-555 MB with Flax, 675-685 MB
 # with keras-jax.
 JAX = Framework(
@@ -84,5 +92,8 @@ JAX = Framework(
     uncompiled="jax.jit (XLA): compiled ahead of the first step, as every JAX step is",
     always_compiled="JAX compiles every step with jax.jit (XLA), keras-jax's too (what Keras' "
                     "fit does on JAX): there is no eager step to compare, and its --compile off "
-                    "cells are compiled, which their rows record")
+                    "cells are compiled, which their rows record",
+    no_omp_wait="XLA's CPU runtime runs on its own thread pool (Eigen's), not OpenMP's: no "
+                "library of jaxlib 0.10 holds an OpenMP runtime, so OMP_WAIT_POLICY changes "
+                "nothing in its processes")
 FRAMEWORKS = (TORCH, TENSORFLOW, JAX)

@@ -120,8 +120,10 @@ class Start:
         if cell.nodes > 1 and not traits.spans_nodes:
             return (f"{self.name} runs on one machine: it cannot span {cell.nodes} nodes; "
                     f"{', '.join(spanning_nodes())} can")
-        slow = faults.parse(cell.inject).slow_rank
-        ranks = self.scope.ranks(cell)
+        injected = faults.parse(cell.inject)
+        slow, ranks = injected.slow_rank, self.scope.ranks(cell)
+        if injected.link and ranks == 1:
+            return self._nothing_crosses(cell, injected.link)
         if slow is not None and self.devices_per_process(cell) > 1:
             return (f"inject slow-rank: {self.name}'s {cell.devices} replicas share one process, "
                     f"so one of them cannot be slowed alone")
@@ -147,6 +149,17 @@ class Start:
         if why_not:
             return why_not
         return self._input_refused(cell)
+
+    def _nothing_crosses(self, cell: Cell, link: str) -> str:
+        """Why a capped link cannot act on `cell`, a cell of one process: the cap slows the
+        loopback between its processes, and its gradients never leave the one."""
+        crossing = in_words([t.name for t in TRAITS.values() if t.library], "or")
+        where = (f"{self.name}'s {cell.devices} replicas share one process: its gradients cross "
+                 f"between them in memory, never over the loopback the link caps"
+                 if cell.devices > 1 else f"{self.name} on 1 device is one process, whose "
+                 f"gradients cross to no other: the loopback the link caps carries none")
+        return (f"inject link={link}: {where} (the gradients of {crossing} on 2 devices or "
+                f"more cross it)")
 
     def _input_refused(self, cell: Cell) -> str | None:
         """The input settings its framework's batches have no use for."""

@@ -170,8 +170,17 @@ def _configurations(spec: dict, overrides: dict | None, data_dir) -> list[Cell]:
             continue  # a ramp from lr to lr: the same run as without a warm-up
         if cell.accumulate == 1 and cell.accumulate_sync != values["accumulate_sync"][0]:
             continue  # one micro-batch syncs once whatever the mode: the same run
-        configurations.append(cell)
-    return configurations
+        configurations.append(normalised(cell))
+    return configurations  # cells normalised alike share a key: expand keeps one
+
+
+def normalised(cell: Cell) -> Cell:
+    """`cell` as it runs: a setting that cannot act on its backend's framework at its default
+    (omp_wait where OpenMP runs none of its threads: Framework.no_omp_wait), so that its values
+    make one cell, one key and one row there, and no row records a knob that did nothing."""
+    if TRAITS[cell.backend].framework.no_omp_wait:
+        return dataclasses.replace(cell, omp_wait=SETTINGS["omp_wait"].cell_default)
+    return cell
 
 
 def _check_sizes(values, settings):

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from xbench.common.backends.frameworks import FRAMEWORKS
 from xbench.common.backends.traits import having, in_words, served
 from xbench.common.grids.setting import Role, Setting, whole_bytes
 from xbench.common.workload.compression import COMPRESSIONS
@@ -21,6 +22,9 @@ PRECISIONS = ("framework-default", "fp32", "tf32", "bf16", "fp16")
 HOST_MEMORY = ("pageable", "pinned", "pinned-non-blocking")
 # pt-fsdp: when a unit frees the parameters it gathered (FSDP2's reshard_after_forward True/False)
 RESHARDS = ("after-forward", "after-backward")
+# The frameworks whose CPU threads OpenMP runs (omp_wait acts on them) and the others, in words.
+_OPENMP = in_words([f"{f.title}'s" for f in FRAMEWORKS if not f.no_omp_wait])
+_NOT_OPENMP = in_words([f"{f.title}'s" for f in FRAMEWORKS if f.no_omp_wait])
 
 
 def _optimizer_words(row: Mapping[str, Any]) -> str:
@@ -62,9 +66,12 @@ TRAINING_SETTINGS = [
             key_part=lambda c: "|pin-ranks" if c.pin_ranks else "", since=7, role=Role.TRAINING,
             label=lambda v: "ranks pinned" if v["pin_ranks"] else ""),
     Setting("omp_wait", str, ["auto"],
-            "How PyTorch's OpenMP threads wait on a CPU (an axis): auto (default: the "
+            f"How {_OPENMP} OpenMP threads wait on a CPU (an axis): auto (default: the "
             "environment's OMP_WAIT_POLICY if set, else passive where the look before the grid "
-            "finds the machine busy, the runtime's own where quiet), runtime, passive or active.",
+            "finds other processes taking more of the cores than auto's own threshold "
+            "(docs/numbers.md; not the contention limit), else the runtime's own), runtime, "
+            f"passive or active. {_NOT_OPENMP} threads are not OpenMP's: their cells take auto "
+            "whatever is given, one cell each.",
             axis=True, choices=("auto", "runtime", "passive", "active"), since=17,
             key_part=lambda c: f"|omp-{c.omp_wait}" * (c.omp_wait != "auto"), role=Role.TRAINING,
             label=lambda v: f"OpenMP {v['omp_wait']}" * (v["omp_wait"] != "auto")),

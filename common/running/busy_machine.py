@@ -10,8 +10,11 @@ busiest other processes.
 OpenMP's threads spin while they wait for one another, so PyTorch's intra-op pool spins on a core
 another process needs, and collapses beside it (benchmarks/omp_wait.py; docs/numbers.md: beside a
 busy loop, passive waiting ran 1.5x the runtime's own; on a quiet machine it cost 19-27%). No one
-policy wins both, so `omp_wait auto` takes the runtime's own on a quiet machine and passive on a
-busy one, and a row records which ran and why.
+policy wins both, so `omp_wait auto` takes passive where the look found other processes above its
+own threshold (AUTO_PASSIVE_ABOVE, whatever the cells' contention limit, which judges rows and
+not how threads wait) and the runtime's own below it, and a row records which ran and why. The
+cells of a framework whose threads are not OpenMP's (common.backends.frameworks: `no_omp_wait`)
+get policy `none`, and why.
 """
 from __future__ import annotations
 
@@ -28,6 +31,14 @@ BUSIEST = 3  # other processes named in the warning
 OMP_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 POLICIES = {"runtime": {}, "passive": {"OMP_WAIT_POLICY": "PASSIVE"},
             "active": {"OMP_WAIT_POLICY": "ACTIVE"}}
+# `omp_wait auto` waits passively where other processes took more than this share of the cores
+# in the look (docs/numbers.md): above the look's own noise (about 2%), and the default
+# contention limit's value, so that a grid of default settings warns exactly when it does.
+AUTO_PASSIVE_ABOVE = 0.10
+# How the threads of each policy auto may choose wait, in words (the busy warning's).
+WAITING = {"runtime": "spin a while and then sleep, as the OpenMP runtime does by itself",
+           "passive": "sleep at once (passive)",
+           "environment": "wait as the environment's OpenMP variables say"}
 
 
 @dataclass(frozen=True)
@@ -86,27 +97,47 @@ def _process_seconds() -> dict[tuple[int, float], tuple[str, float]]:
     return found
 
 
-def omp_wait(asked: str, load: Load | None, limit: float) -> dict:
-    """The wait policy a cell's processes run with, and why: what the grid asked, else (auto)
-    what the environment sets, else passive where the look found the machine busy beyond the
-    cell's contention limit, the runtime's own where it did not (or nobody looked: a probe, a
-    profile, a Slurm node)."""
+def omp_wait(asked: str, load: Load | None, not_openmp: str = "") -> dict:
+    """The wait policy a cell's processes run with, and why: none where its framework's threads
+    are not OpenMP's (`not_openmp`: why, Framework.no_omp_wait), else what the grid asked, else
+    (auto) what the environment sets, else passive where the look found other processes above
+    AUTO_PASSIVE_ABOVE of the cores, the runtime's own where it did not (or nobody looked: a
+    probe, a profile, a Slurm node)."""
+    if not_openmp:
+        return {"policy": "none", "by": f"--omp-wait has nothing to act on: {not_openmp}"}
     if asked != "auto":
         return {"policy": asked, "by": "asked (--omp-wait)"}
     given = {key: os.environ[key] for key in OMP_VARIABLES if key in os.environ}
     if given:
         return {"policy": "environment", "by": "auto: the environment sets "
                 + ", ".join(f"{key}={value}" for key, value in given.items()), **given}
-    if load is not None and load.busy(limit):
-        return {"policy": "passive", "by": f"auto: when the grid started, {load.words()}"}
-    return {"policy": "runtime", "by": "auto: the machine was quiet when the grid started"
-            if load is not None else "auto: no look at the machine's load"}
+    if load is None:
+        return {"policy": "runtime", "by": "auto: no look at the machine's load"}
+    busy = load.busy(AUTO_PASSIVE_ABOVE)
+    return {"policy": "passive" if busy else "runtime",
+            "by": f"auto: when the grid started, {load.words()}: {_against_threshold(busy)}"}
+
+
+def auto_waiting(load: Load) -> str:
+    """How the threads of `omp_wait auto` wait after the look `load`, and why, in words: the
+    busy warning's, from the choice the rows record."""
+    chosen = omp_wait("auto", load)
+    if chosen["policy"] == "environment":
+        return f"{WAITING['environment']} ({chosen['by']})"
+    busy = load.busy(AUTO_PASSIVE_ABOVE)
+    return (f"{WAITING[chosen['policy']]}: the load is {_against_threshold(busy)}"
+            + ("" if busy else "; --omp-wait passive makes them sleep at once"))
+
+
+def _against_threshold(busy: bool) -> str:
+    return (f"{'above' if busy else 'not above'} --omp-wait auto's threshold of "
+            f"{AUTO_PASSIVE_ABOVE:.0%} of the cores, whatever the contention limit")
 
 
 def omp_environment(environment: Mapping[str, str], chosen: dict) -> dict[str, str]:
     """`environment` with the variables of the policy `chosen`, and without the others (the
     runtime's own: neither)."""
-    if chosen["policy"] == "environment":
+    if chosen["policy"] in ("environment", "none"):
         return dict(environment)
     kept = {key: value for key, value in environment.items() if key not in OMP_VARIABLES}
     return {**kept, **POLICIES[chosen["policy"]]}

@@ -215,7 +215,7 @@ def launch(backend, cell, model, log_path, launcher, watch=lambda folder: None, 
     with tempfile.TemporaryDirectory(prefix=f"{log_path.stem}-", dir=log_path.parent) as out_dir, \
             scratch_folder(token) as scratch:
         job_path = Path(out_dir) / "job.json"
-        waiting = omp_wait(cell.omp_wait, load, cell.contention_limit)
+        waiting = omp_wait(cell.omp_wait, load, backend.traits.framework.no_omp_wait)
         # Each process may allocate at most its share of the memory available now: a cell that
         # outgrows it gets its framework's out-of-memory error, never the kernel's OOM killer.
         budget_mb = int(launcher.memory_mb * MEMORY_SHARE / backend.processes(cell))

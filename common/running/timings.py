@@ -24,9 +24,11 @@ from xbench.common import cache
 from xbench.common.backends.start import Start
 from xbench.common.backends.traits import TRAITS, references
 from xbench.common.grids.cell import Cell
+from xbench.common.grids.grid import normalised
 from xbench.common.json_shapes import NUMBER, is_kind
 from xbench.common.running.launch import Launcher, refused
 from xbench.common.running.runner import launch
+from xbench.common.workload import faults
 
 if TYPE_CHECKING:
     from xbench.common.workload.model import Model
@@ -66,13 +68,16 @@ def kept_or_measured(key: str, fields: tuple[str, ...],
 
 def reference_cell(cell: Cell) -> Cell:
     """A short cell of `cell`'s framework's single-device backend: its model, data, batch, test
-    set and knobs, PROBE_CELL_STEPS steps an epoch for 2 epochs. Its OpenMP threads wait
-    passively unless the cell asks otherwise, as a busy machine's PyTorch cells do (`omp_wait
-    auto`): spinning, a probe beside other work would read a fraction of their rate."""
-    short = dataclasses.replace(
+    set and knobs but a capped link (its one process has no gradients to cross it),
+    PROBE_CELL_STEPS steps an epoch for 2 epochs. Its OpenMP threads wait passively unless the
+    cell asks otherwise, as a busy machine's PyTorch cells do (`omp_wait auto`): spinning, a
+    probe beside other work would read a fraction of their rate (a framework whose threads are
+    not OpenMP's keeps the setting's default: `normalised`)."""
+    short = normalised(dataclasses.replace(
         cell, backend=references()[TRAITS[cell.backend].framework.name], devices=1, epochs=2,
         multiple=1, repeat=0, seed=0, max_train_samples=None,
-        omp_wait="passive" if cell.omp_wait == "auto" else cell.omp_wait)
+        inject=faults.without_link(cell.inject),
+        omp_wait="passive" if cell.omp_wait == "auto" else cell.omp_wait))
     return dataclasses.replace(short, max_train_samples=PROBE_CELL_STEPS * short.global_batch)
 
 

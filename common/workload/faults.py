@@ -8,13 +8,14 @@ says so (`inject`), and the report keeps it out of every verdict and comparison.
   pass), so the other ranks wait for it at the collective.
 - `link=RATE`: the cell's ranks run in a network namespace of their own whose loopback is capped
   by a token bucket (`tc ... tbf rate RATE`): a slow network, on one machine. RATE is tc's:
-  a number and kbit, mbit, gbit (bits per second) or kbps, mbps, gbps (bytes per second).
+  a number and kbit, mbit, gbit (bits per second) or kbps, mbps, gbps (bytes per second). A
+  cell of one process crosses no loopback, and is refused it (common.backends.start).
 
 Several at once are joined with '+': `input-delay=20+slow-rank=1:30`.
 """
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from xbench.common.errors import UserError
 
@@ -81,7 +82,16 @@ def check(text: str) -> str:
     """The faults `text` names, spelled one way (the setting's check): 'input-delay=1e3' and
     'input-delay=01000' are one cell, 'input-delay=1000'; a link's rate in the largest of gbit,
     mbit and kbit that makes it whole; faults in the order input-delay, slow-rank, link."""
-    faults = parse(text)
+    return _spelled(parse(text))
+
+
+def without_link(text: str) -> str:
+    """The faults `text` names but a capped link, spelled as `check` spells them: what a cell of
+    one process takes of them (its gradients cross no link: common.backends.start)."""
+    return _spelled(replace(parse(text), link=None))
+
+
+def _spelled(faults: Faults) -> str:
     parts = []
     if faults.input_delay:
         parts.append(f"input-delay={_ms(faults.input_delay)}")
