@@ -3,16 +3,22 @@ device started by torchrun (nccl / gloo). Each rank keeps 1/N of every parameter
 and its optimizer state; a unit all-gathers its parameters before its forward pass (and again
 before its backward pass where it resharded after forward) and reduce-scatters its gradients
 after its backward pass, so the optimizer steps on each rank's shard only."""
+from __future__ import annotations
+
 import math
 from contextlib import nullcontext
+from typing import TYPE_CHECKING
 
 from xbench.common.backends.backend import wire
 from xbench.pt_backend.torchrun import TorchrunBackend
 
+if TYPE_CHECKING:
+    from torch import nn
+
 FLOAT32_BYTES = 4  # FSDP gathers and reduces in the parameters' dtype (no MixedPrecisionPolicy)
 
 
-def units(model):
+def units(model: nn.Module) -> list[nn.Module]:
     """The modules FSDP2's machinery (fully_shard, and replicate built on it) wraps one by one
     before the root: each top-level unit that has parameters (conv1, dense1, block1, ...), whose
     gradients are reduced as one once its backward is done. A language model's token embedding

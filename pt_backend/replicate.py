@@ -7,12 +7,8 @@ broadcast."""
 from contextlib import nullcontext
 
 from xbench.common.workload.compression import gradient_wire_bytes
-from xbench.common.workload.compression import label as compression_label
 from xbench.pt_backend.fsdp import units
 from xbench.pt_backend.torchrun import TorchrunBackend
-
-# A 16-bit compression is FSDP2's reduce dtype: the gradients cast for the all-reduce, and back.
-REDUCE_DTYPES = {"fp16": "float16", "bf16": "bfloat16"}
 
 
 class ReplicateBackend(TorchrunBackend):
@@ -21,7 +17,9 @@ class ReplicateBackend(TorchrunBackend):
     def wrap_model(self, model, device):
         """Each of the model's units replicated on its own, so that its all-reduce starts when
         its backward is done; then the root, which holds the rest. The mesh is the cell's
-        device type's (replicate's default would be the accelerator's, even in a CPU cell)."""
+        device type's (replicate's default would be the accelerator's, even in a CPU cell); a
+        16-bit compression is FSDP2's reduce dtype (the gradients cast for the all-reduce, and
+        back)."""
         import torch
         import torch.distributed as dist
         from torch.distributed._composable.replicate_with_fsdp import replicate
@@ -30,9 +28,8 @@ class ReplicateBackend(TorchrunBackend):
 
         mesh = init_device_mesh(device.type, (dist.get_world_size(),),
                                 mesh_dim_names=("replicate",))
-        reduce_dtype = REDUCE_DTYPES.get(self.cell.compression)
-        policy = MixedPrecisionPolicy(reduce_dtype=getattr(torch, reduce_dtype)
-                                      if reduce_dtype else None)
+        reduce_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(self.cell.compression)
+        policy = MixedPrecisionPolicy(reduce_dtype=reduce_dtype)
         for unit in units(model):
             replicate(unit, mesh=mesh, mp_policy=policy)
         return replicate(model, mesh=mesh, mp_policy=policy)
@@ -69,8 +66,8 @@ class ReplicateBackend(TorchrunBackend):
         clock.done()
 
     def micro_batch(self, wrapped, syncs):
-        """The unit's gradients kept whole on each rank where the micro-batch does not sync,
-        and all-reduced with the next one's sum."""
+        """Where the micro-batch does not sync, every unit's gradients summed on its rank, to
+        be all-reduced with the syncing micro-batch's."""
         wrapped.set_requires_gradient_sync(syncs)
         return nullcontext()
 
@@ -81,8 +78,7 @@ class ReplicateBackend(TorchrunBackend):
     def details(self):
         group = self.group_described()
         if self.cell.compression != "none":
-            group += (f", gradients compressed: {compression_label(self.cell.compression, 0)} "
-                      f"(FSDP2's reduce dtype)")
+            group += f", gradients compressed: {self.cell.compression} (FSDP2's reduce dtype)"
         return {"parallelism": "replicate (composable, on FSDP2)", **self.launch_details(),
                 "reduction": "all-reduce",
                 "reduction_detail": f"each unit's gradients all-reduced as one message once "
