@@ -3,31 +3,44 @@ device started by torchrun (nccl / gloo). Each rank keeps 1/N of every parameter
 and its optimizer state; a unit all-gathers its parameters before its forward pass (and again
 before its backward pass where it resharded after forward) and reduce-scatters its gradients
 after its backward pass, so the optimizer steps on each rank's shard only."""
+from __future__ import annotations
+
 import math
 from contextlib import nullcontext
+from typing import TYPE_CHECKING
 
 from xbench.common.backends.backend import wire
 from xbench.pt_backend.torchrun import TorchrunBackend
 
+if TYPE_CHECKING:
+    from torch import nn
+
 FLOAT32_BYTES = 4  # FSDP gathers and reduces in the parameters' dtype (no MixedPrecisionPolicy)
+
+
+def units(model: nn.Module) -> list[nn.Module]:
+    """The modules FSDP2's machinery (fully_shard, and replicate built on it) wraps one by one
+    before the root: each top-level unit that has parameters (conv1, dense1, block1, ...), whose
+    gradients are reduced as one once its backward is done. A language model's token embedding
+    is also its output layer (tied): it stays with the root, whose parameters are whole from the
+    first unit's forward to the last's, since two units of their own would each gather and
+    reduce the one table."""
+    from xbench.pt_backend.models import TorchTokenEmbedding
+    return [unit for unit in model.children()
+            if any(True for _ in unit.parameters()) and not isinstance(unit, TorchTokenEmbedding)]
 
 
 class FullyShardedBackend(TorchrunBackend):
     name = "pt-fsdp"
 
     def wrap_model(self, model, device):
-        """Each top-level unit that has parameters (conv1, dense1, block1, ...) shards them on
-        its own, so one unit at a time is whole; then the root, which holds the rest. A
-        language model's token embedding is also its output layer (tied): it stays with the
-        root, whose parameters are whole from the first unit's forward to the last's, since two
-        units of their own would each gather and reduce the one table."""
+        """Each of the model's units shards its parameters on its own, so one unit at a time is
+        whole; then the root, which holds the rest."""
         from torch.distributed.fsdp import fully_shard
 
-        from xbench.pt_backend.models import TorchTokenEmbedding
         after_forward = self.cell.reshard == "after-forward"
-        for unit in model.children():
-            if any(True for _ in unit.parameters()) and not isinstance(unit, TorchTokenEmbedding):
-                fully_shard(unit, reshard_after_forward=after_forward)
+        for unit in units(model):
+            fully_shard(unit, reshard_after_forward=after_forward)
         return fully_shard(model, reshard_after_forward=after_forward)
 
     def micro_batch(self, wrapped, syncs):

@@ -50,7 +50,8 @@ def test_powersgd_bytes_follow_pytorchs_own_rule(model, rank):
 def test_compressing_backends_halve_their_bytes_and_the_others_say_why_not(mnist_dir,
                                                                             tmp_path):
     # tested on a tenth of the test set (1,000 images): enough to tell learning from chance
-    grid = write_grid(tmp_path, backends=["pt-ddp", "hvd-torch", "hvd-tf", "tf-mirrored"],
+    grid = write_grid(tmp_path, backends=["pt-ddp", "pt-replicate", "hvd-torch", "hvd-tf",
+                                          "tf-mirrored"],
                       devices=[2], compression=["fp16", "bf16", "powersgd"],
                       max_train_samples=1024, max_test_samples=1000)
     results = tmp_path / "r.jsonl"
@@ -59,7 +60,9 @@ def test_compressing_backends_halve_their_bytes_and_the_others_say_why_not(mnist
     rows = {(r["backend"], r["compression"]): r for r in read_rows(results)[0]}
     full = MODELS["small"].gradient_bytes()
     # DDP's bf16 hook runs on gloo too (torch 2.13's CPU build): ok on a CPU, not unsupported
-    for backend, compression in [("pt-ddp", "fp16"), ("pt-ddp", "bf16"), ("hvd-torch", "fp16"),
+    # pt-replicate's: FSDP2's reduce dtype, its gradients cast for the all-reduce
+    for backend, compression in [("pt-ddp", "fp16"), ("pt-ddp", "bf16"), ("pt-replicate", "fp16"),
+                                 ("pt-replicate", "bf16"), ("hvd-torch", "fp16"),
                                  ("hvd-tf", "fp16")]:
         row = rows[backend, compression]
         assert row["status"] == "ok", row["error"]
@@ -73,13 +76,15 @@ def test_compressing_backends_halve_their_bytes_and_the_others_say_why_not(mnist
             assert counted == size
         assert "compressed" in row["backend_details"]["reduction_detail"]
         assert row["test_accuracy"] > 0.5  # it still learns
-    for backend, compression in [("pt-ddp", "powersgd"), ("hvd-torch", "powersgd"),
+    for backend, compression in [("pt-ddp", "powersgd"), ("pt-replicate", "powersgd"),
+                                 ("hvd-torch", "powersgd"),
                                  ("hvd-tf", "powersgd"), ("tf-mirrored", "fp16"),
                                  ("tf-mirrored", "powersgd"), ("hvd-torch", "bf16"),
                                  ("hvd-tf", "bf16"), ("tf-mirrored", "bf16")]:
         row = rows[backend, compression]
         assert row["status"] == "unsupported"
     assert "powersgd runs on GPUs (NCCL) only" in rows["pt-ddp", "powersgd"]["error"]
+    assert "no communication hook for PowerSGD" in rows["pt-replicate", "powersgd"]["error"]
     assert "Horovod's compressors are hvd.Compression.none and fp16" in rows[
         "hvd-torch", "powersgd"]["error"]
     assert "distribution strategies have no gradient compression" in rows[

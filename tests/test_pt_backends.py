@@ -1,5 +1,7 @@
-"""pt-dp and pt-ddp, from the smoke run (real processes on real MNIST)."""
+"""pt-dp, pt-ddp and pt-replicate, from the smoke run (real processes on real MNIST)."""
 import pytest
+
+from xbench.common.workload.models import MODELS
 
 
 @pytest.fixture(scope="module")
@@ -34,3 +36,31 @@ def test_dp_with_two_devices_on_cpu_is_unsupported(rows):
     row = rows[("pt-dp", 2)]
     assert row["status"] == "unsupported"
     assert "needs 2 CUDA GPUs" in row["error"] and row["epochs"] == []
+
+
+def test_replicate_all_reduces_each_unit_once_its_backward_is_done(rows):
+    """pt-replicate's 2 ranks: one all-reduce per unit FSDP2's machinery wraps, in backward's
+    order (the last layer's first), each timed and counted in its unit's bytes; and pt-ddp's
+    trajectory: the same losses, test accuracy and test loss."""
+    from xbench.pt_backend.fsdp import units
+    from xbench.pt_backend.models import build_model
+
+    row, ddp = rows[("pt-replicate", 2)], rows[("pt-ddp", 2)]
+    assert row["status"] == "ok", row["error"]
+    details = row["backend_details"]
+    assert details["world_size"] == 2 and details["process_group"] == "gloo"
+    assert details["parallelism"] == "replicate (composable, on FSDP2)"
+    assert details["reduction"] == "all-reduce"
+    unit_bytes = [4 * sum(p.numel() for p in unit.parameters())
+                  for unit in reversed(units(build_model(MODELS["small"])))]
+    for rank in row["attribution"]["epochs"][-1]["ranks"]:
+        assert rank["collective"]["bytes_per_step"] == MODELS["small"].gradient_bytes()
+        assert rank["collective"]["collectives_per_step"] == len(unit_bytes)
+        timeline = rank["timeline"]
+        assert [c["bytes"] for c in timeline["collectives"]] == unit_bytes
+        assert [g["bytes"] for g in timeline["gradients"]] == unit_bytes
+        assert all(c["end"] > c["launch"] for c in timeline["collectives"])
+    for mine, theirs in zip(row["epochs"], ddp["epochs"], strict=True):
+        assert mine["loss"] == pytest.approx(theirs["loss"], rel=1e-6)
+    assert row["test_accuracy"] == ddp["test_accuracy"]
+    assert row["test_loss"] == pytest.approx(ddp["test_loss"], rel=1e-6)

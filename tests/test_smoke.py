@@ -133,6 +133,7 @@ def test_one_device_runs_the_backends_own_machinery(smoke, backend):
     details = smoke.rows[(backend, 1)]["backend_details"]
     expected = {"pt-dp": "torch.nn.DataParallel", "pt-ddp": "DistributedDataParallel",
                 "pt-fsdp": "FSDP2 fully_shard (reshard after-forward)",
+                "pt-replicate": "replicate (composable, on FSDP2)",
                 "tf-mirrored": "tf.distribute.MirroredStrategy",
                 "tf-multiworker": "tf.distribute.MultiWorkerMirroredStrategy",
                 "hvd-torch": "hvd.DistributedOptimizer", "hvd-tf": "hvd.allreduce of each gradient",
@@ -165,7 +166,7 @@ def test_every_ok_row_attributes_its_steps_and_they_add_up(smoke):
         if (devices > 1 and row["backend_details"]["reduction"] == "all-reduce"
                 and TRAITS[backend].collectives_counted):
             assert min(moving) > 0, backend
-        elif backend not in ("pt-ddp", "tf-multiworker"):  # these reduce over a group of one
+        elif backend not in ("pt-ddp", "pt-replicate", "tf-multiworker"):  # a group of one
             assert max(moving) == 0, (backend, devices, moving)
 
 

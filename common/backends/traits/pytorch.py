@@ -1,6 +1,6 @@
 """PyTorch's backends in the traits table: the single-device reference, DataParallel,
-DistributedDataParallel and FSDP2, in the table's order (hvd-torch, Horovod over PyTorch, is with
-Horovod's rows: common.backends.traits.horovod)."""
+DistributedDataParallel, FSDP2 and replicate (on FSDP2's machinery), in the table's order
+(hvd-torch, Horovod over PyTorch, is with Horovod's rows: common.backends.traits.horovod)."""
 from xbench.common.backends.frameworks import TORCH
 from xbench.common.backends.launch_scopes import TORCHRUN
 from xbench.common.backends.protocol import (
@@ -90,4 +90,35 @@ PYTORCH_TRAITS = [
            batchnorm_statistics="FSDP shards parameters, not buffers, and broadcasts none: each "
                                 "rank keeps the running statistics of its own samples, and the "
                                 "statistics evaluated with are rank 0's"),
+    Traits("pt-replicate", TORCH, "xbench.pt_backend.replicate:ReplicateBackend",
+           wrapper="replicate", start=TORCHRUN, distributed_sampler=True,
+           # One all-reduce per unit, launched once the unit's backward is done; the protocol has
+           # no words for a message per unit (nor for FSDP's), so the step model sees one
+           # message after backward. On a CPU that is what the step pays: gloo's all-reduce
+           # blocks backward until it completes; on GPUs it runs on a stream of its own.
+           protocol={"cpu": Protocol(ALL_REDUCE, reduce_passes=2, collectives_in_compute=True),
+                     "cuda": Protocol(ALL_REDUCE, reduce_passes=2)},
+           library="torch.distributed", compressions=("none", "fp16", "bf16"),
+           no_compression="replicate compresses only as FSDP2's reduce dtype (fp16, bf16); it "
+                          "has no communication hook for PowerSGD's factors (FSDP2's all-reduce "
+                          "hook runs after its all-reduce and cannot replace it)",
+           no_buckets="replicate all-reduces each unit's gradients as one message once its "
+                      "backward is done: its units are its buckets, and it has no "
+                      "bucket_cap_mb",
+           no_compile="torch.compile of the replicated model compiled no graph here (torch "
+                      "2.13 on CPU over gloo: AOTAutograd counted 0 graphs, Dynamo breaking at "
+                      "FSDP2's hooks, as for fully_shard), so a compiled cell would be an eager "
+                      "one by another name",
+           sync_modes={"last": "replicate's set_requires_gradient_sync(False) on the first K-1 "
+                               "micro-batches (their gradients summed locally)",
+                       "each": "each unit's all-reduce in every micro-batch's backward"},
+           collectives_counted="replicate: each unit's all-reduce timed from the start of its "
+                               "post-backward (its gradients ready) to FSDP2's all-reduce hook, "
+                               "called after it on its stream, with its bytes; on a CPU gloo's "
+                               "all-reduce blocks backward until it completes, so the units' "
+                               "all-reduces before the last one's lie inside the backward part",
+           batchnorm_statistics="replicate (FSDP2's machinery) replicates parameters, not "
+                                "buffers, and broadcasts none: each rank keeps the running "
+                                "statistics of its own samples, and the statistics evaluated "
+                                "with are rank 0's"),
 ]
