@@ -25,7 +25,6 @@ from xbench.common.measuring.attribution import (
     MARKED,
     Flight,
     Step,
-    StepMarks,
     Sync,
     call_shares,
     covered_seconds,
@@ -38,6 +37,7 @@ from xbench.common.measuring.attribution import (
     summarize,
 )
 from xbench.common.measuring.collective_clock import CollectiveClock
+from xbench.common.measuring.step_marks import StepMarks
 from xbench.common.measuring.tracing import traced_step
 from xbench.common.results.store import read_rows
 from xbench.common.running.link_cap import capped_link
@@ -661,3 +661,16 @@ def test_a_capped_links_cells_are_predicted_through_their_cap(injected, tmp_path
     assert cell["link"] == "the cap"
     assert cell["moving"] == pytest.approx(2 * (1 / 2) * counted / (cap / 2), rel=1e-9)
     assert 0 < cell["epoch_seconds"] and math.isfinite(cell["error"])
+
+
+def test_a_micro_batchs_wait_for_its_collective_is_no_compute_it_overlaps():
+    """--accumulate-sync each: backward from 0 to 30 ms holds a wait for the first micro-batch's
+    all-reduce (10 to 20 ms), in flight from 10 to 20 ms; another collective flies from 25 ms to
+    40 ms. The first overlapped nothing (the rank waited for it); the second overlapped the 5 ms
+    of backward left after it launched."""
+    step = Step(0.0, 0.05, [("backward", 0.0, 0.03, MARKED), ("host", 0.03, 0.05, MARKED)],
+                ready=0.03, collective_end=0.04,
+                collectives=[Flight(0.01, 0.02), Flight(0.025, 0.04)],
+                earlier_syncs=[Sync(0.01, 0.02)])
+    communicating, overlapped = overlap(step)
+    assert communicating == pytest.approx(0.025) and overlapped == pytest.approx(0.005)

@@ -104,8 +104,9 @@ class FakeEvent:
 def test_on_a_gpu_every_part_is_timed_with_cuda_events(monkeypatch):
     """The loop's moments on a GPU are CUDA events (device time, no host synchronisation), read
     once the epoch is over: the parts come out in the device's seconds."""
-    from xbench.common.measuring.attribution import StepMarks, partition
+    from xbench.common.measuring.attribution import partition
     from xbench.common.measuring.collective_clock import CollectiveClock
+    from xbench.common.measuring.step_marks import StepMarks
     from xbench.pt_backend.train import TorchLoop
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
     loop = TorchLoop.__new__(TorchLoop)

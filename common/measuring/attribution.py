@@ -1,6 +1,7 @@
 """Why a step takes what it takes: every step of every rank split into parts that add up.
 
-Each rank keeps, per step, the moments its loop and its backend can see (`StepMarks`): when the
+Each rank keeps, per step, the moments its loop and its backend can see
+(common.measuring.step_marks.StepMarks): when the
 loop asked for the batch and got it, when its forward, backward and optimizer ended, and, where
 the backend's gradients cross between ranks, when this rank's own compute for the collective was
 done (`ready`) and when it stopped waiting for the collective (`end`), as the library that does it
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import math
 import os
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -100,85 +100,6 @@ class Step:
     earlier_syncs: list[Sync] = field(default_factory=list)
 
 
-class StepMarks:
-    """The moments of one rank's steps in one epoch. The loop calls `begin` when it asks for a
-    batch, `mark(part)` at the end of each part it sees and `end` after the step's bookkeeping;
-    a backend adds its collective's moments with `collective`. A moment is whatever `stamp`
-    returns (the host clock, or a CUDA event on a GPU, so that a part is device time), turned
-    into seconds from the epoch's origin by `seconds(origin, moment)` once the epoch is over."""
-
-    def __init__(self, stamp: Callable[[], object] = time.perf_counter,
-                 seconds: Callable[[object, object], float] = lambda a, b: b - a):
-        self.stamp, self.seconds = stamp, seconds
-        self.origin = None
-        self._raw: list[list] = []
-
-    def start_epoch(self) -> None:
-        """The epoch's origin: call right after the barrier that starts the epoch."""
-        self.origin, self._raw = self.stamp(), []
-
-    def begin(self) -> None:
-        moment = self.stamp()
-        self._raw.append([moment, None, [], None])  # start, end, marks, collective
-        self._last = moment
-
-    def mark(self, part: str) -> None:
-        """The part that ran since the previous mark has ended now."""
-        moment = self.stamp()
-        self._raw[-1][2].append((part, self._last, moment))
-        self._last = moment
-
-    def collective(self, ready, end, timed: list[tuple], size: int | None = None,
-                   gradients: list[tuple] = (), earlier: list[tuple] = ()) -> None:
-        """This step's collectives: `ready` (this rank's compute for them done) and `end` (it
-        stopped waiting for them) are moments of `stamp` (None where nothing was launched),
-        `timed` each one's (launch, completion, bytes or None), `size` the bytes they reduced
-        (where counted), `gradients` each gradient's (ready moment, bytes), `earlier` the
-        (ready, end) of each wait for them before the last (a micro-batch's)."""
-        self._raw[-1][3] = (ready, end, timed, size, gradients, earlier)
-
-    def end(self) -> None:
-        self.mark("host")
-        self._raw[-1][1] = self._last
-
-    def discard(self) -> None:
-        """Drop the step just begun (the loop asked for a batch and there was none)."""
-        self._raw.pop()
-
-    def steps(self) -> list[Step]:
-        """The epoch's steps in seconds from its origin (call after the epoch's final sync)."""
-        at = lambda moment: self.seconds(self.origin, moment)  # noqa: E731
-        steps = []
-        for start, end, marks, collective in self._raw:
-            step = Step(at(start), at(end), [(part, at(a), at(b), MARKED) for part, a, b in marks])
-            if collective:
-                ready, end, timed, size, gradients, earlier = collective
-                step.gradients = [(at(moment), bytes_) for moment, bytes_ in gradients]
-                if timed:
-                    step.ready, step.collective_end = at(ready), at(end)
-                    step.earlier_syncs = [Sync(at(a), at(b)) for a, b in earlier]
-                    step.collectives = [Flight(at(a), at(b), n) for a, b, n in timed]
-                    step.collective_bytes = size
-            steps.append(step)
-        return steps
-
-
-class WindowMarks(StepMarks):
-    """StepMarks that keep only each step's window and its input part (INSTRUMENTED off)."""
-
-    def mark(self, part: str) -> None:
-        if part == "input":
-            super().mark(part)
-
-    def collective(self, ready, end, timed: list[tuple], size: int | None = None,
-                   gradients: list[tuple] = (), earlier: list[tuple] = ()) -> None:
-        pass
-
-    def end(self) -> None:
-        self._last = self.stamp()
-        self._raw[-1][1] = self._last
-
-
 def with_trace(marked: Step, traced: Step) -> Step:
     """A step whose opaque call a tracer saw inside: its marks outside the call, the traced ops
     in it (what they do not cover of the call is untraced), and the collectives the trace
@@ -236,16 +157,28 @@ def partition(step: Step, latest_ready: float | None) -> dict[str, float]:
 def overlap(step: Step) -> tuple[float, float]:
     """(seconds a collective of `step` was in flight, of them the seconds this rank also
     computed): HTA's and the PyTorch profiler's overlap is their ratio. Compute is the step's
-    forward, backward and optimizer until the rank's gradients were all ready (a backward call
-    that waits for its collectives, as DDP's does, computes nothing while it waits)."""
+    forward, backward and optimizer until the rank's gradients were all ready, less its earlier
+    waits for collectives (a backward call that waits for its collectives, as DDP's does for a
+    micro-batch that syncs, computes nothing while it waits)."""
     until = step.ready if step.ready is not None else step.end
     flying = [(max(a, step.start), min(b, step.end)) for a, b, _ in step.collectives
               if b > step.start and a < step.end]
-    computing = [(a, min(b, until)) for label, a, b, _ in step.intervals
-                 if label in COMPUTE and a < until]
+    computing = without([(a, min(b, until)) for label, a, b, _ in step.intervals
+                         if label in COMPUTE and a < until],
+                        [(sync.ready, sync.end) for sync in step.earlier_syncs])
     communicating = covered_seconds(flying)
     both = communicating + covered_seconds(computing) - covered_seconds([*flying, *computing])
     return communicating, max(both, 0.0)
+
+
+def without(spans: Sequence[tuple[float, float]],
+            holes: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The (start, end) `spans` with the time of every hole cut out of them."""
+    for low, high in holes:
+        spans = [piece for start, end in spans
+                 for piece in ((start, min(end, low)), (max(start, high), end))
+                 if piece[1] > piece[0]]
+    return list(spans)
 
 
 def call_shares(traced: Sequence[Step], latest: Sequence[float | None]) -> dict[str, float]:

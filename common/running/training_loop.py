@@ -23,9 +23,9 @@ from xbench.common.backends.backend import Backend
 from xbench.common.backends.collectives import Collectives
 from xbench.common.errors import UserError
 from xbench.common.measuring import alone, attribution
-from xbench.common.measuring.attribution import StepMarks
 from xbench.common.measuring.contention import ContentionProbe, epoch_contention
 from xbench.common.measuring.evidence import batchnorm_evidence, sample_evidence, weights_digest
+from xbench.common.measuring.step_marks import StepMarks, WindowMarks
 from xbench.common.measuring.target import Evaluation, TargetRun
 from xbench.common.measuring.timeline import timeline_record
 from xbench.common.measuring.timing import EpochClock, epoch_record, step_percentiles
@@ -61,7 +61,7 @@ class TrainingLoop(TrainingHooks):
         self.set_up()
         if self.cell.pin_ranks:
             pin_rank(self.comm)
-        marks = StepMarks if attribution.INSTRUMENTED else attribution.WindowMarks
+        marks = StepMarks if attribution.INSTRUMENTED else WindowMarks
         self.marks = marks(*self.step_clock())
         ran = Ran(target=TargetRun.of(self.cell, self.steps_per_epoch))
         self.train_epochs(ran)
