@@ -217,8 +217,9 @@ def split(step: Step, latest: float | None,
 def summarize(steps: Sequence[Step], latest: Sequence[float | None], epoch_seconds: float,
               shares: dict[str, float] | None = None) -> dict:
     """One rank's epoch: per part its total seconds and its median, 10th and 90th percentile
-    over the steps; its collectives (`collective_record`); the residual (epoch time not in any
-    step's window) and whether it is within ADDS_UP."""
+    over the steps; the steps' windows in all (`windows_seconds`: what the parts must add up
+    to, common.results.invariants); its collectives (`collective_record`); the residual (epoch
+    time not in any step's window) and whether it is within ADDS_UP."""
     split_steps = [split(step, moment, shares) for step, moment in zip(steps, latest)]
     record = {}
     for part in PARTS:
@@ -228,6 +229,7 @@ def summarize(steps: Sequence[Step], latest: Sequence[float | None], epoch_secon
                                    map(float, np.percentile(values, [50, 10, 90]))))}
     residual = epoch_seconds - sum(record[part]["seconds"] for part in PARTS)
     return {"parts": record, "steps": len(steps), "residual_seconds": residual,
+            "windows_seconds": float(sum(step.end - step.start for step in steps)),
             "adds_up": abs(residual) <= ADDS_UP * epoch_seconds,
             "collective": collective_record(steps, split_steps)}
 

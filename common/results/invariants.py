@@ -6,7 +6,10 @@ on the numbers it guards (`GUARDS`).
 Each is a check of measured quantities against each other, with a tolerance for the clocks'
 resolution, never a number against itself:
 
-- PARTS_ADD_UP: each rank's parts add up to its epoch (what no step window covers within 2%).
+- PARTS_ADD_UP: each rank's parts add up to its steps' windows within 2% (an opaque call split
+  by the traced steps' shares, or a part counted twice, would not); what no window covers of
+  the epoch (its iterator's set-up, the wait at an evaluation) is the residual, flagged apart
+  (`adds_up`, common.measuring.attribution.ADDS_UP).
 - SHARES: every part's seconds and the overlap share within their range (a share in [0, 1]).
 - UNDER_COMPUTE: the collectives' time under compute is within their time alone, and within
   the time they were in flight while the rank computed (work cannot be hidden where nothing
@@ -64,8 +67,9 @@ def broken(row: dict) -> list[str]:
 def _rank_checks(row: dict) -> Iterator[str]:
     for record in row["attribution"]["epochs"]:
         for rank in record["ranks"]:
-            epoch = sum(rank["parts"][part]["seconds"] for part in PARTS) + rank["residual_seconds"]
-            if abs(rank["residual_seconds"]) > ADDS_UP * epoch:
+            parts = sum(rank["parts"][part]["seconds"] for part in PARTS)
+            windows = rank.get("windows_seconds", parts)  # not recorded before schema 18
+            if abs(parts - windows) > ADDS_UP * windows:
                 yield PARTS_ADD_UP
             share = rank["collective"].get("overlap_share")
             if (any(rank["parts"][part]["seconds"] < -ABSOLUTE for part in PARTS)

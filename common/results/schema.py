@@ -139,6 +139,7 @@ RANK_ATTRIBUTION = {
     "parts": {part: {"seconds": NUMBER, "median": NUMBER, "p10": NUMBER, "p90": NUMBER}
               for part in PARTS},
     "steps": WHOLE, "residual_seconds": NUMBER, "adds_up": BOOL,
+    "windows_seconds?": NUMBER,  # schema 18 on: the steps' windows in all
     "collective": {"busy_seconds": NUMBER, "moving_seconds": NUMBER, "moving_median": NUMBER,
                    "bytes_per_step": Maybe(WHOLE), "busy_median?": NUMBER,  # schema 12 on
                    "overlapped_seconds?": NUMBER, "overlapped_median?": NUMBER,
