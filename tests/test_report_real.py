@@ -86,9 +86,12 @@ def test_report_json_holds_every_verdict_the_text_states_with_its_interval(tmp_p
             assert (bound is None) == ("∞" in shown) and (bound is None or
                                                          f"{bound:.2f}" == shown)
         assert ratio["bounded"] == ("unbounded" not in text)
-        assert verdict["outcome"] in ("stated", "inconclusive", "held back")
+        # a wrapper faster than no wrapper beyond its interval is SUSPECT, its ratio kept
+        assert verdict["outcome"] in ("stated", "inconclusive", "held back", "suspect")
         assert (verdict["outcome"] == "inconclusive") == ("inconclusive: " in text)
-        assert 0 <= verdict["p_value"] <= 1
+        # a SUSPECT ratio is refused, never tested: it has no p-value
+        assert (verdict["p_value"] is None if verdict["outcome"] == "suspect"
+                else 0 <= verdict["p_value"] <= 1)
     assert report["verdicts"]["control_text"] in summary
     for warning in report["verdicts"]["warnings"]:
         assert f"**{markdown_text(warning['text'])}**" in summary

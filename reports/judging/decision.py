@@ -145,12 +145,12 @@ def decisions(frame: pd.DataFrame, cells: pd.DataFrame, found: Verdicts,
     if ran.empty:
         return []
     targeted = goodput.target_rows(ran)
-    made = to_target(frame, suspect_keys(found, limits)) if len(targeted) else []
+    runs, doubted = impossible_runs(found)
+    doubted |= beyond_limits(limits)
+    made = to_target(frame, runs, doubted) if len(targeted) else []
     ran = ran.drop(targeted.index)
     if ran.empty:
         return made
-    runs, doubted = impossible_runs(found)
-    doubted |= beyond_limits(limits)
     if runs:
         cells = analysis.cell_table(without_runs(frame, runs))
     measured = analysis.measured(cells)
@@ -174,15 +174,22 @@ def names(rows: pd.DataFrame, key: str | None = None) -> list[str]:
                               for _, c in rows.iterrows()))
 
 
-def to_target(frame: pd.DataFrame, suspect: set[str]) -> list[Decision]:
+def to_target(frame: pd.DataFrame, runs: set[tuple[str, int]],
+              cells: set[str]) -> list[Decision]:
     """Per setup and target, its configurations ranked by their median training time to it
     (reports.judging.goodput's records of the rows with a target; runs with a fault in none). A
-    configuration with no usable run is not ranked; one with a SUSPECT cell is left out and
-    named."""
+    configuration with no usable run is not ranked; a SUSPECT ratio's disturbed run (`runs`:
+    (cell key, repeat)) is left out of its configuration's seeds, and a configuration with a
+    doubted cell (`cells`) wholly; each is named."""
     plain = frame[frame["training"] == frame["training_without_fault"]]
+    plain = plain[[(key, repeat) not in runs
+                   for key, repeat in zip(plain["cell_key"], plain["repeat"])]]
     records, targeted = goodput.target_table(plain), goodput.target_rows(plain)
     targeted = targeted.assign(configuration=analysis.configuration(targeted))
-    doubted = set(targeted[targeted["cell_key"].isin(suspect)]["configuration"])
+    doubted = set(targeted[targeted["cell_key"].isin(cells)]["configuration"])
+    dropped = [f"seed {row['seed']} of {row['series']} on "
+               f"{analysis.devices_text(int(row['devices']))}"
+               for _, row in frame.iterrows() if (row["cell_key"], row["repeat"]) in runs]
     made = []
     for _, group in records.groupby(TARGET_SETUP, sort=False, dropna=False):
         first = group.iloc[0]
@@ -194,8 +201,8 @@ def to_target(frame: pd.DataFrame, suspect: set[str]) -> list[Decision]:
                          ranked_by=f"training time to {target} (median over seeds, s)",
                          contended=int((rows["status"].eq("ok") & rows["contended"]
                                         & ~rows["usable"]).sum()),
-                         suspect=[f"{c['series']} on {analysis.devices_text(c['devices'])}"
-                                  for _, c in left.iterrows()])
+                         suspect=[*(f"{c['series']} on {analysis.devices_text(c['devices'])}"
+                                    for _, c in left.iterrows()), *dropped])
         made.append(by_time(group[usable & ~group["configuration"].isin(doubted)], empty))
     return made
 
