@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from xbench.common.backends.backend import Backend
 from xbench.common.backends.collectives import Collectives, OneProcess
 from xbench.common.grids.cell import Cell
-from xbench.common.measuring.attribution import CollectiveClock
+from xbench.common.measuring.collective_clock import CollectiveClock
 from xbench.common.results.schema import Measurement
 from xbench.common.running.job import Job
 from xbench.common.running.training_loop import INTER_OP_PER_DEVICE

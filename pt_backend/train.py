@@ -11,7 +11,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
 
-from xbench.common.measuring.attribution import INSTRUMENTED, CollectiveClock
+from xbench.common.measuring.attribution import INSTRUMENTED
+from xbench.common.measuring.collective_clock import CollectiveClock
 from xbench.common.measuring.evidence import indices_digest
 from xbench.common.measuring.target import Evaluation
 from xbench.common.running.env import cpu_name, peak_rss_bytes

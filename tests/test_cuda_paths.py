@@ -104,7 +104,8 @@ class FakeEvent:
 def test_on_a_gpu_every_part_is_timed_with_cuda_events(monkeypatch):
     """The loop's moments on a GPU are CUDA events (device time, no host synchronisation), read
     once the epoch is over: the parts come out in the device's seconds."""
-    from xbench.common.measuring.attribution import CollectiveClock, StepMarks, partition
+    from xbench.common.measuring.attribution import StepMarks, partition
+    from xbench.common.measuring.collective_clock import CollectiveClock
     from xbench.pt_backend.train import TorchLoop
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
     loop = TorchLoop.__new__(TorchLoop)
@@ -150,7 +151,7 @@ def test_ddp_times_each_bucket_from_launch_to_its_futures_completion(compression
     import dataclasses
     import types
 
-    from xbench.common.measuring.attribution import CollectiveClock
+    from xbench.common.measuring.collective_clock import CollectiveClock
     moments = iter([1.0, 2.0, 2.5, 4.0, 5.0])
     clock = CollectiveClock(stamp=lambda: next(moments))
     model = torch.nn.Linear(3, 2)
@@ -165,7 +166,7 @@ def test_ddp_times_each_bucket_from_launch_to_its_futures_completion(compression
     assert reduced.wait().tolist() == [1.0, 1.0]
     backend.wait_for_gradients(None, clock)  # 5.0
     sent = (3 * 2 + 2) * value_bytes
-    assert clock.take() == (2.0, 5.0, [(2.5, 4.0, sent)], sent,
+    assert clock.take() == (2.0, 5.0, [(2.5, 4.0, sent, False)], sent,
                             [(1.0, 2 * value_bytes), (2.0, 3 * 2 * value_bytes)])
 
 

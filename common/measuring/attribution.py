@@ -60,11 +60,14 @@ MARKED, COLLECTIVE, COUNTED = 1, 2, 3
 
 
 class Flight(NamedTuple):
-    """One collective of a step on one rank: when it was launched and completed, and the bytes
-    it reduced where the library tells them (a DDP bucket's buffer, a Horovod tensor)."""
+    """One collective of a step on one rank: when it was launched and completed, the bytes it
+    reduced where the library tells them (a DDP bucket's buffer, a Horovod tensor), and whether
+    it blocked the rank: its call returned only once it was done, so that nothing else of the
+    rank ran meanwhile (FSDP2's collectives on a CPU), its whole flight communication."""
     launch: float
     end: float
     size: int | None = None
+    blocking: bool = False
 
 
 @dataclass
@@ -118,8 +121,9 @@ class StepMarks:
                    gradients: list[tuple] = ()) -> None:
         """This step's collectives: `ready` (this rank's compute for them done) and `end` (it
         stopped waiting for them) are moments of `stamp` (None where nothing was launched),
-        `timed` each one's (launch, completion, bytes or None), `size` the bytes they reduced
-        (where counted), `gradients` each gradient's (ready moment, bytes)."""
+        `timed` each one's (launch, completion, bytes or None, whether it blocked the rank),
+        `size` the bytes they reduced (where counted), `gradients` each gradient's (ready
+        moment, bytes)."""
         self._raw[-1][3] = (ready, end, timed, size, gradients)
 
     def end(self) -> None:
@@ -141,8 +145,13 @@ class StepMarks:
                 step.gradients = [(at(moment), bytes_) for moment, bytes_ in gradients]
                 if timed:
                     step.ready, step.collective_end = at(ready), at(end)
-                    step.collectives = [Flight(at(a), at(b), n) for a, b, n in timed]
+                    step.collectives = [Flight(at(a), at(b), n, blocks)
+                                        for a, b, n, blocks in timed]
                     step.collective_bytes = size
+                    # a collective that blocked the rank is communication, whatever part of
+                    # the step it ran in (its wait for a slower rank too)
+                    step.intervals += [("communication", f.launch, f.end, COLLECTIVE)
+                                       for f in step.collectives if f.blocking]
             steps.append(step)
         return steps
 
@@ -161,60 +170,6 @@ class WindowMarks(StepMarks):
     def end(self) -> None:
         self._last = self.stamp()
         self._raw[-1][1] = self._last
-
-
-class CollectiveClock:
-    """What a library tells of one step's gradient collectives, as they happen: when each
-    gradient was ready (this rank's compute for it done) with the bytes it puts on the wire
-    (`ready`), when each collective was launched, with its bytes, and when it completed
-    (`launch`, then `complete` from whichever thread sees it done), and when the step stopped
-    waiting for them all (`done`: after DDP's backward, or Horovod's synchronize). `take` ends
-    the step: (ready, end, [(launch, completion, bytes)], bytes, [(ready, bytes)]), or None
-    where nothing was told."""
-
-    def __init__(self, stamp: Callable[[], object] = time.perf_counter,
-                 seconds: Callable[[object, object], float] = lambda a, b: b - a):
-        self.stamp, self.seconds = stamp, seconds
-        self._ready, self._ops, self._done, self._bytes = [], [], None, 0
-
-    def ready(self, size: int = 0) -> None:
-        """A gradient is ready (its bytes as they go on the wire)."""
-        self._ready.append((self.stamp(), size))
-        self._bytes += size
-
-    def launch(self, size: int | None = None) -> list:
-        """A collective of `size` bytes (None: not told) is launched now: the token `complete`
-        takes."""
-        op = [self.stamp(), None, size]
-        self._ops.append(op)
-        return op
-
-    def complete(self, op: list) -> None:
-        """The collective launched as `op` has completed now (any thread)."""
-        op[1] = self.stamp()
-
-    def done(self, size: int = 0) -> None:
-        """Every collective of the step has completed (`size`: their bytes, where the hooks
-        did not tell them)."""
-        self._done = self.stamp()
-        self._bytes += size
-
-    def take(self) -> tuple | None:
-        ready, ops, done, size = self._ready, self._ops, self._done, self._bytes
-        self._ready, self._ops, self._done, self._bytes = [], [], None, 0
-        if done is None or not (ops or ready):
-            return None
-        if not ops:  # nothing to reduce (one process): only when its gradients were ready
-            return None, None, [], size, ready
-        if all(bytes_ is not None for _, _, bytes_ in ops):
-            # what crossed, as the library told it: the gradients' bytes count every
-            # micro-batch's, of which a step that syncs once reduces only their sum
-            size = sum(bytes_ for _, _, bytes_ in ops)
-        # a completion the library did not report was seen, at the latest, when the step
-        # stopped waiting for them all
-        timed = [(launch, completion if completion is not None else done, bytes_)
-                 for launch, completion, bytes_ in ops]
-        return (ready[-1][0] if ready else ops[-1][0]), done, timed, size, ready
 
 
 def with_trace(marked: Step, traced: Step) -> Step:
@@ -263,15 +218,23 @@ def overlap(step: Step) -> tuple[float, float]:
     """(seconds a collective of `step` was in flight, of them the seconds this rank also
     computed): HTA's and the PyTorch profiler's overlap is their ratio. Compute is the step's
     forward, backward and optimizer until the rank's gradients were all ready (a backward call
-    that waits for its collectives, as DDP's does, computes nothing while it waits)."""
+    that waits for its collectives, as DDP's does, computes nothing while it waits), but while a
+    collective blocked the rank."""
     until = step.ready if step.ready is not None else step.end
-    flying = [(max(a, step.start), min(b, step.end)) for a, b, _ in step.collectives
+    flying = [(max(a, step.start), min(b, step.end)) for a, b, *_ in step.collectives
               if b > step.start and a < step.end]
     computing = [(a, min(b, until)) for label, a, b, _ in step.intervals
                  if label in COMPUTE and a < until]
+    blocked = [(a, b) for a, b, _, blocking in step.collectives if blocking]
     communicating = covered_seconds(flying)
-    both = communicating + covered_seconds(computing) - covered_seconds([*flying, *computing])
+    both = common_seconds(flying, computing) - common_seconds(blocked, computing)
     return communicating, max(both, 0.0)
+
+
+def common_seconds(spans: Sequence[tuple[float, float]],
+                   others: Sequence[tuple[float, float]]) -> float:
+    """Seconds covered both by one of `spans` and by one of `others`."""
+    return covered_seconds(spans) + covered_seconds(others) - covered_seconds([*spans, *others])
 
 
 def call_shares(traced: Sequence[Step], latest: Sequence[float | None]) -> dict[str, float]:
