@@ -67,7 +67,7 @@ class FullyShardedBackend(TorchrunBackend):
         padded = sum(math.ceil(shape[0] / devices) * devices * math.prod(shape[1:]) if shape
                      else devices  # a scalar: one value per shard
                      for shape in model.tensor_shapes("torch")) * FLOAT32_BYTES
-        protocol = self.traits.protocol[self.device_kind]
+        protocol = self.traits.protocol_on(self.device_kind)
         gathers, reductions = protocol.gathers[cell.reshard], protocol.reduce_passes
         again = " and again before backward" if gathers == 2 else ""
         how = ("a ring reduce-scatter: each of N devices sends (N-1)/N of them" if reductions == 1
