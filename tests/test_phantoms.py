@@ -9,7 +9,12 @@ row's recorded numbers held to the answer:
 - a bucket known to be ready early (DDP's first, phantom-mlp's last two layers): the hidden
   share measured on one basis and the one the row's own timeline predicts agree.
 
-Every row also keeps its invariants (tests/every_row.py checks each one the runner wrote)."""
+Every row also keeps its invariants (tests/every_row.py checks each one the runner wrote). The
+bounds are a quiet machine's: the tests run `alone` (the other worker of the suite waits), and a
+failure says how much of the cores other processes took while its cell ran (on this 2-core
+machine under a load of 10: pt-ddp's exposed 0.84 x, a rank waiting for the other while its
+bucket crossed; pt-fsdp's 1.25 x, each blocking gather holding that wait; the bucket ready early
+hidden 0.10 against 0.21, waiting for a core beside backward)."""
 import numpy as np
 import pytest
 
@@ -27,6 +32,8 @@ from xbench.reports.step_model.timeline import (
     messages,
     recorded_curve,
 )
+
+pytestmark = pytest.mark.alone  # timing bounds: the machine to itself
 
 MLP = MODELS["phantom-mlp"]
 # (a) forward / (forward + backward): issue 63's bound, about what the FLOPs say
@@ -58,6 +65,12 @@ def phantoms(mnist_dir, tmp_path_factory):
 
 def last_epoch(row) -> list[dict]:
     return row["attribution"]["epochs"][-1]["ranks"]
+
+
+def busy(row) -> str:
+    """How much of a rank's cores other processes took while the row's last epoch ran."""
+    return (f"other processes took {row['epochs'][-1]['contention']['other_cpu_share']:.0%} of "
+            f"a rank's cores")
 
 
 # --- (a) a backward that costs twice its forward ------------------------------------------------
@@ -97,12 +110,13 @@ def test_phantom_mlps_backward_is_twice_its_forward_by_its_flops():
 def test_forward_is_a_third_of_forward_and_backward(phantoms, backend):
     """phantom-mlp on one device: each framework's forward and backward parts of the last
     epoch's steps (PyTorch's marks, TensorFlow's and JAX's traces), as their FLOPs say."""
-    [rank] = last_epoch(phantoms[(backend, "phantom-mlp", "none")])
+    row = phantoms[(backend, "phantom-mlp", "none")]
+    [rank] = last_epoch(row)
     forward, backward = (rank["parts"][part]["seconds"] for part in ("forward", "backward"))
     measured = forward / (forward + backward)
     print(f"{backend}: forward / (forward + backward) = {measured:.3f} (its FLOPs: "
-          f"{expected_forward_share():.3f})")
-    assert abs(measured - FORWARD_SHARE) <= FORWARD_SHARE_TOLERANCE, measured
+          f"{expected_forward_share():.3f}); {busy(row)}")
+    assert abs(measured - FORWARD_SHARE) <= FORWARD_SHARE_TOLERANCE, (measured, busy(row))
 
 
 # --- (b) known bytes over a capped link ----------------------------------------------------------
@@ -130,8 +144,8 @@ def test_a_capped_links_exposed_communication_is_its_bytes_over_the_rate(phantom
     expected = traffic / faults.parse(LINK).link_bytes_per_second
     exposed = float(np.mean([rank["collective"]["exposed_mean"] for rank in ranks]))
     print(f"{backend}: exposed {exposed * 1e3:.1f} ms, bytes over the link "
-          f"{expected * 1e3:.1f} ms ({exposed / expected:.3f})")
-    assert abs(exposed / expected - 1) <= EXPOSED_TOLERANCE, (exposed, expected)
+          f"{expected * 1e3:.1f} ms ({exposed / expected:.3f}); {busy(row)}")
+    assert abs(exposed / expected - 1) <= EXPOSED_TOLERANCE, (exposed, expected, busy(row))
     counted = {rank["collective"]["bytes_per_step"] for rank in ranks}
     assert counted <= {None, MODELS["small"].gradient_bytes()}  # where told, the gradients'
 
@@ -179,7 +193,7 @@ def test_a_bucket_ready_early_is_hidden_as_its_timeline_predicts(phantoms):
     last_two = sum(4 * (layer.in_features + 1) * layer.out_features
                    for layer, _ in list(MLP.layer_shapes())[-2:])
     assert all(rank["timeline"]["collectives"][0]["bytes"] == last_two for rank in ranks)
-    print(f"hidden share: measured {found.hidden_share:.3f}, predicted "
-          f"{np.mean(predictions):.3f} (the first bucket's bytes: "
-          f"{last_two / MLP.gradient_bytes():.3f})")
-    assert abs(found.hidden_share - float(np.mean(predictions))) <= HIDDEN_TOLERANCE
+    predicted = float(np.mean(predictions))
+    print(f"hidden share: measured {found.hidden_share:.3f}, predicted {predicted:.3f} (the "
+          f"first bucket's bytes: {last_two / MLP.gradient_bytes():.3f}); {busy(row)}")
+    assert abs(found.hidden_share - predicted) <= HIDDEN_TOLERANCE, (found, predicted, busy(row))
