@@ -43,6 +43,22 @@ class FullyShardedBackend(TorchrunBackend):
             fully_shard(unit, reshard_after_forward=after_forward)
         return fully_shard(model, reshard_after_forward=after_forward)
 
+    def watch_collectives(self, wrapped, model, optimizer, clock):
+        """Each unit's all-gathers and reduce-scatters through FSDP2's own defaults, subclassed
+        to tell `clock` of each (set_custom_all_gather, set_custom_reduce_scatter: FSDP2's
+        public way to replace them): `TimedAllGather`, `TimedReduceScatter`."""
+        from torch.distributed.fsdp import FSDPModule
+
+        from xbench.pt_backend.fsdp_collectives import TimedAllGather, TimedReduceScatter
+        gather, scatter = TimedAllGather(clock), TimedReduceScatter(clock)
+        for module in wrapped.modules():
+            if isinstance(module, FSDPModule):  # a unit, or the root (whose own may be none)
+                module.set_custom_all_gather(gather)
+                module.set_custom_reduce_scatter(scatter)
+
+    def wait_for_gradients(self, optimizer, clock):
+        clock.done()
+
     def micro_batch(self, wrapped, syncs):
         """FSDP2 keeps the unsharded gradients of a micro-batch that does not sync and
         reduce-scatters their sum with the one that does."""
@@ -55,25 +71,30 @@ class FullyShardedBackend(TorchrunBackend):
     def traffic(self, cell, model, reduction):
         """Per step, over all links: each unit's parameters all-gathered once before forward (and
         again before backward when it reshards after forward), its gradients reduce-scattered
-        once; a ring all-gather or reduce-scatter of S bytes sends (N-1)/N of S from each of N
-        devices. FSDP pads each parameter's first dimension to a multiple of N."""
+        once, in the passes of a ring its protocol on this device type says (gloo's
+        reduce-scatter is an all-reduce: two); a pass over S bytes sends (N-1)/N of S from each
+        of N devices. FSDP pads each parameter's first dimension to a multiple of N."""
         devices = cell.world
         if devices == 1:
             return []
         padded = sum(math.ceil(shape[0] / devices) * devices * math.prod(shape[1:]) if shape
                      else devices  # a scalar: one value per shard
                      for shape in model.tensor_shapes("torch")) * FLOAT32_BYTES
-        gathers = 2 if cell.reshard == "after-forward" else 1
+        protocol = self.traits.protocol_on(self.device_kind)
+        gathers, reductions = protocol.gathers[cell.reshard], protocol.reduce_passes
         again = " and again before backward" if gathers == 2 else ""
+        how = ("a ring reduce-scatter: each of N devices sends (N-1)/N of them" if reductions == 1
+               else "gloo's reduce-scatter, an all-reduce of them all: each of N devices sends "
+                    "2(N-1)/N of them")
         return [wire("parameters all-gathered",
                      cell.accumulate * gathers * (devices - 1) * padded, "computed",
                      f"ring all-gather of each unit's parameters before its forward{again}, "
                      f"each micro-batch: each of N devices sends (N-1)/N of them, padded to N "
                      f"shards"),
-                wire("gradients reduce-scattered", cell.syncs_per_step * (devices - 1) * padded,
-                     "computed", "ring reduce-scatter of each unit's gradients after its "
-                     "backward, each sync: each of N devices sends (N-1)/N of them, padded to N "
-                     "shards")]
+                wire("gradients reduce-scattered",
+                     cell.syncs_per_step * reductions * (devices - 1) * padded, "computed",
+                     f"each unit's gradients after its backward, each sync, in {how}, padded "
+                     f"to N shards")]
 
     def details(self):
         gathered = ("before forward and again before backward"
@@ -85,3 +106,4 @@ class FullyShardedBackend(TorchrunBackend):
                                     f"gradients reduce-scattered after its backward, over "
                                     f"{self.group_described()}; the optimizer steps on each "
                                     f"rank's shard"}
+

@@ -65,18 +65,12 @@ class HorovodTorchBackend(TorchBackend):
 
 
 def buckets(model, megabytes: float) -> list[list]:
-    """The model's parameters in buckets of at most `megabytes` (2^20 bytes) of gradients, as DDP
-    forms them: in the reverse of their order, which is about the order backward makes their
-    gradients (a parameter larger than a bucket is a bucket of its own)."""
-    limit, groups, size = megabytes * 2**20, [[]], 0
-    for parameter in reversed(list(model.parameters())):
-        bytes_ = parameter.numel() * parameter.element_size()
-        if groups[-1] and size + bytes_ > limit:
-            groups.append([])
-            size = 0
-        groups[-1].append(parameter)
-        size += bytes_
-    return groups
+    """The model's parameters in Horovod's buckets of `megabytes` of gradients
+    (horovod_support.buckets)."""
+    parameters = list(model.parameters())
+    sizes = [parameter.numel() * parameter.element_size() for parameter in parameters]
+    return [[parameters[index] for index in group]
+            for group in horovod_support.buckets(sizes, megabytes)]
 
 
 def tensor_bytes(argument, compression: str) -> int:

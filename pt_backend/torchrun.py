@@ -11,6 +11,7 @@ class TorchrunBackend(TorchBackend):
 
     def start_processes(self, device_kind):
         import torch.distributed as dist
+        self.device_kind = device_kind
         self.process_group = "nccl" if device_kind == "cuda" else "gloo"
         dist.init_process_group(self.process_group)
         return TorchDistributedCollectives()

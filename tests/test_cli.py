@@ -37,7 +37,8 @@ def test_models_show_their_shapes_with_progress_and_keep_what_they_counted(tmp_p
     specs = {m["model"]: m for m in models if m["source"] == "spec (common)"}
     assert {(name, m["params"]) for name, m in specs.items()} == {
         ("small", 402_442), ("large", 4_104_202), ("resnet18", 11_173_962), ("vgg19", 20_040_522),
-        ("gpt-tiny", 809_856), ("gpt-small", 10_770_816), ("gpt-medium", 85_892_352)}
+        ("gpt-tiny", 809_856), ("gpt-small", 10_770_816), ("gpt-medium", 85_892_352),
+        ("phantom-mlp", 5_012_490)}
     counted = {(m["model"], m["source"].split()[0]): m["params"] for m in models}
     assert all(counted[(name, framework)] == spec["params"] for name, spec in specs.items()
                for framework in ("PyTorch", "Keras", "JAX")), counted

@@ -167,7 +167,7 @@ def test_ddp_times_each_bucket_from_launch_to_its_futures_completion(compression
     assert reduced.wait().tolist() == [1.0, 1.0]
     backend.wait_for_gradients(None, clock)  # 5.0
     sent = (3 * 2 + 2) * value_bytes
-    assert clock.take() == (2.0, 5.0, [(2.5, 4.0, sent)], sent,
+    assert clock.take() == (2.0, 5.0, [(2.5, 4.0, sent, False)], sent,
                             [(1.0, 2 * value_bytes), (2.0, 3 * 2 * value_bytes)], [])
 
 

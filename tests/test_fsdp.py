@@ -71,8 +71,9 @@ def test_the_traffic_of_each_resharding_choice(fsdp):
     for reshard, gathers in (("after-forward", 2), ("after-backward", 1)):
         details = rows["pt-fsdp", reshard]["backend_details"]
         sent = {item["what"]: item["bytes"] for item in details["traffic"]}
+        # gloo's reduce-scatter is an all-reduce of the whole, of which each rank keeps its half
         assert sent == {"parameters all-gathered": gathers * parameters,
-                        "gradients reduce-scattered": parameters}
+                        "gradients reduce-scattered": 2 * parameters}
         assert details["reduction"] == "reduce-scatter" and reshard in details["parallelism"]
         key = rows["pt-fsdp", reshard]["cell_key"]
         assert ("|reshard-after-backward" in key) == (reshard == "after-backward")
@@ -100,3 +101,28 @@ def test_the_report_lays_memory_against_devices_per_backend(fsdp, tmp_path):
              float(line.split("|")[-2].split("/")[1]) for line in lines}
     assert set(state) == {("pt-ddp", False), ("pt-fsdp", False), ("pt-fsdp", True)}
     assert state["pt-fsdp", False] == state["pt-fsdp", True] < state["pt-ddp", False]
+
+
+def test_fsdps_own_collectives_tell_the_clock_each_call_and_the_gradients_bytes():
+    """FSDP2's all-gather and reduce-scatter, subclassed (pt_backend.fsdp_collectives), in a
+    gloo group of one in this process: each call a collective from its launch to its return,
+    blocking the rank (a CPU's), a gather's bytes not told (the parameters'), a reduce-scatter's
+    input the unit's gradients, ready when it is called: their bytes, the step's."""
+    import torch
+    import torch.distributed as dist
+
+    from xbench.common.measuring.collective_clock import CollectiveClock
+    from xbench.pt_backend.fsdp_collectives import TimedAllGather, TimedReduceScatter
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        clock = CollectiveClock(stamp=iter([1.0, 2.0, 3.0, 3.5, 4.0, 5.0]).__next__)
+        TimedAllGather(clock)(torch.empty(3), torch.ones(3), dist.group.WORLD)  # 1.0, 2.0
+        output, gradients = torch.empty(4), torch.full((4,), 2.0)
+        TimedReduceScatter(clock)(output, gradients, dist.group.WORLD,
+                                  dist.ReduceOp.SUM)  # ready 3.0, 3.5 .. 4.0
+        assert output.tolist() == [2.0] * 4
+        clock.done()  # 5.0: backward returned
+        assert clock.take() == (3.0, 5.0, [(1.0, 2.0, None, True), (3.5, 4.0, 16, True)], 16,
+                                [(3.0, 16)])
+    finally:
+        dist.destroy_process_group()

@@ -67,12 +67,14 @@ def test_a_shared_link_a_reduction_to_one_and_fsdps_passes():
     mirrored = TRAITS["tf-mirrored"].protocol_on("cpu")
     assert mirrored.through_one_device and mirrored.link_bytes(1e6, 4, "after-forward") == 6e6
     assert ring(1, protocol=mirrored) == pytest.approx(2 * 3 * (1e6 / 10e9 + 5e-6))
-    # FSDP: its two gathers and its reduce-scatter; one gather fewer kept after forward
-    fsdp = TRAITS["pt-fsdp"].protocol_on("cpu")
+    # FSDP: its two gathers and its reduce-scatter; one gather fewer kept after forward; on a
+    # CPU gloo's reduce-scatter is an all-reduce, two passes
+    fsdp = TRAITS["pt-fsdp"].protocol_on("cuda")
     assert (fsdp.ring_passes("after-forward"), fsdp.ring_passes("after-backward")) == (3, 2)
     assert ring(1, devices=2, protocol=fsdp) == pytest.approx(3 * (0.5 * 1e6 / 10e9 + 5e-6))
     assert ring(1, devices=2, protocol=fsdp, reshard="after-backward") == pytest.approx(
         2 * (0.5 * 1e6 / 10e9 + 5e-6))
+    assert TRAITS["pt-fsdp"].protocol_on("cpu").ring_passes("after-forward") == 4
     assert ring(1, protocol=TRAITS["pt-single"].protocol_on("cpu")) == 0.0
     assert ring(1, devices=1) == 0.0
 

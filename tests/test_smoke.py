@@ -163,7 +163,7 @@ def test_every_ok_row_attributes_its_steps_and_they_add_up(smoke):
                 assert rank["adds_up"] and abs(seconds - covered) <= 0.05 * seconds, backend
                 assert rank["steps"] == timed["samples"] // row["global_batch"]
         moving = [r["collective"]["moving_median"] for r in attribution["epochs"][-1]["ranks"]]
-        if (devices > 1 and row["backend_details"]["reduction"] == "all-reduce"
+        if (devices > 1 and row["backend_details"]["reduction"] in ("all-reduce", "reduce-scatter")
                 and TRAITS[backend].collectives_counted):
             assert min(moving) > 0, backend
         elif backend not in ("pt-ddp", "pt-replicate", "tf-multiworker"):  # a group of one

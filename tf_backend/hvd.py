@@ -24,7 +24,7 @@ class HorovodTensorFlowBackend(TensorFlowBackend):
         hvd.init()
         self.hvd = hvd
         return HorovodTensorFlowCollectives(
-            hvd, tf, horovod_support.compressor(hvd, self.cell.compression))
+            hvd, tf, horovod_support.compressor(hvd, self.cell.compression), self.cell.bucket_mb)
 
     def local_rank(self):
         return self.hvd.local_rank()
@@ -37,9 +37,9 @@ class HorovodTensorFlowBackend(TensorFlowBackend):
 class HorovodTensorFlowCollectives(horovod_support.HorovodGather, TensorFlowCollectives):
     carries_gradients = True  # hvd.allreduce: what `reduce` crosses the gradients in
 
-    def __init__(self, hvd, tf, compression):
+    def __init__(self, hvd, tf, compression, bucket_mb: float):
         super().__init__(hvd)
-        self.tf, self.compression = tf, compression
+        self.tf, self.compression, self.bucket_mb = tf, compression, bucket_mb
 
     def barrier(self):
         """horovod.tensorflow has no barrier: a tiny all-reduce waits for every process."""
@@ -58,9 +58,20 @@ class HorovodTensorFlowCollectives(horovod_support.HorovodGather, TensorFlowColl
     def reduce(self, gradients):
         """Summed, not averaged: each replica's loss is already divided by the global batch.
         One Horovod all-reduce per gradient, as DistributedGradientTape launches them (Horovod
-        fuses them), so a micro-batch's can be launched without a tape; with one process,
-        none (DistributedGradientTape reduces nothing at size 1 either)."""
+        fuses them), so a micro-batch's can be launched without a tape; with the cell's
+        bucket_mb, one grouped all-reduce per bucket, launched whole once its gradients are all
+        ready, as hvd-torch's DistributedOptimizer groups them (horovod_support.buckets); with
+        one process, none (DistributedGradientTape reduces nothing at size 1 either)."""
         if self.hvd.size() == 1:
             return list(gradients)
-        return [self.hvd.allreduce(gradient, op=self.hvd.Sum, compression=self.compression)
-                for gradient in gradients]
+        if not self.bucket_mb:
+            return [self.hvd.allreduce(gradient, op=self.hvd.Sum, compression=self.compression)
+                    for gradient in gradients]
+        reduced = list(gradients)
+        sizes = [gradient.shape.num_elements() * gradient.dtype.size for gradient in gradients]
+        for group in horovod_support.buckets(sizes, self.bucket_mb):
+            summed = self.hvd.grouped_allreduce([gradients[index] for index in group],
+                                                op=self.hvd.Sum, compression=self.compression)
+            for index, value in zip(group, summed, strict=True):
+                reduced[index] = value
+        return reduced

@@ -3,11 +3,27 @@ row's details and the gather; `hvd` is horovod.torch or horovod.tensorflow, init
 their processes start and what they need: common.backends.launch_scopes, traits and start.)
 """
 import importlib.metadata
+from collections.abc import Sequence
 
 
 def compressor(hvd, compression: str):
     """Horovod's compressor for the cell's `compression` (one of COMPRESSIONS)."""
     return hvd.Compression.fp16 if compression == "fp16" else hvd.Compression.none
+
+
+def buckets(sizes: Sequence[int], megabytes: float) -> list[list[int]]:
+    """The gradients of `sizes` bytes (in the model's order), as indices, in buckets of at most
+    `megabytes` (2^20 bytes) each, as DDP forms them: in the reverse of their order, which is
+    about the order backward makes them (a gradient larger than a bucket is a bucket of its
+    own). Each is one Horovod group, launched whole once all of its gradients are ready."""
+    limit, groups, size = megabytes * 2**20, [[]], 0
+    for index in reversed(range(len(sizes))):
+        if groups[-1] and size + sizes[index] > limit:
+            groups.append([])
+            size = 0
+        groups[-1].append(index)
+        size += sizes[index]
+    return groups
 
 
 def details(hvd, compression: str):

@@ -71,11 +71,14 @@ class Sync(NamedTuple):
 
 
 class Flight(NamedTuple):
-    """One collective of a step on one rank: when it was launched and completed, and the bytes
-    it reduced where the library tells them (a DDP bucket's buffer, a Horovod tensor)."""
+    """One collective of a step on one rank: when it was launched and completed, the bytes it
+    reduced where the library tells them (a DDP bucket's buffer, a Horovod tensor), and whether
+    it blocked the rank: its call returned only once it was done, so that nothing else of the
+    rank ran meanwhile (FSDP2's collectives on a CPU), its whole flight communication."""
     launch: float
     end: float
     size: int | None = None
+    blocking: bool = False
 
 
 @dataclass
@@ -159,13 +162,15 @@ def overlap(step: Step) -> tuple[float, float]:
     computed): HTA's and the PyTorch profiler's overlap is their ratio. Compute is the step's
     forward, backward and optimizer until the rank's gradients were all ready, less its earlier
     waits for collectives (a backward call that waits for its collectives, as DDP's does for a
-    micro-batch that syncs, computes nothing while it waits)."""
+    micro-batch that syncs, computes nothing while it waits) and less the time a collective
+    blocked the rank."""
     until = step.ready if step.ready is not None else step.end
-    flying = [(max(a, step.start), min(b, step.end)) for a, b, _ in step.collectives
+    flying = [(max(a, step.start), min(b, step.end)) for a, b, *_ in step.collectives
               if b > step.start and a < step.end]
+    waited = [*((sync.ready, sync.end) for sync in step.earlier_syncs),
+              *((a, b) for a, b, _, blocking in step.collectives if blocking)]
     computing = without([(a, min(b, until)) for label, a, b, _ in step.intervals
-                         if label in COMPUTE and a < until],
-                        [(sync.ready, sync.end) for sync in step.earlier_syncs])
+                         if label in COMPUTE and a < until], waited)
     communicating = covered_seconds(flying)
     both = communicating + covered_seconds(computing) - covered_seconds([*flying, *computing])
     return communicating, max(both, 0.0)

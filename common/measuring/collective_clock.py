@@ -1,6 +1,7 @@
 """What a library tells of one step's gradient collectives as they happen, kept for the step's
 attribution (common.measuring.attribution): a PyTorch backend's hooks tell it (DDP's gradient and
-communication hooks, Horovod's handles), and the loop hands what it kept to its StepMarks.
+communication hooks, FSDP2's collectives, Horovod's handles), and the loop hands what it kept to
+its StepMarks.
 
 Framework-free: the moments are whatever the loop's clock stamps (the host clock, or CUDA events).
 """
@@ -17,7 +18,8 @@ class CollectiveClock:
     (`launch`, then `complete` from whichever thread sees it done), and when the step stopped
     waiting for them (`done`: after DDP's backward, or Horovod's synchronize; once a step, or
     after every micro-batch that syncs). `take` ends the step: (ready, end, [(launch,
-    completion, bytes)], bytes, [(ready, bytes)], [(ready, end)] of the waits before the last),
+    completion, bytes, blocking)], bytes, [(ready, bytes)], [(ready, end)] of the waits before
+    the last),
     or None where nothing was told."""
 
     def __init__(self, stamp: Callable[[], object] = time.perf_counter,
@@ -30,10 +32,10 @@ class CollectiveClock:
         self._ready.append((self.stamp(), size))
         self._bytes += size
 
-    def launch(self, size: int | None = None) -> list:
-        """A collective of `size` bytes (None: not told) is launched now: the token `complete`
-        takes."""
-        op = [self.stamp(), None, size]
+    def launch(self, size: int | None = None, blocking: bool = False) -> list:
+        """A collective of `size` bytes (None: not told) is launched now (`blocking`: in a call
+        that returns once it is done, see Flight): the token `complete` takes."""
+        op = [self.stamp(), None, size, blocking]
         self._ops.append(op)
         return op
 
@@ -54,16 +56,16 @@ class CollectiveClock:
             return None
         if not ops:  # nothing to reduce (one process): only when its gradients were ready
             return None, None, [], size, ready, []
-        if all(bytes_ is not None for _, _, bytes_ in ops):
+        if all(bytes_ is not None for _, _, bytes_, _ in ops):
             # what crossed, as the library told it: the gradients' bytes count every
             # micro-batch's, of which a step that syncs once reduces only their sum
-            size = sum(bytes_ for _, _, bytes_ in ops)
+            size = sum(bytes_ for _, _, bytes_, _ in ops)
         # a completion the library did not report was seen, at the latest, when the step
         # stopped waiting for the collectives launched until then
         timed = [(launch, completion if completion is not None else
                   next((moment for moment, _, launched in dones if launched > index),
-                       dones[-1][0]), bytes_)
-                 for index, (launch, completion, bytes_) in enumerate(ops)]
+                       dones[-1][0]), bytes_, blocking)
+                 for index, (launch, completion, bytes_, blocking) in enumerate(ops)]
         syncs, told, launched = [], 0, 0
         for moment, ready_count, ops_count in dones:
             # this rank was ready for them when its last gradient since the previous wait was

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from xbench.common.measuring.attribution import MARKED, Flight, Step, Sync
+from xbench.common.measuring.attribution import COLLECTIVE, MARKED, Flight, Step, Sync
 
 
 class StepMarks:
@@ -43,7 +43,8 @@ class StepMarks:
                    gradients: list[tuple] = (), earlier: list[tuple] = ()) -> None:
         """This step's collectives: `ready` (this rank's compute for them done) and `end` (it
         stopped waiting for them) are moments of `stamp` (None where nothing was launched),
-        `timed` each one's (launch, completion, bytes or None), `size` the bytes they reduced
+        `timed` each one's (launch, completion, bytes or None, whether it blocked the rank),
+        `size` the bytes they reduced
         (where counted), `gradients` each gradient's (ready moment, bytes), `earlier` the
         (ready, end) of each wait for them before the last (a micro-batch's)."""
         self._raw[-1][3] = (ready, end, timed, size, gradients, earlier)
@@ -68,8 +69,13 @@ class StepMarks:
                 if timed:
                     step.ready, step.collective_end = at(ready), at(end)
                     step.earlier_syncs = [Sync(at(a), at(b)) for a, b in earlier]
-                    step.collectives = [Flight(at(a), at(b), n) for a, b, n in timed]
+                    step.collectives = [Flight(at(a), at(b), n, blocks)
+                                        for a, b, n, blocks in timed]
                     step.collective_bytes = size
+                    # a collective that blocked the rank is communication, whatever part of
+                    # the step it ran in (its wait for a slower rank too)
+                    step.intervals += [("communication", f.launch, f.end, COLLECTIVE)
+                                       for f in step.collectives if f.blocking]
             steps.append(step)
         return steps
 

@@ -15,6 +15,10 @@ in PyTorch, Keras and Flax: each a `SpecModel`, one of the two kinds of model
   pre-LayerNorm blocks of causal self-attention and a 4x GELU MLP, a last LayerNorm, the output
   layer tied to the token embedding, no dropout. gpt-small is nanoGPT's shakespeare_char shape,
   gpt-medium GPT-2 small's.
+- `phantom-mlp`: a stack of equal dense layers on MNIST, whose answer is known before it runs
+  (docs/numbers.md, tests/test_phantoms.py): the matmuls are nearly all its work (a bias and a
+  ReLU cost 1/PHANTOM_WIDTH of a layer's product), so its backward costs twice its forward,
+  less the first layer's input gradient, which no framework computes.
 
 Both backends build their networks from these specs, so PyTorch and Keras cannot drift apart;
 parameter counts and FLOPs are computed here from the spec, never hard-coded.
@@ -55,6 +59,9 @@ INPUT_SHAPES = {"mnist": (1, 28, 28), "cifar10": (3, 32, 32)}
 NUM_CLASSES = 10
 VOCAB = 65  # Tiny Shakespeare's distinct characters (common.workload.shakespeare)
 GPT_INIT_STD = 0.02  # GPT-2's initial weights: N(0, 0.02), residual projections scaled down
+# phantom-mlp's layers: wide enough that the matmuls are its work, deep enough that the first
+# layer's missing input gradient weighs little in its backward
+PHANTOM_WIDTH, PHANTOM_HIDDEN = 1024, 4
 WEIGHTS_STREAM = 0  # the random stream of the initial weights; common.workload.samples' epoch
                     # orders use 1, 2, ...
 
@@ -146,11 +153,12 @@ class SpecModel:
     def training_flops_per_sample(self) -> int:
         """FLOPs of one sample's training step: the forward's, and per layer the backward's two
         products (the weights' gradient and the input's), each as many as the layer's forward,
-        except the first layer's input gradient, which no framework computes (its input is the
-        data). The common "3 x forward" counts that one too: 13.6% too many for the small
-        model. A language model's first layer is its embedding, a lookup: its products all need
-        both gradients, so there it is 3 x forward exactly."""
-        first, shape = next(self.layer_shapes())
+        except the first trained layer's input gradient, which no framework computes (its input
+        is the data, or a flatten of it). The common "3 x forward" counts that one too: 13.6%
+        too many for the small model. A language model's first layer is its embedding, a lookup:
+        its products all need both gradients, so there it is 3 x forward exactly."""
+        first, shape = next((layer, shape) for layer, shape in self.layer_shapes()
+                            if layer_parameters(layer))
         return 3 * self.flops_per_sample() - (layer_flops(first, shape)
                                               if isinstance(first, (Conv, Dense)) else 0)
 
@@ -304,6 +312,14 @@ def vgg19() -> SpecModel:
                      (*layers, Flatten(), Dense(512, NUM_CLASSES, relu=False)))
 
 
+def phantom_mlp(width: int = PHANTOM_WIDTH, hidden: int = PHANTOM_HIDDEN) -> SpecModel:
+    """An MNIST image flattened into `width` values, `hidden` layers of width x width, then the
+    logits: every layer a dense one, with a bias and (but the logits) a ReLU."""
+    return SpecModel("phantom-mlp", "mnist", (
+        Flatten(), Dense(math.prod(INPUT_SHAPES["mnist"]), width),
+        *[Dense(width, width)] * hidden, Dense(width, NUM_CLASSES, relu=False)))
+
+
 def gpt(name: str, layers: int, heads: int, width: int, context: int) -> SpecModel:
     """A GPT-style decoder over Tiny Shakespeare's characters."""
     assert width % heads == 0, (width, heads)
@@ -326,6 +342,7 @@ MODELS: dict[str, SpecModel] = {model.name: model for model in (
     gpt("gpt-tiny", layers=4, heads=4, width=128, context=64),
     gpt("gpt-small", layers=6, heads=6, width=384, context=256),
     gpt("gpt-medium", layers=12, heads=12, width=768, context=1024),
+    phantom_mlp(),
 )}
 
 

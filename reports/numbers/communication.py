@@ -19,8 +19,10 @@ COLUMNS = ["bytes", "bytes_how", "moving_seconds", "moving_ci", "algbw", "busbw"
            "after_messages", "basis_steps", "exposed_basis_seconds", "waiting_basis_seconds",
            "busy_basis_seconds", "alone_seconds", "alone_source", "under_compute_seconds",
            "hidden_share", "core_wait_seconds", "all_after_backward", "broken", "why_missing"]
-NOT_REPLAYED = ("their time alone was not measured: some ran beside backward, and this backend's "
-                "collectives cannot be replayed alone (they cross inside its compiled step)")
+NOT_REPLAYED = ("their time alone was not measured: not every one ran after backward, and this "
+                "backend's collectives cannot be replayed alone (they cross inside its compiled "
+                "step, or are gathers and reductions of parameters' shards, which the replay's "
+                "reduction of whole buffers is not)")
 
 
 def guarded(runs: list[dict], number: str) -> list[dict]:

@@ -1,8 +1,6 @@
 """Horovod's backends in the traits table, over PyTorch (hvd-torch) and over TensorFlow (hvd-tf):
 what they share (the compiled extension each needs, how to build it, Horovod's fusion, its
 compressors and its BatchNorm) beside their rows, in the table's order."""
-from dataclasses import replace
-
 from xbench.common.backends.frameworks import TENSORFLOW, TORCH
 from xbench.common.backends.launch_scopes import HOROVODRUN
 from xbench.common.backends.protocol import ALL_REDUCE, FUSED_EACH_CYCLE, MIB, Protocol, everywhere
@@ -24,17 +22,17 @@ HOROVOD_NO_COMPRESSION = "Horovod's compressors are hvd.Compression.none and fp1
 # Horovod's fusion: every cycle (1 ms), the tensors ready by then fused into a buffer of 128 MiB
 # (HOROVOD_FUSION_THRESHOLD), its defaults since 0.21.0 (release notes: "Changed default cycle
 # time from 5ms to 1ms and fusion threshold from 64MB to 128MB", #2468); xbench runs 0.28.1.
+# With bucket_mb both backends also group the gradients into buckets of that size, each
+# launched whole, as DDP's are (common.backends.horovod_support.buckets: hvd-torch's
+# DistributedOptimizer groups, hvd-tf's grouped all-reduces).
 HOROVOD = Protocol(ALL_REDUCE, reduce_passes=2, message_bytes=128 * MIB,
                    bucket_knob="Horovod's fusion threshold (HOROVOD_FUSION_THRESHOLD)",
-                   launch=FUSED_EACH_CYCLE, cycle_seconds=1e-3)
-# hvd-torch also groups the gradients into buckets of bucket_mb, each launched whole
-# (pt_backend.hvd: DistributedOptimizer's groups), as DDP's are.
-HOROVOD_GROUPS = replace(HOROVOD, whole_buckets=True)
+                   launch=FUSED_EACH_CYCLE, cycle_seconds=1e-3, whole_buckets=True)
 
 HOROVOD_TRAITS = [
     Traits("hvd-torch", TORCH, "xbench.pt_backend.hvd:HorovodTorchBackend",
            wrapper="Horovod", start=HOROVODRUN,
-           distributed_sampler=True, protocol=everywhere(HOROVOD_GROUPS), library="horovod",
+           distributed_sampler=True, protocol=everywhere(HOROVOD), library="horovod",
            sync_modes={"last": "DistributedOptimizer(backward_passes_per_step=K)",
                        "each": "the optimizer's synchronize() after every micro-batch"},
            compressions=HOROVOD_COMPRESSIONS, no_compression=HOROVOD_NO_COMPRESSION,

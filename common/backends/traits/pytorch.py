@@ -15,6 +15,17 @@ from xbench.common.backends.protocol import (
 from xbench.common.backends.traits.shared import Traits
 from xbench.common.workload.compression import COMPRESSIONS
 
+# FSDP2's gathers: before forward and again before backward, or once when it keeps the
+# parameters from forward until after backward (reshard after-backward). On a CPU gloo's
+# reduce-scatter is an all-reduce of the whole buffer, of which each rank keeps its shard
+# (ProcessGroupGloo::reduce_scatter_tensor_coalesced, torch 2.13): two passes of a ring, and
+# every collective blocks the rank (timed apart from its compute, pt_backend.fsdp_collectives);
+# NCCL's is one pass, on a stream of its own that the compute waits for.
+FSDP_GATHERS = {"after-forward": 2, "after-backward": 1}
+FSDP_PROTOCOL = {"cpu": Protocol(REDUCE_SCATTER, reduce_passes=2, gathers=FSDP_GATHERS),
+                 "cuda": Protocol(REDUCE_SCATTER, reduce_passes=1, gathers=FSDP_GATHERS,
+                                  collectives_in_compute=True)}
+
 PYTORCH_TRAITS = [
     Traits("pt-single", TORCH, "xbench.pt_backend.single:SingleDeviceTorchBackend",
            spans_devices=False),
@@ -65,11 +76,7 @@ PYTORCH_TRAITS = [
     Traits("pt-fsdp", TORCH, "xbench.pt_backend.fsdp:FullyShardedBackend",
            wrapper="FSDP", start=TORCHRUN,
            distributed_sampler=True,
-           # its gathers: before forward and again before backward, or once when it keeps the
-           # parameters from forward until after backward (reshard after-backward)
-           protocol=everywhere(Protocol(REDUCE_SCATTER, reduce_passes=1,
-                                        gathers={"after-forward": 2, "after-backward": 1},
-                                        collectives_in_compute=True)),
+           protocol=FSDP_PROTOCOL,
            library="torch.distributed", shards_parameters=True,
            no_compile="torch.compile of the FSDP2-sharded model compiled no graph here (torch "
                       "2.13 on CPU over gloo: AOTAutograd counted 0 graphs, Dynamo breaking at "
@@ -83,10 +90,12 @@ PYTORCH_TRAITS = [
            no_compression="FSDP reduce-scatters the gradients in their own type (a "
                           "MixedPrecisionPolicy's reduce_dtype, not set here); xbench's "
                           "compression is DDP's communication hooks and Horovod's compressors",
-           collectives_not_counted="not counted apart: FSDP's all-gathers run inside the forward "
-                                   "and backward passes and its reduce-scatters inside backward, "
-                                   "so their time, waiting for the slowest rank included, is in "
-                                   "those parts",
+           collectives_counted="FSDP2: each unit's all-gathers and reduce-scatters timed by "
+                               "its own collectives, subclassed (pt_backend.fsdp_collectives), "
+                               "from their call to their end; on a CPU each blocks the rank (its "
+                               "whole time communication, waiting for a slower rank included, "
+                               "but the last one's); a unit's gradients are ready, and their "
+                               "bytes told, when it reduce-scatters them",
            batchnorm_statistics="FSDP shards parameters, not buffers, and broadcasts none: each "
                                 "rank keeps the running statistics of its own samples, and the "
                                 "statistics evaluated with are rank 0's"),
