@@ -27,6 +27,7 @@ from xbench.common.measuring.attribution import (
     Flight,
     Step,
     Sync,
+    bridged,
     call_shares,
     covered_seconds,
     everyones_ready,
@@ -36,6 +37,7 @@ from xbench.common.measuring.attribution import (
     slowest_rank,
     split,
     summarize,
+    with_trace,
 )
 from xbench.common.measuring.collective_clock import CollectiveClock
 from xbench.common.measuring.step_marks import StepMarks
@@ -693,3 +695,24 @@ def test_a_micro_batchs_wait_for_its_collective_is_no_compute_it_overlaps():
                 earlier_syncs=[Sync(0.01, 0.02)])
     communicating, overlapped = overlap(step)
     assert communicating == pytest.approx(0.025) and overlapped == pytest.approx(0.005)
+
+
+def test_the_gaps_between_a_parts_traced_ops_are_that_parts():
+    """Inside a traced call: forward ops 0-10 and 12-20 ms, backward ops 20-25, 30-35 and 40-45
+    ms, an optimizer op 50-52 ms. The gaps 10-12 (forward), 25-30 and 35-40 (backward) are their
+    part's; 45-50, between backward and the optimizer, stays untraced; and a gap a collective
+    flies in is left as it was."""
+    ms = 1e-3
+    ops = [("forward", 0.0, 10 * ms, COUNTED), ("forward", 12 * ms, 20 * ms, COUNTED),
+           ("backward", 20 * ms, 25 * ms, COUNTED), ("backward", 30 * ms, 35 * ms, COUNTED),
+           ("backward", 40 * ms, 45 * ms, COUNTED), ("optimizer", 50 * ms, 52 * ms, COUNTED)]
+    assert bridged(ops) == [("forward", 10 * ms, 12 * ms, COUNTED),
+                            ("backward", 25 * ms, 30 * ms, COUNTED),
+                            ("backward", 35 * ms, 40 * ms, COUNTED)]
+    assert bridged(ops, [Flight(26 * ms, 29 * ms)]) == [("forward", 10 * ms, 12 * ms, COUNTED),
+                                                       ("backward", 35 * ms, 40 * ms, COUNTED)]
+    parts = partition(with_trace(Step(0.0, 52 * ms, [("call", 0.0, 52 * ms, MARKED)]),
+                                 Step(0.0, 52 * ms, ops)), None)
+    assert parts["forward"] == pytest.approx(20 * ms)
+    assert parts["backward"] == pytest.approx(25 * ms)
+    assert parts["untraced"] == pytest.approx(5 * ms)

@@ -105,12 +105,31 @@ class Step:
 
 def with_trace(marked: Step, traced: Step) -> Step:
     """A step whose opaque call a tracer saw inside: its marks outside the call, the traced ops
-    in it (what they do not cover of the call is untraced), and the collectives the trace
-    timed."""
+    in it and the gaps between ops of one part (`bridged`; what they do not cover of the call is
+    untraced), and the collectives the trace timed."""
     return Step(marked.start, marked.end,
-                [i for i in marked.intervals if i[0] != CALL] + traced.intervals,
+                [i for i in marked.intervals if i[0] != CALL] + traced.intervals
+                + bridged(traced.intervals, traced.collectives),
                 traced.ready, traced.collective_end, list(traced.collectives),
                 traced.collective_bytes, list(traced.gradients), list(traced.earlier_syncs))
+
+
+def bridged(ops: Sequence[tuple[str, float, float, int]],
+            flights: Sequence[Flight] = ()) -> list[tuple[str, float, float, int]]:
+    """The gaps inside a traced call where no op runs, between an op of a compute part and the
+    next op, of the same part: that part's (the runtime going from one of its kernels to the
+    next: a backward of many small ops leaves many such gaps, a forward of few large ones
+    hardly any). A gap between ops of different parts, or one a collective flies in (the rank
+    may be waiting for it), stays as it was."""
+    spans = sorted((a, b, label) for label, a, b, _ in ops if label in COMPUTE)
+    gaps, reach, before = [], -math.inf, None
+    for start, end, label in spans:
+        if (start > reach and label == before
+                and not any(f.launch < start and f.end > reach for f in flights)):
+            gaps.append((label, reach, start, COUNTED))
+        if end > reach:
+            reach, before = end, label
+    return gaps
 
 
 def covered_seconds(spans: Sequence[tuple[float, float]]) -> float:
