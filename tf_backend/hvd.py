@@ -49,8 +49,11 @@ class HorovodTensorFlowCollectives(horovod_support.HorovodGather, TensorFlowColl
         return self.hvd.allreduce(self.tf.constant(array), op=self.hvd.Sum).numpy()
 
     def sum_all(self, buffers):
-        """In one group, as Horovod fuses the gradients DistributedGradientTape gives it."""
-        self.hvd.grouped_allreduce(list(buffers), op=self.hvd.Sum)
+        """As the step crosses its gradients: `reduce`, inside a tf.function (traced on the first
+        call, a replay's warm-up), where Horovod fuses them as it does in the step's."""
+        if not hasattr(self, "_reduce_in_graph"):
+            self._reduce_in_graph = self.tf.function(self.reduce)
+        self._reduce_in_graph(list(buffers))
 
     def broadcast(self, variables):
         self.hvd.broadcast_variables([v.value for v in variables], root_rank=0)

@@ -59,17 +59,22 @@ def all_after_backward(ranks: Sequence[dict]) -> bool:
 
 
 def replay(comm: Collectives, make_buffer: Callable[[int], Any], sync: Callable[[], None],
-           sizes: list[int], repeats: int = ALONE_REPEATS) -> dict:
-    """Every rank calls this with the same `sizes`: the step's collectives, one buffer of each
-    size reduced after the other, timed `repeats` rounds after a warm-up one. The record:
-    seconds (the median round, each from the last rank's launch), its lowest and highest, the
-    rounds, messages and bytes, and the source."""
+           sizes: list[int], syncs: int = 1, repeats: int = ALONE_REPEATS) -> dict:
+    """Every rank calls this with the same `sizes`: the step's collectives, a buffer of each
+    size, launched together (`Collectives.sum_all`) in `syncs` groups one after the other (a
+    step that syncs after each of its micro-batches: its messages are each sync's in turn),
+    timed `repeats` rounds after a warm-up one. The record: seconds (the median round, each
+    from the last rank's launch), its lowest and highest, the rounds, messages and bytes, and
+    the source."""
     buffers = [make_buffer(size) for size in sizes]
+    per_sync = len(buffers) // syncs if syncs > 1 and len(buffers) % syncs == 0 else len(buffers)
+    groups = [buffers[i:i + per_sync] for i in range(0, len(buffers), per_sync)]
 
     def round_seconds() -> float:
         comm.barrier()
         started = time.perf_counter()
-        comm.sum_all(buffers)
+        for group in groups:
+            comm.sum_all(group)
         sync()
         return time.perf_counter() - started
     round_seconds()

@@ -246,7 +246,8 @@ class TrainingLoop(TrainingHooks):
         if (not self.comm.carries_gradients or self.comm.world < 2 or not sizes
                 or alone.all_after_backward(ranks)):
             return None
-        return alone.replay(self.comm, self.collective_buffer, self.sync, sizes)
+        return alone.replay(self.comm, self.collective_buffer, self.sync, sizes,
+                            self.cell.syncs_per_step)
 
     def measure(self, ran: Ran) -> Measurement:
         """Rank 0's measurement of the run."""
