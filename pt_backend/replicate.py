@@ -47,17 +47,20 @@ class ReplicateBackend(TorchrunBackend):
                     self.time_unit(unit, group, clock)
 
     def time_unit(self, unit, group, clock):
-        """Tell `clock` of one unit's gradients and their all-reduce, in its bytes on the wire."""
+        """Tell `clock` of one unit's gradients and their all-reduce, in its bytes on the wire;
+        on a CPU gloo's all-reduce returns only once done, so it blocks the rank's backward
+        (its Flight is `blocking`, as pt-fsdp's collectives are)."""
         size = sum(gradient_wire_bytes(tuple(parameter.sharded_param.shape),
                                        self.cell.compression, 0)
                    for parameter in group.fsdp_params)
+        blocking = group.fsdp_params[0].sharded_param.device.type == "cpu"
         in_flight = []
         reduce = group.post_backward
 
         def post_backward(*unused):
             clock.ready(size)
             if group.reduce_grads:
-                in_flight.append(clock.launch(size))
+                in_flight.append(clock.launch(size, blocking=blocking))
             return reduce(*unused)
         group.post_backward = post_backward
         unit.set_all_reduce_hook(lambda reduced: clock.complete(in_flight.pop()))
