@@ -24,10 +24,15 @@ SCRATCH_OWNER = "xbench-owner.json"  # in a scratch folder: the grid and the cel
 
 @dataclass
 class Ended:
-    """How a cell's processes ended: an exit code (negative: a signal), or a timeout (and whose)."""
+    """How a cell's processes ended: an exit code (negative: a signal), or a timeout (and whose);
+    `status`: the launcher's own word where the processes cannot say it ("unsupported": it could
+    not start them as the cell asks; "failed": it lost them), `how` saying why; `cluster`: where
+    they ran, as the launcher's engine saw it (the row's `cluster`)."""
     returncode: int | None
     timed_out: bool = False
     how: str = ""
+    status: str = ""
+    cluster: dict | None = None
 
 
 def cell_processes(token: str) -> list[int]:
