@@ -59,15 +59,19 @@ def run_grid(cluster, folder, mnist_dir, *options, mark="", **settings):
 
 
 def assert_nothing_left(cluster, mark: str = "") -> None:
-    """No rank of the test's (`mark`), no agent of a cell, no bundle held on the cluster."""
-    if mark:
-        wait_for("every process of the cell to end", lambda: not marked(mark), timeout=60)
-    agents = [p.pid for p in psutil.process_iter(["cmdline"])
-              if (p.info["cmdline"] or [""])[0].startswith("ray::NodeAgent")]
-    assert agents == []
-    status = subprocess.run([RAY, "status", "--address", cluster.address], capture_output=True,
-                            text=True, env=ENVIRONMENT, timeout=SLOW).stdout
-    assert " 0.0/2.0 CPU" in status and "(no resource demands)" in status, status
+    """No rank of the test's (`mark`), no agent of a cell and no bundle held on the cluster, once
+    what ends them has had its time (Ray ends a dead grid's actors and groups on its own)."""
+    def agents():
+        return [p.pid for p in psutil.process_iter(["cmdline"])
+                if (p.info["cmdline"] or [""])[0].startswith("ray::NodeAgent")]
+
+    def status():
+        return subprocess.run([RAY, "status", "--address", cluster.address], capture_output=True,
+                              text=True, env=ENVIRONMENT, timeout=SLOW).stdout
+    wait_for("every process of the cell to end", lambda: not (mark and marked(mark)), timeout=60)
+    wait_for("every agent to end", lambda: not agents(), timeout=60)
+    wait_for("the cluster's CPUs free", lambda: " 0.0/2.0 CPU" in status(), timeout=60)
+    assert "(no resource demands)" in status()
 
 
 @pytest.fixture(scope="module")
@@ -180,6 +184,21 @@ def test_a_lost_ray_worker_fails_its_cell_with_the_reason(cluster, mnist_dir, tm
     [row] = read_rows(results)[0]
     assert row["status"] == "failed", row["error"]
     assert row["error"].startswith("Ray lost the worker that ran the cell's processes on node")
+
+
+def test_a_grid_killed_mid_cell_leaves_nothing_on_the_cluster(cluster, mnist_dir, tmp_path):
+    """SIGKILL the grid itself: Ray ends its agents and its placement group, and each node's
+    reaper ends the ranks its lost agent started (torchrun's among them)."""
+    mark = uuid.uuid4().hex
+    results = tmp_path / "results.jsonl"
+    driver = subprocess.Popen(grid_command(cluster, write_grid(tmp_path, **WAITING), results,
+                                           mnist_dir), cwd=REPO, env=environment(mark),
+                              text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    training(driver, results, mark, "RANK=1")
+    driver.kill()
+    driver.communicate(timeout=SLOW)
+    assert_nothing_left(cluster, mark)
+    assert not results.exists()
 
 
 def test_a_cell_past_its_timeout_is_a_timeout_row_and_ends_on_every_node(cluster, mnist_dir,

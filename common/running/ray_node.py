@@ -1,7 +1,9 @@
 """What Ray's launcher (common.running.ray_cluster) runs on a node of a Ray cluster: `NodeAgent`,
 the Ray actor that holds the node's bundle of a cell's placement group and starts, watches and
 ends the node's share of the cell's processes (as its launch scope says), and caps the node's
-link for the link fault; `node_facts` and `look`, what a short task tells of its node.
+link for the link fault; its reaper (`python -m xbench.common.running.ray_node AGENT TOKEN`),
+which ends what is left of the cell on the node once the agent is gone; `node_facts` and
+`look`, what a short task tells of its node.
 
 Nothing here imports Ray: the launcher makes these remote (`ray.remote`), and a node imports this
 module from its own installation of xbench, as a Slurm node does.
@@ -9,10 +11,13 @@ module from its own installation of xbench, as a Slurm node does.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import socket
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -22,10 +27,12 @@ from xbench.common.machine import cpu_cores
 from xbench.common.running.busy_machine import Load, look_at_load
 from xbench.common.running.link_cap import interface_cap, interface_uncap
 from xbench.common.running.local import free_ports, ports_free
-from xbench.common.running.processes import end_processes
+from xbench.common.running.processes import alive, end_processes, this_process
 
 SSH_SECONDS = 10  # how long a node waits for ssh to another node to answer, when it asks
 LINK_TOOLS = ("tc",)
+REAP_SECONDS = 0.5  # how often the reaper looks whether its agent lives
+REAPER = "xbench.common.running.ray_node"
 
 
 def node_facts(address: str) -> dict:
@@ -83,6 +90,11 @@ class NodeAgent:
 
     def __init__(self, token: str):
         self.token, self.processes, self.capped = token, [], None
+        # the reaper, detached (its first process exits at once): Ray kills a lost agent's own
+        # children, whose death would leave their children (torchrun's ranks) running
+        subprocess.run([sys.executable, "-m", REAPER, json.dumps(this_process()), token],
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, start_new_session=True, check=True)
 
     def free_ports(self, count: int) -> int:
         """The first of `count` consecutive ports free on every address of this node."""
@@ -145,3 +157,17 @@ class NodeAgent:
         with contextlib.suppress(OSError):
             interface_uncap(self.capped)
         self.capped = None
+
+
+def reap(agent: dict, token: str) -> None:
+    """Once the agent `agent` (processes.this_process()) is gone, end every process of the cell
+    (its `token`) left on this node: none where the agent ended them itself."""
+    while alive(agent):
+        time.sleep(REAP_SECONDS)
+    end_processes(None, token)
+
+
+if __name__ == "__main__":
+    if os.fork() == 0:  # the reaper runs on in the child, no longer the agent's
+        reap(json.loads(sys.argv[1]), sys.argv[2])
+    os._exit(0)
