@@ -6,7 +6,8 @@ import shutil
 import subprocess
 
 TOKEN_BUCKET_SECONDS = 0.004  # a capped link's burst: this long at its rate
-LEAST_BURST_BYTES = 128 * 1024  # the least burst: a 64 KiB loopback packet fits twice
+LOOPBACK_PACKET_BYTES = 64 * 1024  # the loopback's largest packet
+ETHERNET_HEADER_BYTES = 14  # what an interface's packet carries beyond its MTU
 NODE_CAP = "7862:"  # the handle of the root queue xbench puts on a Ray node's interface
 
 
@@ -20,19 +21,21 @@ def capped_link(command: list[str], rate: str, bytes_per_second: float) -> list[
     return ["unshare", "--net", "--", "sh", "-c", script, "xbench-capped-link", *command]
 
 
-def burst_bytes(bytes_per_second: float) -> int:
+def burst_bytes(bytes_per_second: float, packet_bytes: int = LOOPBACK_PACKET_BYTES) -> int:
     """A capped link's token bucket: a few milliseconds of its traffic, and at least two of the
-    largest packets a loopback or a virtual link carries (64 KiB and their headers: tbf drops a
-    packet larger than its bucket, for good)."""
-    return max(LEAST_BURST_BYTES, int(bytes_per_second * TOKEN_BUCKET_SECONDS))
+    largest packets the link carries (`packet_bytes`: tbf drops a packet larger than its bucket,
+    for good). No more: what the bucket holds after a pause crosses at once, faster than the
+    rate (on a node's interface, with packets of its MTU, a few milliseconds' worth)."""
+    return max(2 * packet_bytes, int(bytes_per_second * TOKEN_BUCKET_SECONDS))
 
 
-def interface_cap(interface: str, rate: str, bytes_per_second: float) -> list[str]:
-    """The tc command that caps what leaves `interface` at `rate` (a Ray node's link, in a
-    network namespace of its own: every byte one node sends another crosses one such cap),
+def interface_cap(interface: str, mtu: int, rate: str, bytes_per_second: float) -> list[str]:
+    """The tc command that caps what leaves `interface` (of `mtu`) at `rate` (a Ray node's link,
+    in a network namespace of its own: every byte one node sends another crosses one such cap),
     with a token bucket of xbench's own handle (NODE_CAP)."""
+    burst = burst_bytes(bytes_per_second, mtu + ETHERNET_HEADER_BYTES)
     return ["tc", "qdisc", "add", "dev", interface, "root", "handle", NODE_CAP, "tbf", "rate",
-            rate, "burst", str(burst_bytes(bytes_per_second)), "latency", "100ms"]
+            rate, "burst", str(burst), "latency", "100ms"]
 
 
 def interface_uncap(interface: str | None) -> None:

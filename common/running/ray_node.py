@@ -128,7 +128,8 @@ class NodeAgent:
         if interface is None:
             return f"inject link: no interface of the Ray node at {address} holds that address"
         interface_uncap(interface)
-        done = subprocess.run(interface_cap(interface, rate, bytes_per_second),
+        mtu = psutil.net_if_stats()[interface].mtu
+        done = subprocess.run(interface_cap(interface, mtu, rate, bytes_per_second),
                               capture_output=True, text=True)
         if done.returncode != 0:
             return (f"inject link: tc could not cap {interface} on the Ray node at {address} (it "
