@@ -1,9 +1,10 @@
 """Cells on a Ray cluster, as on Slurm: a real Ray cluster of two nodes started on this machine for
 the module (tests/ray_cluster.py: each node a network namespace of its own, one CPU each), the real
-`xbench grid --launcher ray`. Every backend that spans processes on two nodes (one trajectory),
-hvd-* unsupported with the reason (horovodrun would ssh to the other node); a killed rank, a lost
-Ray worker and a timeout each a row that says so, the killed cell run again by the next grid; a
-capped link capping each node's link; and nothing left on the cluster or the machine.
+`xbench grid --launcher ray`. Every backend that spans processes on two nodes (one trajectory,
+one device's on one machine), hvd-* unsupported with the reason (horovodrun would ssh to the
+other node); a killed rank, a lost Ray worker, a killed grid and a timeout each a row that says so
+or nothing left, the killed rank's cell run again by the next grid; a capped link capping each
+node's link; and nothing left on the cluster or the machine after any of them.
 
 Every grid runs with XBENCH_TEST_MARK=<a fresh id> in its environment, which the runner passes on
 to every rank (tests/test_faults.py), so a test finds its ranks and checks that none is left.
@@ -83,7 +84,20 @@ def spanning(cluster, mnist_dir, tmp_path_factory):
     return done, {row["backend"]: row for row in read_rows(results)[0]}
 
 
-def test_every_backend_that_spans_nodes_trains_one_model_on_two_ray_nodes(cluster, spanning):
+@pytest.fixture(scope="module")
+def on_one_machine(mnist_dir, tmp_path_factory):
+    """The same cell's reference here, without Ray: PyTorch on one device, one process."""
+    folder = tmp_path_factory.mktemp("one")
+    done = xbench("grid", write_grid(folder, backends=["pt-single"], **{**TWO_NODES, "nodes": [1]}),
+                  "--data-dir", mnist_dir, "--results", folder / "results.jsonl")
+    assert done.returncode == 0, done.stdout + done.stderr
+    [row] = read_rows(folder / "results.jsonl")[0]
+    return row
+
+
+def test_every_backend_that_spans_nodes_trains_one_model_on_two_ray_nodes(cluster, spanning,
+                                                                          on_one_machine):
+    """On two Ray nodes, the trajectory of one device on one machine: the same losses."""
     done, rows = spanning
     assert done.returncode == 0, done.stdout + done.stderr
     losses = []
@@ -106,7 +120,8 @@ def test_every_backend_that_spans_nodes_trains_one_model_on_two_ray_nodes(cluste
         assert sorted(node["address"] for node in nodes) == list(cluster.nodes)
         assert all(node["resources"]["CPU"] == 1 and node["bundle"] == {"CPU": 1}
                    for node in nodes)
-    assert max(losses) - min(losses) < 1e-4 * max(losses)  # one trajectory on every backend
+    losses.append(on_one_machine["epochs"][-1]["loss"])
+    assert max(losses) - min(losses) < 1e-4 * max(losses)  # one trajectory, on 1 node or 2
     assert rows["pt-ddp"]["backend_details"]["launcher"] == "torchrun (c10d rendezvous)"
     assert rows["jax-multiprocess"]["backend_details"]["collective_library"] == "jax gloo"
     assert rows["pt-dp"]["status"] == "unsupported"
