@@ -66,6 +66,7 @@ def grid(grid_file, preset, batch_sweep, data_dir, results_path, resume, dry_run
         raise UserError("give --batch or --batch-sweep, not both")
     overrides["batches"] = batch_sweep or overrides["batches"]
     where = make_launcher(grid_module.resolve(spec, overrides)[1])
+    click.get_current_context().call_on_close(where.close)  # a Ray started for the grid ends
     cells = grid_module.expand(spec, overrides)
     check_cells(cells, where)  # what the run refuses, the dry run refuses too
     # Every path is resolved here, once: the cells run in other working directories.
@@ -114,7 +115,8 @@ def warn_if_busy(load: Load | None, cells) -> None:
     higher = min(1.0, math.ceil((load.share + 0.05) * 20) / 20)
     waiting = [TRAITS[cell.backend].framework for cell in cells if cell.omp_wait == "auto"]
     openmp = list(dict.fromkeys(f.title for f in waiting if not f.no_omp_wait))
-    click.secho(f"warning: this machine is busy: {load.words()} over the last "
+    click.secho(f"warning: {'the cluster' if load.where else 'this machine'} is busy: "
+                f"{load.words()} over the last "
                 f"{LOOK_SECONDS:g} s, above the cells' contention limit of {limit:.0%}; the rows "
                 f"of cells they disturb will be marked contended, and the report and predict "
                 f"leave those out. Choices: wait until it is quiet; --pin-ranks (each rank on "

@@ -7,7 +7,7 @@ import click
 from xbench.cli.console import DEFAULT_RESULTS_DIR, EXIT_CELLS_FAILED, int_list, say, str_list
 from xbench.cli.options import setting_options
 from xbench.common.errors import UserError
-from xbench.common.grids.settings import DEVICE_KINDS, SETTINGS, SLURM, check_axis
+from xbench.common.grids.settings import DEVICE_KINDS, RAY, SETTINGS, SLURM, check_axis
 from xbench.common.machine import nvidia_gpus
 from xbench.common.results import store as results
 from xbench.common.results.probes import append_probe, probe_path
@@ -24,10 +24,10 @@ from xbench.reports.rendering.probe import probe_text
 @click.option("--devices", callback=int_list, default="2,4", show_default=True,
               help="Processes per node of the all-reduce probes (the grid's device counts).")
 @click.option("--nodes", callback=int_list, default="1", show_default=True,
-              help="Node counts of the all-reduce probes (beyond 1: --launcher slurm).")
+              help="Node counts of the all-reduce probes (beyond 1: --launcher slurm or ray).")
 @click.option("--device", type=click.Choice(DEVICE_KINDS), default="auto",
               show_default=True, help="auto: cuda when nvidia-smi lists a GPU, else cpu.")
-@setting_options([SETTINGS["launcher"], *SLURM])
+@setting_options([SETTINGS["launcher"], *SLURM, *RAY])
 @click.option("--results-dir", type=click.Path(file_okay=False), default=str(DEFAULT_RESULTS_DIR),
               show_default=True, help="Folder of the results files the probe is kept beside.")
 def probe(backend, devices, nodes, device, results_dir, **where):
@@ -35,7 +35,7 @@ def probe(backend, devices, nodes, device, results_dir, **where):
     framework's kernels, and all-reduce bus bandwidth of each collective library at the byte
     sizes of the models' gradients (nccl-tests' algbw and busbw). Appends one record to
     RESULTS_DIR/probe.jsonl; the report uses the newest one of the rows' environment. The
-    launcher and Slurm options are `xbench grid`'s."""
+    launcher, Slurm and Ray options are `xbench grid`'s."""
     chosen = backend or [*MATMUL_BACKENDS, *ALL_REDUCE_BACKENDS]
     unknown = [b for b in chosen if b not in (*MATMUL_BACKENDS, *ALL_REDUCE_BACKENDS)]
     if unknown:
@@ -46,11 +46,13 @@ def probe(backend, devices, nodes, device, results_dir, **where):
     where = {key: SETTINGS[key].check_value(value) for key, value in where.items()
              if value is not None}
     if where.get("launcher", "local") == "local" and max(nodes) > 1:
-        raise UserError("--nodes beyond 1 needs --launcher slurm")
+        raise UserError("--nodes beyond 1 needs --launcher slurm or ray")
     if device == "auto":
         device = "cuda" if nvidia_gpus() else "cpu"
     path = results.check_results_path(Path(results_dir) / "probe.jsonl")
-    record = run_probe(chosen, devices, nodes, device, make_launcher(where), say)
+    launcher = make_launcher(where)
+    click.get_current_context().call_on_close(launcher.close)
+    record = run_probe(chosen, devices, nodes, device, launcher, say)
     if not record["matmul"] and not record["all_reduce"]:
         reasons = "; ".join(f"{n['what']}: {n['why'].splitlines()[0]}"
                             for n in record["not_measured"])

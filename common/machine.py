@@ -5,7 +5,8 @@ Standard library only: `make setup` runs it with the system's python3 before the
 exists (`python3 common/machine.py --gpu auto` prints the plan as shell variables).
 
 On a machine without NVIDIA GPUs: torch==2.13.0 as pip resolves it (the CPU build on the
-project's machines), tensorflow-cpu, JAX's CPU build with Flax and Optax, Horovod on gloo. With
+project's machines), tensorflow-cpu, JAX's CPU build with Flax and Optax, Ray (for --launcher ray
+and its tests), Horovod on gloo. With
 GPUs: PyPI's Linux wheel of torch==2.13.0, which is the CUDA build (or a wheel of TORCH_INDEX,
 e.g. https://download.pytorch.org/whl/cu128), TensorFlow's `and-cuda` extra (its CUDA libraries
 as pip packages), JAX's `cuda12` extra, and Horovod built with NCCL (scripts/build_horovod.sh
@@ -130,10 +131,10 @@ def install_plan(gpu: bool, torch_index: str = "") -> dict[str, str]:
     """What `make setup` installs: pip arguments for torch, the project's extras, and whether the
     framework check must find a GPU."""
     if not gpu:
-        return {"TORCH_ARGS": TORCH, "EXTRAS": "tf,jax,dev", "EXPECT_GPU": "0"}
+        return {"TORCH_ARGS": TORCH, "EXTRAS": "tf,jax,ray,dev", "EXPECT_GPU": "0"}
     index = ["--index-url", torch_index] if torch_index else ["--index-url", PYPI]
-    return {"TORCH_ARGS": shlex.join([*index, TORCH]), "EXTRAS": "tf-gpu,jax-gpu,gpu-watch,dev",
-            "EXPECT_GPU": "1"}
+    return {"TORCH_ARGS": shlex.join([*index, TORCH]),
+            "EXTRAS": "tf-gpu,jax-gpu,gpu-watch,ray,dev", "EXPECT_GPU": "1"}
 
 
 def main(argv: list[str] | None = None) -> int:

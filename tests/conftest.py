@@ -47,9 +47,9 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 # them by their number of tests) hands them out first and no worker is left alone with one at the
 # end; the other files follow in their usual order.
 LONGEST_FIRST = ["test_cifar.py", "test_phantoms.py", "test_attribution.py", "test_precision.py",
-                 "test_slurm.py",
-                 "test_language_model.py", "test_faults.py", "test_lab.py", "test_your_model.py",
-                 "test_time_to_accuracy.py", "test_fsdp.py", "test_smoke.py",
+                 "test_slurm.py", "test_ray.py", "test_language_model.py", "test_faults.py",
+                 "test_lab.py", "test_your_model.py", "test_time_to_accuracy.py", "test_fsdp.py",
+                 "test_smoke.py",
                  "test_training_settings.py", "test_report_until_conclusive.py", "test_limits.py"]
 
 

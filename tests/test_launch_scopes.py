@@ -51,7 +51,7 @@ def test_torchrun_runs_once_per_node_and_meets_at_the_first_node():
     one_node = Cell(grid="scopes", backend="pt-ddp", model="small", multiple=1, batch=128,
                     devices=2)
     assert "--standalone" in TORCHRUN.command(one_node, WORKER_ARGS, PLACED)
-    assert (TORCHRUN.processes(cell), TORCHRUN.ranks(cell), TORCHRUN.slurm_tasks(cell)) == (2, 4, 1)
+    assert (TORCHRUN.processes(cell), TORCHRUN.ranks(cell), TORCHRUN.tasks(cell)) == (2, 4, 1)
     assert TORCHRUN.local_wrapper(cell) == [] and not TORCHRUN.once_per_cell
     assert TORCHRUN.tool == "torchrun"
 
@@ -62,7 +62,7 @@ def test_horovodrun_runs_once_for_the_cell_and_starts_every_rank():
     assert Path(command[0]).name == "horovodrun"
     assert command[1:] == ["-np", "4", "-H", "node-a:2,node-b:2", "--gloo", sys.executable,
                            *WORKER_ARGS]
-    assert HOROVODRUN.once_per_cell and HOROVODRUN.slurm_tasks(cell) == 1
+    assert HOROVODRUN.once_per_cell and HOROVODRUN.tasks(cell) == 1
     assert (HOROVODRUN.processes(cell), HOROVODRUN.ranks(cell)) == (2, 4)
 
 
@@ -71,7 +71,7 @@ def test_a_worker_per_device_is_the_worker_itself_copied_per_device():
     assert WORKER_PER_DEVICE.command(cell, WORKER_ARGS, PLACED) == [sys.executable, *WORKER_ARGS]
     assert WORKER_PER_DEVICE.local_wrapper(cell) == [
         sys.executable, "-m", "xbench.common.running.spawn", "2", "--"]
-    assert WORKER_PER_DEVICE.slurm_tasks(cell) == 2 and WORKER_PER_DEVICE.tool is None
+    assert WORKER_PER_DEVICE.tasks(cell) == 2 and WORKER_PER_DEVICE.tool is None
     assert WORKER_PER_DEVICE.ranks(cell) == 4
 
 
@@ -88,10 +88,36 @@ def test_one_process_drives_every_device_on_one_machine():
 @pytest.mark.parametrize("environ, rank, local", [
     ({"SLURM_PROCID": "3", "SLURM_LOCALID": "1", "XBENCH_TASK": "0"}, 3, 1),  # under srun
     ({"XBENCH_TASK": "1"}, 1, 1),  # xbench's spawner, one machine
+    ({"XBENCH_RANK": "3", "XBENCH_TASK": "1"}, 3, 1),  # Ray's launcher, a node of several
     ({}, 0, 0)])
 def test_a_worker_reads_its_rank_from_the_first_variable_set(environ, rank, local):
     environment = WORKER_PER_DEVICE.environment
     assert (environment.rank_here(environ), environment.local_rank_here(environ)) == (rank, local)
+
+
+def test_an_engine_that_runs_each_task_gives_it_its_place():
+    """What Ray's launcher sets for the task-th run of a scope's command on a node: a worker
+    per device its rank among the cell's and its index on the node, torchrun its node's address
+    across nodes (its --local-addr), which the rendezvous hands the others; horovodrun and one
+    process nothing (the tool places its ranks; one process is rank 0)."""
+    cell = two_by_two("tf-multiworker")
+    assert [WORKER_PER_DEVICE.task_environment(cell, node, task, PLACED)
+            for node in (0, 1) for task in (0, 1)] == [
+        {"XBENCH_RANK": str(rank), "XBENCH_TASK": str(rank % 2)} for rank in range(4)]
+    assert TORCHRUN.task_environment(two_by_two("pt-ddp"), 1, 0, PLACED) == {
+        "PET_LOCAL_ADDR": "node-b"}
+    one_node = Cell(grid="scopes", backend="pt-ddp", model="small", multiple=1, batch=128,
+                    devices=2)
+    assert TORCHRUN.task_environment(one_node, 0, 0, PLACED) == {}
+    assert HOROVODRUN.task_environment(two_by_two("hvd-torch"), 0, 0, PLACED) == {}
+    assert ONE_PROCESS.task_environment(one_node, 0, 0, PLACED) == {}
+
+
+def test_torchrun_reads_the_local_address_it_is_given(monkeypatch):
+    """PET_LOCAL_ADDR is torchrun's --local-addr (each of its options reads PET_<OPTION>)."""
+    monkeypatch.setenv("PET_LOCAL_ADDR", "node-b")
+    from torch.distributed.run import get_args_parser
+    assert get_args_parser().parse_args(["x.py"]).local_addr == "node-b"
 
 
 def source_of(module: str) -> str:

@@ -163,7 +163,7 @@ def test_install_plan_chooses_cuda_builds_only_for_gpus():
     with pytest.raises(ValueError, match="GPU=1"):
         wants_gpu("yes", [])
     cpu = install_plan(False)
-    assert cpu == {"TORCH_ARGS": "torch==2.13.0", "EXTRAS": "tf,jax,dev", "EXPECT_GPU": "0"}
+    assert cpu == {"TORCH_ARGS": "torch==2.13.0", "EXTRAS": "tf,jax,ray,dev", "EXPECT_GPU": "0"}
     gpu = install_plan(True, "https://download.pytorch.org/whl/cu128")
     assert gpu["TORCH_ARGS"].endswith("torch==2.13.0") and "cu128" in gpu["TORCH_ARGS"]
     assert "tf-gpu" in gpu["EXTRAS"] and "tf," not in gpu["EXTRAS"] and gpu["EXPECT_GPU"] == "1"
@@ -175,7 +175,8 @@ def test_setup_plan_follows_what_nvidia_smi_lists(tmp_path):
                     "echo 'GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-2)'\n")
     fake.chmod(0o755)
     for path, expected in ((f"{tmp_path}{os.pathsep}{os.environ['PATH']}",
-                            "tf-gpu,jax-gpu,gpu-watch,dev"), (os.environ["PATH"], "tf,jax,dev")):
+                            "tf-gpu,jax-gpu,gpu-watch,ray,dev"),
+                           (os.environ["PATH"], "tf,jax,ray,dev")):
         plan = subprocess.run([sys.executable, "-m", "xbench.common.machine"], cwd=REPO, text=True,
                               capture_output=True, env={**os.environ, "PATH": path})
         assert plan.returncode == 0 and f"EXTRAS={expected}\n" in plan.stdout, plan.stderr

@@ -38,6 +38,7 @@ ADDED_IN = {
     16: ["accumulate", "accumulate_sync", "compile", "warmup_seconds"],
     17: ["omp_wait"],
     18: ["invariants"],  # and the basis and the replay, nested in the attribution
+    19: ["cluster"],
 }
 
 
@@ -62,7 +63,7 @@ def as_of(row: dict, version: int) -> dict:
 
 def test_the_history_is_the_list_of_named_upgrades():
     assert [f.__name__ for f in UPGRADES] == [f"update_to_{v}" for v in VERSIONS]
-    assert VERSIONS == list(range(3, SCHEMA_VERSION + 1)) and SCHEMA_VERSION == 18
+    assert VERSIONS == list(range(3, SCHEMA_VERSION + 1)) and SCHEMA_VERSION == 19
     assert set(ADDED_IN) == set(VERSIONS)
 
 

@@ -1,10 +1,11 @@
 """How a cell's processes start: one class per way, one instance each, named by a backend's
 traits (`Traits.start`). Each owns what differs between the ways: the command line its engine
 runs, how many processes it makes on a node and in the cell, what an engine adds to start it (the
-local launcher's wrapper, the Slurm tasks a job asks for, whether srun runs it on every node), its
-words in `xbench backends`, and the environment each rank reads to learn its place in the cell
-(`RankEnvironment`, as data: what an engine that starts the ranks itself must set). The
-launchers, the runner and the dry run ask the object, never compare a name.
+local launcher's wrapper, the tasks an engine runs on each node (srun's, Ray's), whether it runs
+once for the whole cell), its words in `xbench backends`, and the environment each rank reads to
+learn its place in the cell (`RankEnvironment`, as data; `task_environment`: what an engine that
+runs each task itself sets). The launchers, the runner and the dry run ask the object, never
+compare a name.
 
 A new way to start (mpirun, a second engine's own) is one class here, its instance, and its use
 in a backend's traits.
@@ -22,8 +23,15 @@ from typing import Protocol
 # Where the cell's nodes and ports are, as every launcher hands them down to every rank
 # (common.running.placement.Placement).
 PLACEMENT_ENV = "XBENCH_PLACEMENT"
-# A worker's index among the workers of its node on this machine (common.running.spawn).
+# A worker's index among the workers of its node (common.running.spawn on this machine, Ray's
+# launcher on a node of its cluster).
 TASK_ENV = "XBENCH_TASK"
+# A worker's rank among all the cell's workers, where an engine other than Slurm starts the workers
+# of several nodes (Ray's launcher; srun's is SLURM_PROCID).
+RANK_ENV = "XBENCH_RANK"
+# The node a process runs on, as its launcher names it, where that is not the machine's host name
+# (Ray's nodes, several of which may share one machine).
+NODE_ENV = "XBENCH_NODE"
 SPAWN = "xbench.common.running.spawn"  # N copies of a command here, as srun starts N tasks
 
 
@@ -95,10 +103,19 @@ class LaunchScope:
         of this machine itself)."""
         return []
 
-    def slurm_tasks(self, cell: CellSize) -> int:
-        """Slurm tasks per node the cell's job asks for: srun runs the command once per task
-        (once on the first node, in the job's script, where `once_per_cell`)."""
+    def tasks(self, cell: CellSize) -> int:
+        """Times an engine runs the command on each node of the cell (srun's tasks per node,
+        the processes Ray's launcher starts there; once on the first node where
+        `once_per_cell`)."""
         return 1
+
+    def task_environment(self, cell: CellSize, node: int, task: int,
+                         placement: NodeAddresses) -> dict[str, str]:
+        """What an engine that runs each task itself (Ray's launcher: not srun, not the local
+        wrapper) sets for the `task`-th run of the command on the cell's `node`-th node:
+        nothing where the command's own tool places the ranks it starts (horovodrun), or a
+        process needs no place (one process)."""
+        return {}
 
 
 class SingleProcess(LaunchScope):
@@ -119,8 +136,16 @@ class TorchrunPerNode(LaunchScope):
         rank=("RANK",), local_rank=("LOCAL_RANK",), world=("WORLD_SIZE",),
         rendezvous=("MASTER_ADDR", "MASTER_PORT"),
         set_by="torchrun, for each process it starts (torch.distributed's env:// "
-               "initialisation reads them)")
+               "initialisation reads them); across nodes MASTER_ADDR is the first node's "
+               "address, given to its torchrun by Ray's launcher (PET_LOCAL_ADDR)")
     tool = "torchrun"
+
+    def task_environment(self, cell: CellSize, node: int, task: int,
+                         placement: NodeAddresses) -> dict[str, str]:
+        """Its node's address as the engine names it (torchrun's --local-addr, read from
+        PET_LOCAL_ADDR): the rendezvous hands it to the other nodes, where the machine's own
+        name may not lead to this node (several Ray nodes on one machine) or lead elsewhere."""
+        return {"PET_LOCAL_ADDR": placement.hosts[node]} if cell.nodes > 1 else {}
 
     def command(self, cell: CellSize, worker: list[str], placement: NodeAddresses) -> list[str]:
         rendezvous = (["--standalone"] if cell.nodes == 1 else [
@@ -132,14 +157,15 @@ class TorchrunPerNode(LaunchScope):
 
 
 class WorkerPerDevice(LaunchScope):
-    """The worker itself once per device: srun's tasks on a cluster, xbench's spawner's copies
-    on this machine."""
+    """The worker itself once per device: srun's tasks on a Slurm cluster, the processes Ray's
+    launcher starts on a Ray node, xbench's spawner's copies on this machine."""
     started = "a worker process per device"
     environment = RankEnvironment(
-        rank=("SLURM_PROCID", TASK_ENV), local_rank=("SLURM_LOCALID", TASK_ENV),
+        rank=("SLURM_PROCID", RANK_ENV, TASK_ENV), local_rank=("SLURM_LOCALID", TASK_ENV),
         rendezvous=(PLACEMENT_ENV,),
-        set_by="Slurm's srun for each task, or xbench's spawner for each copy on this machine; "
-               "every launcher sets XBENCH_PLACEMENT",
+        set_by="Slurm's srun for each task, xbench's spawner for each copy on this machine "
+               "(its index there is its rank), or Ray's launcher for each worker it starts on a "
+               "node (XBENCH_RANK and XBENCH_TASK); every launcher sets XBENCH_PLACEMENT",
         derived="tf-multiworker's TF_CONFIG (the workers at the placement's ports, its task "
                 "the rank); jax-multiprocess's jax.distributed.initialize (the coordinator at "
                 "the first node's port, the process id the rank)")
@@ -147,8 +173,12 @@ class WorkerPerDevice(LaunchScope):
     def local_wrapper(self, cell: CellSize) -> list[str]:
         return [sys.executable, "-m", SPAWN, str(cell.devices), "--"]
 
-    def slurm_tasks(self, cell: CellSize) -> int:
+    def tasks(self, cell: CellSize) -> int:
         return cell.devices
+
+    def task_environment(self, cell: CellSize, node: int, task: int,
+                         placement: NodeAddresses) -> dict[str, str]:
+        return {RANK_ENV: str(node * self.processes(cell) + task), TASK_ENV: str(task)}
 
 
 class HorovodrunPerCell(LaunchScope):

@@ -1,13 +1,13 @@
 """The bookkeeping settings (`Role.BOOKKEEPING`): how the grid runs, not what a cell measures: its
 name, repeats and seeds, a cell's timeout, retries and limits, and the launcher (this machine or
-a Slurm cluster) with its options."""
+a Slurm or Ray cluster) with its options."""
 from __future__ import annotations
 
 import psutil
 
 from xbench.common.grids.setting import Role, Setting
 
-LAUNCHERS = ("local", "slurm")
+LAUNCHERS = ("local", "slurm", "ray")
 
 
 def machine_memory_mb() -> int:
@@ -57,8 +57,9 @@ BOOKKEEPING_SETTINGS = [
             minimum=0, maximum=1, why="a share of the cores", role=Role.BOOKKEEPING),
     # where the cells run
     Setting("launcher", str, "local",
-            "Where cells run: this machine (local, the default) or a Slurm cluster, every cell "
-            "one job.", choices=LAUNCHERS, role=Role.BOOKKEEPING),
+            "Where cells run: this machine (local, the default), a Slurm cluster (every cell one "
+            "job) or a Ray cluster (every cell one placement group).", choices=LAUNCHERS,
+            role=Role.BOOKKEEPING),
     Setting("slurm_partition", str, "", "Slurm partition to submit to (default: the cluster's).",
             field=None, role=Role.BOOKKEEPING),
     Setting("slurm_account", str, "", "Slurm account to charge.", field=None,
@@ -71,5 +72,10 @@ BOOKKEEPING_SETTINGS = [
             "GPUs to ask for per node (default: --devices with --device cuda, else none).",
             field=None, minimum=0, maximum=64, why="no node has more GPUs", role=Role.BOOKKEEPING),
     Setting("slurm_args", str, "", "Extra sbatch arguments, e.g. \"--qos=short --exclusive\".",
+            field=None, role=Role.BOOKKEEPING),
+    Setting("ray_address", str, "",
+            "The Ray cluster to run on with --launcher ray: auto (the one this machine belongs "
+            "to, or RAY_ADDRESS), HOST:PORT of its head, or ray://HOST:PORT (Ray Client); "
+            "default: a Ray started on this machine for the grid and ended after it.",
             field=None, role=Role.BOOKKEEPING),
 ]

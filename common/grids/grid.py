@@ -265,7 +265,7 @@ def _check_choices(values, settings):
                         f"{', '.join(spanning_nodes())}")
     if max(values["nodes"]) > 1 and settings["launcher"] == "local":
         raise UserError(f"the local launcher runs on this one machine: --nodes "
-                        f"{max(values['nodes'])} needs --launcher slurm")
+                        f"{max(values['nodes'])} needs --launcher slurm or ray")
     if settings["batch_mode"] == "global":
         bad = [(b, d) for b in values["batches"]
                for d in {n * d for n in values["nodes"] for d in values["devices"]} if b % d]

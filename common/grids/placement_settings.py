@@ -13,8 +13,8 @@ PLACEMENT_SETTINGS = [
             field="backend", check=check_backend_name, key_part=lambda c: c.backend,
             role=Role.PLACEMENT),
     Setting("nodes", int, [1],
-            "Node counts, e.g. 1,2 (each node has --devices devices; needs --launcher slurm "
-            "beyond 1).", axis=True, maximum=4096, why="no cluster cell here has more nodes",
+            "Node counts, e.g. 1,2 (each node has --devices devices; needs --launcher slurm or "
+            "ray beyond 1).", axis=True, maximum=4096, why="no cluster cell here has more nodes",
             key_part="batches", role=Role.PLACEMENT),
     Setting("devices", int, None, "Device counts per node, e.g. 1,2,4.", axis=True, maximum=4096,
             why="no machine or cluster cell here has more devices",

@@ -49,7 +49,7 @@ ORDER = (
     # where it runs
     "device", "precision", "timeout", "retries", "memory_limit_mb", "contention_limit",
     "pin_ranks", "omp_wait", "launcher", "slurm_partition", "slurm_account", "slurm_time",
-    "slurm_gpus_per_node", "slurm_args",
+    "slurm_gpus_per_node", "slurm_args", "ray_address",
     # training, the same in every backend
     "optimizer", "lr", "momentum", "weight_decay", "lr_scaling", "reference_batch",
     "warmup_epochs", "set_epoch", "compression", "powersgd_rank", "reshard", "bucket_mb",
@@ -71,6 +71,7 @@ SETTINGS: dict[str, Setting] = in_order(SETUP_SETTINGS, TRAINING_SETTINGS, PLACE
                                         FAULT_SETTINGS, BOOKKEEPING_SETTINGS)
 AXES = [s for s in SETTINGS.values() if s.axis]
 SLURM = [s for s in SETTINGS.values() if s.key.startswith("slurm_")]
+RAY = [s for s in SETTINGS.values() if s.key.startswith("ray_")]
 IN_CELL = [s for s in SETTINGS.values() if s.field_name]
 IN_ROW = [s for s in IN_CELL if s.row_name]
 

@@ -109,6 +109,9 @@ MEASUREMENTS = {
 }
 RUN = {"cell_seconds": (NUMBER, "always"), "log": (TEXT, "never"), "env": ((dict,), "always"),
        "crashes": ((list,), "always"),
+       # where the cell ran, as its launcher's engine saw it (Ray: its version, the cell's nodes,
+       # their resources and what the cell held of them); null on this machine and on Slurm
+       "cluster": ((dict,), "never"),
        # the invariants its derived numbers break, by name (common.results.invariants)
        "invariants": ((list,), "always")}
 FIELDS = {**IDENTITY, **CONFIGURATION, **MEASUREMENTS, **RUN}
@@ -184,6 +187,8 @@ NESTED = {
         "alone?": Maybe({"seconds": NUMBER, "low": NUMBER, "high": NUMBER, "repeats": WHOLE,
                          "messages": WHOLE, "bytes": WHOLE, "source": TEXT})}),
     "invariants": [TEXT],
+    "cluster": Maybe({"launcher": TEXT, "version": TEXT, "nodes": [
+        {"name": TEXT, "address": TEXT, "resources": Each(NUMBER), "bundle": Each(NUMBER)}]}),
 }
 
 
@@ -194,12 +199,14 @@ def now() -> str:
 def make_row(cell, run_id: str, started_at: str, status: str, error: str | None,
              framework: str | None, measurement: Measurement | None, env: dict,
              log: str | None, cell_seconds: float, threads_per_device: int,
-             batchnorm: str | None = None, crashes: list[str] = (), *, model: Model) -> dict:
+             batchnorm: str | None = None, crashes: list[str] = (), *, model: Model,
+             cluster: dict | None = None) -> dict:
     """The result row of one run of `cell` (a common.grids.grid.Cell): identity, the cell's
     configuration (with the compute threads per device it ran with, and what its backend does
     with BatchNorm's statistics across replicas where the model has BatchNorm), the measurement
     when the run was ok, and how the run went (`crashes`: the errors of the attempts before it
-    whose processes crashed). `model`: the cell's, as the runner resolved it for the cell."""
+    whose processes crashed). `model`: the cell's, as the runner resolved it for the cell;
+    `cluster`: where it ran, as its launcher's engine saw it (Ray's launcher alone says)."""
     measured = measurement.to_dict() if measurement else {}
     memory = measured.get("peak_memory_per_device")
     row = {
@@ -219,6 +226,7 @@ def make_row(cell, run_id: str, started_at: str, status: str, error: str | None,
         "peak_memory_bytes": max(memory) if memory else None,
         "backend_details": measured.get("backend_details", {}),
         "cell_seconds": cell_seconds, "log": log, "env": env, "crashes": list(crashes),
+        "cluster": cluster,
     }
     row["invariants"] = broken(row)
     assert row.keys() == FIELDS.keys(), set(row) ^ set(FIELDS)

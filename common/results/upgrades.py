@@ -150,10 +150,16 @@ def update_to_18(row: Row) -> Row:
     return {**row, "invariants": found}
 
 
+def update_to_19(row: Row) -> Row:
+    """Where a cell ran, as its launcher's engine saw it: rows before ran on this machine or on
+    Slurm, which record no cluster (a Slurm cell's nodes are its rows' hosts)."""
+    return {"cluster": None, **row}
+
+
 UPGRADES: list[Callable[[Row], Row]] = [
     update_to_3, update_to_4, update_to_5, update_to_6, update_to_7, update_to_8, update_to_9,
     update_to_10, update_to_11, update_to_12, update_to_13, update_to_14, update_to_15,
-    update_to_16, update_to_17, update_to_18]
+    update_to_16, update_to_17, update_to_18, update_to_19]
 OLDEST_READ = 2  # the oldest version whose rows are read (schema 1's are not: OLDER_VERSIONS)
 VERSIONS = list(range(OLDEST_READ + 1, OLDEST_READ + 1 + len(UPGRADES)))
 assert [int(f.__name__.removeprefix("update_to_")) for f in UPGRADES] == VERSIONS, \

@@ -43,10 +43,12 @@ WAITING = {"runtime": "spin a while and then sleep, as the OpenMP runtime does b
 
 @dataclass(frozen=True)
 class Load:
-    """What other processes took of this machine's cores during the look."""
+    """What other processes took of a machine's cores during the look: this one's, or `where`
+    names it (a cluster's node)."""
     share: float                              # of all the cores, 0-1
     cores: int
     busiest: tuple[tuple[str, int, float], ...]  # (name, PID, share of one core)
+    where: str = ""
 
     def busy(self, limit: float) -> bool:
         return self.share > limit
@@ -54,7 +56,8 @@ class Load:
     def words(self) -> str:
         named = "; ".join(f"{name} (PID {pid}, {used:.0%} of a core)"
                           for name, pid, used in self.busiest)
-        return (f"other processes took {self.share:.0%} of its {self.cores} cores"
+        return ((f"on {self.where}, " if self.where else "")
+                + f"other processes took {self.share:.0%} of its {self.cores} cores"
                 + (f": {named}" if named else ""))
 
 

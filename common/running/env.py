@@ -10,7 +10,7 @@ from pathlib import Path
 from xbench.common.machine import cpu_cores
 
 PACKAGES = ("torch", "tensorflow", "tensorflow-cpu", "keras", "jax", "jaxlib", "flax", "optax",
-            "horovod", "numpy", "xbench")
+            "horovod", "ray", "numpy", "xbench")
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -28,19 +28,26 @@ WATCH_SECONDS = 0.25  # how often a waiting launcher looks at the cell
 REPO = Path(__file__).resolve().parents[2]  # where a cell's processes start (python -m xbench...)
 
 
-def free_ports(count: int) -> int:
-    """The first of `count` consecutive TCP ports free on this machine now."""
+def free_ports(count: int, host: str = "127.0.0.1") -> int:
+    """The first of `count` consecutive TCP ports free on this machine's `host` now ("": on
+    every address of it)."""
     for _ in range(200):
         first = random.randrange(20000, 60000 - count)
-        try:
-            with contextlib.ExitStack() as stack:
-                for port in range(first, first + count):
-                    sock = stack.enter_context(socket.socket())
-                    sock.bind(("127.0.0.1", port))
+        if ports_free(first, count, host):
             return first
-        except OSError:
-            continue
     raise RuntimeError("found no free range of ports for the cell")
+
+
+def ports_free(first: int, count: int, host: str = "127.0.0.1") -> bool:
+    """Whether the `count` TCP ports from `first` are free on `host` now."""
+    try:
+        with contextlib.ExitStack() as stack:
+            for port in range(first, first + count):
+                sock = stack.enter_context(socket.socket())
+                sock.bind((host, port))
+        return True
+    except OSError:
+        return False
 
 
 class LocalLauncher:
@@ -49,6 +56,9 @@ class LocalLauncher:
 
     def check(self, cells: list[Cell]) -> None:
         """Nothing to check: a cell that cannot run here becomes its row."""
+
+    def close(self) -> None:
+        """Nothing to end: each cell's processes ended with it."""
 
     def load(self) -> Load:
         return look_at_load()

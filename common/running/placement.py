@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from xbench.common.backends.launch_scopes import PLACEMENT_ENV, WORKER_PER_DEVICE
+from xbench.common.backends.launch_scopes import NODE_ENV, PLACEMENT_ENV, WORKER_PER_DEVICE
 
 
 @dataclass(frozen=True)
@@ -88,9 +88,11 @@ def pin_rank(comm) -> None:
 
 def node_name() -> str:
     """The node this process runs on, as the launcher names it (a rank that horovodrun started
-    is on the host it was given: its HOROVOD_HOSTNAME)."""
+    is on the host it was given: its HOROVOD_HOSTNAME; one Ray's launcher started, on the Ray
+    node it names)."""
     if os.environ.get("HOROVOD_HOSTNAME") and PLACEMENT_ENV in os.environ:
         placement = Placement.from_env()
         if os.environ["HOROVOD_HOSTNAME"] in placement.hosts:
             return placement.names[placement.hosts.index(os.environ["HOROVOD_HOSTNAME"])]
-    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    return (os.environ.get(NODE_ENV) or os.environ.get("SLURMD_NODENAME")
+            or socket.gethostname())

@@ -24,10 +24,15 @@ SCRATCH_OWNER = "xbench-owner.json"  # in a scratch folder: the grid and the cel
 
 @dataclass
 class Ended:
-    """How a cell's processes ended: an exit code (negative: a signal), or a timeout (and whose)."""
+    """How a cell's processes ended: an exit code (negative: a signal), or a timeout (and whose);
+    `status`: the launcher's own word where the processes cannot say it ("unsupported": it could
+    not start them as the cell asks; "failed": it lost them), `how` saying why; `cluster`: where
+    they ran, as the launcher's engine saw it (the row's `cluster`)."""
     returncode: int | None
     timed_out: bool = False
     how: str = ""
+    status: str = ""
+    cluster: dict | None = None
 
 
 def cell_processes(token: str) -> list[int]:
@@ -45,22 +50,24 @@ def cell_processes(token: str) -> list[int]:
     return pids
 
 
-def end_processes(process: subprocess.Popen, token: str) -> None:
-    """End the cell's processes: SIGTERM, a grace period, then SIGKILL for what is left
-    (SIGKILL also ends a stopped or hung rank)."""
+def end_processes(process: subprocess.Popen | None, token: str) -> None:
+    """End the cell's processes (`process`, the one a launcher started, where it has one, and
+    every process of this machine with the cell's `token`): SIGTERM, a grace period, then SIGKILL
+    for what is left (SIGKILL also ends a stopped or hung rank)."""
+    def running() -> bool:
+        return process is not None and process.poll() is None
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        targets = cell_processes(token)
-        if process.poll() is None:
-            targets.append(process.pid)
+        targets = cell_processes(token) + ([process.pid] if running() else [])
         if not targets:
             break
         for pid in targets:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
         deadline = time.monotonic() + KILL_GRACE_SECONDS
-        while time.monotonic() < deadline and (process.poll() is None or cell_processes(token)):
+        while time.monotonic() < deadline and (running() or cell_processes(token)):
             time.sleep(0.1)
-    process.wait()
+    if process is not None:
+        process.wait()
 
 
 def this_process() -> dict:

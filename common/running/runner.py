@@ -196,7 +196,7 @@ def run_cell(cell, run_id, log_path, launcher, watch=lambda folder: None, load=N
     return make_row(cell, run_id, started_at, outcome["status"], outcome.get("error"), framework,
                     measurement, outcome.get("env") or env.capture(), log,
                     time.perf_counter() - started, threads_per_device(cell, launcher.cores),
-                    batchnorm, crashes, model=model)
+                    batchnorm, crashes, model=model, cluster=outcome.get("cluster"))
 
 
 def launch(backend, cell, model, log_path, launcher, watch=lambda folder: None, measure=None,
@@ -233,7 +233,7 @@ def launch(backend, cell, model, log_path, launcher, watch=lambda folder: None, 
         with open(log_path, "w") as log:
             ended = launcher.run(backend, cell, [str(job_path), out_dir], environment, log, token,
                                  lambda: watch(out_dir))
-        return outcome(Path(out_dir), ended, log_path)
+        return {**outcome(Path(out_dir), ended, log_path), "cluster": ended.cluster}
 
 
 def measure(cell: Cell, method: str, request: dict, log_path: Path,
@@ -263,6 +263,10 @@ def outcome(out_dir, ended, log_path):
     tail = log_tail(log_path)
     if ended.timed_out:
         return {"status": "timeout", "error": f"{ended.how}. Last lines of {log_path}:\n{tail}"}
+    if ended.status == "unsupported":  # the launcher's own word, before any process started
+        return {"status": "unsupported", "error": ended.how}
+    if ended.status:  # it lost the processes: what they say after is its consequence
+        return {"status": ended.status, "error": f"{ended.how}. Last lines of {log_path}:\n{tail}"}
     if crashed(ended.returncode):  # whatever the other ranks said of it afterwards
         return {"status": "failed", "crashed": True,
                 "error": f"crashed: {exit_description(ended.returncode)}. Last lines of "

@@ -49,6 +49,9 @@ class SlurmLauncher:
     def load(self) -> None:
         """The nodes' load cannot be seen before a job holds them."""
 
+    def close(self) -> None:
+        """Nothing to end: each cell's job ended with it."""
+
     def check(self, cells: list[Cell]) -> None:
         """The partition has the nodes the cells ask for; a clear error before anything is
         submitted."""
@@ -109,7 +112,7 @@ class SlurmLauncher:
     def sbatch_command(self, cell: Cell, backend: Start, script: Path, log: Path) -> list[str]:
         minutes = self.time_minutes or math.ceil(cell.timeout / 60)
         command = ["sbatch", "--parsable", f"--job-name=xbench-{cell.backend}",
-                   f"--nodes={cell.nodes}", f"--ntasks-per-node={backend.scope.slurm_tasks(cell)}",
+                   f"--nodes={cell.nodes}", f"--ntasks-per-node={backend.scope.tasks(cell)}",
                    f"--time={minutes}", f"--output={log}", "--open-mode=append",
                    f"--chdir={REPO}"]
         gpus = self.gpus_per_node or (cell.devices if cell.device == "cuda" else 0)

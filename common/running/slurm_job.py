@@ -64,7 +64,7 @@ def main(job_path: str, out_dir: str) -> int:
     command = backend.launch_command(cell, [job_path, out_dir], placement)
     if not backend.scope.once_per_cell:
         command = ["srun", f"--nodes={cell.nodes}",
-                   f"--ntasks-per-node={backend.scope.slurm_tasks(cell)}", "--kill-on-bad-exit=1",
+                   f"--ntasks-per-node={backend.scope.tasks(cell)}", "--kill-on-bad-exit=1",
                    *command]
     print(f"xbench slurm_job: nodes {placement.hosts}, port {port}: {' '.join(command)}",
           file=sys.stderr, flush=True)
