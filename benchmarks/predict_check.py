@@ -27,7 +27,7 @@ import numpy as np
 
 from xbench.reports.numbers import analysis
 from xbench.reports.numbers.rows import load, load_probes
-from xbench.reports.step_model.predict import checked, error_groups, predicted
+from xbench.reports.step_model.predict import calibrating, checked, error_groups, predicted
 from xbench.reports.step_model.published import against_published, published_summary
 from xbench.reports.step_model.step import injected_link
 
@@ -115,7 +115,7 @@ def main() -> None:
         cells = analysis.cell_table(frame)
         attributed = analysis.attribution(cells)
         probes, _ = load_probes(paths, frame)
-        check = checked(cells, attributed, probes)
+        check = checked(cells, calibrating(cells), probes)
         print("Held out:")
         held_out(check)
         print("Bucket sizes:")

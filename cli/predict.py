@@ -75,10 +75,29 @@ def predict(results_files, link, node_link, devices, nodes, bucket_mb, where, pu
     results: the newest in results/). Every predicted number is labelled predicted."""
     from xbench.reports.numbers import analysis  # pandas and scipy: loaded here
     from xbench.reports.numbers.rows import load, load_probes, newest_results
-    from xbench.reports.rendering.predict_tables import check_table, published_table, what_if_table
-    from xbench.reports.step_model.predict import band_text, check_summary, checked, given_links
-    from xbench.reports.step_model.published import PUBLISHED_FILE, against_published
+    from xbench.reports.rendering.predict_tables import (
+        check_table,
+        published_table,
+        scores_table,
+        what_if_table,
+    )
+    from xbench.reports.step_model.predict import (
+        band_text,
+        calibrating,
+        check_summary,
+        checked,
+        error_groups,
+        given_links,
+        predicted,
+    )
+    from xbench.reports.step_model.published import (
+        PUBLISHED_FILE,
+        against_published,
+        goals_text,
+        published_summary,
+    )
     from xbench.reports.step_model.published import as_json as published_json
+    from xbench.reports.step_model.skill import held_out_scores
     from xbench.reports.step_model.what_if import what_if
     chosen, between = given_links(link, node_link)
     record = None  # the published records first: a bad one stops before any results are read
@@ -90,16 +109,20 @@ def predict(results_files, link, node_link, devices, nodes, bucket_mb, where, pu
         click.secho(problem, fg="yellow", err=True)
     click.get_current_context().call_on_close(lambda: left_out_contended(frame))  # said last
     cells = analysis.cell_table(frame)
-    attributed = analysis.attribution(cells)
+    attributed = calibrating(cells)
     probes, _ = load_probes(paths, frame)
     check = checked(cells, attributed, probes)
     scaled = (what_if(cells, attributed, probes, devices, nodes, chosen, between, bucket_mb)
               if chosen else None)
+    summary = None if record is None else published_summary(record)
     if as_json:
         click.echo(json_text({
             "check": check.to_dict("records"), "summary": check_summary(check),
+            "held_out": {name: held_out_scores(group)
+                         for name, group in error_groups(predicted(check)).items() if len(group)},
             "predicted": None if scaled is None else scaled.to_dict("records"),
-            "published": None if record is None else published_json(record)}))
+            "published": None if record is None else published_json(record),
+            "published_scores": summary}))
         return
     if record is not None:
         click.echo(prose("Against the published record (a check, not a fit; no waiting for the "
@@ -107,6 +130,12 @@ def predict(results_files, link, node_link, devices, nodes, bucket_mb, where, pu
         click.echo(table_text(published_table(record), form))
         for _, row in record.iterrows():
             click.echo(prose(f"- {row['title']}: {row['sources']}", form))
+        click.echo(prose("\nScored against predictors that know nothing of the step (skill = 1 - "
+                         "the model's median error / the best trivial predictor's; "
+                         "discriminating: bounds at least 5 points apart):", form))
+        click.echo(table_text(scores_table(summary["scores"]), form))
+        for line in goals_text(summary):
+            click.echo(prose(f"- {line}", form))
         click.echo()
     click.echo(prose(f"Measured N-device cells against the model: {check_summary(check)}", form))
     if len(check):

@@ -90,9 +90,11 @@ nodes = 4
 link = "pcie4-x16"
 node_link = "eth-100g"
 efficiency = 0.9
+sharing_factor = 1.0
 sources = "none"
 """)
-    # 0.5 s of compute, its backward 2/3 of it; 100 MB ready evenly over backward in 64 pieces,
+    # 0.5 s of compute, its backward 2/3 of it (no slowdown beside collectives: sharing_factor
+    # 1); 100 MB ready evenly over backward in 64 pieces,
     # 5.2 ms apart, each fused alone by Horovod's 1 ms cycle and done long before the next:
     # across 4 nodes at 12.5 GB/s with 10 us a ring step, two passes of 3/4 of the bytes and,
     # per message, 2 x 3 latencies

@@ -69,3 +69,20 @@ def what_if_table(scaled):
             lambda c: f"{num(c['exposed'] * 1000)} + {num(c['waiting'] * 1000)}")),
         ("stops paying", lambda c: "not up to here" if pd.isna(c["stops_paying_at"])
          else f"from {int(c['stops_paying_at'])} devices")])
+
+
+def scores_table(scores: dict):
+    """Each predictor's errors over all published records and over the discriminating ones
+    (reports.step_model.skill.published_scores): median and mean absolute error in points of
+    efficiency, and of the step time."""
+    groups = list(scores)
+    rows = pd.DataFrame({"predictor": list(scores[groups[0]]["predictors"])})
+    def errors(group, key, show):
+        return lambda r: show(scores[group]["predictors"][r["predictor"]][key])
+    points = lambda value: "—" if pd.isna(value) else f"{value:.2f} pt"  # noqa: E731
+    step = lambda value: "—" if pd.isna(value) else f"{value:.1%}"  # noqa: E731
+    return table(rows, [("predictor", column("predictor")), *[
+        (f"{group} ({scores[group]['records']}): {heading}", errors(group, key, show))
+        for group in groups for heading, key, show in (
+            ("median", "median_points", points), ("mean", "mean_points", points),
+            ("median step", "median_step", step), ("mean step", "mean_step", step))]])

@@ -15,7 +15,7 @@ WHAT_IF_TEXT = (
 
 def scaled_out(data: ReportData):
     options = data.options
-    return what_if_table(what_if.what_if(data.cells, data.attributed, data.probes,
+    return what_if_table(what_if.what_if(data.cells, data.calibrating, data.probes,
                                          WHAT_IF_DEVICES, WHAT_IF_NODES, options.link,
                                          options.between_nodes))
 
