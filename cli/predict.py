@@ -17,6 +17,7 @@ from xbench.common.errors import UserError
 from xbench.common.grids.settings import SETTINGS
 
 MOST = SETTINGS["devices"].maximum  # devices per node, and nodes, a grid allows
+MOST_BATCH = SETTINGS["batches"].maximum
 
 
 def counts_option(ctx, param, value):
@@ -55,6 +56,22 @@ def bucket_sizes_option(ctx, param, value):
 @click.option("--bucket-mb", callback=bucket_sizes_option, metavar="A,B,...",
               help="Predict at each of these bucket sizes (MiB) where the backend's library "
                    "takes one, and mark the best for each link and count (with --link).")
+@click.option("--per-device-batch", type=click.IntRange(min=1, max=MOST_BATCH),
+              help="Weak scaling: every device keeps this batch, the global batch grows with "
+                   "the devices (default: each measured cell's own batch and batch mode).")
+@click.option("--device", help="The device to predict for (a GPU model with a data sheet here: "
+                               "'H100 SXM', 'A100 SXM', ...): its compute from the results' "
+                               "1-device cells measured on it, --device-rate or --utilisation. "
+                               "Default: the measured device's own, named in every row.")
+@click.option("--device-rate", type=float, metavar="SAMPLES_PER_S",
+              help="With --device: the samples a second one device computes at the measured "
+                   "cell's per-device batch (or --per-device-batch).")
+@click.option("--utilisation", type=float, metavar="SHARE",
+              help="With --device: the share of its data-sheet peak it computes at, e.g. 0.4: "
+                   "the model's training FLOPs at that rate (labelled assumed).")
+@click.option("--device-precision", type=click.Choice(["fp32", "tf32", "bf16", "fp16"]),
+              help="With --utilisation: the data sheet's column (default: the cell's "
+                   "precision, fp32 for its framework's default).")
 @click.option("--where", help="Keep only the rows matching a filter, as `xbench report --where`.")
 @click.option("--published", is_flag=False, flag_value="", default=None, metavar="[FILE]",
               help="Also put published scaling results through the model, beside their "
@@ -67,8 +84,9 @@ def bucket_sizes_option(ctx, param, value):
               help="Calibrate on runs marked contended too (left out by default).")
 @table_format
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
-def predict(results_files, link, node_link, devices, nodes, bucket_mb, where, published,
-            include_contended, form, as_json):
+def predict(results_files, link, node_link, devices, nodes, bucket_mb, per_device_batch, device,
+            device_rate, utilisation, device_precision, where, published, include_contended,
+            form, as_json):
     """Predict the step time, rate and efficiency on more devices and nodes from the results'
     1-device cells (their step attribution) and a link, and check the model against every
     N-device cell in the results: each predicted from the other cells' calibration (default
@@ -98,8 +116,10 @@ def predict(results_files, link, node_link, devices, nodes, bucket_mb, where, pu
     )
     from xbench.reports.step_model.published import as_json as published_json
     from xbench.reports.step_model.skill import held_out_scores
+    from xbench.reports.step_model.target import Target, check_links
     from xbench.reports.step_model.what_if import what_if
     chosen, between = given_links(link, node_link)
+    target = Target(device, device_rate, utilisation, device_precision).checked()
     record = None  # the published records first: a bad one stops before any results are read
     if published is not None:
         record = against_published(Path(published) if published else PUBLISHED_FILE)
@@ -112,8 +132,13 @@ def predict(results_files, link, node_link, devices, nodes, bucket_mb, where, pu
     attributed = calibrating(cells)
     probes, _ = load_probes(paths, frame)
     check = checked(cells, attributed, probes)
-    scaled = (what_if(cells, attributed, probes, devices, nodes, chosen, between, bucket_mb)
-              if chosen else None)
+    if chosen:
+        ones = attributed[attributed["devices"] == 1]
+        measured_names = [str(n) for n in cells.loc[cells["cell_key"].isin(ones["cell_key"]),
+                                                    "device_name"].fillna("")]
+        check_links([chosen, between], target, measured_names)
+    scaled = (what_if(cells, attributed, probes, devices, nodes, chosen, between, bucket_mb,
+                      target, per_device_batch) if chosen else None)
     summary = None if record is None else published_summary(record)
     if as_json:
         click.echo(json_text({
@@ -142,9 +167,10 @@ def predict(results_files, link, node_link, devices, nodes, bucket_mb, where, pu
         click.echo(table_text(check_table(check), form))
     if scaled is None:
         return
+    computed = (f"each device's compute {target.device}'s (the column compute says whence)"
+                if target.device else "each device's compute the measured device's own")
     click.echo(prose(f"\nPredicted, not measured: {chosen.name} between devices, {between.name} "
-                     f"between nodes; each device as fast as the measured one; "
-                     f"{band_text(check)}", form))
+                     f"between nodes; {computed}; {band_text(check)}", form))
     if scaled.empty:
         click.echo(prose("nothing to predict from: no attributed 1-device cell of a backend "
                          "that spans devices in these results", form))

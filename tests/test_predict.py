@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from tests.helpers import strict_json, xbench_here
+from tests.helpers import refused, strict_json, xbench_here
+from tests.report_fixtures import known_rows, write_rows
 from xbench.common.backends.protocol import RING_ALL_REDUCE
 from xbench.common.backends.traits import TRAITS
 from xbench.common.errors import UserError
@@ -23,6 +24,7 @@ from xbench.reports.step_model.calibration import (
 from xbench.reports.step_model.predict import checked, parse_link, predicted, read_links, references
 from xbench.reports.step_model.published import against_published
 from xbench.reports.step_model.step import Link, collective_seconds, expected_largest
+from xbench.reports.step_model.utilisation import training_flops
 
 LINK = Link("test", rate=10e9, latency=5e-6, source="by hand")
 NODE_LINK = Link("test nodes", rate=25e9, latency=20e-6, source="by hand")
@@ -175,7 +177,15 @@ def test_every_n_device_cell_of_the_smoke_grid_is_predicted_held_out(smoke):
             assert cell["link"] == "not predicted: no other cell measured tf-mirrored copies"
             continue
         assert cell["epoch_seconds"] > 0 and math.isfinite(cell["error"])
-        assert cell["step"] == pytest.approx(cell["compute"] + cell["exposed"] + cell["waiting"])
+        assert cell["step"] == pytest.approx(cell["compute"] + cell["sharing"] + cell["exposed"]
+                                             + cell["waiting"])
+        assert cell["terms"]["stragglers"]["seconds"] == pytest.approx(cell["waiting"])
+        # the trivial predictors beside it, and its error over the runs (one run: one error)
+        assert cell["perfect_seconds"] > 0 and cell["one_device_seconds"] > 0
+        assert cell["error_low"] <= cell["error"] <= cell["error_high"]
+    held_out = strict_json(run.stdout)["held_out"]["uncapped cells on one node (the headline)"]
+    assert held_out["best_trivial"] in held_out["predictors"] and "median" in held_out["skill"]
+    assert "skill" in headline
 
 
 def test_a_cell_is_never_calibrated_on_itself(smoke):
@@ -199,10 +209,12 @@ def test_a_cell_is_never_calibrated_on_itself(smoke):
 
 def test_the_what_if_table_to_512_devices_is_labelled_predicted(smoke):
     run = xbench_here("predict", smoke.results, "--link", "nvlink4", "--node-link", "ib-ndr",
-                      "--devices", "1,8", "--nodes", "1,8,64", "--format", "md")
+                      "--devices", "1,8", "--nodes", "1,8,64", "--device", "H100 SXM",
+                      "--utilisation", "0.4", "--format", "md")
     assert run.returncode == 0, run.stderr
     assert "Predicted, not measured: NVLink 4 (H100 SXM) between devices, InfiniBand NDR" in \
         run.stdout
+    assert "assumed: 40% of the NVIDIA H100 SXM data sheet" in run.stdout
     assert "| 64 × 8 |" in run.stdout and "predicted rate (samples/s)" in run.stdout
     scaled = strict_json(xbench_here("predict", smoke.results, "--link", "ib-ndr", "--devices",
                                      "1,8", "--nodes", "1,8,64", "--json").stdout)["predicted"]
@@ -222,6 +234,7 @@ def test_the_what_if_table_to_512_devices_is_labelled_predicted(smoke):
         else:
             assert row["rate_low"] <= row["rate"] <= row["rate_high"]
     assert {r["link"] for r in ddp if r["devices"] == 8} == {"InfiniBand NDR, one port per node"}
+    assert all(r["compute_from"].startswith("measured on ") for r in scaled)
     beyond = strict_json(xbench_here("predict", smoke.results, "--link", "ib-ndr", "--devices", "8",
                                      "--nodes", "1024", "--json").stdout)["predicted"]
     assert beyond and all(r["note"] == "not predicted: 8,192 devices in all, beyond the 4,096 "
@@ -280,3 +293,53 @@ def test_a_library_is_calibrated_on_collectives_that_ran_alone():
     # a last small bucket after backward says only its latency: the step's moving time instead
     basis, (steps, nominal, seconds) = calibration_point({**pair, "after_bytes": 1e5})
     assert (basis, seconds) == (MOVING, 0.6) and nominal == pytest.approx(0.8)
+
+
+def known(tmp_path):
+    return write_rows(tmp_path / "r.jsonl", known_rows())
+
+
+def what_if_json(path, *args) -> list[dict]:
+    run = xbench_here("predict", path, "--link", "ib-ndr", "--devices", "1,8", "--json", *args)
+    assert run.returncode == 0, run.stderr
+    return [r for r in strict_json(run.stdout)["predicted"] if r["note"] == "predicted"]
+
+
+def test_a_gpu_link_never_carries_this_machines_compute(tmp_path):
+    """NVLink 4 joins H100s: CPU rows' compute under its name is refused (exit 2, one line);
+    named, the H100's compute is the model's training FLOPs at the utilisation given of its data
+    sheet's peak (assumed), or the rate given, and every row says which."""
+    path = known(tmp_path)
+    refused(xbench_here("predict", path, "--link", "nvlink4"),
+            "NVLink 4 (H100 SXM) joins H100 SXM GPUs, and these results were measured on CPU")
+    refused(xbench_here("predict", path, "--link", "ib-ndr", "--device-rate", "100"),
+            "describe the device of --device")
+    refused(xbench_here("predict", path, "--link", "ib-ndr", "--device", "TPU v9",
+                        "--utilisation", "0.5"), "no data sheet of that model")
+    assumed = what_if_json(path, "--device", "H100 SXM", "--utilisation", "0.4")
+    flops = training_flops({"model": "small", "flops_per_sample": 0})
+    one = next(r for r in assumed if r["total"] == 1 and r["batch_mode"] == "global")
+    assert one["rate"] == pytest.approx(0.4 * 67e12 / flops, rel=1e-6)  # fp32: 67 TFLOP/s
+    assert {r["compute_from"] for r in assumed} == {
+        "assumed: 40% of the NVIDIA H100 SXM data sheet, fp32 dense: 67 TFLOP/s "
+        "(https://www.nvidia.com/en-us/data-center/h100/ (sparse figures halved)), the model's "
+        "training FLOPs"}
+    given = what_if_json(path, "--device", "H100 SXM", "--device-rate", "5000")
+    one = next(r for r in given if r["total"] == 1 and r["batch_mode"] == "global")
+    assert one["rate"] == pytest.approx(5000)
+    assert one["compute_from"] == "given: 5,000 samples/s a device (--device-rate)"
+
+
+def test_weak_scaling_at_a_per_device_batch(tmp_path):
+    """--per-device-batch 64: every count keeps 64 samples a device (the global batch grows
+    with the devices), from the measured cells of either batch mode."""
+    rows = what_if_json(known(tmp_path), "--per-device-batch", "64")
+    assert rows and {r["per_device_batch"] for r in rows} == {64}
+    for setup in ((128, "global"), (32, "per_device")):
+        mine = {r["total"]: r for r in rows if (r["batch"], r["batch_mode"]) == setup}
+        assert mine[8]["rate"] == pytest.approx(8 * mine[1]["rate"] * mine[8]["efficiency"])
+        assert mine[8]["efficiency"] <= 1.0 + 1e-9
+    # the measured global batch of 128 split over 8 devices is 16 a device without the option
+    plain = what_if_json(known(tmp_path))
+    assert {r["per_device_batch"] for r in plain if r["total"] == 8
+            and r["batch_mode"] == "global"} == {16}

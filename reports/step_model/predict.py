@@ -67,7 +67,8 @@ FAR_OFF = 0.35
 def read_links(path: Path = LINKS_FILE) -> dict[str, Link]:
     """The named links (reports/links.toml)."""
     return {name: Link(entry["title"], float(entry["rate"]), float(entry["latency"]),
-                       f"{entry['source']} (per {entry['per']}; latency assumed)")
+                       f"{entry['source']} (per {entry['per']}; latency assumed)",
+                       device=entry.get("device"))
             for name, entry in tomllib.loads(path.read_text()).items()}
 
 
