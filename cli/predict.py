@@ -93,29 +93,8 @@ def predict(results_files, link, node_link, devices, nodes, bucket_mb, per_devic
     results: the newest in results/). Every predicted number is labelled predicted."""
     from xbench.reports.numbers import analysis  # pandas and scipy: loaded here
     from xbench.reports.numbers.rows import load, load_probes, newest_results
-    from xbench.reports.rendering.predict_tables import (
-        check_table,
-        published_table,
-        scores_table,
-        what_if_table,
-    )
-    from xbench.reports.step_model.predict import (
-        band_text,
-        calibrating,
-        check_summary,
-        checked,
-        error_groups,
-        given_links,
-        predicted,
-    )
-    from xbench.reports.step_model.published import (
-        PUBLISHED_FILE,
-        against_published,
-        goals_text,
-        published_summary,
-    )
-    from xbench.reports.step_model.published import as_json as published_json
-    from xbench.reports.step_model.skill import held_out_scores
+    from xbench.reports.step_model.predict import calibrating, checked, given_links
+    from xbench.reports.step_model.published import PUBLISHED_FILE, against_published
     from xbench.reports.step_model.target import Target, check_links
     from xbench.reports.step_model.what_if import what_if
     chosen, between = given_links(link, node_link)
@@ -139,29 +118,52 @@ def predict(results_files, link, node_link, devices, nodes, bucket_mb, per_devic
         check_links([chosen, between], target, measured_names)
     scaled = (what_if(cells, attributed, probes, devices, nodes, chosen, between, bucket_mb,
                       target, per_device_batch) if chosen else None)
-    summary = None if record is None else published_summary(record)
     if as_json:
-        click.echo(json_text({
-            "check": check.to_dict("records"), "summary": check_summary(check),
+        click.echo(json_text(as_data(check, scaled, record)))
+        return
+    if record is not None:
+        show_published(record, form)
+    show_check_and_what_if(check, scaled, chosen, between, target, form)
+
+
+def as_data(check, scaled, record) -> dict:
+    """`xbench predict --json`: the check of every measured cell with its summary and the
+    held-out scores per group, the what-if, the published records and their scores."""
+    from xbench.reports.step_model.predict import check_summary, error_groups, predicted
+    from xbench.reports.step_model.published import as_json as published_json
+    from xbench.reports.step_model.published import published_summary
+    from xbench.reports.step_model.skill import held_out_scores
+    return {"check": check.to_dict("records"), "summary": check_summary(check),
             "held_out": {name: held_out_scores(group)
                          for name, group in error_groups(predicted(check)).items() if len(group)},
             "predicted": None if scaled is None else scaled.to_dict("records"),
             "published": None if record is None else published_json(record),
-            "published_scores": summary}))
-        return
-    if record is not None:
-        click.echo(prose("Against the published record (a check, not a fit; no waiting for the "
-                         "slowest rank added):", form))
-        click.echo(table_text(published_table(record), form))
-        for _, row in record.iterrows():
-            click.echo(prose(f"- {row['title']}: {row['sources']}", form))
-        click.echo(prose("\nScored against predictors that know nothing of the step (skill = 1 - "
-                         "the model's median error / the best trivial predictor's; "
-                         "discriminating: bounds at least 5 points apart):", form))
-        click.echo(table_text(scores_table(summary["scores"]), form))
-        for line in goals_text(summary):
-            click.echo(prose(f"- {line}", form))
-        click.echo()
+            "published_scores": None if record is None else published_summary(record)}
+
+
+def show_published(record, form) -> None:
+    """The published records beside the model, their sources, and the check's scores."""
+    from xbench.reports.rendering.predict_tables import published_table, scores_table
+    from xbench.reports.step_model.published import goals_text, published_summary
+    summary = published_summary(record)
+    click.echo(prose("Against the published record (a check, not a fit; no waiting for the "
+                     "slowest rank added):", form))
+    click.echo(table_text(published_table(record), form))
+    for _, row in record.iterrows():
+        click.echo(prose(f"- {row['title']}: {row['sources']}", form))
+    click.echo(prose("\nScored against predictors that know nothing of the step (skill = 1 - "
+                     "the model's median error / the best trivial predictor's; "
+                     "discriminating: bounds at least 5 points apart):", form))
+    click.echo(table_text(scores_table(summary["scores"]), form))
+    for line in goals_text(summary):
+        click.echo(prose(f"- {line}", form))
+    click.echo()
+
+
+def show_check_and_what_if(check, scaled, chosen, between, target, form) -> None:
+    """The measured cells against the model, then the what-if, labelled predicted."""
+    from xbench.reports.rendering.predict_tables import check_table, what_if_table
+    from xbench.reports.step_model.predict import band_text, check_summary
     click.echo(prose(f"Measured N-device cells against the model: {check_summary(check)}", form))
     if len(check):
         click.echo(table_text(check_table(check), form))
