@@ -3,7 +3,10 @@ the model run on the smoke grid's rows: every N-device cell predicted from a cal
 held out of, and the what-if table out to 512 devices, labelled predicted."""
 import math
 import re
+import tempfile
+from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from tests.helpers import refused, strict_json, xbench_here
@@ -19,9 +22,19 @@ from xbench.reports.step_model.calibration import (
     Wire,
     calibrate,
     calibration_point,
+    core_exponents,
     fit_wire,
+    sharing_shares,
 )
-from xbench.reports.step_model.predict import checked, parse_link, predicted, read_links, references
+from xbench.reports.step_model.predict import (
+    calibrating,
+    checked,
+    held_out,
+    parse_link,
+    predicted,
+    read_links,
+    references,
+)
 from xbench.reports.step_model.published import against_published
 from xbench.reports.step_model.step import Link, collective_seconds, expected_largest
 from xbench.reports.step_model.utilisation import training_flops
@@ -343,3 +356,47 @@ def test_weak_scaling_at_a_per_device_batch(tmp_path):
     plain = what_if_json(known(tmp_path))
     assert {r["per_device_batch"] for r in plain if r["total"] == 8
             and r["batch_mode"] == "global"} == {16}
+
+
+def test_a_cell_is_held_out_with_its_backend_at_its_bucket_size():
+    """Its own configuration and every cell of its backend at its bucket size (any link, any
+    count) stay out of its calibration; its backend at another bucket size, and other backends
+    at its size, stay in."""
+    pairs = pd.DataFrame({"backend": ["pt-ddp", "pt-ddp", "pt-ddp", "hvd-torch", "pt-ddp"],
+                          "bucket_mb": [1.0, 1.0, 1000.0, 1.0, None]})
+    configuration = pd.Series(["a", "b", "c", "d", "e"])
+    assert held_out(pairs, 0, configuration).tolist() == [False, False, True, True, True]
+    assert held_out(pairs, 4, configuration).tolist() == [True, True, True, True, False]
+
+
+def test_what_a_backward_loses_beside_its_collectives_is_calibrated_per_library():
+    """Two ranks, each on half the cores of the 1-device cell (cores' exponent 1 from the cell
+    whose collectives ran after backward: its compute twice the 1-device cell's); the
+    overlapped cell's backward measured 0.05 s longer than that with 0.1 s of collectives under
+    it: half of each second beside its collectives lost."""
+    one = {"input_step_1": 0.0, "forward_step_1": 0.1, "backward_step_1": 0.2,
+           "optimizer_step_1": 0.0, "host_step_1": 0.0, "per_device_batch_1": 64,
+           "threads_per_device_1": 2, "cores_1": 2, "devices_per_node_1": 1}
+    pair = {**one, "backend": "pt-ddp", "device_type": "cpu", "reduction": "all-reduce",
+            "collective_library": "gloo", "per_device_batch": 64, "threads_per_device": 1,
+            "cores": 2, "devices_per_node": 2, "input_step": 0.0, "forward_step": 0.2,
+            "optimizer_step": 0.0, "host_step": 0.0}
+    pairs = pd.DataFrame([{**pair, "backward_step": 0.4, "under_compute_seconds": 0.0},
+                          {**pair, "backward_step": 0.45, "under_compute_seconds": 0.1}])
+    exponents = core_exponents(pairs)
+    assert exponents["cpu"]["pt-ddp"] == pytest.approx(1.0)  # the cell with nothing beside
+    assert sharing_shares(pairs, exponents) == {"gloo": (pytest.approx(0.5), 1)}
+
+
+def test_predict_calibrates_on_the_median_of_a_cells_runs():
+    """Three runs of 10, 11 and 30 ms of backward a step: the report's mean 17 ms, predict's
+    median 11 ms."""
+    cells = analysis.cell_table(load([write_rows(Path(tempfile.mkdtemp()) / "r.jsonl",
+                                                 known_rows())])[0])
+    cell = cells[cells["n"] == 3].copy()  # the 1-device cell of three runs
+    runs = [{**run, "parts": {**run["parts"], "backward": seconds}, "steps": 1}
+            for run, seconds in zip(cell["attributions"].iloc[0], (0.010, 0.011, 0.030),
+                                    strict=True)]
+    cell["attributions"] = [runs]
+    assert analysis.attribution(cell)["backward_step"].iloc[0] == pytest.approx(0.017)
+    assert calibrating(cell)["backward_step"].iloc[0] == pytest.approx(0.011)

@@ -68,7 +68,7 @@ def what_if(cells: pd.DataFrame, attributed: pd.DataFrame, probes: dict, devices
         recorded = [t for t in group["timeline"] if t]
         one = {**dict(zip(SETUP_OF_WHAT_IF, key, strict=True)), "params": group["params"].iloc[0],
                "flops_per_sample": group["flops_per_sample"].iloc[0],
-               "device_name": group["device_name"].iloc[0],
+               "device_name": group["device_name"].fillna("").iloc[0],
                **group[[*parts, "step_time_p50", "step_time_p90"]].mean().to_dict(),
                "timeline": recorded[0] if recorded else None,
                "measured_here": bool(on_target.any())}
