@@ -27,10 +27,12 @@ from xbench.reports.step_model.calibration import (
     sharing_shares,
 )
 from xbench.reports.step_model.predict import (
+    TWINS_AT_ONE,
     calibrating,
     checked,
     held_out,
     parse_link,
+    pooled_ones,
     predicted,
     read_links,
     references,
@@ -400,3 +402,23 @@ def test_predict_calibrates_on_the_median_of_a_cells_runs():
     cell["attributions"] = [runs]
     assert analysis.attribution(cell)["backward_step"].iloc[0] == pytest.approx(0.017)
     assert calibrating(cell)["backward_step"].iloc[0] == pytest.approx(0.011)
+
+
+def test_a_1_device_cells_runs_are_pooled_with_its_twins_at_other_bucket_sizes():
+    """At one device no gradient crosses, so a bucket size changes nothing it computes: the two
+    1-device cells of bucket sizes 0 and 1000 share their four runs; a 2-device cell, and a
+    1-device cell of another batch, keep their own."""
+    base = {**dict.fromkeys(TWINS_AT_ONE, "same"), "nodes": 1}
+    cells = pd.DataFrame([
+        {**base, "devices": 1, "bucket_mb": 0.0, "attributions": ["a"],
+         "epoch2_seconds_values": [1.0]},
+        {**base, "devices": 1, "bucket_mb": 1000.0, "attributions": ["b", "c", "d"],
+         "epoch2_seconds_values": [2.0, 3.0, 4.0]},
+        {**base, "devices": 2, "bucket_mb": 0.0, "attributions": ["e"],
+         "epoch2_seconds_values": [5.0]},
+        {**base, "batch": 32, "devices": 1, "bucket_mb": 0.0, "attributions": ["f"],
+         "epoch2_seconds_values": [6.0]}])
+    pooled = pooled_ones(cells)
+    assert pooled["attributions"].tolist() == [["a", "b", "c", "d"]] * 2 + [["e"], ["f"]]
+    assert pooled.at[1, "epoch2_seconds_values"] == [1.0, 2.0, 3.0, 4.0]
+    assert cells.at[0, "attributions"] == ["a"]  # the cells given are left as they were

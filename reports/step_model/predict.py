@@ -29,7 +29,7 @@ from xbench.common.grids.setting import Role
 from xbench.common.measuring.attribution import COMPUTE
 from xbench.common.workload import faults
 from xbench.reports.numbers import analysis
-from xbench.reports.numbers.analysis import CONFIG, SETUP
+from xbench.reports.numbers.analysis import CONFIG, SETUP, WORKLOAD
 from xbench.reports.step_model.calibration import (
     Calibration,
     calibrate,
@@ -224,7 +224,7 @@ def checked(cells: pd.DataFrame, attributed: pd.DataFrame, probes: dict) -> pd.D
     not predict says why in `link`, its numbers NaN."""
     if cells.empty or attributed.empty:
         return pd.DataFrame(columns=CHECK_COLUMNS)
-    pairs = references(cells, attributed)
+    pairs = references(pooled_ones(cells), attributed)
     pairs = pairs[~pairs["inject"].map(fault_outside_model).astype(bool)].reset_index(drop=True)
     if pairs.empty:
         return pd.DataFrame(columns=CHECK_COLUMNS)
@@ -255,8 +255,33 @@ def checked(cells: pd.DataFrame, attributed: pd.DataFrame, probes: dict) -> pd.D
 
 def calibrating(cells: pd.DataFrame) -> pd.DataFrame:
     """The attributed cells predict calibrates on and predicts from: each part and each
-    number of the collectives the median of the cell's runs (reports.numbers.analysis)."""
-    return analysis.attribution(cells, centre="median")
+    number of the collectives the median of the cell's runs (reports.numbers.analysis), a
+    1-device cell's pooled with its twins' (`pooled_ones`)."""
+    return analysis.attribution(pooled_ones(cells), centre="median")
+
+
+# Settings that cannot act on one device: its gradients cross to no other, so the size of the
+# messages they would cross in changes nothing it computes.
+IDLE_AT_ONE = ("bucket_mb",)
+TWINS_AT_ONE = ["env", "backend", "device_type", *WORKLOAD, "inject",
+                *[c for c in columns(Role.TRAINING) if c not in IDLE_AT_ONE]]
+
+
+def pooled_ones(cells: pd.DataFrame) -> pd.DataFrame:
+    """The cells with each 1-device cell's runs (its attributions and epoch times) pooled with
+    those of its twins, the 1-device cells of its setup that differ only in settings that
+    cannot act at one device (IDLE_AT_ONE): the compute term's median over more runs."""
+    ones = cells[(cells["devices"] == 1) & (cells["nodes"] == 1)]
+    pooled = cells.copy()
+    for _, twins in ones.groupby(TWINS_AT_ONE, sort=False, dropna=False):
+        if len(twins) < 2:
+            continue
+        runs = [run for found in twins["attributions"] for run in found]
+        epochs = [seconds for found in twins["epoch2_seconds_values"] for seconds in found]
+        for index in twins.index:
+            pooled.at[index, "attributions"] = runs
+            pooled.at[index, "epoch2_seconds_values"] = epochs
+    return pooled
 
 
 CHECKED = [*CONFIG, "devices_per_node", "cell_key", "training", "bucket_mb", *columns(Role.FAULT)]
