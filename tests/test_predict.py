@@ -24,6 +24,7 @@ from xbench.reports.step_model.calibration import (
     calibration_point,
     core_exponents,
     fit_wire,
+    rank_spreads,
     sharing_shares,
 )
 from xbench.reports.step_model.predict import (
@@ -422,3 +423,15 @@ def test_a_1_device_cells_runs_are_pooled_with_its_twins_at_other_bucket_sizes()
     assert pooled["attributions"].tolist() == [["a", "b", "c", "d"]] * 2 + [["e"], ["f"]]
     assert pooled.at[1, "epoch2_seconds_values"] == [1.0, 2.0, 3.0, 4.0]
     assert cells.at[0, "attributions"] == ["a"]  # the cells given are left as they were
+
+
+def test_the_ranks_spread_is_calibrated_on_the_waits_measured():
+    """Two 2-rank cells of 40 ms compute that waited 4 and 8 ms for the slowest rank: spreads
+    of 4 / (40 x E[max of 2]) and 8 / (40 x E[max of 2]), their median what a rank's step
+    spreads by when N run at once."""
+    largest = expected_largest(2)
+    pairs = pd.DataFrame([{"device_type": "cpu", "devices": 2, "input_step": 0.0,
+                           "forward_step": 0.01, "backward_step": 0.03, "optimizer_step": 0.0,
+                           "host_step": 0.0, "waiting_step": waiting}
+                          for waiting in (0.004, 0.008)])
+    assert rank_spreads(pairs) == {"cpu": (pytest.approx(0.006 / (0.04 * largest)), 2)}

@@ -32,6 +32,7 @@ from xbench.reports.step_model.step import (
     collective_seconds,
     compute_parts,
     cores_lost,
+    expected_largest,
     injected_link,
     protocol,
     sync_bytes,
@@ -64,13 +65,15 @@ AFTER_BACKWARD_SHARE = 0.25
 class Calibration:
     """How a rank's compute grows with the cores it lost (the exponent, per device type and
     backend), how much of each second its collectives run under backward the backward loses
-    (`sharing`, per carrier, with the cells it came from), each carrier's Wire per link class,
-    and how many cells it came from."""
+    (`sharing`, per carrier, with the cells it came from), how far apart N ranks' steps are
+    (`spread`, per device type, with its cells), each carrier's Wire per link class, and how
+    many cells it came from."""
     core_exponent: dict[str, dict[str, float]]
     wire: dict[tuple[str, str, str], Wire]  # by carrier, class of link and basis
     family: dict[str, str]  # each calibrated carrier's family (step_model.carrier)
     cells: int
     sharing: dict[str, tuple[float, int]] = field(default_factory=dict)
+    spread: dict[str, tuple[float, int]] = field(default_factory=dict)
 
 
 def link_class(pair) -> str:
@@ -177,10 +180,25 @@ def sharing_shares(pairs: pd.DataFrame, exponents: dict) -> dict[str, tuple[floa
     return {name: (float(np.median(v)), len(v)) for name, v in found.items()}
 
 
+def rank_spreads(pairs: pd.DataFrame) -> dict[str, tuple[float, int]]:
+    """Per device type: the spread of a rank's step that the measured wait for the slowest rank
+    says (waiting / (compute x the expected largest of N standard normal draws)), the median
+    over its N-device cells, and how many: what the ranks' steps spread by when N run at once,
+    which a 1-device cell's own spread does not hold (on shared cores, far more)."""
+    found: dict = {}
+    for _, pair in pairs.iterrows():
+        compute = sum(pair[f"{p}_step"] for p in COMPUTE_PARTS)
+        largest = expected_largest(int(pair["devices"]))
+        waiting = pair.get("waiting_step")
+        if compute > 0 and largest > 0 and waiting is not None and np.isfinite(waiting):
+            found.setdefault(pair["device_type"], []).append(waiting / (compute * largest))
+    return {kind: (float(np.median(v)), len(v)) for kind, v in found.items()}
+
+
 def calibrate(pairs: pd.DataFrame) -> Calibration:
     """Each calibrated factor over `pairs` (cells with their 1-device cells): the cores'
-    exponent and each carrier's share lost beside its collectives, medians; each carrier's Wire
-    per link class, fitted."""
+    exponent, each carrier's share lost beside its collectives and the ranks' spread, medians;
+    each carrier's Wire per link class, fitted."""
     points, families = {}, {}
     for _, pair in pairs.iterrows():
         if (found := calibration_point(pair)) is not None:
@@ -190,7 +208,7 @@ def calibrate(pairs: pd.DataFrame) -> Calibration:
     exponents = core_exponents(pairs)
     return Calibration(
         exponents, {key: fit_wire(found, key[2]) for key, found in points.items()}, families,
-        len(pairs), sharing_shares(pairs, exponents))
+        len(pairs), sharing_shares(pairs, exponents), rank_spreads(pairs))
 
 
 def wire_of(calibration: Calibration, pair, kind: str) -> Wire | None:

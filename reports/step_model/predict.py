@@ -171,13 +171,15 @@ def predict_cell(pair, calibration: Calibration, probes: dict) -> dict | None:
     if slowed > 0:  # backward lengthened by what its collectives took of it: its timeline again
         timeline = collectives(parts["backward"] + slowed)
         slowed = share * timeline["under_backward"]
-    spread = relative_spread(pair_one(pair))
+    spread, spread_from = calibration.spread.get(pair["device_type"], (None, 0))
+    if spread is None:  # no N-device cell to say it: the 1-device cell's own spread
+        spread = relative_spread(pair_one(pair))
     waiting = compute * spread * expected_largest(pair["devices"])
     step = compute + slowed + timeline["exposed"] + waiting
     terms = {"optimizer": parts["optimizer"], "input": parts["input"],
              "sharing": {"share": share, "cells": shared_by, "seconds": slowed},
              "accumulation": syncs(pair)[0],
-             "stragglers": {"spread": spread, "seconds": waiting}}
+             "stragglers": {"spread": spread, "cells": spread_from, "seconds": waiting}}
     return {"compute": compute, **timeline, "sharing": slowed, "waiting": waiting,
             "step": step, "link": how, "terms": terms,
             "epoch_seconds": step * pair["steps_per_epoch"] * outside(pair)}
