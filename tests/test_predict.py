@@ -214,9 +214,9 @@ def test_a_cell_is_never_calibrated_on_itself(smoke):
     target = predicted(before).iloc[0]["cell_key"]
     changed = attributed.copy()
     mine = changed["cell_key"] == target
-    changed.loc[mine, "communication_step"] *= 10
-    changed.loc[mine, "moving_seconds"] *= 10
-    changed.loc[mine, "after_seconds"] *= 10
+    for number in ("communication_step", "moving_seconds", "after_seconds", "alone_seconds",
+                   "waiting_step", "under_compute_seconds"):
+        changed.loc[mine, number] *= 10
     after = checked(cells, changed, {})
     assert after.set_index("cell_key").loc[target, "epoch_seconds"] == \
         pytest.approx(before.set_index("cell_key").loc[target, "epoch_seconds"])
@@ -426,12 +426,15 @@ def test_a_1_device_cells_runs_are_pooled_with_its_twins_at_other_bucket_sizes()
 
 
 def test_the_ranks_spread_is_calibrated_on_the_waits_measured():
-    """Two 2-rank cells of 40 ms compute that waited 4 and 8 ms for the slowest rank: spreads
-    of 4 / (40 x E[max of 2]) and 8 / (40 x E[max of 2]), their median what a rank's step
-    spreads by when N run at once."""
+    """Two 2-rank cells of a backend, 40 ms compute, that waited 4 and 8 ms for the slowest
+    rank: spreads of 4 / (40 x E[max of 2]) and 8 / (40 x E[max of 2]), their median what a
+    rank's step spreads by when N of its processes run at once."""
     largest = expected_largest(2)
-    pairs = pd.DataFrame([{"device_type": "cpu", "devices": 2, "input_step": 0.0,
-                           "forward_step": 0.01, "backward_step": 0.03, "optimizer_step": 0.0,
-                           "host_step": 0.0, "waiting_step": waiting}
-                          for waiting in (0.004, 0.008)])
-    assert rank_spreads(pairs) == {"cpu": (pytest.approx(0.006 / (0.04 * largest)), 2)}
+    pairs = pd.DataFrame([{"device_type": "cpu", "backend": backend, "devices": 2,
+                           "input_step": 0.0, "forward_step": 0.01, "backward_step": 0.03,
+                           "optimizer_step": 0.0, "host_step": 0.0, "waiting_step": waiting}
+                          for backend, waiting in (("pt-ddp", 0.004), ("pt-ddp", 0.008),
+                                                   ("hvd-torch", 0.02))])
+    assert rank_spreads(pairs) == {  # each backend's own: never pooled over backends
+        ("cpu", "pt-ddp"): (pytest.approx(0.006 / (0.04 * largest)), 2),
+        ("cpu", "hvd-torch"): (pytest.approx(0.02 / (0.04 * largest)), 1)}

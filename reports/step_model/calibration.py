@@ -66,14 +66,14 @@ class Calibration:
     """How a rank's compute grows with the cores it lost (the exponent, per device type and
     backend), how much of each second its collectives run under backward the backward loses
     (`sharing`, per carrier, with the cells it came from), how far apart N ranks' steps are
-    (`spread`, per device type, with its cells), each carrier's Wire per link class, and how
-    many cells it came from."""
+    (`spread`, per device type and backend, with its cells), each carrier's Wire per link
+    class, and how many cells it came from."""
     core_exponent: dict[str, dict[str, float]]
     wire: dict[tuple[str, str, str], Wire]  # by carrier, class of link and basis
     family: dict[str, str]  # each calibrated carrier's family (step_model.carrier)
     cells: int
     sharing: dict[str, tuple[float, int]] = field(default_factory=dict)
-    spread: dict[str, tuple[float, int]] = field(default_factory=dict)
+    spread: dict[tuple[str, str], tuple[float, int]] = field(default_factory=dict)
 
 
 def link_class(pair) -> str:
@@ -180,19 +180,21 @@ def sharing_shares(pairs: pd.DataFrame, exponents: dict) -> dict[str, tuple[floa
     return {name: (float(np.median(v)), len(v)) for name, v in found.items()}
 
 
-def rank_spreads(pairs: pd.DataFrame) -> dict[str, tuple[float, int]]:
-    """Per device type: the spread of a rank's step that the measured wait for the slowest rank
-    says (waiting / (compute x the expected largest of N standard normal draws)), the median
-    over its N-device cells, and how many: what the ranks' steps spread by when N run at once,
-    which a 1-device cell's own spread does not hold (on shared cores, far more)."""
+def rank_spreads(pairs: pd.DataFrame) -> dict[tuple[str, str], tuple[float, int]]:
+    """Per device type and backend: the spread of a rank's step that the measured wait for the
+    slowest rank says (waiting / (compute x the expected largest of N standard normal draws)),
+    the median over its N-device cells, and how many: what the ranks' steps spread by when N of
+    its processes run at once, which a 1-device cell's own spread does not hold (on shared
+    cores, far more). Never pooled over backends: their ranks wait as their frameworks run."""
     found: dict = {}
     for _, pair in pairs.iterrows():
         compute = sum(pair[f"{p}_step"] for p in COMPUTE_PARTS)
         largest = expected_largest(int(pair["devices"]))
         waiting = pair.get("waiting_step")
         if compute > 0 and largest > 0 and waiting is not None and np.isfinite(waiting):
-            found.setdefault(pair["device_type"], []).append(waiting / (compute * largest))
-    return {kind: (float(np.median(v)), len(v)) for kind, v in found.items()}
+            found.setdefault((pair["device_type"], pair["backend"]), []).append(
+                waiting / (compute * largest))
+    return {key: (float(np.median(v)), len(v)) for key, v in found.items()}
 
 
 def calibrate(pairs: pd.DataFrame) -> Calibration:

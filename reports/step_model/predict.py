@@ -171,8 +171,9 @@ def predict_cell(pair, calibration: Calibration, probes: dict) -> dict | None:
     if slowed > 0:  # backward lengthened by what its collectives took of it: its timeline again
         timeline = collectives(parts["backward"] + slowed)
         slowed = share * timeline["under_backward"]
-    spread, spread_from = calibration.spread.get(pair["device_type"], (None, 0))
-    if spread is None:  # no N-device cell to say it: the 1-device cell's own spread
+    spread, spread_from = calibration.spread.get((pair["device_type"], pair["backend"]),
+                                                 (None, 0))
+    if spread is None:  # no N-device cell of its backend to say it: the 1-device cell's own
         spread = relative_spread(pair_one(pair))
     waiting = compute * spread * expected_largest(pair["devices"])
     step = compute + slowed + timeline["exposed"] + waiting
