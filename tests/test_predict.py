@@ -3,10 +3,14 @@ the model run on the smoke grid's rows: every N-device cell predicted from a cal
 held out of, and the what-if table out to 512 devices, labelled predicted."""
 import math
 import re
+import tempfile
+from pathlib import Path
 
+import pandas as pd
 import pytest
 
-from tests.helpers import strict_json, xbench_here
+from tests.helpers import refused, strict_json, xbench_here
+from tests.report_fixtures import known_rows, write_rows
 from xbench.common.backends.protocol import RING_ALL_REDUCE
 from xbench.common.backends.traits import TRAITS
 from xbench.common.errors import UserError
@@ -18,11 +22,25 @@ from xbench.reports.step_model.calibration import (
     Wire,
     calibrate,
     calibration_point,
+    core_exponents,
     fit_wire,
+    rank_spreads,
+    sharing_shares,
 )
-from xbench.reports.step_model.predict import checked, parse_link, predicted, read_links, references
+from xbench.reports.step_model.predict import (
+    TWINS_AT_ONE,
+    calibrating,
+    checked,
+    held_out,
+    parse_link,
+    pooled_ones,
+    predicted,
+    read_links,
+    references,
+)
 from xbench.reports.step_model.published import against_published
 from xbench.reports.step_model.step import Link, collective_seconds, expected_largest
+from xbench.reports.step_model.utilisation import training_flops
 
 LINK = Link("test", rate=10e9, latency=5e-6, source="by hand")
 NODE_LINK = Link("test nodes", rate=25e9, latency=20e-6, source="by hand")
@@ -92,9 +110,11 @@ nodes = 4
 link = "pcie4-x16"
 node_link = "eth-100g"
 efficiency = 0.9
+sharing_factor = 1.0
 sources = "none"
 """)
-    # 0.5 s of compute, its backward 2/3 of it; 100 MB ready evenly over backward in 64 pieces,
+    # 0.5 s of compute, its backward 2/3 of it (no slowdown beside collectives: sharing_factor
+    # 1); 100 MB ready evenly over backward in 64 pieces,
     # 5.2 ms apart, each fused alone by Horovod's 1 ms cycle and done long before the next:
     # across 4 nodes at 12.5 GB/s with 10 us a ring step, two passes of 3/4 of the bytes and,
     # per message, 2 x 3 latencies
@@ -175,7 +195,15 @@ def test_every_n_device_cell_of_the_smoke_grid_is_predicted_held_out(smoke):
             assert cell["link"] == "not predicted: no other cell measured tf-mirrored copies"
             continue
         assert cell["epoch_seconds"] > 0 and math.isfinite(cell["error"])
-        assert cell["step"] == pytest.approx(cell["compute"] + cell["exposed"] + cell["waiting"])
+        assert cell["step"] == pytest.approx(cell["compute"] + cell["sharing"] + cell["exposed"]
+                                             + cell["waiting"])
+        assert cell["terms"]["stragglers"]["seconds"] == pytest.approx(cell["waiting"])
+        # the trivial predictors beside it, and its error over the runs (one run: one error)
+        assert cell["perfect_seconds"] > 0 and cell["one_device_seconds"] > 0
+        assert cell["error_low"] <= cell["error"] <= cell["error_high"]
+    held_out = strict_json(run.stdout)["held_out"]["uncapped cells on one node (the headline)"]
+    assert held_out["best_trivial"] in held_out["predictors"] and "median" in held_out["skill"]
+    assert "skill" in headline
 
 
 def test_a_cell_is_never_calibrated_on_itself(smoke):
@@ -188,9 +216,9 @@ def test_a_cell_is_never_calibrated_on_itself(smoke):
     target = predicted(before).iloc[0]["cell_key"]
     changed = attributed.copy()
     mine = changed["cell_key"] == target
-    changed.loc[mine, "communication_step"] *= 10
-    changed.loc[mine, "moving_seconds"] *= 10
-    changed.loc[mine, "after_seconds"] *= 10
+    for number in ("communication_step", "moving_seconds", "after_seconds", "alone_seconds",
+                   "waiting_step", "under_compute_seconds"):
+        changed.loc[mine, number] *= 10
     after = checked(cells, changed, {})
     assert after.set_index("cell_key").loc[target, "epoch_seconds"] == \
         pytest.approx(before.set_index("cell_key").loc[target, "epoch_seconds"])
@@ -199,10 +227,12 @@ def test_a_cell_is_never_calibrated_on_itself(smoke):
 
 def test_the_what_if_table_to_512_devices_is_labelled_predicted(smoke):
     run = xbench_here("predict", smoke.results, "--link", "nvlink4", "--node-link", "ib-ndr",
-                      "--devices", "1,8", "--nodes", "1,8,64", "--format", "md")
+                      "--devices", "1,8", "--nodes", "1,8,64", "--device", "H100 SXM",
+                      "--utilisation", "0.4", "--format", "md")
     assert run.returncode == 0, run.stderr
     assert "Predicted, not measured: NVLink 4 (H100 SXM) between devices, InfiniBand NDR" in \
         run.stdout
+    assert "assumed: 40% of the NVIDIA H100 SXM data sheet" in run.stdout
     assert "| 64 × 8 |" in run.stdout and "predicted rate (samples/s)" in run.stdout
     scaled = strict_json(xbench_here("predict", smoke.results, "--link", "ib-ndr", "--devices",
                                      "1,8", "--nodes", "1,8,64", "--json").stdout)["predicted"]
@@ -222,6 +252,7 @@ def test_the_what_if_table_to_512_devices_is_labelled_predicted(smoke):
         else:
             assert row["rate_low"] <= row["rate"] <= row["rate_high"]
     assert {r["link"] for r in ddp if r["devices"] == 8} == {"InfiniBand NDR, one port per node"}
+    assert all(r["compute_from"].startswith("measured on ") for r in scaled)
     beyond = strict_json(xbench_here("predict", smoke.results, "--link", "ib-ndr", "--devices", "8",
                                      "--nodes", "1024", "--json").stdout)["predicted"]
     assert beyond and all(r["note"] == "not predicted: 8,192 devices in all, beyond the 4,096 "
@@ -280,3 +311,132 @@ def test_a_library_is_calibrated_on_collectives_that_ran_alone():
     # a last small bucket after backward says only its latency: the step's moving time instead
     basis, (steps, nominal, seconds) = calibration_point({**pair, "after_bytes": 1e5})
     assert (basis, seconds) == (MOVING, 0.6) and nominal == pytest.approx(0.8)
+
+
+def known(tmp_path):
+    return write_rows(tmp_path / "r.jsonl", known_rows())
+
+
+def what_if_json(path, *args) -> list[dict]:
+    run = xbench_here("predict", path, "--link", "ib-ndr", "--devices", "1,8", "--json", *args)
+    assert run.returncode == 0, run.stderr
+    return [r for r in strict_json(run.stdout)["predicted"] if r["note"] == "predicted"]
+
+
+def test_a_gpu_link_never_carries_this_machines_compute(tmp_path):
+    """NVLink 4 joins H100s: CPU rows' compute under its name is refused (exit 2, one line);
+    named, the H100's compute is the model's training FLOPs at the utilisation given of its data
+    sheet's peak (assumed), or the rate given, and every row says which."""
+    path = known(tmp_path)
+    refused(xbench_here("predict", path, "--link", "nvlink4"),
+            "NVLink 4 (H100 SXM) joins H100 SXM GPUs, and these results were measured on CPU")
+    refused(xbench_here("predict", path, "--link", "ib-ndr", "--device-rate", "100"),
+            "describe the device of --device")
+    refused(xbench_here("predict", path, "--link", "ib-ndr", "--device", "TPU v9",
+                        "--utilisation", "0.5"), "no data sheet of that model")
+    assumed = what_if_json(path, "--device", "H100 SXM", "--utilisation", "0.4")
+    flops = training_flops({"model": "small", "flops_per_sample": 0})
+    one = next(r for r in assumed if r["total"] == 1 and r["batch_mode"] == "global")
+    assert one["rate"] == pytest.approx(0.4 * 67e12 / flops, rel=1e-6)  # fp32: 67 TFLOP/s
+    assert {r["compute_from"] for r in assumed} == {
+        "assumed: 40% of the NVIDIA H100 SXM data sheet, fp32 dense: 67 TFLOP/s "
+        "(https://www.nvidia.com/en-us/data-center/h100/ (sparse figures halved)), the model's "
+        "training FLOPs"}
+    given = what_if_json(path, "--device", "H100 SXM", "--device-rate", "5000")
+    one = next(r for r in given if r["total"] == 1 and r["batch_mode"] == "global")
+    assert one["rate"] == pytest.approx(5000)
+    assert one["compute_from"] == "given: 5,000 samples/s a device (--device-rate)"
+
+
+def test_weak_scaling_at_a_per_device_batch(tmp_path):
+    """--per-device-batch 64: every count keeps 64 samples a device (the global batch grows
+    with the devices), from the measured cells of either batch mode."""
+    rows = what_if_json(known(tmp_path), "--per-device-batch", "64")
+    assert rows and {r["per_device_batch"] for r in rows} == {64}
+    for setup in ((128, "global"), (32, "per_device")):
+        mine = {r["total"]: r for r in rows if (r["batch"], r["batch_mode"]) == setup}
+        assert mine[8]["rate"] == pytest.approx(8 * mine[1]["rate"] * mine[8]["efficiency"])
+        assert mine[8]["efficiency"] <= 1.0 + 1e-9
+    # the measured global batch of 128 split over 8 devices is 16 a device without the option
+    plain = what_if_json(known(tmp_path))
+    assert {r["per_device_batch"] for r in plain if r["total"] == 8
+            and r["batch_mode"] == "global"} == {16}
+
+
+def test_a_cell_is_held_out_with_its_backend_at_its_bucket_size():
+    """Its own configuration and every cell of its backend at its bucket size (any link, any
+    count) stay out of its calibration; its backend at another bucket size, and other backends
+    at its size, stay in."""
+    pairs = pd.DataFrame({"backend": ["pt-ddp", "pt-ddp", "pt-ddp", "hvd-torch", "pt-ddp"],
+                          "bucket_mb": [1.0, 1.0, 1000.0, 1.0, None]})
+    configuration = pd.Series(["a", "b", "c", "d", "e"])
+    assert held_out(pairs, 0, configuration).tolist() == [False, False, True, True, True]
+    assert held_out(pairs, 4, configuration).tolist() == [True, True, True, True, False]
+
+
+def test_what_a_backward_loses_beside_its_collectives_is_calibrated_per_library():
+    """Two ranks, each on half the cores of the 1-device cell (cores' exponent 1 from the cell
+    whose collectives ran after backward: its compute twice the 1-device cell's); the
+    overlapped cell's backward measured 0.05 s longer than that with 0.1 s of collectives under
+    it: half of each second beside its collectives lost."""
+    one = {"input_step_1": 0.0, "forward_step_1": 0.1, "backward_step_1": 0.2,
+           "optimizer_step_1": 0.0, "host_step_1": 0.0, "per_device_batch_1": 64,
+           "threads_per_device_1": 2, "cores_1": 2, "devices_per_node_1": 1}
+    pair = {**one, "backend": "pt-ddp", "device_type": "cpu", "reduction": "all-reduce",
+            "collective_library": "gloo", "per_device_batch": 64, "threads_per_device": 1,
+            "cores": 2, "devices_per_node": 2, "input_step": 0.0, "forward_step": 0.2,
+            "optimizer_step": 0.0, "host_step": 0.0}
+    pairs = pd.DataFrame([{**pair, "backward_step": 0.4, "under_compute_seconds": 0.0},
+                          {**pair, "backward_step": 0.45, "under_compute_seconds": 0.1}])
+    exponents = core_exponents(pairs)
+    assert exponents["cpu"]["pt-ddp"] == pytest.approx(1.0)  # the cell with nothing beside
+    assert sharing_shares(pairs, exponents) == {"gloo": (pytest.approx(0.5), 1)}
+
+
+def test_predict_calibrates_on_the_median_of_a_cells_runs():
+    """Three runs of 10, 11 and 30 ms of backward a step: the report's mean 17 ms, predict's
+    median 11 ms."""
+    cells = analysis.cell_table(load([write_rows(Path(tempfile.mkdtemp()) / "r.jsonl",
+                                                 known_rows())])[0])
+    cell = cells[cells["n"] == 3].copy()  # the 1-device cell of three runs
+    runs = [{**run, "parts": {**run["parts"], "backward": seconds}, "steps": 1}
+            for run, seconds in zip(cell["attributions"].iloc[0], (0.010, 0.011, 0.030),
+                                    strict=True)]
+    cell["attributions"] = [runs]
+    assert analysis.attribution(cell)["backward_step"].iloc[0] == pytest.approx(0.017)
+    assert calibrating(cell)["backward_step"].iloc[0] == pytest.approx(0.011)
+
+
+def test_a_1_device_cells_runs_are_pooled_with_its_twins_at_other_bucket_sizes():
+    """At one device no gradient crosses, so a bucket size changes nothing it computes: the two
+    1-device cells of bucket sizes 0 and 1000 share their four runs; a 2-device cell, and a
+    1-device cell of another batch, keep their own."""
+    base = {**dict.fromkeys(TWINS_AT_ONE, "same"), "nodes": 1}
+    cells = pd.DataFrame([
+        {**base, "devices": 1, "bucket_mb": 0.0, "attributions": ["a"],
+         "epoch2_seconds_values": [1.0]},
+        {**base, "devices": 1, "bucket_mb": 1000.0, "attributions": ["b", "c", "d"],
+         "epoch2_seconds_values": [2.0, 3.0, 4.0]},
+        {**base, "devices": 2, "bucket_mb": 0.0, "attributions": ["e"],
+         "epoch2_seconds_values": [5.0]},
+        {**base, "batch": 32, "devices": 1, "bucket_mb": 0.0, "attributions": ["f"],
+         "epoch2_seconds_values": [6.0]}])
+    pooled = pooled_ones(cells)
+    assert pooled["attributions"].tolist() == [["a", "b", "c", "d"]] * 2 + [["e"], ["f"]]
+    assert pooled.at[1, "epoch2_seconds_values"] == [1.0, 2.0, 3.0, 4.0]
+    assert cells.at[0, "attributions"] == ["a"]  # the cells given are left as they were
+
+
+def test_the_ranks_spread_is_calibrated_on_the_waits_measured():
+    """Two 2-rank cells of a backend, 40 ms compute, that waited 4 and 8 ms for the slowest
+    rank: spreads of 4 / (40 x E[max of 2]) and 8 / (40 x E[max of 2]), their median what a
+    rank's step spreads by when N of its processes run at once."""
+    largest = expected_largest(2)
+    pairs = pd.DataFrame([{"device_type": "cpu", "backend": backend, "devices": 2,
+                           "input_step": 0.0, "forward_step": 0.01, "backward_step": 0.03,
+                           "optimizer_step": 0.0, "host_step": 0.0, "waiting_step": waiting}
+                          for backend, waiting in (("pt-ddp", 0.004), ("pt-ddp", 0.008),
+                                                   ("hvd-torch", 0.02))])
+    assert rank_spreads(pairs) == {  # each backend's own: never pooled over backends
+        ("cpu", "pt-ddp"): (pytest.approx(0.006 / (0.04 * largest)), 2),
+        ("cpu", "hvd-torch"): (pytest.approx(0.02 / (0.04 * largest)), 1)}

@@ -17,6 +17,9 @@ from xbench.reports.step_model.published import (
     against_published,
     published_summary,
 )
+from xbench.reports.step_model.record_step import SHARING
+from xbench.reports.step_model.skill import MODEL
+from xbench.reports.step_model.step import expected_largest
 
 
 def test_collectives_launched_after_backward_hide_nothing(tmp_path):
@@ -72,7 +75,11 @@ def test_an_achieved_link_rate_replaces_the_data_sheets(tmp_path):
     between = 2 * (1 / 2 * 100e6 / 100e9 + 5e-6)
     assert found["moving"] == pytest.approx(within + between)
     assert found["no_overlap"] == pytest.approx((0.5 + within) / (0.5 + within + between))
-    assert found["terms"] == "achieved nvlink3" and found["full_overlap"] == pytest.approx(1.0)
+    assert found["terms"] == f"achieved nvlink3, sharing x{SHARING.factor:g}"
+    # all hidden behind backward, each hidden second of it slowing compute by the cited factor
+    slowed = 1 - 1 / SHARING.factor
+    assert found["full_overlap"] == pytest.approx(
+        (0.5 + slowed * within) / (0.5 + slowed * (within + between)))
 
 
 def test_accumulation_runs_the_collective_once_per_micro_batches(tmp_path):
@@ -80,27 +87,64 @@ def test_accumulation_runs_the_collective_once_per_micro_batches(tmp_path):
     (bucket_bytes): one message a pass. Hidden behind the last micro-batch's backward only."""
     path = tmp_path / "hand.toml"
     path.write_text(RECORD.replace('link = "nvlink3"', 'link = "200gbps,3us"').replace(
-        "sources", "accumulation = 4\nbaseline_accumulation = 8\nbucket_bytes = 100e6\nsources"))
+        "sources", "accumulation = 4\nbaseline_accumulation = 8\nbucket_bytes = 100e6\n"
+                   "sharing_factor = 1.0\nsources"))
     found = against_published(path).iloc[0]
     within = 2 * (7 / 8 * 100e6 / 200e9 + 7 * 3e-6)
     between = 2 * (1 / 2 * 100e6 / 100e9 + 5e-6)
     per_sample_baseline = (8 * 0.5 + within) / 8
     per_sample = (4 * 0.5 + within + between) / 4
-    assert found["compute"] == pytest.approx(2.0) and found["terms"] == "accumulation"
+    assert found["compute"] == pytest.approx(2.0)
+    assert found["terms"] == "accumulation 4 (8 at the baseline)"
     assert found["no_overlap"] == pytest.approx(per_sample_baseline / per_sample)
     assert found["full_overlap"] == pytest.approx(1.0)  # 2/3 of one micro-batch hides them all
     # one bucket, ready when backward ends: its timeline hides none of it
     assert found["predicted"] == pytest.approx(found["no_overlap"]) and found["hidden"] == 0
 
 
-def test_the_summary_says_the_median_error_and_the_bracketed_share():
-    """Three records by hand: errors 1, 2 and 10 points; the first two bracketed."""
+def test_the_optimizer_is_paid_once_per_update_and_stragglers_by_their_spread(tmp_path):
+    """LAMB's 36 bytes a parameter at 1 TB/s: 25e6 parameters, 0.9 ms an update, once per 4
+    micro-batches at 2 nodes and once per 8 at the baseline; a 10% spread of the step costs
+    the expected largest of 16 draws of it, of 1 at the baseline (none)."""
+    path = tmp_path / "hand.toml"
+    path.write_text(RECORD.replace("sources", "accumulation = 4\nbaseline_accumulation = 8\n"
+                                   "bucket_bytes = 100e6\nsharing_factor = 1.0\n"
+                                   "collectives_after_backward = true\noptimizer = \"lamb\"\n"
+                                   "memory_bandwidth = 1e12\nstep_spread = 0.1\nsources"))
+    found = against_published(path).iloc[0]
+    update = 36 * 25e6 / 1e12
+    micro = (8 * 0.5 - update) / 8  # the published rate holds 8 micro-batches and one update
+    within = 2 * (7 / 8 * 100e6 / 230e9 + 7 * 3e-6)
+    between = 2 * (1 / 2 * 100e6 / 100e9 + 5e-6)
+    base = (8 * micro + update + within + 8 * micro * 0.1 * expected_largest(8)) / 8
+    scaled = (4 * micro + update + within + between
+              + 4 * micro * 0.1 * expected_largest(16)) / 4
+    assert found["no_overlap"] == pytest.approx(base / scaled)
+    assert found["predicted"] == pytest.approx(found["no_overlap"])  # after backward: none hidden
+    values = found["term_values"]
+    assert values["optimizer"]["seconds"] == pytest.approx(update)
+    assert values["accumulation"]["after_backward"] and values["stragglers"]["spread"] == 0.1
+    assert "optimizer lamb 0.9 ms" in found["terms"] and "stragglers 10% spread" in found["terms"]
+
+
+def test_the_summary_scores_the_model_against_trivial_predictors():
+    """Three records by hand, all discriminating (bounds 10 points apart or more): the model's
+    errors 1, 2 and 10 points, the first two bracketed; its skill against the best trivial
+    predictor, whose name it gives."""
     record = pd.DataFrame({"name": ["a-1", "b-1", "c-1"], "published": [0.90, 0.80, 0.70],
-                           "no_overlap": [0.85, 0.78, 0.80], "full_overlap": [0.95, 0.9, 0.9],
+                           "no_overlap": [0.80, 0.78, 0.80], "full_overlap": [0.95, 0.9, 0.9],
                            "predicted": [0.91, 0.82, 0.80]})
     summary = published_summary(record)
-    assert summary["median_absolute_error_points"] == pytest.approx(2.0)
-    assert summary["bracketed"] == 2 and summary["bracketed_share"] == pytest.approx(2 / 3)
+    telling = summary["scores"]["discriminating"]
+    assert summary["discriminating"] == telling["records"] == 3
+    assert telling["predictors"][MODEL]["median_points"] == pytest.approx(2.0)
+    assert telling["bracketed_share"] == pytest.approx(2 / 3)
+    # the published median of the other two: 0.75, 0.80, 0.85; errors 15, 0, 15 points
+    loo = telling["predictors"]["the published median, leave-one-out"]
+    assert loo["median_points"] == pytest.approx(15.0)
+    best = telling["best_trivial"]
+    assert telling["skill"]["median_points"] == pytest.approx(
+        1 - 2.0 / telling["predictors"][best]["median_points"])
     assert summary["below_no_overlap"] == 1 and summary["publishers"] == 3
     assert not summary["error_goal_met"] and not summary["bracket_goal_met"]  # 3 < 30 records
 
@@ -136,6 +180,12 @@ BAD_RECORDS = [  # (what replaces what in RECORD, the field the one-line refusal
     (('backend = "pt-ddp"', 'backend = "pt-dp"'), "nodes = 2 on backend pt-dp"),
     (('backend = "pt-ddp"', 'backend = ["pt-ddp"]'), "backend"),
     (('link = "nvlink3"', 'link = 3'), "link"),
+    (("accumulation = 2", 'accumulation = 2\noptimizer = "rmsprop"'), "optimizer"),
+    (("accumulation = 2", 'accumulation = 2\noptimizer = "adam"'), "optimizer"),  # no bandwidth
+    (("accumulation = 2", "accumulation = 2\nstep_spread = 2"), "step_spread"),
+    (("accumulation = 2", "accumulation = 2\nsharing_factor = 0.5"), "sharing_factor"),
+    (("accumulation = 2", 'accumulation = 2\ncollectives_after_backward = "yes"'),
+     "collectives_after_backward"),
 ]
 
 
@@ -191,12 +241,13 @@ sources = "measured by hand"
 """)
     found = against_published(path).iloc[0]
     assert found["devices"] == 32 and found["baseline"] == 8
-    assert found["no_overlap"] < 1.0 and found["full_overlap"] == pytest.approx(1.0)
+    assert found["no_overlap"] < found["full_overlap"] < 1.0  # compute slowed beside collectives
     run = xbench_here("predict", write_rows(tmp_path / "r.jsonl", known_rows()), "--published",
                       path, "--json")
     assert run.returncode == 0, run.stderr
     mine = strict_json(run.stdout)["published"]["mine"]
     assert set(mine) >= {"published", "no_overlap", "full_overlap", "predicted", "hidden", "terms"}
+    assert mine["terms"]["sharing"]["factor"] == SHARING.factor
     assert mine["published"] == 0.9
     assert mine["no_overlap"] <= mine["predicted"] <= mine["full_overlap"]
 

@@ -163,13 +163,15 @@ def scaling(cells):
     return out
 
 
-def attribution(cells):
+def attribution(cells, centre: str = "mean"):
     """Per measured cell with attributed runs: each part per step (ms, the mean over repeats,
     with its interval) and its share of the step; the epoch's compute (input, forward,
     backward, optimizer, host, and what no step window covered) and communication (waiting for
     the slowest rank, exposed communication) with their intervals, which add up to the epoch
     time; and for a cell whose gradients cross between N > 1 devices, the time its collectives
-    moved data per step and the bandwidth that makes (reports.sections.steps says how)."""
+    moved data per step and the bandwidth that makes (reports.sections.steps says how).
+    `centre`: "mean" (the report's, with its interval) or "median" of the runs (what predict
+    calibrates on: one slow run moves a mean, not a median of 3)."""
     ok = measured(cells)
     ok = ok[ok["attributions"].map(bool)] if len(ok) else ok
     records = []
@@ -184,8 +186,11 @@ def attribution(cells):
                                         for r in runs),
                   "how": runs[0]["how"], "slowest_rank": runs[0]["slowest_rank"]}
         for part in PARTS:
-            per_step = summarize([r["parts"][part] / r["steps"] for r in runs])
-            record[f"{part}_step"], record[f"{part}_step_ci"] = per_step["mean"], per_step["ci"]
+            values = [r["parts"][part] / r["steps"] for r in runs]
+            per_step = summarize(values)
+            record[f"{part}_step"] = per_step["mean"] if centre == "mean" else float(
+                np.median(values))
+            record[f"{part}_step_ci"] = per_step["ci"]
         step = sum(record[f"{part}_step"] for part in PARTS)
         record.update({f"{part}_share": record[f"{part}_step"] / step if step else math.nan
                        for part in PARTS})
@@ -195,7 +200,7 @@ def attribution(cells):
                                + (r["residual"] if name == "compute" else 0) for r in runs])
             record[f"{name}_epoch_seconds"], record[f"{name}_epoch_ci"] = total["mean"], total["ci"]
         record.update(communication_columns(cell, runs, wire_size(cell),
-                                            protocol(cell).is_all_reduce))
+                                            protocol(cell).is_all_reduce, centre))
         records.append(record)
     return pd.DataFrame(records, columns=ATTRIBUTION_COLUMNS)
 

@@ -31,11 +31,14 @@ def guarded(runs: list[dict], number: str) -> list[dict]:
 
 
 def communication_columns(cell, runs: list[dict], wire_size: float,
-                          all_reducing: bool) -> dict:
+                          all_reducing: bool, centre: str = "mean") -> dict:
     """The cell's columns of COLUMNS from its attributed `runs` (reports.numbers.repeats);
     `wire_size`: its gradients' bytes a step as the model gives them (where no library counted
-    them); `all_reducing`: whether its protocol is an all-reduce (bus bandwidth is one's)."""
+    them); `all_reducing`: whether its protocol is an all-reduce (bus bandwidth is one's);
+    `centre`: the runs' "mean" or "median" of each number."""
     moving = summarize([r["moving"] for r in runs])
+    if centre == "median":
+        moving["mean"] = float(np.median([r["moving"] for r in runs]))
     counted = [r["bytes"] for r in guarded(runs, "bandwidth") if r["bytes"]]
     found = {column: math.nan for column in COLUMNS}
     found.update(bytes=counted[0] if counted else wire_size,
@@ -49,7 +52,7 @@ def communication_columns(cell, runs: list[dict], wire_size: float,
     if cell["devices"] < 2 or not basis:
         found["why_missing"] = why_missing(runs, basis)
         return found
-    found.update(on_basis(basis))
+    found.update(on_basis(basis, np.median if centre == "median" else np.mean))
     rates = [r["communication"].alone and found["bytes"] / r["communication"].alone
              for r in guarded(runs, "bandwidth") if r["communication"]]
     if all_reducing and rates and all(rates):
@@ -59,11 +62,12 @@ def communication_columns(cell, runs: list[dict], wire_size: float,
     return found
 
 
-def on_basis(basis: list) -> dict:
-    """The means over runs of the why's numbers (common.measuring.basis.Communication)."""
+def on_basis(basis: list, centre=np.mean) -> dict:
+    """The means (or another `centre`) over runs of the why's numbers
+    (common.measuring.basis.Communication)."""
     def mean(values):
         kept = [v for v in values if v is not None]
-        return float(np.mean(kept)) if kept and len(kept) == len(values) else math.nan
+        return float(centre(kept)) if kept and len(kept) == len(values) else math.nan
     alone = [c.alone for c in basis]
     shares = [c.overlap_share for c in basis if c.overlap_share is not None]
     return {"basis_steps": min(c.basis_steps for c in basis),

@@ -22,10 +22,20 @@ def check_table(check):
             if math.isfinite(c["step"]) else "—"),
         ("predicted hidden", lambda c: "—" if math.isnan(c["hidden"]) else f"{c['hidden']:.0%}"),
         ("predicted epoch (s)", lambda c: num(c["epoch_seconds"])),
-        ("measured epoch (s)", lambda c: num(c["measured_seconds"]) + (
+        ("measured epoch, median (s)", lambda c: num(c["measured_seconds"]) + (
             f" ({num(c['measured_low'])}–{num(c['measured_high'])} over {c['measured_runs']} runs)"
             if c["measured_runs"] > 1 else "")),
-        ("error", lambda c: f"{c['error']:+.0%}" if math.isfinite(c["error"]) else "—")])
+        ("error (over the runs)", error_text)])
+
+
+def error_text(cell) -> str:
+    """'+12% [+5%, +20%]': the predicted epoch over the measured median, and over the slowest
+    and the fastest run where there were several."""
+    if not math.isfinite(cell["error"]):
+        return "—"
+    if cell["measured_runs"] < 2:
+        return f"{cell['error']:+.0%} (1 run)"
+    return f"{cell['error']:+.0%} [{cell['error_low']:+.0%}, {cell['error_high']:+.0%}]"
 
 
 def published_table(record):
@@ -49,13 +59,17 @@ def published_table(record):
 
 def what_if_table(scaled):
     """The predicted rate and efficiency of each backend's setup at every count
-    (reports.step_model.predict), labelled predicted, with the held-out errors' interval, and the
-    links that carry it; a count that cannot be predicted says why."""
+    (reports.step_model.predict), labelled predicted, with the held-out errors' interval, whose
+    compute it is (measured, given or assumed: reports.step_model.target), the batch a device
+    and the links that carry it; a count that cannot be predicted says why."""
     def predicted(show):
         return lambda c: show(c) if c["note"] == "predicted" else c["note"]
     return table(scaled, [
         ("env", column("env")), ("backend", column("backend")), ("model", column("model")),
-        ("batch", batch_text), ("nodes × devices", lambda c: f"{c['nodes']} × {c['devices']}"),
+        ("measured batch", batch_text),
+        ("nodes × devices", lambda c: f"{c['nodes']} × {c['devices']}"),
+        ("batch a device", lambda c: num(c["per_device_batch"])),
+        ("compute", column("compute_from")),
         ("links: devices / nodes", lambda c: f"{c['link']} / {c['node_link']}"),
         ("bucket (MiB)", lambda c: (f"{c['bucket_mb']:g}" if c["bucket_mb"] else "library's")
          + (" (best)" if c["best_bucket"] else "")),
@@ -69,3 +83,20 @@ def what_if_table(scaled):
             lambda c: f"{num(c['exposed'] * 1000)} + {num(c['waiting'] * 1000)}")),
         ("stops paying", lambda c: "not up to here" if pd.isna(c["stops_paying_at"])
          else f"from {int(c['stops_paying_at'])} devices")])
+
+
+def scores_table(scores: dict):
+    """Each predictor's errors over all published records and over the discriminating ones
+    (reports.step_model.skill.published_scores): median and mean absolute error in points of
+    efficiency, and of the step time."""
+    groups = list(scores)
+    rows = pd.DataFrame({"predictor": list(scores[groups[0]]["predictors"])})
+    def errors(group, key, show):
+        return lambda r: show(scores[group]["predictors"][r["predictor"]][key])
+    points = lambda value: "—" if pd.isna(value) else f"{value:.2f} pt"  # noqa: E731
+    step = lambda value: "—" if pd.isna(value) else f"{value:.1%}"  # noqa: E731
+    return table(rows, [("predictor", column("predictor")), *[
+        (f"{group} ({scores[group]['records']}): {heading}", errors(group, key, show))
+        for group in groups for heading, key, show in (
+            ("median", "median_points", points), ("mean", "mean_points", points),
+            ("median step", "median_step", step), ("mean step", "mean_step", step))]])

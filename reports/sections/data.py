@@ -100,9 +100,14 @@ class ReportData:
         return goodput.target_table(self.frame)
 
     @cached_property
+    def calibrating(self) -> pd.DataFrame:
+        """The attributed cells as predict takes them: the median of each cell's runs."""
+        return predict.calibrating(self.cells)
+
+    @cached_property
     def check(self) -> pd.DataFrame:
         """Every N-device cell beside what `xbench predict` would have said of it."""
-        return predict.checked(self.cells, self.attributed, self.probes)
+        return predict.checked(self.cells, self.calibrating, self.probes)
 
     @cached_property
     def comparison(self) -> tuple[pd.DataFrame, list[str]]:

@@ -22,10 +22,13 @@ PREDICT_TEXT = (
     "the library's collectives moved at when they ran after backward in other cells (a latency "
     "and an efficiency per library and class of link), else the probe's bandwidth, or a capped "
     "link's cap. Every cell is predicted from a "
-    "calibration on the cells of every other configuration (its seeds and capped-link twins held "
-    "out with it), so its error is held out; the errors are given apart for uncapped cells on "
-    "one node (the headline), capped links (whose link is the cap set by hand) and several "
-    "nodes. How the model works: docs/numbers.md, \"Predicted\".")
+    "calibration on the median of each other cell's runs, its own configuration (its seeds and "
+    "capped-link twins) and every cell of its backend at its bucket size held out, so its error "
+    "is held out; the errors are given apart for uncapped cells on one node (the headline), "
+    "capped links (whose link is the cap set by hand) and several nodes, each with its skill: "
+    "1 - its median error / that of the best predictor that knows nothing of the step (perfect "
+    "scaling, the 1-device step, the other cells' median ratio to perfect scaling). How the "
+    "model works: docs/numbers.md, \"Predicted\".")
 
 
 def predicted_figure(data: ReportData) -> Made:

@@ -8,14 +8,16 @@ from xbench.reports.step_model import predict, what_if
 WHAT_IF_DEVICES, WHAT_IF_NODES = [1, 2, 4, 8], [1, 8, 64]
 WHAT_IF_TEXT = (
     "What the same model predicts for each backend's 1-device cells on 1, 2, 4 and 8 devices per "
-    "node and 1, 8 and 64 nodes over the link given (`xbench report --link`), each device as fast "
-    "as the measured one: predicted, never measured, and never mixed into the tables above "
-    "(`xbench predict` for other counts).")
+    "node and 1, 8 and 64 nodes over the link given (`xbench report --link`), each device's "
+    "compute the measured device's own (the column compute names it; a link that joins only "
+    "another device model is not predicted on: `xbench predict --device` says whose compute): "
+    "predicted, never measured, and never mixed into the tables above (`xbench predict` for "
+    "other counts).")
 
 
 def scaled_out(data: ReportData):
     options = data.options
-    return what_if_table(what_if.what_if(data.cells, data.attributed, data.probes,
+    return what_if_table(what_if.what_if(data.cells, data.calibrating, data.probes,
                                          WHAT_IF_DEVICES, WHAT_IF_NODES, options.link,
                                          options.between_nodes))
 

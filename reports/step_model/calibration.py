@@ -17,7 +17,7 @@ byte a second on the machine's own (whose rate is then what the efficiency says)
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -32,6 +32,7 @@ from xbench.reports.step_model.step import (
     collective_seconds,
     compute_parts,
     cores_lost,
+    expected_largest,
     injected_link,
     protocol,
     sync_bytes,
@@ -63,11 +64,16 @@ AFTER_BACKWARD_SHARE = 0.25
 @dataclass
 class Calibration:
     """How a rank's compute grows with the cores it lost (the exponent, per device type and
-    backend), each carrier's Wire per link class, and how many cells it came from."""
+    backend), how much of each second its collectives run under backward the backward loses
+    (`sharing`, per carrier, with the cells it came from), how far apart N ranks' steps are
+    (`spread`, per device type and backend, with its cells), each carrier's Wire per link
+    class, and how many cells it came from."""
     core_exponent: dict[str, dict[str, float]]
     wire: dict[tuple[str, str, str], Wire]  # by carrier, class of link and basis
     family: dict[str, str]  # each calibrated carrier's family (step_model.carrier)
     cells: int
+    sharing: dict[str, tuple[float, int]] = field(default_factory=dict)
+    spread: dict[tuple[str, str], tuple[float, int]] = field(default_factory=dict)
 
 
 def link_class(pair) -> str:
@@ -132,26 +138,79 @@ def fit_wire(points: list[tuple[float, float, float]], basis: str) -> Wire:
     return Wire(float(latency), float(1 / inverse), len(points), basis)
 
 
-def calibrate(pairs: pd.DataFrame) -> Calibration:
-    """Each calibrated factor over `pairs` (cells with their 1-device cells): the cores'
-    exponent, the median; each carrier's Wire per link class, fitted."""
-    exponents, points, families = {}, {}, {}
+def overlapped(pair) -> bool:
+    """Whether a cell's collectives ran under its compute (their time alone beyond what the
+    step waited for): such a cell's compute is slower by the collectives beside it too."""
+    under = pair.get("under_compute_seconds")
+    return bool(under and np.isfinite(under) and under > 0)
+
+
+def core_exponents(pairs: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """The cores' exponent per device type and backend, the median over its cells, calibrated
+    on the cells whose collectives ran with nothing beside them where a backend has any (the
+    others' compute is also slowed by the collectives under it: `sharing`)."""
+    exponents: dict = {}
     for _, pair in pairs.iterrows():
         measured = sum(pair[f"{p}_step"] for p in COMPUTE_PARTS)
         unslowed = sum(compute_parts(pair, 0.0).values())
         lost = cores_lost(pair)
         # a backend whose collectives' time is inside its compute (FSDP's) says nothing of it
         if not protocol(pair).collectives_in_compute and unslowed > 0 and lost != 1:
-            exponents.setdefault(pair["device_type"], {}).setdefault(
-                pair["backend"], []).append(math.log(measured / unslowed) / math.log(lost))
+            exponents.setdefault(pair["device_type"], {}).setdefault(pair["backend"], []).append(
+                (overlapped(pair), math.log(measured / unslowed) / math.log(lost)))
+    def median(found):
+        alone = [value for under, value in found if not under]
+        return float(np.median(alone or [value for _, value in found]))
+    return {kind: {backend: median(v) for backend, v in found.items()}
+            for kind, found in exponents.items()}
+
+
+def sharing_shares(pairs: pd.DataFrame, exponents: dict) -> dict[str, tuple[float, int]]:
+    """Per carrier: the share of each second its collectives ran under backward that backward
+    lost ((measured backward - backward as the cores' exponent has it) / the collectives' time
+    under compute, the median over its overlapped cells, from 0 to 1), and how many cells."""
+    found: dict = {}
+    for _, pair in pairs.iterrows():
+        if not overlapped(pair) or protocol(pair).collectives_in_compute:
+            continue
+        exponent = exponents.get(pair["device_type"], {}).get(pair["backend"], 1.0)
+        expected = compute_parts(pair, exponent)["backward"]
+        share = (pair["backward_step"] - expected) / pair["under_compute_seconds"]
+        found.setdefault(carrier(pair)[1], []).append(min(max(share, 0.0), 1.0))
+    return {name: (float(np.median(v)), len(v)) for name, v in found.items()}
+
+
+def rank_spreads(pairs: pd.DataFrame) -> dict[tuple[str, str], tuple[float, int]]:
+    """Per device type and backend: the spread of a rank's step that the measured wait for the
+    slowest rank says (waiting / (compute x the expected largest of N standard normal draws)),
+    the median over its N-device cells, and how many: what the ranks' steps spread by when N of
+    its processes run at once, which a 1-device cell's own spread does not hold (on shared
+    cores, far more). Never pooled over backends: their ranks wait as their frameworks run."""
+    found: dict = {}
+    for _, pair in pairs.iterrows():
+        compute = sum(pair[f"{p}_step"] for p in COMPUTE_PARTS)
+        largest = expected_largest(int(pair["devices"]))
+        waiting = pair.get("waiting_step")
+        if compute > 0 and largest > 0 and waiting is not None and np.isfinite(waiting):
+            found.setdefault((pair["device_type"], pair["backend"]), []).append(
+                waiting / (compute * largest))
+    return {key: (float(np.median(v)), len(v)) for key, v in found.items()}
+
+
+def calibrate(pairs: pd.DataFrame) -> Calibration:
+    """Each calibrated factor over `pairs` (cells with their 1-device cells): the cores'
+    exponent, each carrier's share lost beside its collectives and the ranks' spread, medians;
+    each carrier's Wire per link class, fitted."""
+    points, families = {}, {}
+    for _, pair in pairs.iterrows():
         if (found := calibration_point(pair)) is not None:
             family, name = carrier(pair)
             points.setdefault((name, link_class(pair), found[0]), []).append(found[1])
             families[name] = family
+    exponents = core_exponents(pairs)
     return Calibration(
-        {kind: {backend: float(np.median(v)) for backend, v in found.items()}
-         for kind, found in exponents.items()},
-        {key: fit_wire(found, key[2]) for key, found in points.items()}, families, len(pairs))
+        exponents, {key: fit_wire(found, key[2]) for key, found in points.items()}, families,
+        len(pairs), sharing_shares(pairs, exponents), rank_spreads(pairs))
 
 
 def wire_of(calibration: Calibration, pair, kind: str) -> Wire | None:

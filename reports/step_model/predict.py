@@ -29,7 +29,7 @@ from xbench.common.grids.setting import Role
 from xbench.common.measuring.attribution import COMPUTE
 from xbench.common.workload import faults
 from xbench.reports.numbers import analysis
-from xbench.reports.numbers.analysis import CONFIG, SETUP
+from xbench.reports.numbers.analysis import CONFIG, SETUP, WORKLOAD
 from xbench.reports.step_model.calibration import (
     Calibration,
     calibrate,
@@ -37,6 +37,7 @@ from xbench.reports.step_model.calibration import (
     nominal_link,
     wire_of,
 )
+from xbench.reports.step_model.skill import held_out_scores, skill_text
 from xbench.reports.step_model.step import (
     COMPUTE_PARTS,
     Link,
@@ -66,7 +67,8 @@ FAR_OFF = 0.35
 def read_links(path: Path = LINKS_FILE) -> dict[str, Link]:
     """The named links (reports/links.toml)."""
     return {name: Link(entry["title"], float(entry["rate"]), float(entry["latency"]),
-                       f"{entry['source']} (per {entry['per']}; latency assumed)")
+                       f"{entry['source']} (per {entry['per']}; latency assumed)",
+                       device=entry.get("device"))
             for name, entry in tomllib.loads(path.read_text()).items()}
 
 
@@ -116,7 +118,7 @@ def references(cells: pd.DataFrame, attributed: pd.DataFrame) -> pd.DataFrame:
     family = [*[c for c in SETUP if c != "training"], "training_without_fault"]
     keyed = cells.merge(attributed[["env", "cell_key", *[f"{p}_step" for p in (
         *COMPUTE_PARTS, "waiting", "communication")], "moving_seconds", "bytes", "timeline",
-        "after_bytes", "after_seconds", "after_messages", "alone_seconds",
+        "after_bytes", "after_seconds", "after_messages", "alone_seconds", "under_compute_seconds",
         *[f"{p}_share" for p in COMPUTE]]],
         on=["env", "cell_key"])
     keyed = keyed[keyed["backend"].isin(list(TRAITS)) & split_apart(keyed)]
@@ -146,8 +148,10 @@ def cell_link(pair, calibration: Calibration, probes: dict) -> tuple[Link, str] 
 
 
 def predict_cell(pair, calibration: Calibration, probes: dict) -> dict | None:
-    """The model's step and epoch seconds of one N-device cell, with each part and where its
-    link came from; None where it has no link (nothing measured its library's collectives)."""
+    """The model's step and epoch seconds of one N-device cell, with each part, the terms that
+    made it (reports.step_model.step's optimizer, input, sharing, accumulation, stragglers) and
+    where its link came from; None where it has no link (nothing measured its library's
+    collectives)."""
     found = cell_link(pair, calibration, probes)
     if found is None:
         return None
@@ -155,60 +159,147 @@ def predict_cell(pair, calibration: Calibration, probes: dict) -> dict | None:
     parts = compute_parts(pair, pooled(calibration.core_exponent.get(pair["device_type"], {}),
                                        pair["backend"], 1.0))
     compute = sum(parts.values())
-    # the probe and the calibration measured this machine's rings as per-device bus bandwidth,
-    # one link for every rank, nodes or not
-    timeline = step_collectives(pair.get("timeline_1"), protocol(pair),
-                                sync_bytes(pair, pair["bytes"]), parts["backward"],
-                                pair["devices"], 1, link, link, bucket_bytes(pair),
-                                pair["reshard"], *syncs(pair))
-    waiting = compute * relative_spread(pair_one(pair)) * expected_largest(pair["devices"])
-    step = compute + timeline["exposed"] + waiting
+    share, shared_by = calibration.sharing.get(carrier(pair)[1], (0.0, 0))
+    def collectives(backward: float) -> dict:
+        # the probe and the calibration measured this machine's rings as per-device bus
+        # bandwidth, one link for every rank, nodes or not
+        return step_collectives(pair.get("timeline_1"), protocol(pair),
+                                sync_bytes(pair, pair["bytes"]), backward, pair["devices"], 1,
+                                link, link, bucket_bytes(pair), pair["reshard"], *syncs(pair))
+    timeline = collectives(parts["backward"])
+    slowed = share * timeline["under_backward"]
+    if slowed > 0:  # backward lengthened by what its collectives took of it: its timeline again
+        timeline = collectives(parts["backward"] + slowed)
+        slowed = share * timeline["under_backward"]
+    spread, spread_from = calibration.spread.get((pair["device_type"], pair["backend"]),
+                                                 (None, 0))
+    if spread is None:  # no N-device cell of its backend to say it: the 1-device cell's own
+        spread = relative_spread(pair_one(pair))
+    waiting = compute * spread * expected_largest(pair["devices"])
+    step = compute + slowed + timeline["exposed"] + waiting
+    terms = {"optimizer": parts["optimizer"], "input": parts["input"],
+             "sharing": {"share": share, "cells": shared_by, "seconds": slowed},
+             "accumulation": syncs(pair)[0],
+             "stragglers": {"spread": spread, "cells": spread_from, "seconds": waiting}}
+    return {"compute": compute, **timeline, "sharing": slowed, "waiting": waiting,
+            "step": step, "link": how, "terms": terms,
+            "epoch_seconds": step * pair["steps_per_epoch"] * outside(pair)}
+
+
+def outside(pair) -> float:
+    """The 1-device cell's epoch over its steps' windows: what no step window covers (the
+    epoch's start and end), carried over to the N-device cell's epoch."""
     windows = sum(pair[f"{p}_step_1"] for p in COMPUTE_PARTS)
-    outside = pair["epoch2_seconds_1"] / (pair["steps_per_epoch_1"] * windows) if windows else 1.0
-    return {"compute": compute, **timeline, "waiting": waiting, "step": step, "link": how,
-            "epoch_seconds": step * pair["steps_per_epoch"] * outside}
+    if not windows:
+        return 1.0
+    return median_epoch(pair["epoch2_seconds_values_1"]) / (pair["steps_per_epoch_1"] * windows)
+
+
+def median_epoch(runs) -> float:
+    """The median of a cell's epoch-2 times over its runs."""
+    return float(np.median(list(runs)))
+
+
+def trivial_epochs(pair) -> dict[str, float]:
+    """What two predictors that know nothing of the step say of the cell's epoch: perfect
+    scaling (the 1-device cell's compute in proportion to the per-device batch, nothing else)
+    and the 1-device cell's step itself (nothing gained)."""
+    epochs = pair["steps_per_epoch"] * outside(pair)
+    return {"perfect_seconds": sum(compute_parts(pair, 0.0).values()) * epochs,
+            "one_device_seconds": sum(pair[f"{p}_step_1"] for p in COMPUTE_PARTS) * epochs}
+
+
+def held_out(pairs: pd.DataFrame, index: int, configuration: pd.Series) -> pd.Series:
+    """The cells a cell's calibration may use: not its own configuration (its seeds, and a
+    capped link's twin, which computes as it does), nor any cell of its backend at its bucket
+    size (on any link or count)."""
+    bucket = pairs["bucket_mb"].fillna(0)
+    mine = (pairs["backend"] == pairs.at[index, "backend"]) & (bucket == bucket[index])
+    return (configuration != configuration[index]) & ~mine
 
 
 def checked(cells: pd.DataFrame, attributed: pd.DataFrame, probes: dict) -> pd.DataFrame:
-    """Every measured N-device cell beside what the model predicted of it, calibrated on the
-    cells of every other configuration (its other seeds are its own configuration too, and a
-    capped link's cell computes as its uncapped twin does: both held out with it): its epoch
-    time both ways and the error; a cell it could not predict says why in
-    `link`, its numbers NaN."""
+    """Every measured N-device cell beside what the model predicted of it, calibrated on cells
+    held out from it (`held_out`; `attributed` as `calibrating` makes it: the median of each
+    cell's runs): its epoch time both ways (the measured median over its runs), the error with
+    its interval over the runs, and what the trivial predictors said (perfect scaling, the
+    1-device step, the median ratio to perfect scaling of the calibrating cells); a cell it could
+    not predict says why in `link`, its numbers NaN."""
     if cells.empty or attributed.empty:
         return pd.DataFrame(columns=CHECK_COLUMNS)
-    pairs = references(cells, attributed)
+    pairs = references(pooled_ones(cells), attributed)
     pairs = pairs[~pairs["inject"].map(fault_outside_model).astype(bool)].reset_index(drop=True)
     if pairs.empty:
         return pd.DataFrame(columns=CHECK_COLUMNS)
     configuration = analysis.configuration(pairs, "training_without_fault")
+    trivial = pd.DataFrame([trivial_epochs(pair) for _, pair in pairs.iterrows()])
+    measured = pairs["epoch2_seconds_values"].map(median_epoch)
     records = []
     for index, pair in pairs.iterrows():
-        calibration = calibrate(pairs[configuration != configuration[index]])
+        kept = held_out(pairs, index, configuration)
+        calibration = calibrate(pairs[kept])
         found = predict_cell(pair, calibration, probes)
         if found is None:
             found = {"link": f"not predicted: no other cell measured {carrier(pair)[1]}",
                      "epoch_seconds": math.nan}
-        measured, runs = pair["epoch2_seconds"], list(pair["epoch2_seconds_values"])
-        records.append({**{c: pair[c] for c in CHECKED},
-                        **found, "measured_seconds": measured, "measured_runs": len(runs),
+        runs = list(pair["epoch2_seconds_values"])
+        ratio = (measured[kept] / trivial["perfect_seconds"][kept]).median()
+        records.append({**{c: pair[c] for c in CHECKED}, **found,
+                        **trivial.loc[index].to_dict(),
+                        "constant_seconds": trivial.at[index, "perfect_seconds"] * ratio,
+                        "measured_seconds": measured[index], "measured_runs": len(runs),
                         "measured_low": min(runs), "measured_high": max(runs),
-                        "error": found["epoch_seconds"] / measured - 1,
+                        "error": found["epoch_seconds"] / measured[index] - 1,
+                        "error_low": found["epoch_seconds"] / max(runs) - 1,
+                        "error_high": found["epoch_seconds"] / min(runs) - 1,
                         "calibrated_on": calibration.cells})
     return pd.DataFrame(records, columns=CHECK_COLUMNS)
 
 
+def calibrating(cells: pd.DataFrame) -> pd.DataFrame:
+    """The attributed cells predict calibrates on and predicts from: each part and each
+    number of the collectives the median of the cell's runs (reports.numbers.analysis), a
+    1-device cell's pooled with its twins' (`pooled_ones`)."""
+    return analysis.attribution(pooled_ones(cells), centre="median")
+
+
+# Settings that cannot act on one device: its gradients cross to no other, so the size of the
+# messages they would cross in changes nothing it computes.
+IDLE_AT_ONE = ("bucket_mb",)
+TWINS_AT_ONE = ["env", "backend", "device_type", *WORKLOAD, "inject",
+                *[c for c in columns(Role.TRAINING) if c not in IDLE_AT_ONE]]
+
+
+def pooled_ones(cells: pd.DataFrame) -> pd.DataFrame:
+    """The cells with each 1-device cell's runs (its attributions and epoch times) pooled with
+    those of its twins, the 1-device cells of its setup that differ only in settings that
+    cannot act at one device (IDLE_AT_ONE): the compute term's median over more runs."""
+    ones = cells[(cells["devices"] == 1) & (cells["nodes"] == 1)]
+    pooled = cells.copy()
+    for _, twins in ones.groupby(TWINS_AT_ONE, sort=False, dropna=False):
+        if len(twins) < 2:
+            continue
+        runs = [run for found in twins["attributions"] for run in found]
+        epochs = [seconds for found in twins["epoch2_seconds_values"] for seconds in found]
+        for index in twins.index:
+            pooled.at[index, "attributions"] = runs
+            pooled.at[index, "epoch2_seconds_values"] = epochs
+    return pooled
+
+
 CHECKED = [*CONFIG, "devices_per_node", "cell_key", "training", "bucket_mb", *columns(Role.FAULT)]
-CHECK_COLUMNS = [*CHECKED, "compute", "moving", "hidden", "under_backward", "exposed", "waiting",
-                 "step", "link",
-                 "epoch_seconds", "measured_seconds", "measured_runs", "measured_low",
-                 "measured_high", "error", "calibrated_on"]
+CHECK_COLUMNS = [*CHECKED, "compute", "moving", "hidden", "under_backward", "exposed", "sharing",
+                 "waiting", "step", "link", "terms",
+                 "epoch_seconds", "perfect_seconds", "one_device_seconds", "constant_seconds",
+                 "measured_seconds", "measured_runs", "measured_low", "measured_high", "error",
+                 "error_low", "error_high", "calibrated_on"]
 
 
 def check_summary(check: pd.DataFrame) -> str:
     """'uncapped cells on one node (the headline): median absolute error of the predicted epoch
-    time 12% (largest 31%) over 9 cells; capped links: ...; several nodes: ...': the held-out
-    errors apart, since a capped cell's link is the cap its experimenter set."""
+    time 12% (largest 31%) over 9 cells, ...; skill +0.40 against the best trivial predictor
+    (perfect scaling); capped links: ...; several nodes: ...': the held-out errors apart, since
+    a capped cell's link is the cap its experimenter set."""
     found = predicted(check)
     if found.empty:
         return "no N-device cell could be predicted"
@@ -220,10 +311,17 @@ def check_summary(check: pd.DataFrame) -> str:
             parts.append(f"{name}: median absolute error of the predicted epoch time "
                          f"{errors.median():.0%} (largest {errors.max():.0%}) over {len(errors)} "
                          f"cell{'s' * (len(errors) != 1)}, {far} off by more than {FAR_OFF:.0%}"
-                         f"{by_framework(cells)}")
+                         f"{by_framework(cells)}, {skill_text(held_out_scores(cells))}")
     left = len(check) - len(found)
-    return ("; ".join(parts) + ". Each cell held out of its own calibration"
+    fewest = int(check["measured_runs"].min())
+    return ("; ".join(parts) + ". Each cell held out of its own calibration (its configuration, "
+            "and its backend at its bucket size), which takes each cell's median over its runs"
+            + (f" (the fewest runs a cell has: {fewest}; ask for {ENOUGH_RUNS} or more: --repeat "
+               f"{ENOUGH_RUNS})" if fewest < ENOUGH_RUNS else "")
             + (f"; {left} not predicted (see why below)" if left else ""))
+
+
+ENOUGH_RUNS = 3  # runs a cell needs for its median to stand against one slow run
 
 
 def by_framework(cells: pd.DataFrame) -> str:

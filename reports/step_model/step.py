@@ -66,12 +66,14 @@ PER_SAMPLE = ("input", "forward", "backward")  # in proportion to the per-device
 @dataclass(frozen=True)
 class Link:
     """A link: bytes per second each way, seconds per ring step, whether its ranks share it (one
-    capped loopback carries every rank's bytes) and where the figures come from."""
+    capped loopback carries every rank's bytes), where the figures come from, and the device
+    model it joins where only one does (NVLink's GPUs; None for a PCIe slot or a network)."""
     name: str
     rate: float
     latency: float
     source: str
     shared: bool = False
+    device: str | None = None
 
 
 def expected_largest(count: int) -> float:

@@ -26,8 +26,10 @@ from xbench.reports.step_model.step import (
     step_collectives,
     syncs,
 )
+from xbench.reports.step_model.target import Target, foreign_link, target_compute
 
 STOPS_PAYING = 0.5  # efficiency below which a device count no longer pays
+MEASURED = Target()  # the measured device's own compute
 
 
 def counts(devices: list[int], nodes: list[int]) -> list[tuple[int, int]]:
@@ -37,13 +39,17 @@ def counts(devices: list[int], nodes: list[int]) -> list[tuple[int, int]]:
 
 def what_if(cells: pd.DataFrame, attributed: pd.DataFrame, probes: dict, devices: list[int],
             nodes: list[int], link: Link, node_link: Link,
-            bucket_sizes: list[float] | None = None) -> pd.DataFrame:
+            bucket_sizes: list[float] | None = None, target: Target = MEASURED,
+            per_device_batch: int | None = None) -> pd.DataFrame:
     """For each backend's attributed 1-device cells of one setup (their mean over seeds and
     repeats): the predicted step, rate, speedup and efficiency on every count of devices per node
     and nodes over `link` (between the devices of a node) and `node_link` (between nodes), each
-    device as fast as the measured one, with the interval of the held-out errors, and the count
+    device's compute the `target`'s (reports.step_model.target: the measured device's own by
+    default, and every row says whose), with the interval of the held-out errors, and the count
     from which adding devices stops paying; with `bucket_sizes` (MiB), once for each size where
-    the backend's library takes one, and the best of them marked."""
+    the backend's library takes one, and the best of them marked; with `per_device_batch`, weak
+    scaling at that batch a device (the global batch grows with the devices) in place of the
+    cell's own batch."""
     if cells.empty or attributed.empty:
         return pd.DataFrame(columns=WHAT_IF_COLUMNS)
     band = error_band(checked(cells, attributed, probes))
@@ -55,22 +61,29 @@ def what_if(cells: pd.DataFrame, attributed: pd.DataFrame, probes: dict, devices
     ones = ones[(ones["devices"] == 1) & (ones["nodes"] == 1)
                 & (ones["training"] == ones["training_without_fault"])
                 & ones["backend"].map(lambda b: b in TRAITS and TRAITS[b].spans_devices)]
+    on_target = ones["device_name"].fillna("").map(target.measured_on)
+    ones = ones[on_target] if on_target.any() else ones
     records = []
     for key, group in ones.groupby(SETUP_OF_WHAT_IF, sort=False, dropna=False):
         recorded = [t for t in group["timeline"] if t]
         one = {**dict(zip(SETUP_OF_WHAT_IF, key, strict=True)), "params": group["params"].iloc[0],
+               "flops_per_sample": group["flops_per_sample"].iloc[0],
+               "device_name": group["device_name"].fillna("").iloc[0],
                **group[[*parts, "step_time_p50", "step_time_p90"]].mean().to_dict(),
-               "timeline": recorded[0] if recorded else None}
-        if not split_apart(group).all():  # one opaque call (an untraced JAX row)
+               "timeline": recorded[0] if recorded else None,
+               "measured_here": bool(on_target.any())}
+        foreign = foreign_link([link, node_link], target, one["device_name"])
+        if foreign or not split_apart(group).all():  # or one opaque call (an untraced JAX row)
             records.append({**dict(zip(SETUP_OF_WHAT_IF, key, strict=True)), "nodes": 1,
                             "devices": 1, "total": 1, "link": "—", "node_link": "—",
-                            "note": f"not predicted: {group['untraced_share'].mean():.0%} of "
-                                    f"its step is one call no mark or trace splits, so its "
-                                    f"compute cannot be told from its communication"})
+                            "note": foreign or f"not predicted: "
+                                    f"{group['untraced_share'].mean():.0%} of its step is one "
+                                    f"call no mark or trace splits, so its compute cannot be "
+                                    f"told from its communication"})
             continue
         for bucket in bucket_sizes_of(one, bucket_sizes):
             records += scaled_out({**one, "bucket_mb": bucket}, calibration, devices, nodes,
-                                  link, node_link, band)
+                                  link, node_link, band, target, per_device_batch)
     return best_buckets(pd.DataFrame(records, columns=WHAT_IF_COLUMNS))
 
 
@@ -100,40 +113,43 @@ SETUP_OF_WHAT_IF = ["env", "backend", "device_type", *[c for c in WORKLOAD if c 
 
 
 def scaled_out(one: dict, calibration: Calibration, devices: list[int], nodes: list[int],
-               link: Link, node_link: Link, band: tuple[float, float] | None) -> list[dict]:
+               link: Link, node_link: Link, band: tuple[float, float] | None,
+               target: Target = MEASURED, per_device_batch: int | None = None) -> list[dict]:
     """The what-if rows of one 1-device setup, to every count its backend can run (a count its
     global batch cannot be split over is a row "not predicted", with why)."""
     kind = TRAITS[one["backend"]]
     crossing, size = kind.protocol_on(one["device_type"]), wire_size(one)
     bucket = int(one["bucket_mb"] * 2**20) if one["bucket_mb"] else None
-    base = sum(one[f"{p}_step"] for p in COMPUTE_PARTS)
+    weak = per_device_batch is not None or one["batch_mode"] != "global"
+    batch = per_device_batch or one["batch"]  # a device's at 1 device (and at N, if weak)
+    measured = sum(one[f"{p}_step"] * (batch / one["batch"] if p in PER_SAMPLE else 1)
+                   for p in COMPUTE_PARTS)
+    factor, compute_from = target_compute(one, target, measured, batch, one["measured_here"])
     rows, best, stopped = [], {}, None  # best: the highest rate at each smaller count
     for node_count, per_node in counts(devices, nodes):
         total = node_count * per_node
         if node_count > 1 and (not kind.spans_nodes or crossing.through_one_device):
             continue
         where = {**{c: one[c] for c in SETUP_OF_WHAT_IF}, "nodes": node_count,
-                 "devices": per_node, "total": total,
+                 "devices": per_node, "total": total, "per_device_batch": (
+                     batch if weak else one["batch"] / total), "compute_from": compute_from,
                  "link": link.name if per_node > 1 else "—",
                  "node_link": node_link.name if node_count > 1 else "—"}
-        if total > MOST_DEVICES:
-            rows.append({**where, "note": f"not predicted: {total:,} devices in all, beyond "
-                                          f"the {MOST_DEVICES:,} it predicts for"})
+        note = unpredictable(one, total, weak, factor, compute_from)
+        if note:
+            rows.append({**where, "note": note})
             continue
-        if one["batch_mode"] == "global" and one["batch"] % total:
-            rows.append({**where, "note": f"not predicted: a global batch of {one['batch']} "
-                                          f"does not split over {total} devices"})
-            continue
-        share = 1 / total if one["batch_mode"] == "global" else 1.0
-        parts = {p: one[f"{p}_step"] * (share if p in PER_SAMPLE else 1) for p in COMPUTE_PARTS}
+        share = (1 if weak else 1 / total) * batch / one["batch"]
+        parts = {p: one[f"{p}_step"] * (share if p in PER_SAMPLE else 1) * factor
+                 for p in COMPUTE_PARTS}
         compute = sum(parts.values())
         timeline = step_collectives(one["timeline"], crossing, size, parts["backward"], per_node,
                                     node_count, link, node_link, bucket, one["reshard"],
                                     *syncs(one))
         waiting = compute * relative_spread(one) * expected_largest(total)
         step = compute + timeline["exposed"] + waiting
-        rate = one["batch"] * (1 if one["batch_mode"] == "global" else total) / step
-        efficiency = rate / (one["batch"] / base) / total
+        rate = batch * (total if weak else 1) / step
+        efficiency = rate / (batch / (measured * factor)) / total
         fewer = [r for count, r in best.items() if count < total]
         if stopped is None and total > 1 and (efficiency < STOPS_PAYING
                                               or (fewer and rate < max(fewer))):
@@ -148,8 +164,24 @@ def scaled_out(one: dict, calibration: Calibration, devices: list[int], nodes: l
     return [{**row, "stops_paying_at": stopped} for row in rows]
 
 
+def unpredictable(one: dict, total: int, weak: bool, factor: float | None,
+                  compute_from: str) -> str | None:
+    """Why a count of a setup cannot be predicted (None where it can): no compute for the
+    target, beyond the counts a grid allows, a global batch that does not split."""
+    if factor is None:
+        return compute_from
+    if total > MOST_DEVICES:
+        return (f"not predicted: {total:,} devices in all, beyond the {MOST_DEVICES:,} it "
+                f"predicts for")
+    if not weak and one["batch"] % total:
+        return (f"not predicted: a global batch of {one['batch']} does not split over {total} "
+                f"devices")
+    return None
+
+
 MOST_DEVICES = SETTINGS["devices"].maximum  # in all: a grid's limit on a count, the what-if's
-WHAT_IF_COLUMNS = [*SETUP_OF_WHAT_IF, "nodes", "devices", "total", "link", "node_link", "step",
+WHAT_IF_COLUMNS = [*SETUP_OF_WHAT_IF, "nodes", "devices", "total", "per_device_batch",
+                   "compute_from", "link", "node_link", "step",
                    "exposed", "waiting", "hidden", "rate", "rate_low", "rate_high", "speedup",
                    "efficiency", "efficiency_low", "efficiency_high", "note", "stops_paying_at",
                    "best_bucket"]
