@@ -7,9 +7,11 @@ import re
 import pytest
 
 from tests.helpers import strict_json, xbench_here
+from xbench.cli.predict import bucket_sizes_option
 from xbench.common.backends.protocol import RING_ALL_REDUCE
 from xbench.common.backends.traits import TRAITS
 from xbench.common.errors import UserError
+from xbench.common.grids.grid import expand
 from xbench.reports.numbers import analysis
 from xbench.reports.numbers.rows import load
 from xbench.reports.step_model.calibration import (
@@ -278,3 +280,14 @@ def test_a_library_is_calibrated_on_collectives_that_ran_alone():
     # a last small bucket after backward says only its latency: the step's moving time instead
     basis, (steps, nominal, seconds) = calibration_point({**pair, "after_bytes": 1e5})
     assert (basis, seconds) == (MOVING, 0.6) and nominal == pytest.approx(0.8)
+
+
+def test_bucket_sizes_one_cell_would_share_are_one_size():
+    """25 and 25.0000001 are one cell in a grid (6 significant digits, then whole bytes), and
+    once made two identical rows of the what-if, both labelled 25: now one size, the cell's."""
+    given = "25,25.0000001,1.0000001"
+    cells = expand({"name": "b", "backends": ["pt-ddp"], "models": ["small"], "multiples": [1],
+                    "batches": [128], "devices": [2], "epochs": 2,
+                    "bucket_mb": [float(v) for v in given.split(",")]})
+    assert bucket_sizes_option(None, None, given) == sorted({c.bucket_mb for c in cells}) \
+        == [1.0, 25.0]

@@ -30,6 +30,7 @@ from xbench.common.backends.protocol import MIB
 from xbench.common.backends.traits import TRAITS, having, spanning_nodes
 from xbench.common.errors import UserError
 from xbench.common.grids.settings import SETTINGS
+from xbench.common.measuring.timing import FASTEST_STEP_SECONDS
 from xbench.common.results.store import open_regular
 from xbench.reports.step_model.predict import LINKS_FILE, parse_link, read_links
 from xbench.reports.step_model.step import Link, step_collectives
@@ -47,6 +48,9 @@ MOST_BYTES = 16 * MIB
 # by a measurement's noise or a cache's luck (the shipped records reach 1.0093); 2.0 is a typo.
 MOST_EFFICIENCY = 1.1
 MODELLED = ("compute", "moving", "no_overlap", "full_overlap", "predicted")
+# The largest model a record can describe: fifty times the largest trained (about 2 x 10^12).
+MOST_PARAMETERS = 1e14
+WIDEST_GRADIENT = 8  # bytes of one parameter's gradient: float64's, the widest a library sends
 
 
 @dataclass(frozen=True)
@@ -69,8 +73,9 @@ def setting_bound(key: str) -> Bound:
 NUMBERS = {
     "per_device_rate": Bound(why="samples a second on one device"),
     "per_device_batch": setting_bound("batches"),
-    "parameters": Bound(least=1, above=False),
-    "gradient_bytes_per_parameter": Bound(),
+    "parameters": Bound(least=1, above=False, most=MOST_PARAMETERS,
+                        why="fifty times the largest model trained"),
+    "gradient_bytes_per_parameter": Bound(most=WIDEST_GRADIENT, why="float64's, the widest"),
     "devices": setting_bound("devices"),
     "nodes": setting_bound("nodes"),
     "efficiency": Bound(most=MOST_EFFICIENCY, why="a share of perfect scaling"),
@@ -145,6 +150,10 @@ def checked_entry(where: str, entry: object) -> dict:
     for key in TEXT:
         if key in entry and not isinstance(entry[key], str):
             raise UserError(f"{where}: {key} = {entry[key]!r} is not text")
+        if key in entry and not entry[key].strip():
+            raise UserError(f"{where}: {key} = {entry[key]!r} is empty: give the record's "
+                            f"{key}" + (" (where each number was published)"
+                                        if key == "sources" else ""))
     if entry["backend"] not in TRAITS:
         raise UserError(f"{where}: unknown backend {entry['backend']!r} "
                         f"(one of {', '.join(TRAITS)})")
@@ -164,12 +173,14 @@ def checked_entry(where: str, entry: object) -> dict:
     if nodes > 1 and not traits.spans_nodes:
         raise UserError(f"{where}: nodes = {nodes} on backend {traits.name}, which runs on one "
                         f"machine; these span nodes: {', '.join(spanning_nodes())}")
-    if not math.isfinite(entry["per_device_batch"] / entry["per_device_rate"]):
+    step = entry["per_device_batch"] / entry["per_device_rate"]
+    if not math.isfinite(step):
         raise UserError(f"{where}: per_device_rate = {entry['per_device_rate']!r}: a batch of "
                         f"{entry['per_device_batch']} takes longer than a float can say")
-    if not math.isfinite(entry.get("gradient_bytes_per_parameter", 4) * entry["parameters"]):
-        raise UserError(f"{where}: parameters = {entry['parameters']!r} x "
-                        f"gradient_bytes_per_parameter: more bytes than a float can say")
+    if step < FASTEST_STEP_SECONDS:
+        raise UserError(f"{where}: per_device_rate = {entry['per_device_rate']!r}: a step of "
+                        f"{entry['per_device_batch']} samples in {step:.3g} s, under "
+                        f"{FASTEST_STEP_SECONDS * 1e6:g} µs, faster than any device trains")
     return entry
 
 
