@@ -35,12 +35,23 @@ class FiniteRange(click.FloatRange):
         return number
 
 
+def items(param, value: str) -> list[str]:
+    """The comma-separated values of an option, stripped; a clear error for an empty one
+    ('1,,4', 'last,'): a list that silently drops one is not the list that was typed."""
+    found = [v.strip() for v in value.split(",")]
+    if "" in found:
+        raise click.BadParameter(f"{value!r} has an empty value; give values separated by "
+                                 f"single commas (A,B,...)", param=param)
+    return found
+
+
 def int_list(ctx, param, value):
     """'1,2,4' -> [1, 2, 4] (a clear error for anything else)."""
     if value is None:
         return None
+    found = items(param, value)
     try:
-        return [int(v) for v in value.split(",") if v.strip()]
+        return [int(v) for v in found]
     except ValueError:
         raise click.BadParameter(f"'{value}' is not a comma-separated list of whole "
                                  "numbers") from None
@@ -50,14 +61,16 @@ def float_list(ctx, param, value):
     """'1,2.5' -> [1.0, 2.5] (a clear error for anything else)."""
     if value is None:
         return None
+    found = items(param, value)
     try:
-        return [float(v) for v in value.split(",") if v.strip()]
+        return [float(v) for v in found]
     except ValueError:
         raise click.BadParameter(f"'{value}' is not a comma-separated list of numbers") from None
 
 
 def str_list(ctx, param, value):
-    return None if value is None else [v.strip() for v in value.split(",") if v.strip()]
+    """'a,b' -> ['a', 'b'] (a clear error for an empty value)."""
+    return None if value is None else items(param, value)
 
 
 def json_text(value, indent: int | None = 1) -> str:
@@ -98,13 +111,23 @@ def table_text(frame, form: str) -> str:
     if frame.empty:
         return "(none)"
     shown = frame.assign(model=frame["model"].map(short_name)) if "model" in frame else frame
-    return terminal.table([str(c) for c in frame.columns], shown.astype(str).values.tolist())
+    return terminal.table([terminal.printable(str(c)) for c in frame.columns],
+                          shown.astype(str).map(terminal.printable).values.tolist())
 
 
 def prose(text: str, form: str) -> str:
-    """Sentences around the tables: wrapped between words for the terminal; as they are in
-    Markdown (a renderer wraps them)."""
-    return text if form == "md" else terminal.wrap(text)
+    """Sentences around the tables: wrapped between words for the terminal (printable); as they
+    are in Markdown (a renderer wraps them: what a file gave them is `quoted`)."""
+    return text if form == "md" else terminal.wrap(terminal.printable(text))
+
+
+def quoted(text: str, form: str) -> str:
+    """A file's text in a sentence (a published record's title and sources): printable for the
+    terminal, inert Markdown (reports.rendering.tables.markdown_text) with --format md."""
+    if form == "md":
+        from xbench.reports.rendering.tables import markdown_text  # pandas: loaded here
+        return markdown_text(text)
+    return terminal.printable(text)
 
 
 def own_version() -> str:

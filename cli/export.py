@@ -3,6 +3,7 @@ import click
 
 from xbench.common.errors import UserError
 from xbench.common.results import store as results
+from xbench.common.results.outputs import not_read
 
 
 @click.command("export")
@@ -16,7 +17,8 @@ def export(results_file, target, mlflow_uri):
     if not target and mlflow_uri is None:
         raise UserError("give a TARGET file (.csv or .parquet), or --mlflow [URI]")
     if target:
-        results.check_export_target(target)
+        not_read([results.check_export_target(target)], {results_file: "the results file"},
+                 "TARGET")
     if mlflow_uri is not None:
         from xbench.reports.rendering import tracking  # mlflow-skinny is optional
         mlflow_uri = tracking.check_store(mlflow_uri or tracking.default_uri())

@@ -20,11 +20,13 @@ from xbench.common.grids import grid as grid_module
 from xbench.common.grids.settings import SETTINGS
 from xbench.common.grids.table import format_rows
 from xbench.common.results import store as results
+from xbench.common.results.outputs import not_read
 from xbench.common.running.busy_machine import LOOK_SECONDS, Load, auto_waiting
 from xbench.common.running.estimate import dry_run_plan, forecasts
 from xbench.common.running.launch import make_launcher
-from xbench.common.running.runner import check_cells, run_grid
+from xbench.common.running.runner import check_cells, files_written, run_grid
 from xbench.common.workload import data as data_module
+from xbench.common.workload.resolve import resolve_model
 
 UNFINISHED = ("failed", "timeout")
 
@@ -61,7 +63,8 @@ def grid(grid_file, preset, batch_sweep, data_dir, results_path, resume, dry_run
     if bool(grid_file) == bool(preset):
         raise UserError("give a grid file or --preset NAME (not both), e.g. "
                         "`xbench grid --preset smoke`")
-    spec = grid_module.read_grid_file(grid_file or grid_module.preset_path(preset))
+    grid_path = grid_file or grid_module.preset_path(preset)
+    spec = grid_module.read_grid_file(grid_path)
     if overrides["batches"] and batch_sweep:
         raise UserError("give --batch or --batch-sweep, not both")
     overrides["batches"] = batch_sweep or overrides["batches"]
@@ -72,9 +75,11 @@ def grid(grid_file, preset, batch_sweep, data_dir, results_path, resume, dry_run
     # Every path is resolved here, once: the cells run in other working directories.
     results_path = results.check_results_path(
         results_path or DEFAULT_RESULTS_DIR / f"{spec['name']}.jsonl")
+    data_files = ()
     if cells[0].data not in ("synthetic", "model"):  # fail now if it is missing or damaged
-        folder = data_module.data_folder(cells[0].data, data_dir)
+        folder, data_files = data_module.data_folder(cells[0].data, data_dir)
         cells = [dataclasses.replace(cell, data_dir=folder) for cell in cells]
+    not_over_inputs(results_path, grid_path, data_files, cells)
     if dry_run:
         click.echo("\n".join(dry_run_plan(cells, results_path, resume, where)))
         return
@@ -102,6 +107,16 @@ def grid(grid_file, preset, batch_sweep, data_dir, results_path, resume, dry_run
         click.secho(f"{len(not_finished)} cell(s) {' or '.join(UNFINISHED)}: see their rows' "
                     f"errors and logs; exit code {EXIT_CELLS_FAILED}", fg="red", err=True)
         sys.exit(EXIT_CELLS_FAILED)
+
+
+def not_over_inputs(results_path, grid_path, data_files, cells) -> None:
+    """A UserError where the results, or a file the grid writes beside them, is a file the grid
+    reads: its grid file, its data, a model file."""
+    models = {path: "the model file" for name in {c.model for c in cells}
+              for path in resolve_model(name).files()}
+    not_read(files_written(results_path), {
+        grid_path: "the grid file", **dict.fromkeys(data_files, "a data file of the grid"),
+        **models}, "--results")
 
 
 def warn_if_busy(load: Load | None, cells) -> None:

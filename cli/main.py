@@ -20,6 +20,7 @@ from xbench.common.backends.frameworks import FRAMEWORKS
 from xbench.common.backends.traits import TRAITS
 from xbench.common.errors import UserError
 from xbench.common.running.runner import stop_on_signals
+from xbench.common.terminal import printable
 
 
 def group_help() -> str:
@@ -60,16 +61,17 @@ for command in (grid, probe, list_models, profile, list_backends, data_group, ex
 
 
 def run():
-    """Entry point: user errors print one message and exit 2, never a traceback; Ctrl-C and
-    SIGTERM, whenever they come, stop what runs (its processes ended) and exit 130. NO_COLOR
-    (any value) turns colour off, as https://no-color.org asks."""
+    """Entry point: user errors print one message and exit 2, never a traceback, what they
+    quote of the input made printable (common.terminal.printable); Ctrl-C and SIGTERM, whenever
+    they come, stop what runs (its processes ended) and exit 130. NO_COLOR (any value) turns
+    colour off, as https://no-color.org asks."""
     color = False if os.environ.get("NO_COLOR") else None
     state = {}
     try:
         with stop_on_signals():
             main(standalone_mode=False, color=color, obj=state)
     except UserError as e:
-        click.secho(f"error: {e}", fg="red", err=True, color=color)
+        click.secho(printable(f"error: {e}"), fg="red", err=True, color=color)
         sys.exit(2)
     except (click.exceptions.Abort, KeyboardInterrupt):  # Ctrl-C, or SIGTERM
         resumes = state.get("command") == "grid"
@@ -78,8 +80,8 @@ def run():
         sys.exit(130)
     except click.ClickException as e:  # click's usage errors too: one line, not four
         where = e.ctx.command_path if isinstance(e, click.UsageError) and e.ctx else "xbench"
-        click.secho(f"error: {e.format_message()} (see '{where} --help')", fg="red", err=True,
-                    color=color)
+        click.secho(printable(f"error: {e.format_message()} (see '{where} --help')"), fg="red",
+                    err=True, color=color)
         sys.exit(2)
 
 

@@ -10,6 +10,7 @@ from xbench.cli.console import (
     json_text,
     left_out_contended,
     prose,
+    quoted,
     table_format,
     table_text,
 )
@@ -30,7 +31,9 @@ def counts_option(ctx, param, value):
 
 
 def bucket_sizes_option(ctx, param, value):
-    """A comma list of bucket sizes above 0 in MiB (a UserError, exit 2, otherwise)."""
+    """A comma list of bucket sizes above 0 in MiB (a UserError, exit 2, otherwise), each as
+    the grid makes it a cell (6 significant digits, whole bytes): sizes one cell would share are
+    one size."""
     if value is None:
         return None
     try:
@@ -39,7 +42,7 @@ def bucket_sizes_option(ctx, param, value):
         found = []
     if not found or not all(0 < v < float("inf") for v in found):
         raise UserError(f"--bucket-mb {value!r}: give bucket sizes in MiB above 0, e.g. 1,25,100")
-    return sorted(set(found))
+    return sorted({SETTINGS["bucket_mb"].check_value(v) for v in found})  # as a grid's cells
 
 
 @click.command()
@@ -150,7 +153,8 @@ def show_published(record, form) -> None:
                      "slowest rank added):", form))
     click.echo(table_text(published_table(record), form))
     for _, row in record.iterrows():
-        click.echo(prose(f"- {row['title']}: {row['sources']}", form))
+        click.echo(prose(f"- {quoted(row['title'], form)}: {quoted(row['sources'], form)}",
+                         form))
     click.echo(prose("\nScored against predictors that know nothing of the step (skill = 1 - "
                      "the model's median error / the best trivial predictor's; "
                      "discriminating: bounds at least 5 points apart):", form))

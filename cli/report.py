@@ -4,7 +4,7 @@ from pathlib import Path
 import click
 
 from xbench.cli.console import DEFAULT_RESULTS_DIR, left_out_contended
-from xbench.common.results.outputs import writable_folder
+from xbench.common.results.outputs import not_read, writable_folder
 
 
 @click.command()
@@ -37,13 +37,20 @@ def report(results_files, out, formats, where, include_contended, baseline, lab,
     """Figures, tables and one HTML page from results files (default: the newest in results/);
     with --json, the report as data on stdout."""
     from xbench.reports.numbers.rows import load, newest_results
-    from xbench.reports.page.build import build_report, parse_formats  # pandas, scipy, matplotlib
+    from xbench.reports.page.build import (  # pandas, scipy, matplotlib
+        build_report,
+        files_written,
+        parse_formats,
+    )
     from xbench.reports.rendering.tables import shorten
     from xbench.reports.step_model.predict import given_links
     paths = [Path(p) for p in results_files] or [newest_results(DEFAULT_RESULTS_DIR)]
-    links = given_links(link, node_link)
+    links, chosen = given_links(link, node_link), parse_formats(formats)
     out = writable_folder(out or Path("reports/out") / paths[0].stem, "the report")
-    notices, summary, written = build_report(paths, out, parse_formats(formats), where,
+    not_read(files_written(out, chosen, as_json),
+             {**{path: "a results file" for path in paths},
+              baseline: "the --baseline results file"}, "--out", "folder")
+    notices, summary, written = build_report(paths, out, chosen, where,
                                              include_contended, baseline and Path(baseline), lab,
                                              *links, as_json=as_json)
     for line in notices:

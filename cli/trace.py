@@ -8,7 +8,7 @@ import click
 
 from xbench.common.backends.traits import TRAITS
 from xbench.common.errors import UserError, did_you_mean
-from xbench.common.results.outputs import whole_file, writable_file
+from xbench.common.results.outputs import not_read, whole_file, writable_file
 from xbench.common.results.store import read_rows
 from xbench.reports.rendering.trace import has_timeline, trace
 
@@ -34,6 +34,7 @@ def trace_cell(results_file, key, repeat, out):
         raise UserError(f"no timeline to trace for {key} (repeat {row['repeat']}): {why}")
     safe = re.sub(r"[^\w.-]+", "_", key)
     path = writable_file(out or f"trace-{safe}-r{row['repeat']}.json", "the trace")
+    not_read([path], {results_file: "the results file"}, "--out")  # never over what it draws
     drawn = trace(row)
     with whole_file(path) as partial:
         partial.write_text(json.dumps(drawn), encoding="utf-8")

@@ -21,7 +21,10 @@ CACHE_ENV = "XBENCH_CACHE"
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "xbench").resolve()
+    """The cache's folder as an absolute path, its links followed as far as they lead: a loop
+    of links (or a file where a folder should be) is found when the cache is first written,
+    never a traceback here."""
+    return Path(os.path.realpath(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "xbench"))
 
 
 def cache_path(kind: str, name: str) -> Path:

@@ -9,8 +9,11 @@ code prints (a `print` at import, an `atexit` hook) goes elsewhere and can never
 answer; a child that exits without one is told apart from one that answered.
 
 The child runs in a session (and process group) of its own, which is killed whole when the child
-ends, runs out of time or the parent is interrupted: a process the user's code started is no
-leftover. It also dies with the parent (a SIGKILL of xbench included)."""
+ends, runs out of time or the parent is interrupted; and while it runs, this process adopts what
+the child leaves orphaned (Linux's child subreaper), so that a process the user's code started in
+a session of its own, out of the group's reach, is found among this process's descendants and
+killed too: nothing the user's code started is a leftover. The child also dies with the parent
+(a SIGKILL of xbench included)."""
 from __future__ import annotations
 
 import contextlib
@@ -21,13 +24,17 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 ANSWER_ENV = "XBENCH_ANSWER"  # the file a child writes its answer to
 POLL_SECONDS = 0.05
 LAST_WORDS_CHARACTERS = 300
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37
 
 
 def end_with(driver_pid: int, sig: int = signal.SIGTERM):
@@ -67,7 +74,7 @@ def ask(command: list[str], timeout: float) -> Answered:
     """Run `command` alone (its own process group, ended whole however it ends) and read its
     answer."""
     with tempfile.TemporaryDirectory(prefix="xbench-answer-") as folder, \
-            tempfile.TemporaryFile() as said:
+            tempfile.TemporaryFile() as said, adopting() as descendants:
         answer_path = Path(folder) / "answer.json"
         process = subprocess.Popen(
             command, env={**os.environ, ANSWER_ENV: str(answer_path)},
@@ -80,6 +87,7 @@ def ask(command: list[str], timeout: float) -> Answered:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
+                end_adopted(descendants)
         said.seek(0)
         lines = said.read().decode(errors="replace").strip().splitlines() or [""]
         try:
@@ -88,6 +96,50 @@ def ask(command: list[str], timeout: float) -> Answered:
             answer = None
     return Answered(answer, process.returncode if ended else None,
                     lines[-1].strip()[:LAST_WORDS_CHARACTERS])
+
+
+@contextlib.contextmanager
+def adopting() -> Iterator[dict]:
+    """While the block runs, this process is a child subreaper: a process its children leave
+    orphaned (a grandchild whose parent ended, one in a session of its own) becomes its child,
+    not init's. Yields the descendants this process had before (pid: start time), which
+    `end_adopted` leaves alone."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    was = ctypes.c_int(0)
+    libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(was))
+    before = {p.pid: _started(p) for p in psutil.Process().children(recursive=True)}
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1)
+    try:
+        yield before
+    finally:
+        libc.prctl(PR_SET_CHILD_SUBREAPER, was.value)
+
+
+def end_adopted(before: dict) -> None:
+    """SIGKILL every descendant of this process that is not one of `before` (pid: start time),
+    until none is left (one may start another meanwhile), and reap those that are its
+    children."""
+    me = psutil.Process()
+    for _ in range(100):
+        new = [p for p in me.children(recursive=True) if before.get(p.pid) != _started(p)]
+        if not new:
+            return
+        for process in new:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        psutil.wait_procs([p for p in new if _parent(p) == me.pid], timeout=5)
+
+
+def _started(process: psutil.Process) -> float | None:
+    with contextlib.suppress(psutil.Error):
+        return process.create_time()
+    return None
+
+
+def _parent(process: psutil.Process) -> int | None:
+    with contextlib.suppress(psutil.Error):
+        return process.ppid()
+    return None
 
 
 def answer(value: object) -> None:

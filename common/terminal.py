@@ -9,6 +9,7 @@ block of "heading: value" lines."""
 import re
 import shutil
 import textwrap
+import unicodedata
 
 GAP = "  "  # between columns
 NARROWEST = 20  # columns of a terminal narrower than anything worth laying out
@@ -16,6 +17,23 @@ RULE = "-"
 # a value that reads as a number (right-aligned): 1,234.5, -3%, 1.02×, or nothing measured
 NUMBER = re.compile(r"^[-+]?[\d,]*\.?\d+(%|×|x)?$")
 NOTHING = {"-", "—", ""}
+
+
+# What must never reach a terminal as it is: control characters (C0, DEL, C1: the bell, escape
+# sequences that move the cursor or recolour the screen) and invisible format characters (the
+# bidirectional overrides and isolates that reorder what follows, zero-width ones), and the
+# Unicode line and paragraph separators.
+HIDDEN = {"Cc", "Cf", "Cs", "Zl", "Zp"}
+
+
+def printable(text: str) -> str:
+    """`text` as a terminal may show it: each hidden character (HIDDEN; line breaks aside) as
+    its escape, visible (\\x07, \\x1b, \\u202e), so that a file's text cannot ring the bell,
+    move the cursor, recolour the screen or reorder what follows it."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch == "\n" or unicodedata.category(ch) not in HIDDEN
+                   else ascii(ch)[1:-1] for ch in text)
 
 
 def width() -> int:

@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from tests.helpers import refused, xbench, xbench_here
+from xbench.common import cache
 from xbench.common.errors import UserError
+from xbench.common.running import timings
 from xbench.common.workload import data, mnist
 from xbench.common.workload.samples import NORMALISATION, epoch_order, rank_indices
 
@@ -44,6 +46,24 @@ def test_unpacked_mnist_is_kept_and_unpacked_again_when_changed(mnist_dir, tmp_p
     (tmp_path / "a file").write_text("")
     monkeypatch.setenv("XBENCH_CACHE", str(tmp_path / "a file"))
     assert np.array_equal(mnist.load_mnist(mnist_dir).train_images, first.train_images)
+
+
+def test_a_cache_that_is_a_loop_of_links_keeps_nothing_and_stops_nothing(mnist_dir, tmp_path,
+                                                                         monkeypatch):
+    """XBENCH_CACHE a loop of symbolic links (it was a traceback from Path.resolve in `models
+    --json` and the dry run): every path under it is found, nothing is kept, what reads it goes
+    on (MNIST, the dry run's timings), and what must keep something (a model file's facts) is
+    one line naming the cache."""
+    (tmp_path / "loopA").symlink_to("loopB")
+    (tmp_path / "loopB").symlink_to("loopA")
+    monkeypatch.setenv("XBENCH_CACHE", str(tmp_path / "loopA"))
+    assert cache.cache_path("counted", "x.json").parent.parent == cache.cache_root()
+    assert cache.read_kept(cache.cache_path("counted", "x.json"), {})[0] is None
+    assert timings.kept_timings() == {}
+    assert mnist.load_mnist(mnist_dir).train_images.shape == (60000, 28, 28, 1)
+    with pytest.raises(UserError, match=r"cannot keep what xbench finds of model.py in "
+                                        r"XBENCH_CACHE \(.*loopA\): Too many levels of symbolic"):
+        cache.keep(cache.cache_path("models", "m.json"), {}, "model.py")
 
 
 def test_torchvision_raw_layout_is_found(mnist_dir, tmp_path):

@@ -330,11 +330,17 @@ def test_ctrl_c_and_sigterm_stop_the_cell_resume_runs_the_rest_force_reruns(
     assert "b64" in interrupt(forced, results, mark, signal.SIGTERM)
 
 
-# A model file that starts a process at import (it carries the test's mark), and, in the process
-# PHASE names (its describer, or the worker of the dry run's probe cell), says so in READY and
-# sleeps.
-SPAWNING = """import pathlib, subprocess, sys, time
-subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+# A model file that starts processes at import (each carries the test's mark): one in its own
+# process group, one in a session of its own (beyond the group's reach), one in a session of its
+# own with an environment of the mark alone (beyond the reach of a cell's token too); and, in the
+# process PHASE names (its describer, or the worker of the dry run's probe cell), says so in
+# READY and sleeps.
+SPAWNING = """import os, pathlib, subprocess, sys, time
+SLEEP = [sys.executable, "-c", "import time; time.sleep(600)"]
+subprocess.Popen(SLEEP)
+subprocess.Popen(SLEEP, start_new_session=True)
+subprocess.Popen(SLEEP, start_new_session=True,
+                 env={"XBENCH_TEST_MARK": os.environ.get("XBENCH_TEST_MARK", "")})
 if "PHASE" in sys.argv[0]:
     pathlib.Path("READY").touch()
     time.sleep(600)
@@ -354,8 +360,9 @@ def dry_run_of(model, tmp_path):
 @pytest.mark.processes(
     "a model file is described, and its dry run measured, in processes of its own")
 def test_a_model_files_processes_end_with_its_describers_and_probe(tmp_path, mark):
-    """Each describer, and the dry run's probe cell, is ended with its process group:
-    what the file started at import is gone when the dry run has its answer."""
+    """Each describer, and the dry run's probe cell, is ended with what it started: what the
+    file started at import is gone when the dry run has its answer, also in a session of its
+    own (it once outlived xbench, under init)."""
     path = tmp_path / "model.py"
     path.write_text(SPAWNING.replace("PHASE", "no such process"))
     done = xbench_here(*dry_run_of(path, tmp_path),

@@ -120,6 +120,11 @@ BAD_COMMANDS = {  # {tmp} is the test's folder, where `bad_files` put a few brok
         ["--preset", "smoke", "--backend", "pt-ddp", "--devices", 4 * cpu_cores() + 1,
          "--batch-mode", "per_device"],
         f"--devices {4 * cpu_cores() + 1} is more than this machine can run on CPU"),
+    # a list with an empty value is not the list typed (1,,4 once made 2 cells)
+    "an empty value in a list": (["--preset", "smoke", "--accumulate", "1,,4"],
+                                 "'1,,4' has an empty value; give values separated by single"),
+    "a trailing comma": (["--preset", "smoke", "--accumulate-sync", "last,"],
+                         "'last,' has an empty value"),
     "negative retries": (["--preset", "smoke", "--retries", "-1"],
                          "'retries' must be 0 or more, got -1"),
     "budget not a number": (["--preset", "smoke", "--until-conclusive", "--budget", "nan"],
@@ -240,6 +245,41 @@ compile = ["off", "on"]
         "pt-ddp|small|x1|global-b128|d2|e2|seed0|mnist|cap4096|auto|acc4-each"
         "|inject-link=400mbit", "pt-ddp|small|x1|global-b128|d2|e2|seed0|mnist|cap4096|auto"
         "|compiled"}
+
+
+PARTS_GRID = """name = "p"
+backends = ["pt-single"]
+models = ["small"]
+multiples = [1]
+batches = [128]
+devices = [1]
+epochs = 2
+"""
+
+
+def test_the_cell_limit_is_the_whole_grids_every_part_together(tmp_path):
+    """Two parts of 60,000 cells each are 120,000, refused at once, before any cell is made
+    (it once took each part alone to its limit, and the dry run made all 120,000)."""
+    batches = ",".join(str(8 * i) for i in range(1, 61))
+    buckets = lambda offset: ",".join(f"{i + offset}" for i in range(1, 1001))  # noqa: E731
+    path = tmp_path / "big.toml"
+    path.write_text(PARTS_GRID.replace("epochs", "max_train_samples = 60000\nepochs")
+                    + "".join(f"[[parts]]\nbatches = [{batches}]\nbucket_mb = [{buckets(o)}]\n"
+                              for o in (0, 0.5)))
+    done = xbench_here("grid", path, "--data", "synthetic", "--dry-run")
+    refused(done, "the grid has 120,000 cells (axes x seeds x repeats, its 2 parts together); "
+                  "at most 100,000")
+
+
+@pytest.mark.parametrize("parts, message", [
+    ("[[parts]]\ndevices = [2]\n", "pt-single run on one device only, and --devices 2 has no 1"),
+    ("[[parts]]\ndevices = [2]\n[[parts]]\ndevices = [2, 4]\n",
+     "pt-single run on one device only, and no part's devices (2; 2,4) has 1")])
+def test_a_grid_of_no_cells_names_its_parts_devices(parts, message, tmp_path):
+    """The devices that leave no cell are the parts', not the file's (1 here)."""
+    path = tmp_path / "p.toml"
+    path.write_text(PARTS_GRID + parts)
+    refused(xbench_here("grid", path, "--data", "synthetic", "--dry-run"), message)
 
 
 def test_a_part_sets_axes_only(tmp_path):

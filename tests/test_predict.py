@@ -11,9 +11,11 @@ import pytest
 
 from tests.helpers import refused, strict_json, xbench_here
 from tests.report_fixtures import known_rows, write_rows
+from xbench.cli.predict import bucket_sizes_option
 from xbench.common.backends.protocol import RING_ALL_REDUCE
 from xbench.common.backends.traits import TRAITS
 from xbench.common.errors import UserError
+from xbench.common.grids.grid import expand
 from xbench.reports.numbers import analysis
 from xbench.reports.numbers.rows import load
 from xbench.reports.step_model.calibration import (
@@ -440,3 +442,12 @@ def test_the_ranks_spread_is_calibrated_on_the_waits_measured():
     assert rank_spreads(pairs) == {  # each backend's own: never pooled over backends
         ("cpu", "pt-ddp"): (pytest.approx(0.006 / (0.04 * largest)), 2),
         ("cpu", "hvd-torch"): (pytest.approx(0.02 / (0.04 * largest)), 1)}
+def test_bucket_sizes_one_cell_would_share_are_one_size():
+    """25 and 25.0000001 are one cell in a grid (6 significant digits, then whole bytes), and
+    once made two identical rows of the what-if, both labelled 25: now one size, the cell's."""
+    given = "25,25.0000001,1.0000001"
+    cells = expand({"name": "b", "backends": ["pt-ddp"], "models": ["small"], "multiples": [1],
+                    "batches": [128], "devices": [2], "epochs": 2,
+                    "bucket_mb": [float(v) for v in given.split(",")]})
+    assert bucket_sizes_option(None, None, given) == sorted({c.bucket_mb for c in cells}) \
+        == [1.0, 25.0]

@@ -1,5 +1,6 @@
 """The model checked against the world: published scaling results through the same arithmetic
 (`xbench predict --published [FILE]`), and what a measured overlap does to a prediction."""
+import json
 import os
 import tomllib
 
@@ -165,13 +166,20 @@ def test_a_bad_record_is_one_user_error_naming_it(change, message, tmp_path):
 BAD_RECORDS = [  # (what replaces what in RECORD, the field the one-line refusal names)
     *[(("per_device_rate = 100", f"per_device_rate = {v}"), "per_device_rate")
       for v in ("0", "-100", "inf", "nan", '"100"', "1e-320")],
-    (("gradient_bytes_per_parameter = 4", 'gradient_bytes_per_parameter = "four"'),
-     "gradient_bytes_per_parameter"),
+    # a batch of 50 in under 1 µs: the model put its efficiency at 1e-297 beside 0.9659
+    (("per_device_rate = 100", "per_device_rate = 1e308"),
+     "per_device_rate = 1e+308: a step of 50 samples in 5e-307 s, under 1 µs"),
+    *[(("gradient_bytes_per_parameter = 4", f"gradient_bytes_per_parameter = {v}"),
+       "gradient_bytes_per_parameter") for v in ('"four"', "16", "1e300")],
+    *[(('sources = "by hand"', f'sources = "{v}"'), f"sources = {v!r} is empty")
+      for v in ("", "  ")],
+    (('title = "by hand"', 'title = ""'), "title = '' is empty"),
     *[(("baseline_devices = 8", f"baseline_devices = {v}"), "baseline_devices")
       for v in ('"x"', "0", "16")],
     *[(("devices = 8", f"devices = {v}"), "devices") for v in ("0", "-2", "2.5", "100000")],
     (("nodes = 2", "nodes = 0"), "nodes"),
-    *[(("parameters = 25e6", f"parameters = {v}"), "parameters") for v in ("0", "-1", "1e308")],
+    *[(("parameters = 25e6", f"parameters = {v}"), "parameters")
+      for v in ("0", "-1", "1e300", "1e308")],
     *[(("efficiency = 0.9", f"efficiency = {v}"), "efficiency") for v in ("2.0", "-0.5", "nan")],
     (("per_device_batch = 50", "per_device_batch = 0"), "per_device_batch"),
     (("accumulation = 2", "accumulation = 0"), "accumulation"),
@@ -259,6 +267,29 @@ def test_published_prints_every_record_beside_three_predictions(tmp_path):
     assert run.stdout.count("| NVIDIA DLE") >= 8 and "| Goyal et al. 2017" in run.stdout
     assert "| none hidden |" in run.stdout and "| predicted (its timeline) |" in run.stdout \
         and "| all hidden behind backward |" in run.stdout and "| terms |" in run.stdout
+
+
+# A record's text that would act on a terminal or a Markdown page: the bell, an escape that
+# recolours the screen, the right-to-left override, code, a table's bar, a script.
+HOSTILE = "bell\x07 esc\x1b[31m rlo\u202e `code` a|b <script>alert(1)</script>"
+
+
+@pytest.mark.parametrize("form", ["text", "md"])
+def test_a_records_text_is_printable_on_a_terminal_and_inert_in_markdown(form, tmp_path):
+    """Its title and sources reach the terminal with every control character as its escape,
+    and a Markdown page as inert text (code, bars and HTML escaped), in its table and in its
+    line of sources alike."""
+    path = tmp_path / "mine.toml"
+    path.write_text(RECORD.replace('"by hand"', json.dumps(HOSTILE)))
+    run = xbench_here("predict", write_rows(tmp_path / "r.jsonl", known_rows()), "--published",
+                      path, "--format", form)
+    assert run.returncode == 0, run.stderr
+    assert not {"\x07", "\x1b", "\u202e"} & set(run.stdout)
+    assert "\\x07" in run.stdout and "\\u202e" in run.stdout
+    if form == "md":
+        assert "<script>" not in run.stdout and "&lt;script&gt;" in run.stdout
+        assert "\\`code\\`" in run.stdout and "a\\|b" in run.stdout
+        assert "`code`" not in run.stdout.replace("\\`", "")
 
 
 @pytest.mark.parametrize("text, message", [

@@ -21,8 +21,12 @@ def test_format_chooses_the_files(tmp_path):
     results = write_rows(tmp_path / "known.jsonl", known_rows())
     build_report([results], tmp_path / "out", formats=parse_formats("md,csv"))
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["cells.csv", "summary.md"]
-    with pytest.raises(UserError, match="--format takes a comma list of html, md, png, svg, csv"):
-        parse_formats("html,pdf")
+    for wrong in ("html,pdf", "", "md,", " "):  # an empty one once meant every format
+        with pytest.raises(UserError, match="--format takes a comma list of html, md, png, svg"):
+            parse_formats(wrong)
+    refused(xbench_here("report", results, "--format", "", "--out", tmp_path / "none"),
+            "--format takes a comma list of html, md, png, svg, csv; got ''")
+    assert not (tmp_path / "none").exists()
 
 
 def test_where_filters_rows_and_a_bad_query_is_a_clear_error(tmp_path):
@@ -85,7 +89,7 @@ def test_malformed_and_partial_files_report_what_they_can(tmp_path):
     assert "line 4: not valid JSON" in done.stderr and "line 5: not a result row" in done.stderr
     assert "line 6: not valid JSON" in done.stderr
     assert "line 2: not a result row: 'backend' is null in a row with status 'ok'" in done.stderr
-    assert "line 3: not a result row: 'devices' is str, not int" in done.stderr
+    assert "line 3: not a result row: 'devices' is 'four', not int" in done.stderr
     assert "1 row (1 ok, 0 not ok)" in done.stdout
     assert "fastest on 1 device: only pt-ddp ran" in done.stdout
     page = (tmp_path / "out" / "index.html").read_text()

@@ -245,6 +245,33 @@ def bad_rows():
     }
 
 
+def test_an_epoch_faster_than_any_device_trains_is_no_measurement(tmp_path):
+    """An epoch of 1e-300 s (its rate 4e303 samples/s, which the report once ranked first with
+    no mark) is no measurement: under 1 µs a step, the row is a skipped line that says why,
+    for the report as for every reader."""
+    good = hand_made_row(rates=(80, 100))
+    steps = -(-good["epochs"][1]["samples"] // good["global_batch"])
+    fast = {**good, "run_id": "fast",
+            "epochs": [good["epochs"][0], {**good["epochs"][1], "seconds": 1e-300}]}
+    assert row_problem(good) is None
+    assert row_problem(fast) == (f"epoch 2 took 1e-300 s for {steps} step(s), under 1 µs a "
+                                 f"step: faster than any device trains, so not a measurement")
+    results = write_rows(tmp_path / "r.jsonl", [good, fast])
+    report = xbench_here("report", results, "--out", tmp_path / "out", "--format", "md")
+    assert report.returncode == 0, report.stderr
+    assert "line 2: not a result row: epoch 2 took 1e-300 s" in report.stderr
+    assert "1 row (1 ok, 0 not ok)" in report.stdout
+
+
+def test_a_number_that_is_not_one_is_named_as_it_is():
+    """A top-level NaN is named as the nested ones are: its value, not its type (a NaN is a
+    float, and was called 'float, not int or float')."""
+    good = hand_made_row(rates=(80, 100))
+    assert row_problem({**good, "lr": float("nan")}) == "'lr' is nan, not int or float"
+    assert row_problem({**good, "cell_seconds": float("inf")}) == \
+        "'cell_seconds' is inf, not int or float"
+
+
 @pytest.mark.processes(
     "the dry run measures the frameworks' costs in real cells (common/running/timings.py)")
 def test_a_row_of_the_wrong_shape_is_a_skipped_line_for_every_reader(tmp_path):

@@ -1,7 +1,7 @@
 """Cells beyond one machine, on a real two-node Slurm cluster started on this machine
 (scripts/slurm_cluster.sh: Debian's slurm-wlm and munge, installed if absent; node1 and node2,
 one CPU each): multi-node cells of every backend that spans nodes, Slurm's time limit, Ctrl-C,
-and the bad input refused before anything is submitted."""
+a rank that crashes, and the bad input refused before anything is submitted."""
 import os
 import signal
 import subprocess
@@ -115,6 +115,52 @@ def test_ctrl_c_cancels_the_cells_job(slurm, mnist_dir, tmp_path):
     assert driver.returncode == 130 and "interrupted" in stderr, stderr
     assert jobs(slurm) == ""
     assert not results.exists()  # no row, no half row
+
+
+# A model file (Keras, its own data) whose rank 1 aborts, as glibc does on a corrupted heap, the
+# first time it runs as a task of a Slurm job; the second time it trains.
+ABORTING = """import os, pathlib
+import numpy as np
+
+if os.environ.get("SLURM_PROCID") == "1" and "XBENCH_PLACEMENT" in os.environ:
+    marker = pathlib.Path(__file__).with_name("aborted")
+    if not marker.exists():
+        marker.touch()
+        os.abort()
+
+
+def data():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((640, 8)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int64)
+    return {"train": (x[:512], y[:512]), "test": (x[512:], y[512:])}
+
+
+def keras():
+    import keras
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(2)])
+    return {"model": model, "inputs": ((8,), "float32"), "classes": 2}
+"""
+
+
+def test_a_rank_that_aborts_is_a_crash_and_its_cell_runs_again(slurm, mnist_dir, tmp_path):
+    """Rank 1 of a tf-multiworker cell aborts (SIGABRT); srun then kills rank 0 and answers
+    with that rank's signal, not the abort. Each task recorded its own end, so the job's code is
+    the abort's: the run is a crash, as it is on one machine, the cell runs again (`retries`,
+    1) and trains, and the row keeps the crash."""
+    model = tmp_path / "aborting.py"
+    model.write_text(ABORTING)
+    done, results = grid(slurm, tmp_path, mnist_dir, backends=["tf-multiworker"],
+                         models=[str(model)], data="model", nodes=[2], devices=[1], batches=[64])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / "aborted").exists()
+    [row] = read_rows(results)[0]
+    assert row["status"] == "ok", row["error"]
+    [crash] = row["crashes"]
+    assert crash.startswith("crashed: exit code 134 (a process killed by signal 6, Abort"), crash
+    assert "xbench slurm_job: task 1 on node" in crash and "ended first, killed by signal 6" \
+        in crash, crash
+    assert jobs(slurm) == ""
 
 
 @pytest.mark.parametrize("options, settings, message", [

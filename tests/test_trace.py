@@ -93,3 +93,16 @@ def test_a_cell_not_there_or_without_a_timeline_is_one_line_and_exit_2(tmp_path)
     refused(xbench_here("trace", tmp_path / "old.jsonl", "--cell", DDP, cwd=tmp_path),
             "before schema 15")
     assert not list(tmp_path.glob("trace-*"))
+
+
+def test_an_out_under_a_file_says_so_and_a_key_is_echoed_printable(tmp_path):
+    """--out beneath a file names the file, not a folder that "does not exist"; a key with a
+    control character comes back with it escaped, never raw on the terminal."""
+    results = RECORDED / "repeats.jsonl"
+    (tmp_path / "demo.jsonl").write_text("")
+    refused(xbench_here("trace", results, "--cell", DDP, "--out", "demo.jsonl/x.json",
+                        cwd=tmp_path),
+            "cannot write the trace to demo.jsonl/x.json: demo.jsonl is a file, not a folder")
+    done = xbench_here("trace", results, "--cell", "pt-ddp\x01", cwd=tmp_path)
+    refused(done, "no cell 'pt-ddp\\x01' in")
+    assert "\x01" not in done.stderr

@@ -209,10 +209,13 @@ def test_a_damaged_kept_model_is_described_again(tmp_path, cache, monkeypatch):
 
 
 @pytest.mark.parametrize("where, message", [
-    ("a file", "Not a directory"), ("/proc/xbench", "No such file or directory")])
+    ("a file", "Not a directory"), ("/proc/xbench", "No such file or directory"),
+    ("a loop", "Too many levels of symbolic links")])
 def test_a_cache_that_cannot_be_written_is_one_line(where, message, tmp_path):
-    cache = tmp_path / "a file" if where == "a file" else where
+    cache = tmp_path / where if where in ("a file", "a loop") else where
     (tmp_path / "a file").write_text("")
+    (tmp_path / "a loop").symlink_to("another")
+    (tmp_path / "another").symlink_to("a loop")
     done = xbench_here("grid", "--preset", "smoke", "--model", model_file(tmp_path, MLP),
                        "--data", "synthetic", "--backend", "pt-ddp", "--results",
                        tmp_path / "r.jsonl", "--dry-run", env={"XBENCH_CACHE": str(cache)})

@@ -5,14 +5,29 @@ Each worker reads its own shard of every global batch (as DDP's ranks do), so th
 through `distribute_datasets_from_function` (no rebatching, no auto-sharding); the strategy's
 collectives sum the gradients over the workers in `apply_gradients` (ring on CPU, NCCL on GPU).
 TF_CONFIG is built from the launcher's placement and the worker's task index.
+
+What crashes a worker now and then ("malloc assertion failure in _int_malloc", "munmap_chunk():
+invalid pointer", "free(): invalid size", a segfault) is TensorFlow's profiler, which the loop's
+tracer stops after each traced step (tf_backend/trace.py): a core dump of a rank shows it dying in
+tsl's TraceMeRecorder::Consume (SplitEventTracker::FindStartAndMerge). For a profiler activity
+that ends on another thread than began it, Consume keeps a pointer to the end's event among one
+thread's events, copies those elsewhere as its vector of threads grows (libstdc++'s deque moves
+are not noexcept, so the vector copies) and frees the originals, then writes the start's name
+through the pointer into freed memory; whether a thread's events come before the other's is the
+order of a hash map, so it happens at random. Such activities are
+`CollectiveExecutor::CompleteParams` in a worker that is not the group leader: each collective
+asks the leader for its parameters and ends on the RPC's thread (2 a step of the small model on
+2 workers; none in the leader). The step's own cannot be kept out of the step's trace; the
+tracer's barrier, which it passes once the profiler has started, goes through the coordination
+service's key-value store (MultiWorkerCollectives.barrier), which starts no activity, so that it
+adds none (a third of them, as the sum it was). A crash that still comes is a crash: the cell
+runs again (the `retries` setting), on one machine and under Slurm alike.
 """
 import base64
 import json
 import os
 import pickle
 import sys
-
-import numpy as np
 
 from xbench.common.running.placement import Placement, local_task_index, task_index
 from xbench.tf_backend.base import TensorFlowBackend
@@ -61,9 +76,9 @@ class MultiWorkerMirroredBackend(TensorFlowBackend):
 
 
 class MultiWorkerCollectives(TensorFlowCollectives):
-    """The workers' own collective ops (sum and barrier through the strategy, once it exists;
-    gather through the coordination service): every worker must call them in the same order, as
-    the training loop does."""
+    """The workers' own collective ops (sum through the strategy, once it exists; barrier,
+    gather and leave through the coordination service): every worker must call them in the same
+    order, as the training loop does."""
     strategy = None
 
     def __init__(self, rank, world):
@@ -74,7 +89,10 @@ class MultiWorkerCollectives(TensorFlowCollectives):
         return self.strategy.run(lambda: tf.constant(value))
 
     def barrier(self):
-        self.sum(np.zeros(1))
+        """A gather of nothing: through the coordination service, not a collective, so that the
+        tracer's barrier adds no activity to the profiler that ends on another thread (the
+        module's docstring says why that matters)."""
+        self.gather(None)
 
     def leave(self):
         """Through the coordination service, not a collective: a worker past the last collective
@@ -108,10 +126,9 @@ class MultiWorkerCollectives(TensorFlowCollectives):
 
     def gather(self, value):
         """Through the coordination service's key-value store, the cluster's side channel for
-        small data, not a collective: TensorFlow's CollectiveGatherV2, traced anew for each
-        shape, corrupted a worker's heap now and then on a loaded machine ("munmap_chunk():
-        invalid pointer", "free(): invalid size"), and the other worker failed as UNAVAILABLE.
-        Each value is pickled under a key of its own; every worker reads every worker's key,
+        small data, not a collective (a CollectiveGatherV2, traced anew for each shape, was seen
+        in the heap corruption the module's docstring explains). Each value is pickled under
+        a key of its own; every worker reads every worker's key,
         waiting until it is set (or the cell's timeout ends the cell), then drops its key of the
         gather before, which every worker has read by then (they set this one after it)."""
         from tensorflow.python.eager import context

@@ -40,8 +40,9 @@ BOOKKEEPING_SETTINGS = [
             "SIGABRT, SIGBUS, SIGILL or SIGFPE: a fault inside a framework, such as the heap "
             "corruption TensorFlow's multi-worker processes show now and then), as its launcher "
             "reports it "
-            "(xbench's own spawner passes the signal on; torchrun and horovodrun exit 1, "
-            "which is not taken for a crash); every crash is kept in the row's 'crashes'.",
+            "(xbench's own spawner passes the signal on, and a Slurm job the signal of the srun "
+            "task that ended first; torchrun and horovodrun exit 1, which is not taken for a "
+            "crash); every crash is kept in the row's 'crashes'.",
             row=None, minimum=0, maximum=5,
             why="a cell that crashes 6 times in a row is not crashing by chance",
             role=Role.BOOKKEEPING),

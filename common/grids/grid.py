@@ -139,14 +139,19 @@ def sweep_batches(text: str, settings: dict, models: list[str], multiples: list[
 def expand(spec: dict, overrides: dict | None = None, data_dir=None) -> list[Cell]:
     """Validate the spec (with command-line overrides applied) and return its cells in run
     order: every part's (the command line's axes apply to every part)."""
-    parts = spec.get(PARTS) or [{}]
     whole = {k: v for k, v in spec.items() if k != PARTS}
-    found = [_configurations({**whole, **part}, overrides, data_dir) for part in parts]
-    configurations = list({c.key: c for c in itertools.chain(*found)}.values())
+    parts = [resolve({**whole, **part}, overrides) for part in spec.get(PARTS) or [{}]]
     values, settings = resolve(whole, overrides)
+    combinations = sum(math.prod(len(v) for v in axes.values()) for axes, _ in parts)
+    _check_count(combinations * settings["repeats"] * settings["seeds"], len(parts))
+    found = [_configurations(axes, part_settings, data_dir) for axes, part_settings in parts]
+    configurations = list({c.key: c for c in itertools.chain(*found)}.values())
     if not configurations:
+        devices = [",".join(map(str, axes["devices"])) for axes, _ in parts]
+        where = (f"--devices {devices[0]} has no 1" if len(parts) == 1 else
+                 f"no part's devices ({'; '.join(devices)}) has 1")
         raise UserError(f"no cells: {', '.join(values['backends'])} run on one device only, and "
-                        f"--devices {','.join(map(str, values['devices']))} has no 1")
+                        f"{where}")
     # Seed by seed and repeat by repeat: every configuration once, then again, so that a drift
     # in what else the machine does spreads over all of them instead of falling on one
     # configuration's seeds or repeats.
@@ -154,9 +159,9 @@ def expand(spec: dict, overrides: dict | None = None, data_dir=None) -> list[Cel
             for s in range(settings["seeds"]) for c in configurations]
 
 
-def _configurations(spec: dict, overrides: dict | None, data_dir) -> list[Cell]:
-    """One part's configurations (every combination of its axes that is a run of its own)."""
-    values, settings = resolve(spec, overrides)
+def _configurations(values: dict, settings: dict, data_dir) -> list[Cell]:
+    """One part's configurations (every combination of its axes, `values`, that is a run of its
+    own)."""
     configurations = []
     for combination in itertools.product(*values.values()):
         axes = dict(zip(values, combination))
@@ -172,6 +177,14 @@ def _configurations(spec: dict, overrides: dict | None, data_dir) -> list[Cell]:
             continue  # one micro-batch syncs once whatever the mode: the same run
         configurations.append(normalised(cell))
     return configurations  # cells normalised alike share a key: expand keeps one
+
+
+def _check_count(cells: int, parts: int = 1) -> None:
+    """At most MAX_CELLS cells in the whole grid (every part's together), before any is made."""
+    if cells > MAX_CELLS:
+        together = f", its {parts} parts together" if parts > 1 else ""
+        raise UserError(f"the grid has {cells:,} cells (axes x seeds x repeats{together}); at "
+                        f"most {MAX_CELLS:,}: narrow an axis or lower --seeds or --repeat")
 
 
 def normalised(cell: Cell) -> Cell:
@@ -190,10 +203,8 @@ def _check_sizes(values, settings):
         raise UserError(f"grid name {settings['name']!r} must be letters, digits, '.', '_' or '-' "
                         f"(it names the results file results/<name>.jsonl), starting with a "
                         f"letter or digit")
-    cells = math.prod(len(v) for v in values.values()) * settings["repeats"] * settings["seeds"]
-    if cells > MAX_CELLS:
-        raise UserError(f"the grid has {cells:,} cells (axes x seeds x repeats); at most "
-                        f"{MAX_CELLS:,}: narrow an axis or lower --seeds or --repeat")
+    _check_count(math.prod(len(v) for v in values.values()) * settings["repeats"]
+                 * settings["seeds"])
     if settings["seed"] + settings["seeds"] - 1 > SETTINGS["seed"].maximum:
         raise UserError(f"seeds {settings['seed']:,} to "
                         f"{settings['seed'] + settings['seeds'] - 1:,}"

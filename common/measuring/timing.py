@@ -9,6 +9,11 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+# No training step (a forward, a backward and an optimizer's update, each tens of kernels or
+# more) takes less than this on any device: an epoch faster than this a step, or a published
+# rate beyond a batch in this time, was not measured but damaged or mistyped.
+FASTEST_STEP_SECONDS = 1e-6
+
 
 class EpochClock:
     """Wall clock (`time.perf_counter`, never CPU time) for one epoch: starts when the first batch

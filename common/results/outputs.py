@@ -1,10 +1,10 @@
 """Where a command writes, checked before its work starts: a folder it can make and write in, a
-file it can create. A location that cannot take the output is one line (UserError), never a
-traceback after minutes of measuring."""
+file it can create, never a file the command reads. A location that cannot take the output is one
+line (UserError), never a traceback after minutes of measuring."""
 import contextlib
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from xbench.common.errors import UserError
@@ -34,12 +34,37 @@ def writable_file(path, what: str) -> Path:
     if path.exists() and not os.access(path, os.W_OK):
         raise UserError(f"cannot write {what} to {path}: the file is read-only")
     if not path.parent.is_dir():
-        raise UserError(f"cannot write {what} to {path}: the folder {path.parent} does not exist")
+        in_the_way = next((p for p in path.parents if p.is_file()), None)
+        reason = (f"{in_the_way} is a file, not a folder" if in_the_way
+                  else f"the folder {path.parent} does not exist")
+        raise UserError(f"cannot write {what} to {path}: {reason}")
     try:
         tempfile.TemporaryFile(dir=path.parent).close()
     except OSError as e:
         raise UserError(f"cannot write {what} to {path}: {e.strerror}") from None
     return path
+
+
+def not_read(written: Iterable, read: Mapping, option: str, kind: str = "file") -> None:
+    """Nothing where no file a command writes (`written`) is one it reads (`read`: each path,
+    and what it is to the command); else a UserError naming both, before the work starts:
+    writing there would replace what the command reads (the results it draws a trace of, the
+    grid file that defines the grid). A file under another name (a relative path, a link, a
+    hard link) is the same file; a file not there yet is none of them. `option`: where the user
+    chose the output, and `kind` what it takes (a file, a folder)."""
+    for path in map(Path, written):
+        for source, what in read.items():
+            if source is not None and _same_file(path, Path(source)):
+                named = "" if str(source) == str(path) else f" ({source})"
+                raise UserError(f"{option}: {path} is {what}{named}, which this command reads: "
+                                f"writing there would damage it; give {option} another {kind}")
+
+
+def _same_file(one: Path, other: Path) -> bool:
+    try:
+        return os.path.samefile(one, other)
+    except (OSError, ValueError):  # either is not there (or cannot be looked at): not one file
+        return False
 
 
 @contextlib.contextmanager

@@ -24,6 +24,7 @@ from xbench.common.json_shapes import (
     shown,
 )
 from xbench.common.measuring.attribution import PARTS
+from xbench.common.measuring.timing import FASTEST_STEP_SECONDS
 from xbench.common.results.invariants import broken
 from xbench.common.results.upgrades import CURRENT
 from xbench.common.workload.model import Model
@@ -262,7 +263,7 @@ def row_problem(row: Any) -> str | None:
                 return f"'{name}' is null in a row with status {status!r}"
             continue
         if not is_kind(value, kinds):
-            return (f"'{name}' is {type(value).__name__}, not "
+            return (f"'{name}' is {shown(value)}, not "
                     f"{' or '.join(k.__name__ for k in kinds)}")
         problem = shape_problem(value, NESTED[name], name) if name in NESTED else None
         if problem:
@@ -279,6 +280,12 @@ def row_problem(row: Any) -> str | None:
     if beyond:
         return (f"epoch {beyond[0]['epoch']} trained {beyond[0]['samples']:,} samples, more "
                 f"than the {row['train_samples']:,} of its training set")
+    too_fast = next((e for e in row["epochs"]
+                     if e["seconds"] < _steps(e, row) * FASTEST_STEP_SECONDS), None)
+    if too_fast:
+        return (f"epoch {too_fast['epoch']} took {too_fast['seconds']:.3g} s for "
+                f"{_steps(too_fast, row):,} step(s), under {FASTEST_STEP_SECONDS * 1e6:g} µs a "
+                f"step: faster than any device trains, so not a measurement")
     if row["repeat"] < 0 or row["look"] < 0:
         return f"'{'repeat' if row['repeat'] < 0 else 'look'}' is negative"
     if status == "ok" and len(row["epochs"]) < 2:
@@ -287,6 +294,11 @@ def row_problem(row: Any) -> str | None:
     if not _valid_text(row):
         return "a text in it is not valid Unicode (a lone surrogate)"
     return None
+
+
+def _steps(epoch: dict, row: dict) -> int:
+    """The optimizer steps an epoch of the row took: its samples in global batches."""
+    return -(-epoch["samples"] // row["global_batch"])
 
 
 def _valid_text(value) -> bool:

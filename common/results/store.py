@@ -93,10 +93,15 @@ def append_row(path, row):
         os.close(fd)  # closing releases the lock
 
 
+def unsaved_path(path) -> Path:
+    """Where a row the results file `path` could not take is kept first: beside it."""
+    return Path(f"{path}.unsaved.jsonl")
+
+
 def keep_unwritten(path, line):
     """Save a row the results file could not take: beside it, else in the temporary folder, else
     on standard error. Returns what to tell the user."""
-    for side in (Path(f"{path}.unsaved.jsonl"),
+    for side in (unsaved_path(path),
                  Path(tempfile.gettempdir()) / f"xbench-unsaved-{os.getpid()}.jsonl"):
         try:
             with open(side, "ab") as f:

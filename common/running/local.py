@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import psutil
 
-from xbench.common.children import end_with, signals_held
+from xbench.common.children import adopting, end_adopted, end_with, signals_held
 from xbench.common.grids.cell import Cell
 from xbench.common.machine import cpu_cores
 from xbench.common.running.busy_machine import Load, look_at_load
@@ -94,20 +94,26 @@ class LocalLauncher:
             command = capped_link(command, injected.link, injected.link_bytes_per_second)
         log.write(" ".join(command) + "\n")
         log.flush()
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                   env={**environment, PLACEMENT_ENV: placement.to_env()},
-                                   cwd=REPO,
-                                   start_new_session=True, preexec_fn=end_with(os.getpid()))
+        with adopting() as before:  # what a rank starts in a session of its own stays in reach
+            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                       env={**environment, PLACEMENT_ENV: placement.to_env()},
+                                       cwd=REPO,
+                                       start_new_session=True, preexec_fn=end_with(os.getpid()))
+            try:
+                return self.wait(process, cell, watch)
+            finally:
+                with signals_held():
+                    end_processes(process, token)
+                    end_adopted(before)
+
+    @staticmethod
+    def wait(process: subprocess.Popen, cell: Cell, watch) -> Ended:
+        """Until the cell's processes end or its timeout passes (`watch()` called meanwhile)."""
         deadline = time.monotonic() + cell.timeout
-        try:
-            while (code := process.poll()) is None:
-                if time.monotonic() > deadline:
-                    return Ended(None, True, f"no result after the cell's timeout of "
-                                             f"{cell.timeout} s; every process of the cell was "
-                                             f"killed")
-                watch()
-                time.sleep(WATCH_SECONDS)
-            return Ended(code)
-        finally:
-            with signals_held():
-                end_processes(process, token)
+        while (code := process.poll()) is None:
+            if time.monotonic() > deadline:
+                return Ended(None, True, f"no result after the cell's timeout of {cell.timeout} "
+                                         f"s; every process of the cell was killed")
+            watch()
+            time.sleep(WATCH_SECONDS)
+        return Ended(code)

@@ -147,6 +147,12 @@ def check_devices(cells, cores):
             f"most {limit} devices here, or --device cuda on a machine with that many GPUs")
 
 
+def files_written(results_path) -> list[Path]:
+    """The results file and what a grid writes beside it (its claims, a row the file could not
+    take): none may be a file the grid reads (cli.grid)."""
+    return [Path(results_path), Claims(results_path).path, results.unsaved_path(results_path)]
+
+
 def earlier_rows(results_path, echo=print):
     """The valid rows already in the results file; damaged lines are reported, then ignored."""
     if not Path(results_path).is_file():

@@ -1,10 +1,13 @@
 """`python -m xbench.common.running.slurm_job JOB_JSON OUT_DIR`: the batch script of a cell's Slurm
 job, on the job's first node. It finds the nodes Slurm allocated and how the other nodes reach each
 of them, then runs the backend's command as its launch scope says (common.backends.launch_scopes):
-with srun, as many tasks on each node as it asks for, or here, once, for a launcher that starts
-every rank itself (horovodrun)."""
+with srun, as many tasks on each node as it asks for, each task under common.running.slurm_task,
+or here, once, for a launcher that starts every rank itself (horovodrun). Its exit code is the
+job's: after srun, that of the task that ended badly first (a crash, not the SIGKILL srun then
+gave its peers), so that the runner sees a crash as a local launcher shows it."""
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -13,6 +16,9 @@ from pathlib import Path
 from xbench.common.backends.start import Start
 from xbench.common.grids.cell import Cell
 from xbench.common.running.placement import PLACEMENT_ENV, Placement
+from xbench.common.running.slurm_task import first_failed
+
+TASK = "xbench.common.running.slurm_task"  # what each srun task runs: the rank, its end recorded
 
 
 def allocated_nodes() -> tuple[list[str], list[str]]:
@@ -65,10 +71,26 @@ def main(job_path: str, out_dir: str) -> int:
     if not backend.scope.once_per_cell:
         command = ["srun", f"--nodes={cell.nodes}",
                    f"--ntasks-per-node={backend.scope.tasks(cell)}", "--kill-on-bad-exit=1",
-                   *command]
+                   sys.executable, "-m", TASK, out_dir, "--", *command]
     print(f"xbench slurm_job: nodes {placement.hosts}, port {port}: {' '.join(command)}",
           file=sys.stderr, flush=True)
-    return subprocess.run(command, env={**os.environ, PLACEMENT_ENV: placement.to_env()}).returncode
+    code = subprocess.run(command, env={**os.environ, PLACEMENT_ENV: placement.to_env()}).returncode
+    return the_cause(code, Path(out_dir))
+
+
+def the_cause(code: int, out_dir: Path) -> int:
+    """The job's exit code, given srun's (or horovodrun's) `code`: where it failed, that of the
+    srun task that ended badly first (common.running.slurm_task), a signal as 128 + its number;
+    where no task recorded a bad end, `code` itself."""
+    failed = first_failed(out_dir)
+    if failed is None or code == 0:
+        return code
+    ended = failed["returncode"]
+    print(f"xbench slurm_job: task {failed['rank']} on {failed['node']} ended first, "
+          + (f"killed by signal {-ended} ({signal.strsignal(-ended)})" if ended < 0
+             else f"with exit code {ended}")
+          + f"; srun's exit code {code} is what followed", file=sys.stderr, flush=True)
+    return ended if ended > 0 else 128 - ended
 
 
 if __name__ == "__main__":

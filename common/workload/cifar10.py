@@ -51,7 +51,8 @@ def load_cifar10(data_dir=None, pickles=CIFAR_PICKLES, archives=CIFAR_ARCHIVES) 
         if not missing:
             parts = {name: _cifar_pickle(_verified(folder / name, md5))
                      for name, md5 in pickles.items()}
-            return _cifar_images(parts, str(folder.resolve()))
+            return _cifar_images(parts, str(folder.resolve()),
+                                 tuple(str((folder / name).resolve()) for name in pickles))
         for name, md5 in archives.items():
             if (folder / name).is_file():
                 return _cifar_archive(_verified(folder / name, md5), str((folder / name).resolve()))
@@ -95,10 +96,10 @@ def _cifar_archive(raw: bytes, source: str) -> Images:
     if missing:
         raise UserError(f"{source} lacks {', '.join(missing)}: not the CIFAR-10 archive. "
                         f"{CIFAR_HOW_TO_GET}")
-    return _cifar_images(parts, source)
+    return _cifar_images(parts, source, (source,))
 
 
-def _cifar_images(parts: dict, source: str) -> Images:
+def _cifar_images(parts: dict, source: str, files: tuple[str, ...]) -> Images:
     """The five training batches in order and the test batch, as (n, 32, 32, 3) images."""
     def images(rows):
         return np.ascontiguousarray(rows.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
@@ -107,4 +108,4 @@ def _cifar_images(parts: dict, source: str) -> Images:
     test_rows, test_labels = parts["test_batch"]
     return Images(images(np.concatenate([rows for rows, _ in train])),
                   np.concatenate([labels for _, labels in train]), images(test_rows),
-                  test_labels, dataset="cifar10", source=source, layout="cifar10")
+                  test_labels, dataset="cifar10", source=source, layout="cifar10", files=files)

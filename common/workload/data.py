@@ -149,10 +149,11 @@ def load(cell, model: Model, framework: str) -> Images:
     return data
 
 
-def data_folder(data: str, data_dir=None) -> str:
+def data_folder(data: str, data_dir=None) -> tuple[str, tuple[str, ...]]:
     """The absolute folder (or archive) `data` is read from, checksums verified: resolved once,
     where the user gave it, so that every cell reads exactly that whatever its working
-    directory."""
+    directory; and the files read there (no output may be one of them)."""
     loader = {"cifar10": load_cifar10, "shakespeare": load_shakespeare}.get(data, load_mnist)
-    source = Path(loader(data_dir).source)
-    return str(source if source.is_dir() else source.parent)
+    found = loader(data_dir)
+    source = Path(found.source)
+    return str(source if source.is_dir() else source.parent), found.files

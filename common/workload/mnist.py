@@ -47,10 +47,12 @@ def load_mnist(data_dir=None):
     """Real MNIST from the first place that has it, checksums verified."""
     for folder in candidate_dirs(data_dir):
         if all(_idx_path(folder, stem) for stem, _, _ in IDX_FILES.values()):
-            arrays = {key: _read_idx(_idx_path(folder, stem), md5_gz, md5_raw)
-                      for key, (stem, md5_gz, md5_raw) in IDX_FILES.items()}
+            paths = {key: _idx_path(folder, stem) for key, (stem, _, _) in IDX_FILES.items()}
+            arrays = {key: _read_idx(paths[key], md5_gz, md5_raw)
+                      for key, (_, md5_gz, md5_raw) in IDX_FILES.items()}
             return Images(**{k: v[..., None] if "images" in k else v for k, v in arrays.items()},
-                          dataset="mnist", source=str(folder.resolve()), layout="mnist")
+                          dataset="mnist", source=str(folder.resolve()), layout="mnist",
+                          files=tuple(str(p.resolve()) for p in paths.values()))
         if (folder / "mnist.npz").is_file():
             return _read_keras_npz(folder / "mnist.npz")
     looked = "\n  ".join(str(d) for d in candidate_dirs(data_dir))
@@ -98,7 +100,8 @@ def _read_keras_npz(path):
                         f"Delete it, then {HOW_TO_GET}")
     with np.load(path) as f:
         return Images(f["x_train"][..., None], f["y_train"], f["x_test"][..., None], f["y_test"],
-                      dataset="mnist", source=str(path.resolve()), layout="mnist")
+                      dataset="mnist", source=str(path.resolve()), layout="mnist",
+                      files=(str(path.resolve()),))
 
 
 def download(to):

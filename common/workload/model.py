@@ -73,3 +73,6 @@ class Model(Protocol):
 
     def row_record(self) -> dict:
         """What a row's backend details record of it beyond its name."""
+
+    def files(self) -> tuple[str, ...]:
+        """The files of the user's that its cells read (a command never writes over them)."""

@@ -191,6 +191,9 @@ class ModelFile:
     def carried(self) -> dict | None:
         return dataclasses.asdict(self)
 
+    def files(self) -> tuple[str, ...]:
+        return (self.path,)
+
     def row_record(self) -> dict:
         return {"model_file": {
             "path": self.path, "digest": self.digest, "frameworks": sorted(self.built),

@@ -107,6 +107,10 @@ class SpecModel:
         """What a row's backend details record of it beyond its name: nothing."""
         return {}
 
+    def files(self) -> tuple[str, ...]:
+        """The user's files its cells read: none (the spec is xbench's own)."""
+        return ()
+
     def named_layers(self) -> Iterator[tuple[str, object, tuple]]:
         """(name, layer, input shape) of its top-level layers, in order: conv1, bn1, block1,
         pool1, fc1 ... (the units `xbench profile` times)."""

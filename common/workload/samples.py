@@ -30,6 +30,7 @@ class Images:
     source: str               # where it was read from
     layout: str               # whose samples these are: mnist, cifar10, shakespeare, or model
                               # (a model file's: inputs as they are, float32 or int64)
+    files: tuple[str, ...] = ()  # the files it was read from (none: made up)
 
     @property
     def is_text(self) -> bool:

@@ -73,7 +73,8 @@ def load_shakespeare(data_dir=None, context: int = 64) -> Images:
             split = int(len(tokens) * TRAIN_SHARE)
             return Images(*text_windows(tokens[:split], context),
                           *text_windows(tokens[split:], context), dataset="shakespeare",
-                          source=str(path.resolve()), layout="shakespeare")
+                          source=str(path.resolve()), layout="shakespeare",
+                          files=(str(path.resolve()),))
     looked = "\n  ".join(str(d) for d in shakespeare_dirs(data_dir))
     raise UserError(f"Tiny Shakespeare not found. Looked for {SHAKESPEARE_FILE} in:\n  {looked}\n"
                     f"{SHAKESPEARE_HOW_TO_GET}")

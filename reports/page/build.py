@@ -24,16 +24,27 @@ from xbench.reports.step_model.predict import Link
 
 FORMATS = ("html", "md", "png", "svg", "csv")
 DRAWN = {"html", "png", "svg"}  # the formats that need the figures drawn
+PAGE_FILES = {"html": "index.html", "md": "summary.md", "csv": "cells.csv"}
+JSON_FILE = "report.json"  # with --json
 
 
 def parse_formats(text):
     """'html,md' -> ['html', 'md'] (a UserError for anything else)."""
-    chosen = [f.strip().lower() for f in (text or ",".join(FORMATS)).split(",") if f.strip()]
+    chosen = [f.strip().lower() for f in text.split(",")]
     unknown = [f for f in chosen if f not in FORMATS]
-    if unknown or not chosen:
+    if unknown:
         raise UserError(f"--format takes a comma list of {', '.join(FORMATS)}; "
                         f"got {text!r}")
     return chosen
+
+
+def files_written(out, formats, as_json: bool) -> list[Path]:
+    """Every file the report may write into `out` in these formats (a figure's only where its
+    section draws it): known before any row is read, so that none can be a file it reads."""
+    names = [PAGE_FILES[f] for f in formats if f in PAGE_FILES] + [JSON_FILE] * as_json
+    names += [f"{figure.name}.{kind}" for section in SECTIONS for figure in section.figures
+              for kind in ("png", "svg") if kind in formats]
+    return [Path(out) / name for name in names]
 
 
 def build_report(paths, out, formats=FORMATS, where: str | None = None,
@@ -61,23 +72,23 @@ def build_report(paths, out, formats=FORMATS, where: str | None = None,
             + (f"; rows where {where}" if where else ""),
             f"Generated {generated} by xbench report."]
     if "html" in formats:
-        written["html"] = out / "index.html"
+        written["html"] = out / PAGE_FILES["html"]
         with whole_file(written["html"]) as partial:
             partial.write_text(pages.html_page("xbench report", meta, found, notices,
                                               shown, pngs, decided), encoding="utf-8")
     if "md" in formats:
-        written["md"] = out / "summary.md"
+        written["md"] = out / PAGE_FILES["md"]
         with whole_file(written["md"]) as partial:
             partial.write_text(pages.markdown_page(meta, notices, found, shown,
                                                   linked="png" in formats, decided=decided),
                                encoding="utf-8")
     if as_json:
-        written["json"] = out / "report.json"
+        written["json"] = out / JSON_FILE
         with whole_file(written["json"]) as partial:
             partial.write_text(dumps(report_json(meta, notices, found, shown, decided)),
                                encoding="utf-8")
     if "csv" in formats:
-        written["csv"] = out / "cells.csv"
+        written["csv"] = out / PAGE_FILES["csv"]
         with whole_file(written["csv"]) as partial:
             csv_safe(tables.cells_csv(data.cells, data.limits, data.attributed)).to_csv(
                 partial, index=False)

@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 
 from xbench.common.measuring.attribution import PARTS
-from xbench.common.terminal import wrap_words
+from xbench.common.terminal import printable, wrap_words
 from xbench.reports.judging.verdict import Interval
 from xbench.reports.numbers import analysis
 
@@ -230,8 +230,9 @@ def markdown_text(value):
     """Text from the results as inert Markdown: HTML escaped, the characters that make emphasis,
     code, links, images, headings or table cells backslash-escaped, a list or quote marker at its
     start escaped, line breaks as spaces (so no text can open a fence, a heading, a link or an
-    image, or end its table cell)."""
-    flat = MARKDOWN_SPECIALS.sub(r"\\\1", escape(" ".join(str(value).split()), quote=False))
+    image, or end its table cell), control characters shown as their escapes (printable)."""
+    flat = MARKDOWN_SPECIALS.sub(r"\\\1", escape(printable(" ".join(str(value).split())),
+                                                 quote=False))
     return BLOCK_START.sub(r"\1\\\3", flat)
 
 

@@ -28,6 +28,7 @@ from xbench.common.backends.protocol import MIB
 from xbench.common.backends.traits import TRAITS, having, spanning_nodes
 from xbench.common.errors import UserError
 from xbench.common.grids.settings import SETTINGS
+from xbench.common.measuring.timing import FASTEST_STEP_SECONDS
 from xbench.common.results.store import open_regular
 from xbench.reports.step_model.predict import LINKS_FILE, parse_link, read_links
 from xbench.reports.step_model.record_step import OPTIMIZER_BYTES, record_step
@@ -68,8 +69,9 @@ def setting_bound(key: str) -> Bound:
 NUMBERS = {
     "per_device_rate": Bound(why="samples a second on one device"),
     "per_device_batch": setting_bound("batches"),
-    "parameters": Bound(least=1, above=False),
-    "gradient_bytes_per_parameter": Bound(),
+    "parameters": Bound(least=1, above=False, most=MOST_PARAMETERS,
+                        why="fifty times the largest model trained"),
+    "gradient_bytes_per_parameter": Bound(most=WIDEST_GRADIENT, why="float64's, the widest"),
     "devices": setting_bound("devices"),
     "nodes": setting_bound("nodes"),
     "efficiency": Bound(most=MOST_EFFICIENCY, why="a share of perfect scaling"),
@@ -149,6 +151,10 @@ def checked_entry(where: str, entry: object) -> dict:
     for key in TEXT:
         if key in entry and not isinstance(entry[key], str):
             raise UserError(f"{where}: {key} = {entry[key]!r} is not text")
+        if key in entry and not entry[key].strip():
+            raise UserError(f"{where}: {key} = {entry[key]!r} is empty: give the record's "
+                            f"{key}" + (" (where each number was published)"
+                                        if key == "sources" else ""))
     if entry["backend"] not in TRAITS:
         raise UserError(f"{where}: unknown backend {entry['backend']!r} "
                         f"(one of {', '.join(TRAITS)})")
@@ -168,7 +174,8 @@ def checked_entry(where: str, entry: object) -> dict:
     if nodes > 1 and not traits.spans_nodes:
         raise UserError(f"{where}: nodes = {nodes} on backend {traits.name}, which runs on one "
                         f"machine; these span nodes: {', '.join(spanning_nodes())}")
-    if not math.isfinite(entry["per_device_batch"] / entry["per_device_rate"]):
+    step = entry["per_device_batch"] / entry["per_device_rate"]
+    if not math.isfinite(step):
         raise UserError(f"{where}: per_device_rate = {entry['per_device_rate']!r}: a batch of "
                         f"{entry['per_device_batch']} takes longer than a float can say")
     if "optimizer" in entry and (entry["optimizer"] not in OPTIMIZER_BYTES
@@ -181,6 +188,10 @@ def checked_entry(where: str, entry: object) -> dict:
     if not math.isfinite(entry.get("gradient_bytes_per_parameter", 4) * entry["parameters"]):
         raise UserError(f"{where}: parameters = {entry['parameters']!r} x "
                         f"gradient_bytes_per_parameter: more bytes than a float can say")
+    if step < FASTEST_STEP_SECONDS:
+        raise UserError(f"{where}: per_device_rate = {entry['per_device_rate']!r}: a step of "
+                        f"{entry['per_device_batch']} samples in {step:.3g} s, under "
+                        f"{FASTEST_STEP_SECONDS * 1e6:g} µs, faster than any device trains")
     return entry
 
 
