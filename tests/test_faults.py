@@ -331,8 +331,8 @@ def test_ctrl_c_and_sigterm_stop_the_cell_resume_runs_the_rest_force_reruns(
 
 
 # A model file that starts a process at import (it carries the test's mark), and, in the process
-# PHASE names (its describer, or the worker of the dry run's probe cell), says so in READY and
-# sleeps.
+# PHASE names (its describer, or the worker of the dry run's probe cell of it: --probe), says so
+# in READY and sleeps.
 SPAWNING = """import pathlib, subprocess, sys, time
 subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
 if "PHASE" in sys.argv[0]:
@@ -348,7 +348,7 @@ def pytorch():
 
 def dry_run_of(model, tmp_path):
     return ["grid", "--preset", "smoke", "--model", model, "--data", "synthetic", "--backend",
-            "pt-ddp", "--devices", "1", "--results", tmp_path / "r.jsonl", "--dry-run"]
+            "pt-ddp", "--devices", "1", "--results", tmp_path / "r.jsonl", "--dry-run", "--probe"]
 
 
 @pytest.mark.processes(

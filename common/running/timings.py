@@ -1,12 +1,20 @@
 """What the dry run measures of this machine, kept between runs (in $XBENCH_CACHE/timings, one
-file per host): for each framework, model and setup, a real short cell of the framework's
-single-device backend (`framework_costs`). Each entry is keyed by that cell's key (its model,
-whose name holds a model file's digest, its data, batch, test set and knobs) and its packages'
-versions, so a new version is measured afresh. The grid run after a dry
-run, and the next dry run, read them instead of measuring again (a probe costs seconds to a
-minute of a busy machine), and the grid run never measures. An entry that is not what was
-written (damaged by hand or by the disk) is measured again; to measure everything again (the
-machine was busy when it was measured), delete the file.
+file per host), each a real short cell of a framework's single-device backend launched as a grid
+launches it:
+
+- a framework's reference (`framework_reference`): the same short cell whatever the grid, of
+  REFERENCE_MODEL on synthetic data, measured once per host and framework version; the dry run
+  scales it to each cell (common.running.estimate). At most one per framework, one at a time,
+  and all of them within PROBES_SECONDS;
+- a cell's own probe (`cell_costs`, `xbench grid --dry-run --probe`): the cell's model, data,
+  batch, test set and knobs, keyed by that short cell's key (a model file's name holds its
+  digest) and its packages' versions.
+
+Either is keyed with its packages' versions, so a new version is measured afresh. The grid run
+after a dry run, and the next dry run, read them instead of measuring again, and the grid run
+never measures. An entry that is not what was written (damaged by hand or by the disk) is
+measured again; to measure everything again (the machine was busy when it was measured), delete
+the file.
 """
 from __future__ import annotations
 
@@ -29,12 +37,17 @@ from xbench.common.json_shapes import NUMBER, is_kind
 from xbench.common.running.launch import Launcher, refused
 from xbench.common.running.runner import launch
 from xbench.common.workload import faults
+from xbench.common.workload.resolve import resolve_model
 
 if TYPE_CHECKING:
     from xbench.common.workload.model import Model
 
 PROBE_CELL_STEPS = 8  # steps an epoch of a framework's probe cell
 COSTS = ("start", "per_sample", "first_epoch_extra", "finish")  # its seconds, as kept
+# A framework's reference: the small CNN at batch 128 on synthetic data (no dataset needed), and
+# 256 test samples, so that its finish tells the evaluation from the processes' end.
+REFERENCE_MODEL, REFERENCE_BATCH, REFERENCE_TEST_SAMPLES = "small", 128, 256
+PROBES_SECONDS = 30  # at most, every reference a dry run measures, together
 
 
 def timings_path() -> Path:
@@ -87,34 +100,70 @@ def probe_key(cell: Cell) -> str:
     return f"cell {probe.key} {Start.of(probe.backend).describe()}"
 
 
-def framework_costs(cell: Cell, model: Model, launcher: Launcher,
-                    measure: bool) -> tuple[dict | None, bool]:
-    """What `cell`'s framework costs here (`model`: the cell's, the probe cell's too), from a
-    real short cell of its single-device backend
-    (reference_cell, launched as a grid launches it, on this machine only): its start-up
-    (imports, data, model), its second epoch's seconds per sample, its first epoch's extra
-    seconds (TensorFlow's tracing, JAX's compilation), and its finish (the test evaluation on
-    the cell's test set, the evidence, the processes' end). Kept, or (where `measure`) run now;
-    None where that cell does not run ok here."""
-    probe = reference_cell(cell)
+def measured_costs(probe: Cell, model: Model, launcher: Launcher) -> dict | None:
+    """What a short cell of a single-device backend (`probe`, of `model`) cost here, launched as
+    a grid launches it: its start-up (imports, data, model), its second epoch's seconds per
+    sample, its first epoch's extra seconds (TensorFlow's tracing, JAX's compilation), and its
+    finish (the test evaluation, the evidence, the processes' end); None where it does not run
+    ok (within its timeout)."""
     backend = Start.of(probe.backend)
+    if refused(backend, probe, model, launcher) or backend.missing():
+        return None
+    with tempfile.TemporaryDirectory(prefix="xbench-probe-") as folder:
+        started = time.perf_counter()
+        ended = launch(backend, probe, model, Path(folder) / "probe.log", launcher)
+        seconds = time.perf_counter() - started
+    if ended["status"] != "ok":
+        return None
+    result = ended["result"]["measurement"]
+    first, second = result["epochs"][:2]
+    outside = seconds - result["startup_seconds"] - first["seconds"] - second["seconds"]
+    return {"start": result["startup_seconds"],
+            "per_sample": second["seconds"] / second["samples"],
+            "first_epoch_extra": max(1e-3, first["seconds"] - second["seconds"]),
+            "finish": max(1e-3, outside)}
 
-    def run() -> dict | None:
-        if refused(backend, probe, model, launcher) or backend.missing():
-            return None
-        with tempfile.TemporaryDirectory(prefix="xbench-probe-") as folder:
-            started = time.perf_counter()
-            ended = launch(backend, probe, model, Path(folder) / "probe.log", launcher)
-            seconds = time.perf_counter() - started
-        if ended["status"] != "ok":
-            return None
-        result = ended["result"]["measurement"]
-        first, second = result["epochs"][:2]
-        outside = seconds - result["startup_seconds"] - first["seconds"] - second["seconds"]
-        return {"start": result["startup_seconds"],
-                "per_sample": second["seconds"] / second["samples"],
-                "first_epoch_extra": max(1e-3, first["seconds"] - second["seconds"]),
-                "finish": max(1e-3, outside)}
+
+def cell_costs(cell: Cell, model: Model, launcher: Launcher,
+               measure: bool) -> tuple[dict | None, bool]:
+    """What `cell`'s own probe cost here (reference_cell, of `model`: the cell's), on this
+    machine only: kept, or (where `measure`) run now; None where it is neither. Also whether it
+    ran now."""
     if launcher.name != "local":  # this machine's timings say nothing of a cluster's nodes
         return None, False
-    return kept_or_measured(probe_key(cell), COSTS, run if measure else None)
+    return kept_or_measured(
+        probe_key(cell), COSTS,
+        (lambda: measured_costs(reference_cell(cell), model, launcher)) if measure else None)
+
+
+def framework_reference_cell(framework: str, device: str, timeout: int = 600) -> Cell:
+    """A framework's reference on `device` (a cell's setting: auto, cpu, cuda): its
+    single-device backend's short cell of REFERENCE_MODEL on synthetic data, PROBE_CELL_STEPS
+    steps an epoch for 2 epochs, its OpenMP threads waiting passively (as reference_cell's),
+    killed after `timeout` seconds."""
+    return normalised(Cell(
+        grid="reference", backend=references()[framework], model=REFERENCE_MODEL, multiple=1,
+        batch=REFERENCE_BATCH, devices=1, epochs=2, batch_mode="global", seed=0,
+        max_train_samples=PROBE_CELL_STEPS * REFERENCE_BATCH,
+        max_test_samples=REFERENCE_TEST_SAMPLES, data="synthetic", device=device,
+        timeout=timeout, omp_wait="passive"))
+
+
+def reference_key(framework: str, device: str) -> str:
+    """The kept entry of `framework`'s reference on `device`."""
+    probe = framework_reference_cell(framework, device)
+    return f"reference {probe.key} {Start.of(probe.backend).describe()}"
+
+
+def framework_reference(framework: str, device: str, launcher: Launcher,
+                        seconds: float | None) -> tuple[dict | None, bool]:
+    """`framework`'s reference costs here on `device` (framework_reference_cell): kept, or
+    (given `seconds` it may take, where it is not kept) measured now within them; None where it
+    is neither. Also whether it ran now."""
+    if launcher.name != "local":
+        return None, False
+    probe = framework_reference_cell(framework, device, max(1, int(seconds or 0)))
+    return kept_or_measured(
+        reference_key(framework, device), COSTS,
+        (lambda: measured_costs(probe, resolve_model(REFERENCE_MODEL), launcher))
+        if seconds and seconds > 0 else None)
