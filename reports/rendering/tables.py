@@ -270,12 +270,13 @@ def evidence_problems(cells):
 
 
 def notices(frame, cells, problems, where):
-    """What a reader must know before trusting the numbers: no rows, single runs, several
-    environments, synthetic data, damaged lines in the results files."""
+    """What a reader must know before trusting the numbers: no rows, contended runs used,
+    single runs, several environments, synthetic data, damaged lines in the results files."""
     lines = []
     if frame.empty:
         lines.append("No rows to report" + (f" match --where {where!r}" if where else "")
                      + ": the report is empty.")
+    lines += contended_included(frame)
     measured = analysis.measured(cells)
     single = int((measured["n"] == 1).sum())
     if single:
@@ -298,6 +299,23 @@ def notices(frame, cells, problems, where):
         if len(problems) > SUMMARY_LIMIT:
             lines.append(f"... and {len(problems) - SUMMARY_LIMIT} more")
     return lines
+
+
+def contended_included(frame) -> list[str]:
+    """Where runs marked contended are used (--include-contended): how many, and which, by cell
+    and run; the decision's table marks them too."""
+    used = frame[frame["status"].eq("ok") & frame["contended"] & frame["usable"]] \
+        if len(frame) else frame
+    if used.empty:
+        return []
+    named = [f"{key} (run {', '.join(map(str, sorted(runs['repeat'])))})"
+             for key, runs in used.groupby("cell_key", sort=False)]
+    shown = named[:SUMMARY_LIMIT] + ([f"and {len(named) - SUMMARY_LIMIT} more cell(s)"]
+                                     if len(named) > SUMMARY_LIMIT else [])
+    return [f"CONTENDED RUNS INCLUDED (--include-contended): {len(used)} run(s) of "
+            f"{len(named)} cell(s) were timed while other processes took their cores, and the "
+            f"decision, the verdicts and the tables use them (the decision marks them): "
+            + "; ".join(shown) + "."]
 
 
 def summary(frame, verdict_lines, failures, sources):
