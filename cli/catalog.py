@@ -27,7 +27,7 @@ from xbench.common.workload import models
 from xbench.common.workload.data import DATA_KINDS
 from xbench.common.workload.layers import LAYER_NAMES, Block
 from xbench.common.workload.model_file import ModelFile, short_name
-from xbench.common.workload.resolve import resolve_model
+from xbench.common.workload.resolve import own_model, resolve_model
 
 COUNTED = {"framework": TEXT, "params": WHOLE, "flops_per_sample": NUMBER}
 FLOPS = ("FLOPs = 2 x multiply-accumulates of the forward pass of one sample (an image, or a "
@@ -115,10 +115,10 @@ def file_described(given: str) -> list[dict]:
     describers' kept answer, or their answer now, kept): per framework that builds it, its
     parameters, FLOPs per sample, input and the backends that train it; per framework that
     does not, why. One of xbench's own models is refused: `xbench models` lists it."""
-    model = model_files.described(given)
-    if not isinstance(model, ModelFile):
+    if own_model(given):
         raise UserError(f"{given} is one of xbench's own models: `xbench models` lists it "
                         f"(--model takes a model file or module)")
+    model = model_files.described(given)
     takes = {"model": model.name, "input_dtype": model.input_dtype,
              "target_shape": list(model.target_shape), "classes": model.classes,
              "data": [data for data in DATA_KINDS if fits(model, data)]}
