@@ -137,11 +137,11 @@ def from_rows(cell: Cell, model: Model, rows: list[dict]) -> Estimate | None:
                     f"devices")
 
 
-def device_share(cell: Cell) -> float:
-    """The share of the cores the cell's devices have: the probe had every core; a cell whose
+def device_share(cell: Cell, cores: int) -> float:
+    """The share of the `cores` the cell's devices have: the probe had every core; a cell whose
     devices have fewer threads in all (a compute reference at the N-device ranks' threads)
     trains that much slower."""
-    return min(1.0, threads_per_device(cell, cpu_cores()) * cell.devices / cpu_cores())
+    return min(1.0, threads_per_device(cell, cores) * cell.devices / cores)
 
 
 def test_set(cell: Cell, model: Model) -> int:
@@ -187,16 +187,17 @@ def reference_basis(cell: Cell, model: Model, costs: dict, ran: bool) -> Basis:
                  REFERENCE_TEST_SAMPLES)
 
 
-def composed(cell: Cell, model: Model, rows: list[dict], basis: Basis) -> Estimate:
-    """Start-up, training and finish from `basis` (the module's docstring)."""
+def composed(cell: Cell, model: Model, rows: list[dict], basis: Basis, cores: int) -> Estimate:
+    """Start-up, training and finish from `basis` (the module's docstring), on this machine's
+    `cores`."""
     costs, backend = basis.costs, Start.of(cell.backend)
     per_sample = costs["per_sample"] * basis.work
     evaluating = EVALUATION_SHARE * per_sample * test_set(cell, model)
     finish = (costs["finish"] if basis.tested is None else evaluating + max(
         0.0, costs["finish"] - EVALUATION_SHARE * costs["per_sample"] * basis.tested))
     link = link_seconds(cell, model)
-    training = (samples_per_epoch(cell, model) * cell.epochs * per_sample / device_share(cell)
-                + costs["first_epoch_extra"] + link)
+    training = (samples_per_epoch(cell, model) * cell.epochs * per_sample
+                / device_share(cell, cores) + costs["first_epoch_extra"] + link)
     crossing = f", its {faults.parse(cell.inject).link} link {link:.0f} s" if link else ""
     like = [r for r in rows if (r["backend"], r["world_size"]) == (cell.backend, cell.world)]
     if like:
@@ -206,7 +207,7 @@ def composed(cell: Cell, model: Model, rows: list[dict], basis: Basis) -> Estima
                         basis.measured)
     processes = backend.processes(cell)
     starter = 1 if backend.scope.tool else 0
-    starting = costs["start"] * (starter + max(1.0, processes / cpu_cores()))
+    starting = costs["start"] * (starter + max(1.0, processes / cores))
     return Estimate("to run", starting + training + finish,
                     f"{basis.words}: start-up {starting:.0f} s ({processes} process(es)"
                     f"{' and a launcher' if starter else ''}), training{crossing}, finish "
@@ -225,7 +226,7 @@ def measure_references(wanted: list[tuple[str, str]], launcher: Launcher,
 
 
 def own_probe(cell: Cell, model: Model, rows: list[dict], launcher: Launcher,
-              measure: bool) -> Estimate:
+              measure: bool, cores: int) -> Estimate:
     """The cell composed from its own probe, kept or (where `measure`) run now; else no
     forecast, and why."""
     costs, ran = cell_costs(cell, model, launcher, measure)
@@ -233,7 +234,7 @@ def own_probe(cell: Cell, model: Model, rows: list[dict], launcher: Launcher,
         return unknown(cell, ELSEWHERE if launcher.name != "local" else CELLS if measure else KEPT)
     probe = (f"a {PROBE_CELL_STEPS}-step {reference_cell(cell).backend} cell "
              f"{'now' if ran else 'kept'}")
-    return composed(cell, model, rows, Basis(costs, f"as {probe} ran", ran))
+    return composed(cell, model, rows, Basis(costs, f"as {probe} ran", ran), cores)
 
 
 def unknown(cell: Cell, measured: str) -> Estimate:
@@ -258,7 +259,7 @@ def estimate(cells: list[Cell], results_path: Path, resume: bool, launcher: Laun
     rows = history(results_path)
     done = ({(r["cell_key"], r["repeat"]) for r in read_rows(results_path)[0]
              if r["status"] == "ok"} if resume and results_path.is_file() else set())
-    gpus, found, waiting = gpus_here(), [], {}
+    gpus, cores, found, waiting = gpus_here(), cpu_cores(), [], {}
     for number, cell in enumerate(cells):
         model = resolve_model(cell.model)  # once for the cell: each question below is given it
         reason = unsupported_here(Start.of(cell.backend), cell, model, gpus, launcher)
@@ -268,7 +269,7 @@ def estimate(cells: list[Cell], results_path: Path, resume: bool, launcher: Laun
             found.append(Estimate("unsupported", None, reason))
         else:
             found.append(from_rows(cell, model, rows)
-                         or own_probe(cell, model, rows, launcher, measure == CELLS))
+                         or own_probe(cell, model, rows, launcher, measure == CELLS, cores))
             if found[-1].seconds is None:
                 waiting[number] = model
     wanted = Counter((TRAITS[cells[n].backend].framework.name, cells[n].device) for n in waiting)
@@ -277,8 +278,8 @@ def estimate(cells: list[Cell], results_path: Path, resume: bool, launcher: Laun
     for number, model in waiting.items():
         cell = cells[number]
         costs, ran = kept[TRAITS[cell.backend].framework.name, cell.device]
-        found[number] = (composed(cell, model, rows, reference_basis(cell, model, costs, ran))
-                         if costs else unknown(cell, why))
+        found[number] = (composed(cell, model, rows, reference_basis(cell, model, costs, ran),
+                                  cores) if costs else unknown(cell, why))
     return found
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import socket
 import tempfile
@@ -94,10 +95,17 @@ def reference_cell(cell: Cell) -> Cell:
     return dataclasses.replace(short, max_train_samples=PROBE_CELL_STEPS * short.global_batch)
 
 
+@functools.cache
+def versions(backend: str) -> str:
+    """What `backend` uses here (its packages' versions), read once a process: a dry run asks
+    it of every cell."""
+    return Start.of(backend).describe()
+
+
 def probe_key(cell: Cell) -> str:
     """The kept entry of `cell`'s framework's probe cell."""
     probe = reference_cell(cell)
-    return f"cell {probe.key} {Start.of(probe.backend).describe()}"
+    return f"cell {probe.key} {versions(probe.backend)}"
 
 
 def measured_costs(probe: Cell, model: Model, launcher: Launcher) -> dict | None:
@@ -152,7 +160,7 @@ def framework_reference_cell(framework: str, device: str, timeout: int = 600) ->
 def reference_key(framework: str, device: str) -> str:
     """The kept entry of `framework`'s reference on `device`."""
     probe = framework_reference_cell(framework, device)
-    return f"reference {probe.key} {Start.of(probe.backend).describe()}"
+    return f"reference {probe.key} {versions(probe.backend)}"
 
 
 def framework_reference(framework: str, device: str, launcher: Launcher,
