@@ -46,7 +46,8 @@ def test_piped_output_is_plain_lines(mnist_dir, tmp_path):
                  str(tmp_path / "r.jsonl")]
     plan = subprocess.run([*arguments, "--dry-run"], cwd=REPO, capture_output=True, text=True,
                           timeout=SLOW, env=cache)
-    assert "(PyTorch's reference here (pt-single, small, measured now)" in plan.stdout, plan.stderr
+    assert "(from PyTorch's reference here (pt-single, small, measured now)" in plan.stdout, \
+        plan.stderr
     kept = next((tmp_path / "cache" / "timings").iterdir())
     assert list(json.loads(kept.read_text())) == [reference_key("torch", "auto")]  # one, kept
     done = subprocess.run(arguments, cwd=REPO, capture_output=True, text=True, timeout=SLOW,
@@ -241,7 +242,7 @@ def test_a_cell_without_rows_or_its_own_probe_is_its_frameworks_reference_scaled
         assert estimated.seconds == pytest.approx(
             COSTS["start"] + 2 * 512 * per_sample + COSTS["first_epoch_extra"] + finish)
         assert estimated.source.startswith(
-            f"PyTorch's reference here (pt-single, small, kept) scaled to this cell's FLOPs "
+            f"from PyTorch's reference here (pt-single, small, kept) scaled to this cell's FLOPs "
             f"(x{scale:.3g}) and samples: start-up 1 s (1 process(es)), training, finish")
         assert not estimated.measured
 

@@ -49,7 +49,6 @@ from xbench.common.running.timings import (
 )
 from xbench.common.workload import faults
 from xbench.common.workload.data import test_samples, train_samples
-from xbench.common.workload.models import MODELS
 from xbench.common.workload.resolve import resolve_model
 
 if TYPE_CHECKING:
@@ -180,11 +179,12 @@ def reference_basis(cell: Cell, model: Model, costs: dict, ran: bool) -> Basis:
     FLOPs over the reference model's, to FLOPS_EXPONENT."""
     framework = TRAITS[cell.backend].framework
     flops = max(1, model.flops_per_sample(framework.name))
-    work = (flops / MODELS[REFERENCE_MODEL].flops_per_sample()) ** FLOPS_EXPONENT
-    return Basis(costs, f"{framework.title}'s reference here ({references()[framework.name]}, "
-                        f"{REFERENCE_MODEL}, {'measured now' if ran else 'kept'}) scaled to "
-                        f"this cell's FLOPs (x{work:.3g}) and samples", ran, work,
-                 REFERENCE_TEST_SAMPLES)
+    reference = resolve_model(REFERENCE_MODEL).flops_per_sample(framework.name)
+    work = (flops / reference) ** FLOPS_EXPONENT
+    return Basis(costs, f"from {framework.title}'s reference here "
+                        f"({references()[framework.name]}, {REFERENCE_MODEL}, "
+                        f"{'measured now' if ran else 'kept'}) scaled to this cell's FLOPs "
+                        f"(x{work:.3g}) and samples", ran, work, REFERENCE_TEST_SAMPLES)
 
 
 def composed(cell: Cell, model: Model, rows: list[dict], basis: Basis, cores: int) -> Estimate:
