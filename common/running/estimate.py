@@ -58,6 +58,7 @@ if TYPE_CHECKING:
 # dry run), each cell's own probe (the dry run with --probe).
 KEPT, REFERENCES, CELLS = "kept", "references", "cells"
 ELSEWHERE = "elsewhere"  # what none of them is of: a cell a cluster's nodes run
+SPENT = "spent"  # a reference whose turn came after the dry run's time for them
 # A sample's seconds grow slower than its FLOPs: a larger model's convolutions and products run
 # nearer the machine's peak. Measured here (2 CPU cores, epoch 2, one process): the large CNN
 # (190x the small one's FLOPs) took 53x (PyTorch) and 93x (TensorFlow) the small one's seconds a
@@ -214,15 +215,18 @@ def composed(cell: Cell, model: Model, rows: list[dict], basis: Basis, cores: in
                     f"{finish:.0f} s", basis.measured)
 
 
-def measure_references(wanted: list[tuple[str, str]], launcher: Launcher,
-                       measure: bool) -> dict[tuple[str, str], tuple[dict | None, bool]]:
+def measure_references(wanted: list[tuple[str, str]], launcher: Launcher, measure: bool
+                       ) -> tuple[dict[tuple[str, str], tuple[dict | None, bool]], set]:
     """Each (framework, device)'s reference as kept, or (where `measure`) measured now, one at
-    a time, all within PROBES_SECONDS (those the time leaves out are not measured)."""
-    found, ends = {}, time.monotonic() + PROBES_SECONDS
+    a time, all within PROBES_SECONDS; and those whose turn came after that time was spent
+    (not measured: the next dry run measures them)."""
+    found, spent, ends = {}, set(), time.monotonic() + PROBES_SECONDS
     for framework, device in wanted:
         left = ends - time.monotonic() if measure else None
         found[framework, device] = framework_reference(framework, device, launcher, left)
-    return found
+        if measure and left <= 0 and found[framework, device][0] is None:
+            spent.add((framework, device))
+    return found, spent
 
 
 def own_probe(cell: Cell, model: Model, rows: list[dict], launcher: Launcher,
@@ -239,11 +243,14 @@ def own_probe(cell: Cell, model: Model, rows: list[dict], launcher: Launcher,
 
 def unknown(cell: Cell, measured: str) -> Estimate:
     """No forecast, and why: nothing kept (`measured` KEPT), what was measured (REFERENCES,
-    CELLS) did not run ok in its time, or the cell runs ELSEWHERE."""
+    CELLS) did not run ok in its time, the time was SPENT before its turn, or the cell runs
+    ELSEWHERE."""
     title = TRAITS[cell.backend].framework.title
     why = {KEPT: f"{title}'s reference is not kept here (`xbench grid --dry-run` measures it)",
            REFERENCES: f"{title}'s reference did not run ok here within the "
                        f"{PROBES_SECONDS} s the dry run gives its references",
+           SPENT: f"{title}'s reference was not measured: the {PROBES_SECONDS} s the dry run "
+                  f"gives its references went to the others (the next dry run measures it)",
            CELLS: f"no {PROBE_CELL_STEPS}-step {reference_cell(cell).backend} cell of it ran "
                   f"ok here",
            ELSEWHERE: "its launcher runs it elsewhere (this machine's timings say nothing of "
@@ -273,13 +280,16 @@ def estimate(cells: list[Cell], results_path: Path, resume: bool, launcher: Laun
             if found[-1].seconds is None:
                 waiting[number] = model
     wanted = Counter((TRAITS[cells[n].backend].framework.name, cells[n].device) for n in waiting)
-    kept = measure_references([w for w, _ in wanted.most_common()], launcher, measure != KEPT)
+    kept, spent = measure_references([w for w, _ in wanted.most_common()], launcher,
+                                     measure != KEPT)
     why = (ELSEWHERE if launcher.name != "local" else KEPT if measure == KEPT else REFERENCES)
     for number, model in waiting.items():
         cell = cells[number]
-        costs, ran = kept[TRAITS[cell.backend].framework.name, cell.device]
+        which = (TRAITS[cell.backend].framework.name, cell.device)
+        costs, ran = kept[which]
         found[number] = (composed(cell, model, rows, reference_basis(cell, model, costs, ran),
-                                  cores) if costs else unknown(cell, why))
+                                  cores) if costs else unknown(cell, SPENT if which in spent
+                                                               else why))
     return found
 
 
@@ -301,7 +311,8 @@ def dry_run_plan(cells: list[Cell], results_path: Path, resume: bool, launcher: 
     estimates = estimate(cells, results_path, resume, launcher, CELLS if probe else REFERENCES)
     lines = []
     for number, (cell, found) in enumerate(zip(cells, estimates), 1):
-        what = (f"about {duration(found.seconds)} ({found.source})" if found.status == "to run"
+        what = (f"about {duration(found.seconds)} ({found.source})" if found.seconds is not None
+                else f"no forecast: {found.source}" if found.status == "to run"
                 else f"{found.status}: {found.source}")
         lines.append(f"[{number}/{len(cells)}] {cell.label}  [{cell.key}]  {what}")
     by = {status: [e for e in estimates if e.status == status]
