@@ -216,19 +216,16 @@ def keep_reference(cache, framework, costs):
 
 def test_a_cell_without_rows_or_its_own_probe_is_its_frameworks_reference_scaled(
         tmp_path, monkeypatch):
-    """Nothing of the cell kept: its framework's reference (the small CNN), a sample's seconds
-    scaled by the cell's FLOPs over the reference's (to FLOPS_EXPONENT), the test evaluation by
-    the cell's test set; the line says so. Nothing is measured where the reference is kept."""
-    from xbench.common.running.estimate import (
-        EVALUATION_SHARE,
-        FLOPS_EXPONENT,
-        REFERENCES,
-        estimate,
-    )
+    """Nothing of the cell kept: its framework's reference (the small CNN), a sample's seconds,
+    trained or tested, scaled by the cell's FLOPs over the reference's (to FLOPS_EXPONENT), its
+    test evaluation by the cell's test set; the line says so. Nothing is measured where the
+    reference is kept."""
+    from xbench.common.running.estimate import FLOPS_EXPONENT, REFERENCES, estimate
     from xbench.common.running.local import LocalLauncher
     from xbench.common.running.timings import REFERENCE_TEST_SAMPLES
     monkeypatch.setenv("XBENCH_CACHE", str(tmp_path / "cache"))
-    kept = keep_reference(tmp_path / "cache", "torch", COSTS)
+    costs = {**COSTS, "per_test_sample": 0.002}  # a test sample: 2 ms
+    kept = keep_reference(tmp_path / "cache", "torch", costs)
     before = kept.read_text()
     small, large = plan_cell(), dataclasses.replace(plan_cell(), model="large")
     found = estimate([small, large], tmp_path / "r.jsonl", True, LocalLauncher(), REFERENCES)
@@ -236,11 +233,11 @@ def test_a_cell_without_rows_or_its_own_probe_is_its_frameworks_reference_scaled
     work = (MODELS["large"].flops_per_sample() / MODELS["small"].flops_per_sample()
             ) ** FLOPS_EXPONENT
     for estimated, scale in zip(found, (1.0, work)):
-        per_sample = COSTS["per_sample"] * scale
-        finish = (EVALUATION_SHARE * per_sample * 10_000 + COSTS["finish"]
-                  - EVALUATION_SHARE * COSTS["per_sample"] * REFERENCE_TEST_SAMPLES)
+        finish = (COSTS["finish"] - 0.002 * REFERENCE_TEST_SAMPLES  # without its own test set
+                  + 0.002 * scale * 10_000)  # MNIST's
         assert estimated.seconds == pytest.approx(
-            COSTS["start"] + 2 * 512 * per_sample + COSTS["first_epoch_extra"] + finish)
+            COSTS["start"] + 2 * 512 * COSTS["per_sample"] * scale
+            + COSTS["first_epoch_extra"] + finish)
         assert estimated.source.startswith(
             f"from PyTorch's reference here (pt-single, small, kept) scaled to this cell's FLOPs "
             f"(x{scale:.3g}) and samples: start-up 1 s (1 process(es)), training, finish")

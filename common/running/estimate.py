@@ -13,8 +13,9 @@ reference (the small CNN, the same short cell whatever the grid), measured once 
 framework version. From either: its start-up (once per process, the processes sharing the cores,
 once more for a launcher: torchrun, horovodrun), its seconds per sample scaled to the cell's
 FLOPs (a reference's: FLOPS_EXPONENT), samples, epochs and share of the cores, its first epoch's
-extra (tracing, compilation), its finish (the processes' end, and the test evaluation scaled to
-the cell's test set), and a capped link's time to carry the cell's gradients; start-up and finish
+extra (tracing, compilation), its finish (the processes' end, and the test evaluation: a
+reference's test sample's seconds, measured, scaled as a training sample's and to the cell's test
+set), and a capped link's time to carry the cell's gradients; start-up and finish
 from earlier rows of the same backend on as many devices (another model) where there are. What a
 wrapper adds to its framework's reference (collectives, more processes' own overhead) and what
 compiling or accumulating costs are known only from their rows.
@@ -64,7 +65,6 @@ SPENT = "spent"  # a reference whose turn came after the dry run's time for them
 # (190x the small one's FLOPs) took 53x (PyTorch) and 93x (TensorFlow) the small one's seconds a
 # sample, gpt-tiny (88x) 25x and 39x; an exponent of 0.75 puts each within 2x.
 FLOPS_EXPONENT = 0.75
-EVALUATION_SHARE = 1 / 3  # a test sample's forward pass against a training sample's three
 
 
 @dataclass
@@ -167,7 +167,8 @@ def link_seconds(cell: Cell, model: Model) -> float:
 class Basis:
     """A short cell's costs (common.timings.COSTS) and how they reach a cell: `words` (where
     they come from), `work` (a sample's seconds here over the short cell's), `tested` (the
-    samples its finish evaluated; None: the cell's own test set)."""
+    test samples it evaluated, its finish without them; None: its finish evaluated the cell's
+    own test set)."""
     costs: dict
     words: str
     measured: bool
@@ -193,9 +194,9 @@ def composed(cell: Cell, model: Model, rows: list[dict], basis: Basis, cores: in
     `cores`."""
     costs, backend = basis.costs, Start.of(cell.backend)
     per_sample = costs["per_sample"] * basis.work
-    evaluating = EVALUATION_SHARE * per_sample * test_set(cell, model)
-    finish = (costs["finish"] if basis.tested is None else evaluating + max(
-        0.0, costs["finish"] - EVALUATION_SHARE * costs["per_sample"] * basis.tested))
+    finish = costs["finish"] if basis.tested is None else (
+        max(0.0, costs["finish"] - costs["per_test_sample"] * basis.tested)
+        + costs["per_test_sample"] * basis.work * test_set(cell, model))
     link = link_seconds(cell, model)
     training = (samples_per_epoch(cell, model) * cell.epochs * per_sample
                 / device_share(cell, cores) + costs["first_epoch_extra"] + link)
