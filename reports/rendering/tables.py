@@ -312,10 +312,13 @@ def contended_included(frame) -> list[str]:
              for key, runs in used.groupby("cell_key", sort=False)]
     shown = named[:SUMMARY_LIMIT] + ([f"and {len(named) - SUMMARY_LIMIT} more cell(s)"]
                                      if len(named) > SUMMARY_LIMIT else [])
-    return [f"CONTENDED RUNS INCLUDED (--include-contended): {len(used)} run(s) of "
-            f"{len(named)} cell(s) were timed while other processes took their cores, and the "
-            f"decision, the verdicts and the tables use them (the decision marks them): "
-            + "; ".join(shown) + "."]
+    every = len(used) == int((frame["status"].eq("ok") & frame["usable"]).sum())
+    return ["CONTENDED RUNS INCLUDED (--include-contended): "
+            + (f"every run that ended ok ({len(used)}, of {len(named)} cell(s)) was"
+               if every else f"{len(used)} run(s) of {len(named)} cell(s) were")
+            + " timed while other processes took their cores, and the decision, the verdicts "
+              "and the tables use them (the decision marks them)"
+            + ("." if every else ": " + "; ".join(shown) + ".")]
 
 
 def summary(frame, verdict_lines, failures, sources):
