@@ -47,8 +47,9 @@ PROBE_CELL_STEPS = 8  # steps an epoch of a framework's probe cell
 COSTS = ("start", "per_sample", "first_epoch_extra", "finish")  # its seconds, as kept
 # A framework's reference: the small CNN at batch 128 on synthetic data (no dataset needed), 256
 # test samples, evaluated once an epoch too (a target accuracy no random label reaches): what a
-# test sample costs is measured apart from the processes' end (PyTorch's evaluation took as
-# long a sample as its training, JAX's a tenth; no share of the training holds for all).
+# test sample costs is measured apart from the processes' end (here a test sample took 0.7-1.0x
+# a training sample's seconds in PyTorch, 0.2-0.4x in TensorFlow, 0.16x in JAX: no one share of
+# the training holds for all).
 REFERENCE_MODEL, REFERENCE_BATCH, REFERENCE_TEST_SAMPLES = "small", 128, 256
 REFERENCE_COSTS = (*COSTS, "per_test_sample")
 PROBES_SECONDS = 30  # at most, every reference a dry run measures, together
