@@ -13,16 +13,21 @@ import click
 
 from xbench.cli.console import framework_messages, json_text, quiet, say, verbose
 from xbench.common import cache, terminal
+from xbench.common.backends import model_files
 from xbench.common.backends.frameworks import FRAMEWORKS, Framework
 from xbench.common.backends.registry import BACKENDS
 from xbench.common.backends.start import Start
+from xbench.common.backends.traits import TRAITS
+from xbench.common.errors import UserError
 from xbench.common.grids.cell import Cell
 from xbench.common.grids.settings import SETTINGS
 from xbench.common.json_shapes import NUMBER, TEXT, WHOLE
 from xbench.common.running.estimate import gpus_here
 from xbench.common.workload import models
+from xbench.common.workload.data import DATA_KINDS
 from xbench.common.workload.layers import LAYER_NAMES, Block
-from xbench.common.workload.resolve import resolve_model
+from xbench.common.workload.model_file import ModelFile, short_name
+from xbench.common.workload.resolve import own_model, resolve_model
 
 COUNTED = {"framework": TEXT, "params": WHOLE, "flops_per_sample": NUMBER}
 FLOPS = ("FLOPs = 2 x multiply-accumulates of the forward pass of one sample (an image, or a "
@@ -71,9 +76,18 @@ def progress_on_terminal(total: int, shown: bool):
 
 @click.command("models")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def list_models(as_json):
+@click.option("--model", "model_file", metavar="FILE",
+              help="Only this model file (or module): what the grid would know of it, built "
+                   "once in each framework here (kept: the next time reads it).")
+def list_models(as_json, model_file):
     """Every model: what it takes and gives (input shape, classes, or a language model's
-    context), parameters and FLOPs per sample, from the spec and from each framework."""
+    context), parameters and FLOPs per sample, from the spec and from each framework; with
+    --model FILE, a model file of your own as the grid describes it."""
+    if model_file:
+        with framework_messages() as messages:
+            found = file_described(model_file)
+        show(found, as_json, messages(), file_lines(found))
+        return
     found = []
     steps = len(models.MODELS) * len(FRAMEWORKS)
     with progress_on_terminal(steps, not (as_json or quiet())) as measuring, \
@@ -94,6 +108,64 @@ def list_models(as_json):
         terminal.table(["model", "source", "parameters", "FLOPs/sample"], numbers)])
     if not as_json:
         say(terminal.wrap(FLOPS))
+
+
+def file_described(given: str) -> list[dict]:
+    """What the grid knows of the model file `given` names (common.backends.model_files: the
+    describers' kept answer, or their answer now, kept): per framework that builds it, its
+    parameters, FLOPs per sample, input and the backends that train it; per framework that
+    does not, why. One of xbench's own models is refused: `xbench models` lists it."""
+    if own_model(given):
+        raise UserError(f"{given} is one of xbench's own models: `xbench models` lists it "
+                        f"(--model takes a model file or module)")
+    model = model_files.described(given)
+    takes = {"model": model.name, "input_dtype": model.input_dtype,
+             "target_shape": list(model.target_shape), "classes": model.classes,
+             "data": [data for data in DATA_KINDS if fits(model, data)]}
+    return [{**takes, "framework": framework.name, "title": framework.title,
+             "source": built["counted_by"],
+             "params": built["params"], "flops_per_sample": built["flops_per_sample"],
+             "input_shape": built["input_shape"],
+             "backends": [t.name for t in TRAITS.values() if t.framework is framework
+                          and not model.why_not_served(framework.name, t.own_models_only)]}
+            if (built := model.built.get(framework.name)) else
+            {**takes, "framework": framework.name, "title": framework.title,
+             "source": framework.models_built_by, "params": None, "flops_per_sample": None,
+             "input_shape": None, "backends": [],
+             "error": model.not_served.get(framework.name, "not built")}
+            for framework in FRAMEWORKS]
+
+
+def fits(model: ModelFile, data: str) -> bool:
+    """Whether a grid of `model` takes --data `data` (its own data(), random samples of its
+    shapes, or a dataset whose samples it takes)."""
+    try:
+        model.check_data(data, model_files.IMAGE_LAYOUTS)
+    except UserError:
+        return False
+    return True
+
+
+def file_lines(found: list[dict]) -> list[str]:
+    """A model file's lines: what it takes and gives and the data a grid of it takes, then per
+    framework its counts and the backends that train it, or why none does, and who counted."""
+    first = found[0]
+    target = ("a class" if not first["target_shape"]
+              else f"a class at each of {'x'.join(map(str, first['target_shape']))} places")
+    numbers = [[f["title"], *(
+        (f"{f['params']:,}", f"{f['flops_per_sample']:,}",
+         "x".join(map(str, f["input_shape"])), ", ".join(f["backends"]) or "none")
+        if f["params"] is not None else ("-", "-", "-", f"none: {f['error']}"))]
+        for f in found]
+    columns = terminal.width()
+    return [*terminal.wrap_words(
+        f"{short_name(first['model'])}: {first['input_dtype']} input -> {target} of "
+        f"{first['classes']}; --data {', '.join(first['data'])}", columns, "  "), "",
+        terminal.table(["framework", "parameters", "FLOPs/sample", "input", "backends"],
+                       numbers), "",
+        *[line for f in found if f["params"] is not None for line in terminal.wrap_words(
+            f"{f['title']}'s numbers: counted by {f['source']}", columns, "  ")],
+        terminal.wrap(FLOPS)]
 
 
 def described(name: str, framework: Framework) -> dict:

@@ -47,7 +47,14 @@ UNFINISHED = ("failed", "timeout")
 @click.option("--resume/--force", default=True,
               help="Skip cells that already have an ok row in the results file (default), or "
                    "rerun all.")
-@click.option("--dry-run", is_flag=True, help="List the cells, run nothing.")
+@click.option("--dry-run", is_flag=True,
+              help="List the cells with what would happen to each here and about how long it "
+                   "takes, training nothing: from earlier rows, else from each framework's "
+                   "short reference cell, measured once per machine (seconds) and kept.")
+@click.option("--probe", is_flag=True,
+              help="With --dry-run: forecast each cell from a short cell of its own model, "
+                   "data, batch and knobs (its framework's single-device backend, run here "
+                   "once and kept): nearer, and a short cell per setup.")
 @click.option("--until-conclusive", is_flag=True,
               help="After the grid, keep adding repeats of the cells whose comparisons are still "
                    "inconclusive, most uncertain first, until each is settled or --budget is "
@@ -55,7 +62,7 @@ UNFINISHED = ("failed", "timeout")
 @click.option("--budget", type=FiniteRange(min=0, max=30 * 24 * 60), default=60.0,
               show_default=True, metavar="MINUTES",
               help="With --until-conclusive: the most time its added repeats may take.")
-def grid(grid_file, preset, batch_sweep, data_dir, results_path, resume, dry_run,
+def grid(grid_file, preset, batch_sweep, data_dir, results_path, resume, dry_run, probe,
          until_conclusive, budget, **overrides):
     """Run a grid of cells (a grid file, or --preset), one result row per cell and repeat.
     Each option from --backend to --loader-workers overrides the grid-file key it names
@@ -67,6 +74,8 @@ def grid(grid_file, preset, batch_sweep, data_dir, results_path, resume, dry_run
     spec = grid_module.read_grid_file(grid_path)
     if overrides["batches"] and batch_sweep:
         raise UserError("give --batch or --batch-sweep, not both")
+    if probe and not dry_run:
+        raise UserError("--probe is for --dry-run: a grid run measures nothing before its cells")
     overrides["batches"] = batch_sweep or overrides["batches"]
     where = make_launcher(grid_module.resolve(spec, overrides)[1])
     click.get_current_context().call_on_close(where.close)  # a Ray started for the grid ends
@@ -81,7 +90,7 @@ def grid(grid_file, preset, batch_sweep, data_dir, results_path, resume, dry_run
         cells = [dataclasses.replace(cell, data_dir=folder) for cell in cells]
     not_over_inputs(results_path, grid_path, data_files, cells)
     if dry_run:
-        click.echo("\n".join(dry_run_plan(cells, results_path, resume, where)))
+        click.echo("\n".join(dry_run_plan(cells, results_path, resume, where, probe)))
         return
     if cells[0].data == "synthetic":
         click.secho("SYNTHETIC DATA: random images (or tokens) shaped as each model's dataset; "

@@ -152,6 +152,33 @@ def test_contended_runs_are_counted_where_nothing_ranks(tmp_path):
                                                            include_contended=True))
 
 
+def test_contended_runs_included_are_marked_on_the_decision_and_in_the_banner_above_it(
+        tmp_path):
+    """With --include-contended the decision's table, its lines and the notice at the top say
+    which configurations rest on contended runs, and how many of their runs; without it,
+    nothing is marked."""
+    rows = [*repeated("pt-ddp", 1, (98, 100, 102)), *repeated("pt-ddp", 2, (188, 190, 192))]
+    rows[4]["contended"] = True  # pt-ddp on 2 devices, run 1
+    notices, summary, written = build_report(
+        [write_rows(tmp_path / "r.jsonl", rows)], tmp_path / "out", formats=["html", "md"],
+        include_contended=True)
+    assert "    1. pt-ddp on 2 devices: 190 [185, 195] samples/s; place sure; 1 of 3 runs " \
+           "contended (included)" in summary
+    assert "    2. pt-ddp on 1 device: 100 [95, 105] samples/s; place sure" in summary
+    [banner] = [n for n in notices if n.startswith("CONTENDED RUNS INCLUDED")]
+    assert "1 run(s) of 1 cell(s)" in banner and f"{rows[4]['cell_key']} (run 1)" in banner
+    html = written["html"].read_text()
+    assert html.index(banner.split(":")[0]) < html.index('<h2 id="decision">')
+    assert "<th>contended runs (included)</th>" in html and "⚠ 1 of 3 runs contended" in html
+    md = written["md"].read_text()
+    assert r"| 1 | pt-ddp on 2 devices | 190 \[185, 195\] | 3 | sure | ⚠ 1 of 3 runs contended |" \
+        in md
+    plain, plain_summary, _ = build_report([tmp_path / "r.jsonl"], tmp_path / "plain",
+                                           formats=["md"])
+    assert not any("CONTENDED RUNS INCLUDED" in n for n in plain)
+    assert not any("contended (included)" in line for line in plain_summary)
+
+
 def test_the_printed_summary_never_cuts_a_decisions_sentence():
     """Each setup's ranking longer than the printed summary shows is cut with how many were left
     for summary.md; its heading, sentence and what it left out are always there, under it."""

@@ -354,7 +354,7 @@ def pytorch():
 
 def dry_run_of(model, tmp_path):
     return ["grid", "--preset", "smoke", "--model", model, "--data", "synthetic", "--backend",
-            "pt-ddp", "--devices", "1", "--results", tmp_path / "r.jsonl", "--dry-run"]
+            "pt-ddp", "--devices", "1", "--results", tmp_path / "r.jsonl", "--dry-run", "--probe"]
 
 
 @pytest.mark.processes(

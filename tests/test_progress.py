@@ -1,5 +1,6 @@
 """While a grid runs and before: live progress on a terminal (a real pseudo-terminal), plain lines
 when piped, and the --dry-run plan: done cells, unsupported cells with their reason, estimates."""
+import dataclasses
 import json
 import os
 import re
@@ -11,7 +12,7 @@ from tests.helpers import REPO, SLOW, XBENCH, run_in_terminal, write_grid, xbenc
 from xbench.common.grids.cell import Cell
 from xbench.common.results.schema import Measurement, make_row, now
 from xbench.common.running.progress import GridProgress
-from xbench.common.running.timings import probe_key
+from xbench.common.running.timings import probe_key, reference_key
 from xbench.common.workload.models import MODELS
 
 # 512 images at batch 32, each step waiting 200 ms for its batch (an injected input delay): 16
@@ -37,14 +38,18 @@ def test_a_terminal_sees_progress_updates_during_an_epoch(mnist_dir, tmp_path):
 
 
 def test_piped_output_is_plain_lines(mnist_dir, tmp_path):
-    """Plain lines; the grid's ETA from the start is the forecast the dry run before it kept."""
+    """Plain lines; the grid's ETA from the start is the forecast the dry run before it kept:
+    its framework's reference, measured once."""
     grid = write_grid(tmp_path, **LONG_EPOCHS)
     cache = {**os.environ, "XBENCH_CACHE": str(tmp_path / "cache")}
     arguments = [*XBENCH, "grid", str(grid), "--data-dir", str(mnist_dir), "--results",
                  str(tmp_path / "r.jsonl")]
     plan = subprocess.run([*arguments, "--dry-run"], cwd=REPO, capture_output=True, text=True,
                           timeout=SLOW, env=cache)
-    assert "(as a 8-step pt-single cell now ran" in plan.stdout, plan.stderr
+    assert "(from PyTorch's reference here (pt-single, small, measured now)" in plan.stdout, \
+        plan.stderr
+    kept = next((tmp_path / "cache" / "timings").iterdir())
+    assert list(json.loads(kept.read_text())) == [reference_key("torch", "auto")]  # one, kept
     done = subprocess.run(arguments, cwd=REPO, capture_output=True, text=True, timeout=SLOW,
                           env=cache)
     assert done.returncode == 0, done.stderr
@@ -129,9 +134,9 @@ def test_dry_run_says_what_is_done_what_cannot_run_and_how_long_the_rest_takes(t
 def test_forecasts_differ_by_backend_from_kept_probes_and_a_damaged_one_is_probed_again(
         mnist_dir, tmp_path, monkeypatch):
     """Each backend's cell is forecast from its framework's probe cell: its processes (and
-    launcher) each pay the start-up. The probe cells kept by a dry run are read, not run again
-    (the grid run reads them too, and runs none); a damaged entry is run again (a real probe
-    cell, seconds) and kept."""
+    launcher) each pay the start-up. The probe cells kept by a dry run with --probe are read,
+    not run again (the grid run reads them too, and runs none); with --probe a damaged entry is
+    run again (a real probe cell, seconds) and kept."""
     from xbench.common.running.estimate import forecasts
     from xbench.common.running.local import LocalLauncher
     cache = tmp_path / "cache"
@@ -158,7 +163,7 @@ def test_forecasts_differ_by_backend_from_kept_probes_and_a_damaged_one_is_probe
 
     keep_timings(cache, ["pt-single"], costs={**COSTS, "per_sample": "fast"})
     again = xbench_here("grid", grid, "--results", tmp_path / "r.jsonl", "--data-dir", mnist_dir,
-                        "--backend", "pt-single", "--devices", "1", "--dry-run",
+                        "--backend", "pt-single", "--devices", "1", "--dry-run", "--probe",
                         env={"XBENCH_CACHE": str(cache)})
     assert again.returncode == 0, again.stderr
     assert "as a 8-step pt-single cell now ran" in again.stdout
@@ -167,17 +172,107 @@ def test_forecasts_differ_by_backend_from_kept_probes_and_a_damaged_one_is_probe
 
 
 def test_the_grid_eta_starts_from_the_forecasts_and_corrects_as_cells_finish():
-    progress = GridProgress(4, print, live=False, quiet=True, forecasts=[10.0, 0.0, 20.0, None])
+    progress = GridProgress(3, print, live=False, quiet=True, forecasts=[10.0, 0.0, 20.0])
     progress.cell_started(1, "first")
-    assert progress.grid_eta() == "grid ETA ~30 s (forecast; 1 cell(s) without one)"
-    assert progress.grid_eta(4.0) == "grid ETA ~24 s (forecast; 1 cell(s) without one)"
+    assert progress.grid_eta() == "grid ETA ~30 s (forecast)"
+    assert progress.grid_eta(4.0) == "grid ETA ~24 s (forecast)"
     progress.cell_ended(20.0)  # twice its forecast: the rest are scaled by 2
     progress.cell_skipped(2)
-    progress.cell_started(3, "third")  # 40 s scaled, then the cell without one: the mean, 20 s
-    assert progress.grid_eta() == "grid ETA ~60 s (forecast x2.00, from 1 cell(s) done)"
+    progress.cell_started(3, "third")
+    assert progress.grid_eta() == "grid ETA ~40 s (forecast x2.00, from 1 cell(s) done)"
+
+
+def test_an_eta_with_cells_left_unforecast_is_unknown_until_a_cell_ends():
+    """A sum that leaves cells out is no ETA: unknown, and how many it lacks, until a cell ends
+    ok; then the cells without a forecast count as the mean of those done."""
+    partly = GridProgress(3, print, live=False, quiet=True, forecasts=[10.0, 20.0, None])
+    partly.cell_started(1, "first")
+    unknown = "grid ETA unknown until the first cell ends ok (1 of 3 cell(s) left have no forecast)"
+    assert partly.grid_eta() == partly.grid_eta(4.0) == unknown
+    partly.cell_ended(None)  # a cell that failed says nothing of the others
+    partly.cell_started(2, "second")
+    assert partly.grid_eta().startswith("grid ETA unknown until the first cell ends ok")
+    partly.cell_ended(40.0)  # twice its forecast
+    partly.cell_started(3, "third")  # without a forecast: the mean of those done, 40 s
+    assert partly.grid_eta() == "grid ETA ~40 s (forecast x2.00, from 1 cell(s) done)"
     unforecast = GridProgress(2, print, live=False, quiet=True)
     unforecast.cell_started(1, "first")
-    assert unforecast.grid_eta() == "grid ETA after the first cell"
+    assert unforecast.grid_eta() == ("grid ETA unknown until the first cell ends ok (2 of 2 "
+                                     "cell(s) left have no forecast)")
     unforecast.cell_ended(30.0)
     unforecast.cell_started(2, "second")
     assert unforecast.grid_eta() == "grid ETA ~30 s (the mean of 1 cell(s) done)"
+
+
+def keep_reference(cache, framework, costs):
+    """This machine's timings file in `cache` holding `framework`'s reference, as a dry run
+    leaves it."""
+    import socket
+    path = cache / "timings" / f"{socket.gethostname()}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({reference_key(framework, "auto"): costs}))
+    return path
+
+
+def test_a_cell_without_rows_or_its_own_probe_is_its_frameworks_reference_scaled(
+        tmp_path, monkeypatch):
+    """Nothing of the cell kept: its framework's reference (the small CNN), a sample's seconds,
+    trained or tested, scaled by the cell's FLOPs over the reference's (to FLOPS_EXPONENT), its
+    test evaluation by the cell's test set; the line says so. Nothing is measured where the
+    reference is kept."""
+    from xbench.common.running.estimate import FLOPS_EXPONENT, REFERENCES, estimate
+    from xbench.common.running.local import LocalLauncher
+    from xbench.common.running.timings import REFERENCE_TEST_SAMPLES
+    monkeypatch.setenv("XBENCH_CACHE", str(tmp_path / "cache"))
+    costs = {**COSTS, "per_test_sample": 0.002}  # a test sample: 2 ms
+    kept = keep_reference(tmp_path / "cache", "torch", costs)
+    before = kept.read_text()
+    small, large = plan_cell(), dataclasses.replace(plan_cell(), model="large")
+    found = estimate([small, large], tmp_path / "r.jsonl", True, LocalLauncher(), REFERENCES)
+    assert kept.read_text() == before
+    work = (MODELS["large"].flops_per_sample() / MODELS["small"].flops_per_sample()
+            ) ** FLOPS_EXPONENT
+    for estimated, scale in zip(found, (1.0, work)):
+        finish = (COSTS["finish"] - 0.002 * REFERENCE_TEST_SAMPLES  # without its own test set
+                  + 0.002 * scale * 10_000)  # MNIST's
+        assert estimated.seconds == pytest.approx(
+            COSTS["start"] + 2 * 512 * COSTS["per_sample"] * scale
+            + COSTS["first_epoch_extra"] + finish)
+        assert estimated.source.startswith(
+            f"from PyTorch's reference here (pt-single, small, kept) scaled to this cell's FLOPs "
+            f"(x{scale:.3g}) and samples: start-up 1 s (1 process(es)), training, finish")
+        assert not estimated.measured
+
+
+def test_references_not_kept_are_measured_only_within_the_dry_runs_time(tmp_path, monkeypatch):
+    """The dry run gives its references PROBES_SECONDS in all: past them nothing more is
+    measured, and the cells left say why they have no forecast; the grid run measures none."""
+    from xbench.common.running import estimate as estimates
+    from xbench.common.running.local import LocalLauncher
+    monkeypatch.setenv("XBENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(estimates, "PROBES_SECONDS", 0)
+    cells = [plan_cell("pt-single"), plan_cell("tf-single")]
+    dry = estimates.estimate(cells, tmp_path / "r.jsonl", True, LocalLauncher(),
+                             estimates.REFERENCES)
+    assert [e.seconds for e in dry] == [None, None]
+    assert dry[1].source == ("no earlier rows, and TensorFlow's reference was not measured: the "
+                             "0 s the dry run gives its references went to the others (the "
+                             "next dry run measures it)")
+    run = estimates.estimate(cells, tmp_path / "r.jsonl", True, LocalLauncher())
+    assert run[0].source == ("no earlier rows, and PyTorch's reference is not kept here "
+                             "(`xbench grid --dry-run` measures it)")
+    assert not (tmp_path / "cache" / "timings").exists()
+
+
+def test_a_capped_link_adds_its_gradients_time_once_a_step_or_once_a_micro_batch():
+    """Each step's gradients through the ring's passes at the link's rate: 2 passes of half the
+    bytes each on 2 ranks, once a step, or K times with accumulate_sync each; nothing for a cell
+    of one device."""
+    from xbench.common.running.estimate import link_seconds
+    capped = plan_cell("pt-ddp", devices=2, inject="link=400mbit", accumulate=4)
+    steps = 2 * 512 // 128
+    crossing = 2 * 0.5 * MODELS["small"].gradient_bytes() / 50e6
+    assert link_seconds(capped, MODELS["small"]) == pytest.approx(steps * crossing)
+    each = dataclasses.replace(capped, accumulate_sync="each")
+    assert link_seconds(each, MODELS["small"]) == pytest.approx(4 * steps * crossing)
+    assert link_seconds(plan_cell("pt-ddp", devices=2), MODELS["small"]) == 0.0

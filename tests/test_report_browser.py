@@ -1,8 +1,10 @@
 """`xbench report`'s page escaped and rendered in headless Chromium, checked through the DevTools
 protocol."""
 import fcntl
+import html
 import json
 import os
+import re
 import select
 import subprocess
 import tempfile
@@ -14,8 +16,8 @@ from tests.report_fixtures import hostile_rows, write_rows
 from xbench.reports.page.build import build_report
 from xbench.reports.page.screenshot import chromium_command, screenshot
 
-REPEATS, TIME_TO_ACCURACY = (REPO / "tests" / "data" / f"{name}.jsonl"
-                             for name in ("repeats", "time-to-accuracy"))
+REPEATS, TIME_TO_ACCURACY, KNOBS = (REPO / "tests" / "data" / f"{name}.jsonl"
+                                    for name in ("repeats", "time-to-accuracy", "knobs"))
 
 
 class DevTools:
@@ -178,3 +180,32 @@ def test_the_recorded_rows_page_reads_decision_verdicts_figures_methods_folded(t
     assert ("table", False) in map(tuple, seen["folded"])  # the cells' table, 22 rows
     assert seen["scaled"] == []
     assert seen["height"] < 15_000
+
+
+def test_the_knobs_page_shows_its_answers_unfolded_and_its_contended_runs_on_the_decision(
+        tmp_path):
+    """The knobs preset's recorded rows (tests/data/record.py), with --include-contended, in the
+    browser: every answer of Accumulation and Compiled or eager is read without opening
+    anything (their methods stay folded), and the banner above the decision and the decision's
+    table say which runs were contended; without --include-contended neither does."""
+    _, _, written = build_report([KNOBS], tmp_path / "out", formats=["html"],
+                                 include_contended=True)
+    page = written["html"].read_text()
+    images, errors, _ = render_in_chromium(written["html"])
+    seen = render_in_chromium.last
+    assert all(images) and errors == []
+    answers = [html.unescape(a) for a in re.findall(r'<p class="answer">(.*?)</p>', page)]
+    for backend in ("pt-ddp", "hvd-torch", "tf-multiworker", "jax-multiprocess"):
+        assert any(a.startswith(f"{backend} on 2 devices, link=400mbit, K=4: syncing once")
+                   for a in answers), answers
+    assert any(": compiled against not: " in a for a in answers), answers
+    visible = seen["text"]
+    assert all(a in visible for a in answers)
+    assert "their gradients summed into one update" not in visible  # its methods, folded
+    assert not any(is_open for _, is_open in seen["folded"])
+    banner = visible.index("CONTENDED RUNS INCLUDED (--include-contended)")
+    assert banner < visible.index("The decision")
+    assert re.search(r"⚠ \d+ of \d+ runs? contended", visible[visible.index("The decision"):])
+    _, _, plain = build_report([KNOBS], tmp_path / "plain", formats=["html"])
+    assert "CONTENDED RUNS INCLUDED" not in plain["html"].read_text()
+    assert "runs contended" not in plain["html"].read_text()

@@ -88,3 +88,35 @@ def test_a_verdict_renders_as_what_it_is_whatever_its_words():
                      "", "**WARNING: 1 of 2 cells have fewer than 3 usable repeats: their "
                          "comparisons stay inconclusive or rest on little; run the grid with "
                          "--repeat 3 or more**"]
+
+
+def test_a_sections_answers_stand_above_its_fold_and_its_methods_inside():
+    """What a section's numbers answer is read without opening anything: above the folded
+    "How these were measured", whose paragraphs it does not repeat; summary.md has both."""
+    from xbench.reports.page.pages import html_page, markdown_page
+    from xbench.reports.sections.section import ShownSection
+    shown = ShownSection("Accumulation", ["How it was measured."],
+                         answers=["pt-ddp: syncing once is 1.2× faster <b>"])
+    page = html_page("t", [], Verdicts([], None, []), [], [shown], {})
+    answer = '<p class="answer">pt-ddp: syncing once is 1.2× faster &lt;b&gt;</p>'
+    assert page.index(answer) < page.index("<details") < page.index("How it was measured.")
+    assert page.count("syncing once") == 1
+    summary = markdown_page([], [], Verdicts([], None, []), [shown], linked=False)
+    assert summary.index("syncing once") < summary.index("How it was measured.")
+
+
+def test_verdict_groups_that_would_read_alike_are_headed_apart(tmp_path):
+    """One setup trained two ways (compiled and not) is two groups of verdicts: each heading
+    says its training, so the terminal never shows two groups under one heading."""
+    from tests.report_fixtures import repeated, write_rows
+    from xbench.reports.page.build import build_report
+    rows = [*repeated("pt-ddp", 1, (98, 100, 102)), *repeated("pt-ddp", 2, (188, 190, 192))]
+    compiled = [{**row, "compile": "on", "cell_key": row["cell_key"] + "|compiled"}
+                for row in rows]
+    _, summary, _ = build_report([write_rows(tmp_path / "r.jsonl", rows + compiled)],
+                                 tmp_path / "out", formats=["md"])
+    headings = [line for line in summary if line.startswith("  small ×1 mnist, global batch")
+                and "(strong scaling)" in line]
+    assert headings == ["  small ×1 mnist, global batch 128 (strong scaling), cpu, adam 0.001:",
+                        "  small ×1 mnist, global batch 128 (strong scaling), cpu, adam 0.001, "
+                        "compiled:"]

@@ -144,12 +144,16 @@ def test_the_recorded_rows_pass_the_schemas_checks_as_written(recording):
     rows = [json.loads(line) for line in lines]
     assert rows and all(row["schema_version"] == SCHEMA_VERSION for row in rows)
     assert [row_problem(row) for row in rows] == [None] * len(rows)
-    assert all(list(row) == list(FIELDS) and row["status"] == "ok" for row in rows)
+    # ok, or refused with the reason (the knobs preset's compiled cells XLA cannot run)
+    assert all(list(row) == list(FIELDS) and row["status"] in ("ok", "unsupported")
+               for row in rows)
     read, problems = read_rows(DATA / f"{recording}.jsonl")
     assert read == rows and problems == []
     plan = xbench_here("grid", *RECORDINGS[recording], "--results", DATA / f"{recording}.jsonl",
                        "--dry-run")
-    assert f"{len(rows)} cells: {len(rows)} done already" in plan.stdout, plan.stdout
+    ok = sum(row["status"] == "ok" for row in rows)
+    assert f"{len(rows)} cells: {ok} done already, {len(rows) - ok} unsupported here" \
+        in plan.stdout, plan.stdout
 
 
 # --- rows of any shape, read by every reader ---------------------------------------------------

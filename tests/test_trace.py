@@ -46,6 +46,9 @@ def test_a_cells_trace_holds_every_rank_epoch_part_and_collective_the_row_record
             assert parts == pytest.approx(mean)
             (step,) = [s for s in steps if s["pid"] == rank + 1 and s["args"]["epoch"] == number]
             assert sum(parts.values()) == pytest.approx(step["dur"])
+            # named for what it is: one step drawn for the epoch's, not the epoch
+            assert step["name"] == f"mean step of epoch {number}"
+            assert step["args"]["epoch_seconds"] == row["epochs"][number - 1]["seconds"]
             flights = [e for e in found if e["cat"] == "collective"]
             timeline = recorded["timeline"]
             assert [e["args"]["bytes"] for e in flights] == [

@@ -241,6 +241,37 @@ def described_example(tmp_path_factory):
     return folder
 
 
+def test_models_describes_a_model_file_as_the_grid_would_from_what_was_kept(
+        described_example, tmp_path):
+    """`xbench models --model FILE`: per framework what it counted (parameters, FLOPs, input)
+    and the backends that train it, the data a grid of it takes; read from what the grid kept
+    (nothing is built again: the kept facts are unchanged), and one of xbench's own models is
+    one line."""
+    cache = {"XBENCH_CACHE": str(tmp_path / "cache")}
+    shutil.copytree(described_example, cache["XBENCH_CACHE"])
+    [kept] = (tmp_path / "cache" / "models").glob("*.json")
+    before = kept.read_text()
+    facts = json.loads(before)
+    listed = xbench_here("models", "--model", EXAMPLE, "--json", env=cache)
+    assert listed.returncode == 0, listed.stderr
+    found = {f["framework"]: f for f in json.loads(listed.stdout)}
+    assert kept.read_text() == before
+    assert set(found) == {"torch", "tensorflow", "jax"} == set(facts["built"])
+    for framework, built in facts["built"].items():
+        assert (found[framework]["params"], found[framework]["flops_per_sample"],
+                found[framework]["input_shape"]) == (built["params"], built["flops_per_sample"],
+                                                     built["input_shape"])
+    assert found["torch"]["backends"] == ["pt-single", "pt-dp", "pt-ddp", "pt-fsdp", "hvd-torch"]
+    assert found["jax"]["backends"] == ["keras-jax"]  # the Flax backends train xbench's own
+    assert found["torch"]["data"] == ["mnist", "synthetic"]  # 1x28x28 images of 10 classes
+    table = xbench_here("models", "--model", EXAMPLE, env=cache)
+    assert table.returncode == 0, table.stderr
+    assert "float32 input -> a class of 10; --data mnist, synthetic" in table.stdout
+    assert f"{facts['built']['torch']['params']:,}" in table.stdout
+    own = xbench_here("models", "--model", "small", env=cache)
+    assert own.returncode == 2 and "small is one of xbench's own models" in own.stderr
+
+
 @pytest.fixture(scope="module")
 def example(mnist_dir, tmp_path_factory, described_example):
     """The example vision transformer on 1,024 real MNIST images: pt-ddp on 1 and 2 devices,

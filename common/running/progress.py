@@ -93,19 +93,19 @@ class GridProgress:
 
     The grid's ETA starts from the forecasts made before the first cell (`forecasts`, one per
     cell: seconds, 0 for a cell that will not train, None where there is none; made as the dry
-    run makes them, without probing: common.running.estimate) and corrects them as cells
-    finish: every forecast still ahead is scaled by the finished cells' real seconds over their
-    forecasts (a machine busier or quieter than when it was measured slows or speeds them all
-    alike), and the running cell counts its own live ETA once it has one, else its scaled
-    forecast less the time it has run. A cell without a forecast counts as the mean of the
-    finished cells; until one has finished, the ETA says how many it leaves out."""
+    run makes them, measuring nothing: common.running.estimate). Until a cell has ended ok it is
+    their sum where every cell left has one, else unknown (a sum that leaves cells out is no
+    ETA). Then it corrects them: every forecast still ahead is scaled by the finished cells'
+    real seconds over their forecasts (a machine busier or quieter than when it was measured
+    slows or speeds them all alike), a cell without a forecast counts as the mean of the
+    finished cells, and the running cell counts its own live ETA once it has one, else its
+    scaled forecast less the time it has run."""
 
     def __init__(self, total: int, echo, live: bool | None = None, quiet: bool = False,
                  forecasts: list[float | None] | None = None):
         self.total, self.echo, self.quiet = total, echo, quiet
         self.live = sys.stdout.isatty() if live is None else live
         self.forecasts = list(forecasts) if forecasts else [None] * total
-        self.forecasted = any(self.forecasts)
         self.finished: list[tuple[float | None, float]] = []  # (forecast, seconds) per cell
         self.number, self.started, self.display = 0, time.monotonic(), None
 
@@ -123,14 +123,13 @@ class GridProgress:
             expected = running * ratio if running is not None else mean
             running = max(0.0, expected - (time.monotonic() - self.started))
         later = [f * ratio if f is not None else mean for f in self.forecasts[self.number:]]
-        known = [s for s in [running, *later] if s is not None]
-        missing = len(later) + 1 - len(known)
-        if not known:
-            return "grid ETA after the first cell"
+        missing = [s for s in [running, *later] if s is None]
+        if missing:
+            return (f"grid ETA unknown until the first cell ends ok ({len(missing)} of "
+                    f"{len(later) + 1} cell(s) left have no forecast)")
         how = (f"forecast x{ratio:.2f}, from {len(timed)} cell(s) done" if timed
-               else "forecast" if self.forecasted else f"the mean of {len(seconds)} cell(s) done")
-        return (f"grid ETA ~{duration(sum(known))} ({how}"
-                + (f"; {missing} cell(s) without one" if missing else "") + ")")
+               else "forecast" if not seconds else f"the mean of {len(seconds)} cell(s) done")
+        return f"grid ETA ~{duration(running + sum(later))} ({how})"
 
     def cell_skipped(self, number: int) -> None:
         """Cell `number` will not run here (done already, or not tried): no time is left in it."""

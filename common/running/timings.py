@@ -1,17 +1,26 @@
 """What the dry run measures of this machine, kept between runs (in $XBENCH_CACHE/timings, one
-file per host): for each framework, model and setup, a real short cell of the framework's
-single-device backend (`framework_costs`). Each entry is keyed by that cell's key (its model,
-whose name holds a model file's digest, its data, batch, test set and knobs) and its packages'
-versions, so a new version is measured afresh. The grid run after a dry
-run, and the next dry run, read them instead of measuring again (a probe costs seconds to a
-minute of a busy machine), and the grid run never measures. An entry that is not what was
-written (damaged by hand or by the disk) is measured again; to measure everything again (the
-machine was busy when it was measured), delete the file.
+file per host), each a real short cell of a framework's single-device backend launched as a grid
+launches it:
+
+- a framework's reference (`framework_reference`): the same short cell whatever the grid, of
+  REFERENCE_MODEL on synthetic data, measured once per host and framework version; the dry run
+  scales it to each cell (common.running.estimate). At most one per framework, one at a time,
+  and all of them within PROBES_SECONDS;
+- a cell's own probe (`cell_costs`, `xbench grid --dry-run --probe`): the cell's model, data,
+  batch, test set and knobs, keyed by that short cell's key (a model file's name holds its
+  digest) and its packages' versions.
+
+Either is keyed with its packages' versions, so a new version is measured afresh. The grid run
+after a dry run, and the next dry run, read them instead of measuring again, and the grid run
+never measures. An entry that is not what was written (damaged by hand or by the disk) is
+measured again; to measure everything again (the machine was busy when it was measured), delete
+the file.
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import socket
 import tempfile
@@ -29,12 +38,21 @@ from xbench.common.json_shapes import NUMBER, is_kind
 from xbench.common.running.launch import Launcher, refused
 from xbench.common.running.runner import launch
 from xbench.common.workload import faults
+from xbench.common.workload.resolve import resolve_model
 
 if TYPE_CHECKING:
     from xbench.common.workload.model import Model
 
 PROBE_CELL_STEPS = 8  # steps an epoch of a framework's probe cell
 COSTS = ("start", "per_sample", "first_epoch_extra", "finish")  # its seconds, as kept
+# A framework's reference: the small CNN at batch 128 on synthetic data (no dataset needed), 256
+# test samples, evaluated once an epoch too (a target accuracy no random label reaches): what a
+# test sample costs is measured apart from the processes' end (here a test sample took 0.7-1.0x
+# a training sample's seconds in PyTorch, 0.2-0.4x in TensorFlow, 0.16x in JAX: no one share of
+# the training holds for all).
+REFERENCE_MODEL, REFERENCE_BATCH, REFERENCE_TEST_SAMPLES = "small", 128, 256
+REFERENCE_COSTS = (*COSTS, "per_test_sample")
+PROBES_SECONDS = 30  # at most, every reference a dry run measures, together
 
 
 def timings_path() -> Path:
@@ -81,40 +99,90 @@ def reference_cell(cell: Cell) -> Cell:
     return dataclasses.replace(short, max_train_samples=PROBE_CELL_STEPS * short.global_batch)
 
 
+@functools.cache
+def versions(backend: str) -> str:
+    """What `backend` uses here (its packages' versions), read once a process: a dry run asks
+    it of every cell."""
+    return Start.of(backend).describe()
+
+
 def probe_key(cell: Cell) -> str:
     """The kept entry of `cell`'s framework's probe cell."""
     probe = reference_cell(cell)
-    return f"cell {probe.key} {Start.of(probe.backend).describe()}"
+    return f"cell {probe.key} {versions(probe.backend)}"
 
 
-def framework_costs(cell: Cell, model: Model, launcher: Launcher,
-                    measure: bool) -> tuple[dict | None, bool]:
-    """What `cell`'s framework costs here (`model`: the cell's, the probe cell's too), from a
-    real short cell of its single-device backend
-    (reference_cell, launched as a grid launches it, on this machine only): its start-up
-    (imports, data, model), its second epoch's seconds per sample, its first epoch's extra
-    seconds (TensorFlow's tracing, JAX's compilation), and its finish (the test evaluation on
-    the cell's test set, the evidence, the processes' end). Kept, or (where `measure`) run now;
-    None where that cell does not run ok here."""
-    probe = reference_cell(cell)
+def measured_costs(probe: Cell, model: Model, launcher: Launcher) -> dict | None:
+    """What a short cell of a single-device backend (`probe`, of `model`) cost here, launched as
+    a grid launches it: its start-up (imports, data, model), its second epoch's seconds per
+    sample, its first epoch's extra seconds (TensorFlow's tracing, JAX's compilation), its
+    finish (the test evaluation, the evidence, the processes' end) and, where its epochs
+    evaluated too (a reference), a test sample's seconds; None where it does not run ok (within
+    its timeout)."""
     backend = Start.of(probe.backend)
+    if refused(backend, probe, model, launcher) or backend.missing():
+        return None
+    with tempfile.TemporaryDirectory(prefix="xbench-probe-") as folder:
+        started = time.perf_counter()
+        ended = launch(backend, probe, model, Path(folder) / "probe.log", launcher)
+        seconds = time.perf_counter() - started
+    if ended["status"] != "ok":
+        return None
+    result = ended["result"]["measurement"]
+    first, second = result["epochs"][:2]
+    evaluating = first.get("evaluation_seconds", 0.0) + second.get("evaluation_seconds", 0.0)
+    outside = (seconds - result["startup_seconds"] - first["seconds"] - second["seconds"]
+               - evaluating)
+    costs = {"start": result["startup_seconds"],
+             "per_sample": second["seconds"] / second["samples"],
+             "first_epoch_extra": max(1e-3, first["seconds"] - second["seconds"]),
+             "finish": max(1e-3, outside)}
+    if "evaluation_seconds" in second:  # a reference: its epochs' evaluations, timed
+        costs["per_test_sample"] = max(1e-6, second["evaluation_seconds"] / probe.max_test_samples)
+    return costs
 
-    def run() -> dict | None:
-        if refused(backend, probe, model, launcher) or backend.missing():
-            return None
-        with tempfile.TemporaryDirectory(prefix="xbench-probe-") as folder:
-            started = time.perf_counter()
-            ended = launch(backend, probe, model, Path(folder) / "probe.log", launcher)
-            seconds = time.perf_counter() - started
-        if ended["status"] != "ok":
-            return None
-        result = ended["result"]["measurement"]
-        first, second = result["epochs"][:2]
-        outside = seconds - result["startup_seconds"] - first["seconds"] - second["seconds"]
-        return {"start": result["startup_seconds"],
-                "per_sample": second["seconds"] / second["samples"],
-                "first_epoch_extra": max(1e-3, first["seconds"] - second["seconds"]),
-                "finish": max(1e-3, outside)}
+
+def cell_costs(cell: Cell, model: Model, launcher: Launcher,
+               measure: bool) -> tuple[dict | None, bool]:
+    """What `cell`'s own probe cost here (reference_cell, of `model`: the cell's), on this
+    machine only: kept, or (where `measure`) run now; None where it is neither. Also whether it
+    ran now."""
     if launcher.name != "local":  # this machine's timings say nothing of a cluster's nodes
         return None, False
-    return kept_or_measured(probe_key(cell), COSTS, run if measure else None)
+    return kept_or_measured(
+        probe_key(cell), COSTS,
+        (lambda: measured_costs(reference_cell(cell), model, launcher)) if measure else None)
+
+
+def framework_reference_cell(framework: str, device: str, timeout: int = 600) -> Cell:
+    """A framework's reference on `device` (a cell's setting: auto, cpu, cuda): its
+    single-device backend's short cell of REFERENCE_MODEL on synthetic data, PROBE_CELL_STEPS
+    steps an epoch for 2 epochs, evaluated at each epoch's end (to an accuracy of 1, which it
+    never reaches), its OpenMP threads waiting passively (as reference_cell's), killed after
+    `timeout` seconds."""
+    return normalised(Cell(
+        grid="reference", backend=references()[framework], model=REFERENCE_MODEL, multiple=1,
+        batch=REFERENCE_BATCH, devices=1, epochs=2, batch_mode="global", seed=0,
+        max_train_samples=PROBE_CELL_STEPS * REFERENCE_BATCH,
+        max_test_samples=REFERENCE_TEST_SAMPLES, data="synthetic", device=device,
+        timeout=timeout, omp_wait="passive", target_accuracy=1.0, evals_per_epoch=1))
+
+
+def reference_key(framework: str, device: str) -> str:
+    """The kept entry of `framework`'s reference on `device`."""
+    probe = framework_reference_cell(framework, device)
+    return f"reference {probe.key} {versions(probe.backend)}"
+
+
+def framework_reference(framework: str, device: str, launcher: Launcher,
+                        seconds: float | None) -> tuple[dict | None, bool]:
+    """`framework`'s reference costs here on `device` (framework_reference_cell): kept, or
+    (given `seconds` it may take, where it is not kept) measured now within them; None where it
+    is neither. Also whether it ran now."""
+    if launcher.name != "local":
+        return None, False
+    probe = framework_reference_cell(framework, device, max(1, int(seconds or 0)))
+    return kept_or_measured(
+        reference_key(framework, device), REFERENCE_COSTS,
+        (lambda: measured_costs(probe, resolve_model(REFERENCE_MODEL), launcher))
+        if seconds and seconds > 0 else None)

@@ -48,6 +48,22 @@ def family_title(cells):
             + (f" [env {first['env']}]" if first.get("env") not in (None, "A") else ""))
 
 
+def family_titles(families: list) -> list[str]:
+    """Each family's title; where two would read alike (one setup trained two ways, compiled
+    and not, or with two seeds), each with what tells them apart (its training's words, or
+    the setting and its value), so that no two groups of verdicts share a heading."""
+    plain = [family_title(family) for family in families]
+    keys = [c for c in analysis.SETUP if c != "backend"]
+    titles = []
+    for title, family in zip(plain, families):
+        alike = [other.iloc[0] for named, other in zip(plain, families) if named == title]
+        apart = [k for k in keys if len({str(first[k]) for first in alike}) > 1]
+        first = family.iloc[0]
+        titles.append(title + "".join(f", {first[k]}" if k == "training" else f", {k} {first[k]}"
+                                      for k in apart))
+    return titles
+
+
 @dataclass(frozen=True)
 class Judgement:
     """How the judge decided one comparison: 'above' or 'below' its threshold, 'held' (the
@@ -303,9 +319,9 @@ def judged(cells, attributed=None, limits=None) -> tuple[list[Family], Judge]:
 def family_verdicts(cells, attributed, limits, judge) -> list[Family]:
     scaled, changes = analysis.scaling(cells), analysis.accuracy_change(cells)
     wrapper = analysis.wrapper_cost(cells)
-    families = []
-    for _, family in analysis.families(cells):
-        title, keys = family_title(family), set(family["cell_key"])
+    families, grouped = [], [family for _, family in analysis.families(cells)]
+    for title, family in zip(family_titles(grouped), grouped):
+        keys = set(family["cell_key"])
         found = [fastest(family, devices, judge, title)
                  for devices in sorted(family["devices"].unique())]
         family_scaled = scaled[scaled["cell_key"].isin(keys)]

@@ -43,7 +43,8 @@ NAMED = 4  # configurations named in a sentence; more are counted
 class Choice:
     """One configuration in its place: its backend's series, devices and the knobs varied in
     its setup (name, value), what it is ranked by (its rate, or its median time to a target)
-    with its interval and that interval's coverage, its usable repeats (or seeds), and whether it
+    with its interval and that interval's coverage, its usable repeats (or seeds) and how many
+    of them were contended (used at the user's request: --include-contended), and whether it
     is surely apart from the one above and the one below (`sure`)."""
     series: str
     devices: int
@@ -53,6 +54,7 @@ class Choice:
     repeats: int
     sure: bool = False
     coverage: float = LEVEL
+    contended: int = 0
 
     @property
     def name(self) -> str:
@@ -148,6 +150,7 @@ def decisions(frame: pd.DataFrame, cells: pd.DataFrame, found: Verdicts,
     runs, doubted = impossible_runs(found)
     doubted |= beyond_limits(limits)
     made = to_target(frame, runs, doubted) if len(targeted) else []
+    included = ran[ran["contended"] & ran["usable"]]["cell_key"].value_counts().to_dict()
     ran = ran.drop(targeted.index)
     if ran.empty:
         return made
@@ -163,7 +166,7 @@ def decisions(frame: pd.DataFrame, cells: pd.DataFrame, found: Verdicts,
                    for name in names(rows, key)]
         made.append(ranked(setup_title(rows.iloc[0]), kept,
                            int((rows["contended"] & ~rows["usable"]).sum()),
-                           [*names(here[here["cell_key"].isin(doubted)]), *dropped]))
+                           [*names(here[here["cell_key"].isin(doubted)]), *dropped], included))
     return made
 
 
@@ -203,15 +206,18 @@ def to_target(frame: pd.DataFrame, runs: set[tuple[str, int]],
                                         & ~rows["usable"]).sum()),
                          suspect=[*(f"{c['series']} on {analysis.devices_text(c['devices'])}"
                                     for _, c in left.iterrows()), *dropped])
-        made.append(by_time(group[usable & ~group["configuration"].isin(doubted)], empty))
+        included = rows[rows["status"].eq("ok") & rows["contended"] & rows["usable"]]
+        made.append(by_time(group[usable & ~group["configuration"].isin(doubted)], empty,
+                            included["configuration"].value_counts().to_dict()))
     return made
 
 
-def by_time(group: pd.DataFrame, empty: Decision) -> Decision:
+def by_time(group: pd.DataFrame, empty: Decision, included: dict[str, int]) -> Decision:
     """`group`'s configurations ranked by median training time to the target (a run that did
     not reach it the slowest), each adjacent pair judged by a two-sided Mann-Whitney test of
     their seeds' times, Benjamini-Hochberg over the table's pairs; `empty`: the decision
-    before any is ranked (its title, what it left out)."""
+    before any is ranked (its title, what it left out); `included`: contended runs used, by
+    configuration."""
     if group.empty:
         return empty
     median = group["training_seconds"].map(lambda t: t["median"])
@@ -229,7 +235,8 @@ def by_time(group: pd.DataFrame, empty: Decision) -> Decision:
                       len(c["training_seconds_values"]),
                       sure=len(rows) > 1 and (i == 0 or apart[i - 1])
                       and (i == len(rows) - 1 or apart[i]),
-                      coverage=c["training_seconds"]["coverage"])
+                      coverage=c["training_seconds"]["coverage"],
+                      contended=included.get(c["configuration"], 0))
                for i, c in enumerate(rows)]
     decision = replace(empty, choices=choices)
     if len(choices) < 2:
@@ -240,8 +247,10 @@ def by_time(group: pd.DataFrame, empty: Decision) -> Decision:
     return replace(decision, tied=tied, repeats=min(choices[0].repeats, choices[1].repeats))
 
 
-def ranked(title: str, cells: pd.DataFrame, contended: int, suspect: list[str]) -> Decision:
-    """The setup's cells ranked by rate, each adjacent pair judged, and what that allows."""
+def ranked(title: str, cells: pd.DataFrame, contended: int, suspect: list[str],
+           included: dict[str, int]) -> Decision:
+    """The setup's cells ranked by rate, each adjacent pair judged, and what that allows;
+    `included`: contended runs used, by cell."""
     cells = cells.sort_values("epoch2_rate", ascending=False)
     varied = [k for k in KNOBS if k in cells and cells[k].astype(str).nunique() > 1]
     rows = [c for _, c in cells.iterrows()]
@@ -252,7 +261,8 @@ def ranked(title: str, cells: pd.DataFrame, contended: int, suspect: list[str]) 
                       c["cell_key"], Interval(c["epoch2_rate"], c["epoch2_rate_low"],
                                               c["epoch2_rate_high"]), int(c["n"]),
                       sure=len(rows) > 1 and (i == 0 or apart[i - 1])
-                      and (i == len(rows) - 1 or apart[i]))
+                      and (i == len(rows) - 1 or apart[i]),
+                      contended=included.get(c["cell_key"], 0))
                for i, c in enumerate(rows)]
     decision = Decision(title, choices, contended=contended, suspect=suspect)
     if len(choices) < 2:
@@ -342,17 +352,28 @@ def lines(made: list[Decision]) -> list[str]:
     for d in made:
         out.append(f"{d.setup}, ranked by {d.ranked_by}:")
         out += [f"  {i}. {c.name}: {value_text(c, d, unit=True)}; place {place_text(c, d)}"
+                + (f"; {contended_text(c)} (included)" if c.contended else "")
                 for i, c in enumerate(d.choices, 1)]
         out += [f"  → {sentence(d)}"] + ([f"  {left_out_text(d)}"] if left_out_text(d) else [])
     return out
 
 
+def contended_text(c: Choice) -> str:
+    """'2 of 3 runs contended': what a configuration's numbers include at the user's request."""
+    return f"{c.contended} of {c.repeats} {'runs' if c.repeats > 1 else 'run'} contended"
+
+
 def frame(d: Decision) -> pd.DataFrame:
-    """A setup's ranking as a table for the pages."""
-    return pd.DataFrame([[i, c.name, value_text(c, d), c.repeats, place_text(c, d)]
-                         for i, c in enumerate(d.choices, 1)],
-                        columns=["rank", "configuration", f"{d.ranked_by}, interval",
-                                 "repeats" if d.ranked_by == RANKED_BY else "seeds", "place"])
+    """A setup's ranking as a table for the pages; a column of the contended runs each
+    configuration's numbers include, where any does (--include-contended)."""
+    table = pd.DataFrame([[i, c.name, value_text(c, d), c.repeats, place_text(c, d)]
+                          for i, c in enumerate(d.choices, 1)],
+                         columns=["rank", "configuration", f"{d.ranked_by}, interval",
+                                  "repeats" if d.ranked_by == RANKED_BY else "seeds", "place"])
+    if any(c.contended for c in d.choices):
+        table["contended runs (included)"] = [
+            f"⚠ {contended_text(c)}" if c.contended else "none" for c in d.choices]
+    return table
 
 
 def as_json(made: list[Decision]) -> list[dict]:

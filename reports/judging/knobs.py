@@ -102,10 +102,10 @@ class Finding:
         return f"{self.head}: {shown}, inconclusive: {settle}"
 
 
-def paragraphs(explained: str, found: list[Finding], missing: str) -> list[str]:
-    """A section's words: what it compares and each comparison's verdict, or, with nothing to
-    compare, what would give it something."""
-    return [explained, *(f.text for f in found)] if found else [missing]
+def answers(found: list[Finding], missing: str) -> list[str]:
+    """A section's answers: each comparison's verdict, or, with nothing to compare, what would
+    give it something."""
+    return [f.text for f in found] or [missing]
 
 
 def judged(pairs: list[tuple], make) -> list[Finding]:

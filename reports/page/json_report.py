@@ -111,7 +111,8 @@ def report_json(meta: list[str], notices: list[str], verdicts: Verdicts,
     """The whole report as data, the decision first."""
     return {"meta": meta, "notices": notices, "decision": decision.as_json(decided),
             "verdicts": verdicts_json(verdicts),
-            "sections": [{"title": s.title, "paragraphs": s.paragraphs} for s in sections],
+            "sections": [{"title": s.title, "answers": s.answers, "paragraphs": s.paragraphs}
+                         for s in sections],
             "tables": [table_json(s.title, t) for s in sections for t in s.tables],
             "figures": [figure_json(s.title, f) for s in sections for f in s.figures]}
 

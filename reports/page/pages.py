@@ -1,8 +1,8 @@
 """The report's two pages of the same walked sections (reports.sections.section.walk):
 index.html, one self-contained page (figures embedded as data: URLs, no script, no network), and
-summary.md. The HTML page reads top down: the decision, the verdicts, then per section how it
-was measured (folded: <details>, which needs no script), its figures (side by side where they
-fit) and its tables (long ones folded).
+summary.md. The HTML page reads top down: the decision, the verdicts, then per section what it
+states (its answers, never folded), how it was measured (folded: <details>, which needs no
+script), its figures (side by side where they fit) and its tables (long ones folded).
 
 Everything that comes from the results is escaped here (tables.markdown_text for Markdown), and
 the HTML page's Content-Security-Policy allows no script at all, so a backend name or error text
@@ -24,6 +24,7 @@ body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1400px; 
        color: #222; line-height: 1.4; }
 h1 { margin-bottom: 0.2em; } h2 { border-bottom: 1px solid #ccc; margin-top: 2em; }
 .verdicts { background: #f6f8fa; padding: 0.5em 1em; } .verdicts li { margin: 0.2em 0; }
+.answer { font-weight: 600; }
 .warning { background: #fff4e5; border-left: 4px solid #f0a020; padding: 0.5em 1em; }
 .figures { display: flex; flex-wrap: wrap; gap: 0 2em; align-items: flex-start; }
 figure { margin: 1em 0; max-width: 100%; }
@@ -51,7 +52,8 @@ def html_page(title, meta_lines, verdicts: Verdicts, warnings, sections: list[Sh
     body += ['<h2 id="decision">The decision</h2>', decision_html(decided)]
     body += ['<h2 id="verdicts">What the results say</h2>', verdicts_html(verdicts)]
     for section in sections:
-        body += [f"<h2>{escape(section.title)}</h2>", methods_html(section.paragraphs)]
+        body += [f"<h2>{escape(section.title)}</h2>", answers_html(section.answers),
+                 methods_html(section.paragraphs)]
         drawn = [figure_html(f, pngs[f.name]) for f in section.figures if f.name in pngs]
         if drawn:
             body.append('<div class="figures">' + "".join(drawn) + "</div>")
@@ -75,7 +77,8 @@ def markdown_page(meta, notices, verdicts: Verdicts, sections: list[ShownSection
              "## The decision", decision_markdown(decided),
              "## What the results say", verdicts_markdown(verdicts)]
     for section in sections:
-        parts += [f"## {text(section.title)}", *map(text, section.paragraphs)]
+        parts += [f"## {text(section.title)}", *[f"**{text(a)}**" for a in section.answers],
+                  *map(text, section.paragraphs)]
         for figure in section.figures:
             if figure.drawing is not None and linked:
                 parts.append(f"![{figure.title}]({figure.name}.png)\n\n{text(figure.caption)}")
@@ -145,6 +148,11 @@ def verdicts_html(verdicts: Verdicts) -> str:
               for line in headings(verdicts)]
     parts += [f'<p class="warning">{escape(warning_text(w))}</p>' for w in verdicts.warnings]
     return '<div class="verdicts">' + "".join(parts) + "</div>"
+
+
+def answers_html(answers: list[str]) -> str:
+    """What a section's numbers answer, above its fold: read without opening anything."""
+    return "".join(f'<p class="answer">{escape(answer)}</p>' for answer in answers)
 
 
 def methods_html(paragraphs: list[str]) -> str:

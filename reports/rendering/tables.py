@@ -271,12 +271,13 @@ def evidence_problems(cells):
 
 
 def notices(frame, cells, problems, where):
-    """What a reader must know before trusting the numbers: no rows, single runs, several
-    environments, synthetic data, damaged lines in the results files."""
+    """What a reader must know before trusting the numbers: no rows, contended runs used,
+    single runs, several environments, synthetic data, damaged lines in the results files."""
     lines = []
     if frame.empty:
         lines.append("No rows to report" + (f" match --where {where!r}" if where else "")
                      + ": the report is empty.")
+    lines += contended_included(frame)
     measured = analysis.measured(cells)
     single = int((measured["n"] == 1).sum())
     if single:
@@ -299,6 +300,26 @@ def notices(frame, cells, problems, where):
         if len(problems) > SUMMARY_LIMIT:
             lines.append(f"... and {len(problems) - SUMMARY_LIMIT} more")
     return lines
+
+
+def contended_included(frame) -> list[str]:
+    """Where runs marked contended are used (--include-contended): how many, and which, by cell
+    and run; the decision's table marks them too."""
+    used = frame[frame["status"].eq("ok") & frame["contended"] & frame["usable"]] \
+        if len(frame) else frame
+    if used.empty:
+        return []
+    named = [f"{key} (run {', '.join(map(str, sorted(runs['repeat'])))})"
+             for key, runs in used.groupby("cell_key", sort=False)]
+    shown = named[:SUMMARY_LIMIT] + ([f"and {len(named) - SUMMARY_LIMIT} more cell(s)"]
+                                     if len(named) > SUMMARY_LIMIT else [])
+    every = len(used) == int((frame["status"].eq("ok") & frame["usable"]).sum())
+    return ["CONTENDED RUNS INCLUDED (--include-contended): "
+            + (f"every run that ended ok ({len(used)}, of {len(named)} cell(s)) was"
+               if every else f"{len(used)} run(s) of {len(named)} cell(s) were")
+            + " timed while other processes took their cores, and the decision, the verdicts "
+              "and the tables use them (the decision marks them)"
+            + ("." if every else ": " + "; ".join(shown) + ".")]
 
 
 def summary(frame, verdict_lines, failures, sources):

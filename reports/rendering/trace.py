@@ -8,8 +8,10 @@ epoch's steps (common.measuring.attribution) and the step as a timeline (common.
 median over the steps, from backward's start). The trace draws, for every epoch and rank, one
 representative step from them:
 
-- the compute lane: the parts one after another, each its mean over the epoch's steps (so the
-  parts of a step add up to the epoch's step windows over its steps), in the order a step runs
+- the compute lane: one span per epoch and rank, named for what it is ("mean step of epoch 2":
+  one step drawn for the epoch's many, its seconds and steps in its arguments), its parts one
+  after another, each its mean over the epoch's steps (so the parts of a step add up to the
+  epoch's step windows over its steps), in the order a step runs
   them: the collectives' waiting and communication before the optimizer's update, where DDP's
   backward and Horovod's synchronize wait for them;
 - the collectives lane: each collective from its launch to its end, placed from the start of
@@ -50,8 +52,10 @@ def trace(row: dict) -> dict:
     epochs = row["attribution"]["epochs"]
     events = names(len(epochs[0]["ranks"]))
     origin = 0.0
+    seconds = [epoch["seconds"] for epoch in row["epochs"]]
     for number, epoch in enumerate(epochs, 1):
-        ends = [rank_step(events, number, rank, recorded, origin)
+        ends = [rank_step(events, number, rank, recorded, origin,
+                          seconds[number - 1] if number <= len(seconds) else None)
                 for rank, recorded in enumerate(epoch["ranks"])]
         origin = max(ends)
     return {"traceEvents": events, "displayTimeUnit": "ms",
@@ -77,9 +81,11 @@ def names(ranks: int) -> list[dict]:
     return events
 
 
-def rank_step(events: list[dict], epoch: int, rank: int, recorded: dict, origin: float) -> float:
-    """Add one rank's representative step of `epoch` from `origin` (microseconds) to `events`;
-    where it ends (its last part's or collective's end)."""
+def rank_step(events: list[dict], epoch: int, rank: int, recorded: dict, origin: float,
+              epoch_seconds: float | None) -> float:
+    """Add one rank's representative step of `epoch` (which took `epoch_seconds` in all) from
+    `origin` (microseconds) to `events`; where it ends (its last part's or collective's
+    end)."""
     steps = max(recorded["steps"], 1)
     at, backward_at = origin, None
     parts = []
@@ -95,9 +101,12 @@ def rank_step(events: list[dict], epoch: int, rank: int, recorded: dict, origin:
                                    **{k: numbers[k] for k in ("median", "p10", "p90")},
                                    "meaning": MEANING[part]}})
         at += length
-    events.append({"ph": "X", "cat": "step", "name": f"epoch {epoch}", "pid": pid(rank),
-                   "tid": COMPUTE, "ts": origin, "dur": at - origin,
-                   "args": {"epoch": epoch, "steps": recorded["steps"], "rank": rank}})
+    events.append({"ph": "X", "cat": "step", "name": f"mean step of epoch {epoch}",
+                   "pid": pid(rank), "tid": COMPUTE, "ts": origin, "dur": at - origin,
+                   "args": {"epoch": epoch, "steps": recorded["steps"], "rank": rank,
+                            "epoch_seconds": epoch_seconds,
+                            "drawn": f"one step for the epoch's {recorded['steps']}: each part "
+                                     f"its mean over them"}})
     events += parts
     timeline = recorded.get("timeline")
     if not timeline:

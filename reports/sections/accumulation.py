@@ -28,16 +28,8 @@ def accumulation_table(data: ReportData) -> Numbers:
 
 
 def findings(data: ReportData) -> list[str]:
-    """The section's words, then each comparison's verdict."""
-    return knobs.paragraphs(
-        "K micro-batches of batch / K per optimizer step, their gradients summed into one "
-        "update: the same global batch, so for a model without BatchNorm the same trajectory. "
-        "Synced last, the gradients cross once a step (DDP's and FSDP's no_sync, Horovod's "
-        "backward_passes_per_step, summed inside TensorFlow's and JAX's step); synced each, "
-        "after every micro-batch, as a naive loop does: K times the bytes. The bytes a step are "
-        "the collectives' as the library counted them where it tells them (else computed from "
-        "the model). Cells are compared only with cells alike in every other setting, their "
-        "link included: a verdict holds for the link they ran on.",
+    """Each comparison's verdict, or what would give the section one."""
+    return knobs.answers(
         knobs.accumulation_findings(data.cells),
         "K micro-batches of batch / K per optimizer step, synced once a step (last) or after "
         "every micro-batch (each): " + NEEDS + ".")
@@ -46,6 +38,15 @@ def findings(data: ReportData) -> list[str]:
 SECTION = Section(
     name="accumulation",
     title="Accumulation",
-    paragraphs=findings,
+    answers=findings,
+    paragraphs=[
+        "K micro-batches of batch / K per optimizer step, their gradients summed into one "
+        "update: the same global batch, so for a model without BatchNorm the same trajectory. "
+        "Synced last, the gradients cross once a step (DDP's and FSDP's no_sync, Horovod's "
+        "backward_passes_per_step, summed inside TensorFlow's and JAX's step); synced each, "
+        "after every micro-batch, as a naive loop does: K times the bytes. The bytes a step are "
+        "the collectives' as the library counted them where it tells them (else computed from "
+        "the model). Cells are compared only with cells alike in every other setting, their "
+        "link included: a verdict holds for the link they ran on."],
     tables=(Table("accumulation", "Rate and bytes per optimizer step by micro-batches and sync",
                   accumulation_table, NEEDS),))

@@ -9,10 +9,10 @@ COMPARE_TEXT = ("Each cell's epoch-2 rate in these results over its rate in the 
                 "Contended runs are compared too and marked.")
 
 
-def text(data: ReportData) -> list[str]:
-    """What the comparison is, then what differs between the files (reports.rendering.compare's
-    notes)."""
-    return [COMPARE_TEXT, *data.comparison[1]]
+def differences(data: ReportData) -> list[str]:
+    """What differs between the files (reports.rendering.compare's notes): what a reader of the
+    comparison must see."""
+    return data.comparison[1]
 
 
 def asked(options: Options) -> bool:
@@ -22,7 +22,8 @@ def asked(options: Options) -> bool:
 SECTION = Section(
     name="compared",
     title=lambda data: f"Compared with {data.options.baseline.name}",
-    paragraphs=text,
+    answers=differences,
+    paragraphs=[COMPARE_TEXT],
     tables=(Table("compare",
                   lambda data: f"Every cell also in {data.options.baseline.name}: NEW / BASE "
                                f"epoch-2 rate",

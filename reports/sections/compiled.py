@@ -25,14 +25,8 @@ def compiled_table(data: ReportData) -> Numbers:
 
 
 def findings(data: ReportData) -> list[str]:
-    """The section's words, then each comparison's verdict and pay-off."""
-    return knobs.paragraphs(
-        "Compiling (torch.compile; TensorFlow's jit_compile=True) trades a longer first epoch "
-        "for faster steps. Warm-up: what epoch 1 took beyond its steps at the last epoch's "
-        "median step, plus a compile ahead of time (JAX's): tracing, compiling, first "
-        "allocations. Compiling pays off in a job longer than its extra warm-up over the time "
-        "it saves an epoch. JAX compiles every step (jax.jit), whatever --compile: its cells "
-        "are shown with their warm-up.",
+    """Each comparison's verdict and pay-off, or what would give the section one."""
+    return knobs.answers(
         knobs.compile_findings(data.cells),
         "Compiled steps against each framework's default, with their warm-up: " + NEEDS + ".")
 
@@ -40,5 +34,12 @@ def findings(data: ReportData) -> list[str]:
 SECTION = Section(
     name="compiled",
     title="Compiled or eager",
-    paragraphs=findings,
+    answers=findings,
+    paragraphs=[
+        "Compiling (torch.compile; TensorFlow's jit_compile=True) trades a longer first epoch "
+        "for faster steps. Warm-up: what epoch 1 took beyond its steps at the last epoch's "
+        "median step, plus a compile ahead of time (JAX's): tracing, compiling, first "
+        "allocations. Compiling pays off in a job longer than its extra warm-up over the time "
+        "it saves an epoch. JAX compiles every step (jax.jit), whatever --compile: its cells "
+        "are shown with their warm-up."],
     tables=(Table("compiled", "Rate and warm-up compiled and not", compiled_table, NEEDS),))

@@ -72,15 +72,17 @@ def always(options: Options) -> bool:
 
 @dataclass(frozen=True)
 class Section:
-    """One heading of the report: its paragraphs (each text, or one function of the data giving
-    all of them), then its figures, then its tables; `shown` says whether the options ask for
-    it."""
+    """One heading of the report: what its numbers answer (`answers`: a function of the data
+    giving its sentences, where the section states any: shown first, never folded), its
+    paragraphs (how it was measured: each text, or one function of the data giving all of
+    them), then its figures, then its tables; `shown` says whether the options ask for it."""
     name: str
     title: Text
     paragraphs: Sequence[Text] | Callable[[ReportData], list[str]]
     figures: tuple[Figure, ...] = ()
     tables: tuple[Table, ...] = ()
     shown: Callable[[Options], bool] = always
+    answers: Callable[[ReportData], list[str]] | None = None
 
     def __post_init__(self):
         written = callable(self.paragraphs) or (
@@ -133,10 +135,13 @@ class ShownFigure:
 
 @dataclass(frozen=True)
 class ShownSection:
+    """A section walked: its `answers` (above its fold on the page), its `paragraphs` (how it
+    was measured: folded), its figures and tables."""
     title: str
     paragraphs: list[str]
     figures: list[ShownFigure] = field(default_factory=list)
     tables: list[ShownTable] = field(default_factory=list)
+    answers: list[str] = field(default_factory=list)
 
 
 def walk(section: Section, data: ReportData, draw: bool) -> ShownSection:
@@ -150,7 +155,8 @@ def walk(section: Section, data: ReportData, draw: bool) -> ShownSection:
                        if isinstance(made, str) else ShownFigure(figure.name, figure.title, *made))
     return ShownSection(said(section.title, data), section.text(data), figures,
                         [ShownTable(t.name, said(t.title, data), valued(t.make(data)),
-                                    because or said(t.empty, data)) for t in section.tables])
+                                    because or said(t.empty, data)) for t in section.tables],
+                        section.answers(data) if section.answers else [])
 
 
 def all_contended(data: ReportData) -> str | None:

@@ -28,6 +28,9 @@ RECORDINGS = {
     "time-to-accuracy": ["--preset", "time-to-accuracy", "--backend", "pt-ddp", "--batch",
                          "64,256", "--epochs", "4", "--target-accuracy", "0.85",
                          "--max-train-samples", "1024", "--max-test-samples", "1000"],
+    # the knobs preset as it ships (accumulation on a capped link, compiled steps; one run a
+    # cell): the page's answers and its decision, in a browser
+    "knobs": ["--preset", "knobs"],
 }
 
 
