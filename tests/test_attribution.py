@@ -275,7 +275,7 @@ def test_a_collective_clock_keeps_each_micro_batchs_wait_apart():
     second = clock.launch(100)  # 2.1
     clock.complete(second)      # 2.6
     clock.done()                # 2.7
-    assert clock.take() == (2.0, 2.7, [(1.1, 1.5, 100), (2.1, 2.6, 100)], 200,
+    assert clock.take() == (2.0, 2.7, [(1.1, 1.5, 100, False), (2.1, 2.6, 100, False)], 200,
                             [(1.0, 100), (2.0, 100)], [(1.0, 1.5)])
     assert covered_seconds([(0, 1), (0.5, 2), (3, 4)]) == pytest.approx(3.0)
 

@@ -123,6 +123,6 @@ def test_fsdps_own_collectives_tell_the_clock_each_call_and_the_gradients_bytes(
         assert output.tolist() == [2.0] * 4
         clock.done()  # 5.0: backward returned
         assert clock.take() == (3.0, 5.0, [(1.0, 2.0, None, True), (3.5, 4.0, 16, True)], 16,
-                                [(3.0, 16)])
+                                [(3.0, 16)], [])
     finally:
         dist.destroy_process_group()

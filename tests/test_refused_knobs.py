@@ -88,13 +88,13 @@ def test_a_capped_link_on_one_process_is_an_unsupported_row_with_the_reason(mnis
 
 
 def test_every_preset_caps_a_link_only_where_gradients_cross_it():
-    """A preset's capped cells (the knobs preset's accumulation part) all run: none is refused
-    for a link it could not take."""
+    """A preset's capped cells (the knobs preset's accumulation part, the phantoms' capped
+    all-reduces) all run: none is refused for a link it could not take."""
     capped_cells = [cell for path in sorted(EXPERIMENTS.glob("*.toml"))
                     if "link=" in path.read_text()
                     for cell in expand(read_grid_file(path))
                     if faults.parse(cell.inject).link]
-    assert {cell.grid for cell in capped_cells} == {"knobs"}
+    assert {cell.grid for cell in capped_cells} == {"knobs", "phantoms"}
     for cell in capped_cells:
         assert Start.of(cell.backend).cannot_launch(cell, resolve_model(cell.model)) is None, \
             cell.key

@@ -57,7 +57,7 @@ def test_every_ok_row_is_complete_and_consistent(smoke, backend, devices):
     # no target accuracy in the smoke grid: no target and no time to one
     assert [f for f in FIELDS if row[f] is None] == ["error", "target_accuracy", "target_loss",
                                                      "memory_limit_mb", "batch_sweep", "batchnorm",
-                                                     "time_to_target"]
+                                                     "time_to_target", "cluster"]
     assert row["train_samples"] == SMOKE_SLICE and row["dataset"] == "mnist"
     assert row["params"] == 402_442 and row["device_type"] == "cpu"
     assert row["global_batch"] == 128 and row["per_device_batch"] == 128 // devices
