@@ -117,6 +117,19 @@ def known_rows():
                      error="pt-dp with 2 devices needs 2 CUDA GPUs")]
 
 
+def as_contended(rows):
+    """The rows as a busy machine would have left them: half of every epoch's cores taken by
+    other work, each row contended (whether a recording's own rows were depends on how busy the
+    machine that recorded them was)."""
+    busy = []
+    for row in rows:
+        epochs = [{**e, "contention": {**e["contention"], "other_cpu_share": 0.5,
+                                       "taken_share": 0.5, "contended": True}}
+                  for e in row["epochs"]]
+        busy.append({**row, "epochs": epochs, "contended": True})
+    return busy
+
+
 def write_rows(path, rows, extra_lines=()):
     with open(path, "w") as f:
         for row in rows:

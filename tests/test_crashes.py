@@ -47,7 +47,7 @@ def test_a_crashed_cell_runs_again_up_to_its_retries(monkeypatch, tmp_path, retr
                      {"status": "failed", "error": "a plain failure"}])
     logs = []
 
-    def fake_launch(backend, cell, log_path, launcher, watch, load):
+    def fake_launch(backend, cell, model, log_path, launcher, watch, load):
         logs.append(log_path.name)
         return next(outcomes)
     monkeypatch.setattr(runner, "launch", fake_launch)

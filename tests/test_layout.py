@@ -208,7 +208,7 @@ def test_a_plain_wheel_installs_and_runs_in_a_fresh_environment(tmp_path):
     for args, expected in ((["--version"], "xbench, version 0.1.0"),
                            (["backends"], "needs torch: torch not installed; install PyTorch"),
                            (["grid", "--preset", "smoke", "--dry-run", "--results", "r.jsonl"],
-                            "23 cells: 0 done already, 23 unsupported here")):
+                            "25 cells: 0 done already, 25 unsupported here")):
         run = subprocess.run([str(xbench), *args], cwd=outside, capture_output=True, text=True,
                              timeout=300)
         assert run.returncode == 0, run.stderr

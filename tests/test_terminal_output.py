@@ -5,13 +5,19 @@ rows)."""
 import pytest
 
 from tests.helpers import REPO, xbench_here
-from tests.report_fixtures import known_rows, make_row, write_rows
+from tests.report_fixtures import as_contended, known_rows, make_row, write_rows
 from xbench.common.backends.traits import TRAITS
 from xbench.common.grids.table import format_rows
 from xbench.common.results.store import read_rows
 
-RECORDED = REPO / "tests" / "data" / "repeats.jsonl"  # pt-single and pt-ddp, every run contended
+RECORDED = REPO / "tests" / "data" / "repeats.jsonl"  # pt-single and pt-ddp, 3 runs each
 WIDTHS = (80, 200)
+
+
+@pytest.fixture
+def contended(tmp_path):
+    """The recorded rows, every run contended (tests.report_fixtures.as_contended)."""
+    return write_rows(tmp_path / "contended.jsonl", as_contended(read_rows(RECORDED)[0]))
 
 
 def within(text: str, columns: int) -> None:
@@ -21,8 +27,8 @@ def within(text: str, columns: int) -> None:
 
 
 @pytest.mark.parametrize("columns", WIDTHS)
-def test_compare_prints_an_aligned_table_within_the_terminal(columns):
-    done = xbench_here("compare", RECORDED, RECORDED, env={"COLUMNS": str(columns)})
+def test_compare_prints_an_aligned_table_within_the_terminal(contended, columns):
+    done = xbench_here("compare", contended, contended, env={"COLUMNS": str(columns)})
     assert done.returncode == 0, done.stderr
     within(done.stdout, columns)
     words = done.stdout.split()
@@ -32,8 +38,8 @@ def test_compare_prints_an_aligned_table_within_the_terminal(columns):
                                                                             "pt-ddp"]
 
 
-def test_compare_prints_markdown_with_format_md():
-    done = xbench_here("compare", RECORDED, RECORDED, "--format", "md", env={"COLUMNS": "80"})
+def test_compare_prints_markdown_with_format_md(contended):
+    done = xbench_here("compare", contended, contended, "--format", "md", env={"COLUMNS": "80"})
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("| backend | model |") and lines[1].startswith("|---|")
@@ -61,7 +67,7 @@ def test_predict_prints_text_within_the_terminal(tmp_path, columns):
 
 @pytest.mark.parametrize("columns", WIDTHS)
 def test_the_grids_table_of_recorded_rows_flags_each_contended_row(columns):
-    rows = read_rows(RECORDED)[0]
+    rows = as_contended(read_rows(RECORDED)[0])
     text = format_rows(rows, columns)
     within(text, columns)
     assert "\n6 of 6 rows contended (other work took their cores)" in text

@@ -97,6 +97,12 @@ def test_horovod_fuses_what_is_ready_at_each_cycle_once_its_thread_is_free():
                                                    (400, pytest.approx(3 * MS))]
     horovod = TRAITS["hvd-torch"].protocol_on("cpu")
     assert messages(curve, 2 * MS, horovod, None, lambda size: 0.5 * MS) == found
+    # a tensor ready a hair past a tick, within the rounding of the tick's count (the report
+    # of hand-made rows looped here, each pass taking nothing): it goes at that moment
+    hair = 6 * 5 * MS + 2e-12
+    [late] = fused_each_cycle([Gradient(hair, 100)], cap=math.inf, cycle=5 * MS,
+                              seconds=lambda size: 0.5 * MS)
+    assert late.start >= hair and late.size == 100
     # Horovod's buckets are groups each launched whole, in both frameworks: one as large as
     # the model waits for backward's end
     for backend in ("hvd-torch", "hvd-tf"):

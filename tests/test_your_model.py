@@ -261,7 +261,8 @@ def test_models_describes_a_model_file_as_the_grid_would_from_what_was_kept(
         assert (found[framework]["params"], found[framework]["flops_per_sample"],
                 found[framework]["input_shape"]) == (built["params"], built["flops_per_sample"],
                                                      built["input_shape"])
-    assert found["torch"]["backends"] == ["pt-single", "pt-dp", "pt-ddp", "pt-fsdp", "hvd-torch"]
+    assert found["torch"]["backends"] == ["pt-single", "pt-dp", "pt-ddp", "pt-fsdp", "pt-replicate",
+                                          "hvd-torch"]
     assert found["jax"]["backends"] == ["keras-jax"]  # the Flax backends train xbench's own
     assert found["torch"]["data"] == ["mnist", "synthetic"]  # 1x28x28 images of 10 classes
     table = xbench_here("models", "--model", EXAMPLE, env=cache)

@@ -26,7 +26,7 @@ def hidden_words(cell) -> str:
     number cannot be had; '' where no collective was timed."""
     def ms(name):
         return f"{cell[name] * 1000:.3g} ms"
-    if cell["why_missing"]:
+    if isinstance(cell["why_missing"], str):  # a merged frame holds NaN where it is None
         return f"; its collectives: {cell['why_missing']}"
     if not np.isfinite(cell["alone_seconds"]):
         return ""

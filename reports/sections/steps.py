@@ -126,7 +126,7 @@ def communication_table(data: ReportData) -> Numbers:
               lambda v: "—" if pd.isna(v) else f"{v:.0%}"),
         field("overlap share (in flight while computing, HTA's)", "overlap_share",
               lambda v: "—" if pd.isna(v) else f"{v:.0%}"),
-        ("not known", lambda c: c["why_missing"] or "—"),
+        ("not known", lambda c: c["why_missing"] if isinstance(c["why_missing"], str) else "—"),
         Column("bytes reduced (MiB/step)", lambda c: (c["bytes"] / MIB, c["bytes_how"]),
                lambda v: f"{num(v[0])} ({v[1]})"),
         Column("algbw (GB/s)", ring(lambda c: c["algbw"] * 1e-9), num),

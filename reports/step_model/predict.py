@@ -266,7 +266,7 @@ def calibrating(cells: pd.DataFrame) -> pd.DataFrame:
 # Settings that cannot act on one device: its gradients cross to no other, so the size of the
 # messages they would cross in changes nothing it computes.
 IDLE_AT_ONE = ("bucket_mb",)
-TWINS_AT_ONE = ["env", "backend", "device_type", *WORKLOAD, "inject",
+TWINS_AT_ONE = ["env", "backend", "device_type", *WORKLOAD, *columns(Role.FAULT),
                 *[c for c in columns(Role.TRAINING) if c not in IDLE_AT_ONE]]
 
 

@@ -39,7 +39,11 @@ PUBLISHED_FILE = Path(__file__).with_name("published.toml")
 RESHARD = SETTINGS["reshard"].default[0]  # a sharded backend's record: FSDP's default
 NEEDED = ("title", "backend", "per_device_rate", "per_device_batch", "parameters", "devices",
           "nodes", "link", "efficiency", "sources")
-TEXT = ("title", "backend", "link", "node_link", "sources", "optimizer")
+# A record's texts, as NUMBERS its numbers: the record's own fields (a record is not a cell).
+TEXT = {"title": "what was trained where", "backend": "the xbench backend it maps to",
+        "link": "links.toml's name of the link between devices",
+        "node_link": "links.toml's name of the link between nodes",
+        "sources": "where its figures are published", "optimizer": "its optimizer's name"}
 # tomllib holds the whole file and what it parses in memory: the shipped file of 66 records is
 # 150 kB, so a hundred times its size is room for any list of publications.
 MOST_BYTES = 16 * MIB
@@ -47,6 +51,9 @@ MOST_BYTES = 16 * MIB
 # by a measurement's noise or a cache's luck (the shipped records reach 1.0093); 2.0 is a typo.
 MOST_EFFICIENCY = 1.1
 MODELLED = ("compute", "moving", "no_overlap", "full_overlap", "predicted")  # finite, each
+# The largest model a record can describe: fifty times the largest trained (about 2 x 10^12).
+MOST_PARAMETERS = 1e14
+WIDEST_GRADIENT = 8  # bytes of one parameter's gradient: float64's, the widest a library sends
 
 
 @dataclass(frozen=True)

@@ -101,10 +101,12 @@ def fused_each_cycle(curve: Sequence[Gradient], cap: float, cycle: float,
     found, free = [], 0.0
     while pending:
         tick = max(free, pending[0].ready)
-        tick = math.ceil(tick / cycle - 1e-9) * cycle if cycle > 0 else tick
+        # the cycle's tick at or after it (never before it, whatever the rounding): the first
+        # pending tensor is always taken, so each pass takes at least one
+        tick = max(math.ceil(tick / cycle - 1e-9) * cycle, tick) if cycle > 0 else tick
         taken, size = 0, 0.0
-        while (taken < len(pending) and pending[taken].ready <= tick
-               and (taken == 0 or size + pending[taken].size <= cap)):
+        while taken < len(pending) and (taken == 0 or (pending[taken].ready <= tick
+                                                       and size + pending[taken].size <= cap)):
             size += pending[taken].size
             taken += 1
         ready = pending[taken - 1].ready
