@@ -123,6 +123,9 @@ def as_contended(rows):
     machine that recorded them was)."""
     busy = []
     for row in rows:
+        if row["status"] != "ok":  # a row that trained nothing has no contention
+            busy.append(row)
+            continue
         epochs = [{**e, "contention": {**e["contention"], "other_cpu_share": 0.5,
                                        "taken_share": 0.5, "contended": True}}
                   for e in row["epochs"]]

@@ -196,6 +196,11 @@ def test_each_invariant_broken_is_named_and_its_numbers_not_drawn(tmp_path):
             rank["collective"]["exposed_mean"] = 0.5 * MS
     assert breaking(hidden_without_overlap) == [UNDER_COMPUTE]
 
+    one_device = row_with([{**ranks[0], "collective": {**ranks[0]["collective"],
+                                                        "exposed_mean": 1.0}}], alone)
+    one_device["devices"] = 1  # one rank's all-reduce is a copy: no why, nothing to break
+    assert broken(one_device) == []
+
     def before_one_basis(r):
         for rank in r:
             del rank["collective"]["basis_steps"]

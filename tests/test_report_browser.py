@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 from tests.helpers import REPO
-from tests.report_fixtures import hostile_rows, write_rows
+from tests.report_fixtures import as_contended, hostile_rows, write_rows
+from xbench.common.results.store import read_rows
 from xbench.reports.page.build import build_report
 from xbench.reports.page.screenshot import chromium_command, screenshot
 
@@ -185,11 +186,13 @@ def test_the_recorded_rows_page_reads_decision_verdicts_figures_methods_folded(t
 
 def test_the_knobs_page_shows_its_answers_unfolded_and_its_contended_runs_on_the_decision(
         tmp_path):
-    """The knobs preset's recorded rows (tests/data/record.py), with --include-contended, in the
-    browser: every answer of Accumulation and Compiled or eager is read without opening
-    anything (their methods stay folded), and the banner above the decision and the decision's
-    table say which runs were contended; without --include-contended neither does."""
-    _, _, written = build_report([KNOBS], tmp_path / "out", formats=["html"],
+    """The knobs preset's recorded rows (tests/data/record.py), every run contended
+    (tests.report_fixtures.as_contended), with --include-contended, in the browser: every answer
+    of Accumulation and Compiled or eager is read without opening anything (their methods stay
+    folded), and the banner above the decision and the decision's table say which runs were
+    contended; without --include-contended neither does."""
+    knobs = write_rows(tmp_path / "knobs.jsonl", as_contended(read_rows(KNOBS)[0]))
+    _, _, written = build_report([knobs], tmp_path / "out", formats=["html"],
                                  include_contended=True)
     page = written["html"].read_text()
     images, errors, _ = render_in_chromium(written["html"])
@@ -207,6 +210,6 @@ def test_the_knobs_page_shows_its_answers_unfolded_and_its_contended_runs_on_the
     banner = visible.index("CONTENDED RUNS INCLUDED (--include-contended)")
     assert banner < visible.index("The decision")
     assert re.search(r"⚠ \d+ of \d+ runs? contended", visible[visible.index("The decision"):])
-    _, _, plain = build_report([KNOBS], tmp_path / "plain", formats=["html"])
+    _, _, plain = build_report([knobs], tmp_path / "plain", formats=["html"])
     assert "CONTENDED RUNS INCLUDED" not in plain["html"].read_text()
     assert "runs contended" not in plain["html"].read_text()

@@ -31,6 +31,9 @@ from xbench.common.measuring.peaks import last_launch_seconds
 if TYPE_CHECKING:
     from xbench.common.backends.collectives import Collectives
 
+# Between a replay's groups (a step's syncs): longer than a capped link's token bucket takes
+# to refill (common.running.link_cap: 4 ms), as a micro-batch's compute is.
+SYNC_PAUSE_SECONDS = 0.01
 ALONE_REPEATS = 5
 AFTER_BACKWARD = "after backward"
 REPLAYED = "replayed"
@@ -61,25 +64,30 @@ def all_after_backward(ranks: Sequence[dict]) -> bool:
 def replay(comm: Collectives, make_buffer: Callable[[int], Any], sync: Callable[[], None],
            sizes: list[int], syncs: int = 1, repeats: int = ALONE_REPEATS) -> dict:
     """Every rank calls this with the same `sizes`: the step's collectives, a buffer of each
-    size, launched together (`Collectives.sum_all`) in `syncs` groups one after the other (a
-    step that syncs after each of its micro-batches: its messages are each sync's in turn),
-    timed `repeats` rounds after a warm-up one. The record: seconds (the median round, each
-    from the last rank's launch), its lowest and highest, the rounds, messages and bytes, and
-    the source."""
+    size, launched together (`Collectives.sum_all`) in `syncs` groups (a step that syncs after
+    each of its micro-batches: its messages are each sync's in turn), timed `repeats` rounds
+    after a warm-up one. Each group is timed on its own, after a barrier and a pause
+    (SYNC_PAUSE_SECONDS): in the step a micro-batch's compute separated them, and what a link
+    holds between its transfers (a queue drained, a capped link's token bucket refilled) is
+    the step's, not a back-to-back replay's. The record: seconds (the median round, each group
+    from the last rank's launch, summed), its lowest and highest, the rounds, messages and
+    bytes, and the source."""
     buffers = [make_buffer(size) for size in sizes]
     per_sync = len(buffers) // syncs if syncs > 1 and len(buffers) % syncs == 0 else len(buffers)
     groups = [buffers[i:i + per_sync] for i in range(0, len(buffers), per_sync)]
 
-    def round_seconds() -> float:
+    def group_seconds(group: list) -> float:
         comm.barrier()
+        if len(groups) > 1:
+            time.sleep(SYNC_PAUSE_SECONDS)
         started = time.perf_counter()
-        for group in groups:
-            comm.sum_all(group)
+        comm.sum_all(group)
         sync()
         return time.perf_counter() - started
-    round_seconds()
-    mine = [round_seconds() for _ in range(repeats)]
-    rounds = np.asarray(last_launch_seconds(comm.gather(mine)), dtype=float)
+    [group_seconds(group) for group in groups]  # the warm-up round
+    mine = [group_seconds(group) for _ in range(repeats) for group in groups]
+    each = last_launch_seconds(comm.gather(mine))  # round by round, group by group
+    rounds = np.asarray(each, dtype=float).reshape(repeats, len(groups)).sum(axis=1)
     return {"seconds": float(np.median(rounds)), "low": float(rounds.min()),
             "high": float(rounds.max()), "repeats": repeats, "messages": len(sizes),
             "bytes": int(sum(sizes)), "source": REPLAYED}

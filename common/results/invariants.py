@@ -17,6 +17,8 @@ resolution, never a number against itself:
   while its rank waits for a slower one: phantom (c), tests/test_phantoms.py).
 - EXPOSED: exposed communication is within the collectives' time alone plus the waiting for
   the slowest rank and for a core (common.measuring.basis): within the time they were in flight.
+  UNDER_COMPUTE and EXPOSED hold where gradients cross between devices: on one device a
+  library's collective is a copy and no why is drawn from it.
 - COUNTED: collectives per step are counted on the steps that carry them: where a rank reduced
   bytes, it counted at least one collective a step on at least one such step.
 - LIBRARY_BYTES: the bytes a step reduced are the library's count: every rank counted the same,
@@ -61,7 +63,8 @@ def broken(row: dict) -> list[str]:
     ranks = attribution["epochs"][-1]["ranks"]
     if any(rank["collective"]["bytes_per_step"] for rank in ranks) and not on_basis(ranks):
         found.add(ONE_BASIS)
-    found |= set(_why_checks(ranks, attribution.get("alone")))
+    found |= set(_why_checks(ranks, attribution.get("alone"), crossing=row["devices"] > 1
+                             or row["nodes"] > 1))
     return [name for name in INVARIANTS if name in found]
 
 
@@ -90,11 +93,14 @@ def _counts(rank: dict) -> Iterator[str]:
         yield LIBRARY_BYTES
 
 
-def _why_checks(ranks: list[dict], replayed: dict | None) -> Iterator[str]:
+def _why_checks(ranks: list[dict], replayed: dict | None, crossing: bool) -> Iterator[str]:
+    """`crossing`: the cell's gradients cross between devices. On one device nothing crosses: a
+    library's collective there (DDP's all-reduce of one rank) is a copy, its time the library's
+    bookkeeping around it, and no why is drawn from it (reports.numbers.communication)."""
     sizes = {rank["collective"]["bytes_per_step"] for rank in ranks}
     if len(sizes) > 1:
         yield LIBRARY_BYTES
-    found = communication(ranks, replayed)
+    found = communication(ranks, replayed) if crossing else None
     if found is None or found.alone is None:
         return
     under = found.under_compute
