@@ -41,7 +41,7 @@ SOURCES = {AFTER_BACKWARD: "every collective of the steps that carry them ran af
                            "with nothing to overlap: their moving time on those steps",
            REPLAYED: "the step's collectives replayed after training through the cell's own "
                      "library and processes, nothing to overlap (from the last rank's launch, "
-                     f"median of {ALONE_REPEATS} rounds)"}
+                     f"fastest of {ALONE_REPEATS} rounds)"}
 
 
 def step_messages(ranks: Sequence[dict]) -> list[int]:
@@ -69,8 +69,9 @@ def replay(comm: Collectives, make_buffer: Callable[[int], Any], sync: Callable[
     after a warm-up one. Each group is timed on its own, after a barrier and a pause
     (SYNC_PAUSE_SECONDS): in the step a micro-batch's compute separated them, and what a link
     holds between its transfers (a queue drained, a capped link's token bucket refilled) is
-    the step's, not a back-to-back replay's. The record: seconds (the median round, each group
-    from the last rank's launch, summed), its lowest and highest, the rounds, messages and
+    the step's, not a back-to-back replay's. The record: seconds (the fastest round, each
+    group from the last rank's launch, summed: other work on the machine, and a library's
+    cycle and polling, only add to a round), its lowest and highest, the rounds, messages and
     bytes, and the source."""
     buffers = [make_buffer(size) for size in sizes]
     per_sync = len(buffers) // syncs if syncs > 1 and len(buffers) % syncs == 0 else len(buffers)
@@ -88,6 +89,6 @@ def replay(comm: Collectives, make_buffer: Callable[[int], Any], sync: Callable[
     mine = [group_seconds(group) for _ in range(repeats) for group in groups]
     each = last_launch_seconds(comm.gather(mine))  # round by round, group by group
     rounds = np.asarray(each, dtype=float).reshape(repeats, len(groups)).sum(axis=1)
-    return {"seconds": float(np.median(rounds)), "low": float(rounds.min()),
+    return {"seconds": float(rounds.min()), "low": float(rounds.min()),
             "high": float(rounds.max()), "repeats": repeats, "messages": len(sizes),
             "bytes": int(sum(sizes)), "source": REPLAYED}
