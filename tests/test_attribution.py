@@ -538,9 +538,13 @@ def test_an_input_delay_lands_in_the_input_wait(injected, backend, devices):
     for before, after in zip(plain, delayed):
         # every step slept at least the delay inside its input window: whatever else runs here
         assert after["parts"]["input"]["p10"] >= 0.98 * DELAY_MS * MS, (backend, after)
+        # all of it in the input part: counted in the delayed run itself (the plain run's own
+        # input time moves with what else runs, and once took 0.16 s more than the delayed
+        # run's beside it)
+        assert after["parts"]["input"]["seconds"] >= 0.9 * expected, (backend, after, expected)
         added = after["parts"]["input"]["seconds"] - before["parts"]["input"]["seconds"]
-        # in the input part, not elsewhere (how close, on a quiet machine: benchmarks and notes)
-        assert 0.8 * expected <= added <= 2 * expected, (backend, added, expected)
+        # and not much more than it (how close, on a quiet machine: benchmarks and notes)
+        assert added <= 2 * expected, (backend, added, expected)
 
 
 @pytest.mark.parametrize("backend", MULTI)

@@ -274,6 +274,9 @@ def collective_record(steps: Sequence[Step], split_steps: list[tuple]) -> dict:
     (`overlapped_mean`) and moving data (`moving_mean`); and the collectives a step counted on
     them (never a median over steps that record none)."""
     carrying = [i for i, step in enumerate(steps) if step.collectives]
+    # counted on the steps whose bytes are known where any are (a traced step whose profiler
+    # lost a collective is timed, not counted)
+    counted = [i for i in carrying if steps[i].collective_bytes] or carrying
     busy = [flying for _, flying, _ in split_steps]
     overlapped = [both for _, _, both in split_steps]
     moving = [max(flying - parts["waiting"], 0.0) for parts, flying, _ in split_steps]
@@ -290,8 +293,8 @@ def collective_record(steps: Sequence[Step], split_steps: list[tuple]) -> dict:
             "moving_seconds": sum(moving), "moving_median": median(moving),
             "bytes_per_step": int(np.median(sizes)) if sizes else None,
             "collectives_per_step": (float(np.median([len(steps[i].collectives)
-                                                      for i in carrying]))
-                                     if carrying else None),
+                                                      for i in counted]))
+                                     if counted else None),
             "basis_steps": len(carrying),
             "exposed_mean": basis_mean([parts["communication"] for parts, _, _ in split_steps]),
             "waiting_mean": basis_mean([parts["waiting"] for parts, _, _ in split_steps]),

@@ -93,12 +93,14 @@ class StepTracer(abc.ABC):
 
 def traced_step(window: tuple[float, float], start: float,
                 ops: Iterable[tuple[str, float, float]], flights: Iterable[Flight],
-                gradients: Iterable[tuple[float, int]] = ()) -> Step:
+                gradients: Iterable[tuple[float, int]] = (), complete: bool = True) -> Step:
     """A traced call as a Step in the loop's clock: `window` is its STEP_EVENT in the trace's
     clock (ns), `start` the call's start in the loop's (seconds), which both clocks see. `ops`:
     (part, start, end) of each op the trace labelled (its collectives apart, as `flights`, each
     with its bytes where known), `gradients` each gradient's (ready, bytes), all in the trace's
-    clock."""
+    clock. `complete`: the trace saw every collective the step's graph runs; where it lost one
+    (a profiler drops events), the step's bytes are not known (its collectives are timed as
+    seen, not counted)."""
     low, high = window
     offset = start - low / 1e9
 
@@ -112,6 +114,8 @@ def traced_step(window: tuple[float, float], start: float,
     if flights:
         _set_collectives(step, flights)
         step.gradients = sorted((at(ready), size) for ready, size in gradients)
+        if not complete:
+            step.collective_bytes = None
     return step
 
 
