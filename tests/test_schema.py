@@ -134,6 +134,7 @@ def test_rows_of_versions_it_does_not_read_are_left_for_the_validator():
     assert upgrade(future) is future and f"is not {SCHEMA_VERSION}" in row_problem(future)
 
 
+@pytest.mark.processes("the knobs preset's dry run tries its capped link: unshare and tc")
 @pytest.mark.parametrize("recording", sorted(RECORDINGS))
 def test_the_recorded_rows_pass_the_schemas_checks_as_written(recording):
     """The real rows the report, compare and export tests read (tests/data/record.py) are rows
