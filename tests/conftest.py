@@ -2,8 +2,9 @@
 download. The session's real rows come from one shared grid (`smoke`, on SMOKE_SLICE), built
 once however many pytest-xdist workers ask for it (`make test` runs two, a test file each at a
 time); a test that needs the machine to itself is marked `alone` and runs while the other worker
-waits. Which tests start processes, and the fast lane of those that start none (`make check`),
-is tests/lanes.py's; where the time goes, tests/durations.py's."""
+waits (`alone("fixture")`: while that module fixture is built). Which tests start processes, and
+the fast lane of those that start none (`make check`), is tests/lanes.py's; where the time goes,
+tests/durations.py's."""
 import contextlib
 import fcntl
 import json
@@ -43,14 +44,17 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 
 
 # The test files whose real cells take minutes, the longest first (as measured in a `make test`:
-# .test-durations/latest.json, "per_file"). Collected first, so that xdist (told not to reorder
-# them by their number of tests) hands them out first and no worker is left alone with one at the
-# end; the other files follow in their usual order.
-LONGEST_FIRST = ["test_cifar.py", "test_phantoms.py", "test_attribution.py", "test_precision.py",
-                 "test_slurm.py", "test_ray.py", "test_language_model.py", "test_faults.py",
-                 "test_lab.py", "test_your_model.py", "test_time_to_accuracy.py", "test_fsdp.py",
-                 "test_smoke.py",
-                 "test_training_settings.py", "test_report_until_conclusive.py", "test_limits.py"]
+# .test-durations/latest.json, "per_file"; a session fixture's time where it was first built).
+# Collected first, so that xdist (told not to reorder them by their number of tests) hands them
+# out first and no worker is left alone with one at the end; the other files follow in their
+# usual order. The phantoms before all: their fixture holds the machine (`alone`), and taken
+# first it waits for nothing, where second it waited for the other worker's first fixture.
+LONGEST_FIRST = ["test_phantoms.py", "test_attribution.py", "test_knobs.py", "test_your_model.py",
+                 "test_slurm.py", "test_cifar.py", "test_ray.py", "test_precision.py",
+                 "test_faults.py", "test_language_model.py", "test_overlap.py", "test_lab.py",
+                 "test_fsdp.py", "test_time_to_accuracy.py", "test_report_until_conclusive.py",
+                 "test_compression.py", "test_cli.py", "test_evidence.py", "test_smoke.py",
+                 "test_training_settings.py", "test_limits.py"]
 
 
 def pytest_collection_modifyitems(items):
@@ -65,9 +69,11 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "alone: the test needs the machine to itself (it "
-                                       "measures how busy the machine is): under xdist the other "
-                                       "worker waits while it runs")
+    config.addinivalue_line("markers", "alone(fixture): the test needs the machine to itself "
+                                       "(it measures how busy the machine is, or times what a "
+                                       "bound holds): under xdist the other worker waits while "
+                                       "it runs, or, given a module fixture's name, while that "
+                                       "fixture is built")
     config.addinivalue_line("markers", "processes(how): the test starts processes (derived by "
                                        "tests/lanes.py; by hand only where it cannot see how)")
     fast = config.getoption("--fast-lane")
@@ -80,10 +86,24 @@ def pytest_configure(config):
                          kept=FAST_LANE_DURATIONS if fast else DURATIONS), "xbench-durations")
 
 
+# The `alone(fixture)` fixtures this worker has built: a later test reading them shares the machine.
+BUILT_ALONE: set[tuple[str, str]] = set()
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    with machine_share(exclusive=item.get_closest_marker("alone") is not None):
-        return (yield)
+    """An `alone` test holds the machine to itself; `alone("name")` only while its module's
+    fixture `name` is built (its cells measure then; the tests reading its rows measure nothing),
+    so that the other worker waits once for the fixture, not once for each of its readers."""
+    marker = item.get_closest_marker("alone")
+    measured = (item.module.__name__, marker.args[0]) if marker and marker.args else None
+    exclusive = marker is not None and (measured is None or (
+        measured[1] in item.fixturenames and measured not in BUILT_ALONE))
+    with machine_share(exclusive=exclusive):
+        outcome = yield
+    if exclusive and measured is not None:
+        BUILT_ALONE.add(measured)
+    return outcome
 
 
 @contextlib.contextmanager

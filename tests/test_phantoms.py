@@ -10,7 +10,7 @@ row's recorded numbers held to the answer:
   share measured on one basis and the one the row's own timeline predicts agree.
 
 Every row also keeps its invariants (tests/every_row.py checks each one the runner wrote). The
-bounds are a quiet machine's: the tests run `alone` (the other worker of the suite waits), and a
+bounds are a quiet machine's: the cells run `alone` (the other worker of the suite waits), and a
 failure says how much of the cores other processes took while its cell ran (on this 2-core
 machine under a load of 10: pt-ddp's exposed 0.84 x, a rank waiting for the other while its
 bucket crossed; pt-fsdp's 1.25 x, each blocking gather holding that wait; the bucket ready early
@@ -33,7 +33,7 @@ from xbench.reports.step_model.timeline import (
     recorded_curve,
 )
 
-pytestmark = pytest.mark.alone  # timing bounds: the machine to itself
+pytestmark = pytest.mark.alone("phantoms")  # timing bounds: the machine to itself for its cells
 
 MLP = MODELS["phantom-mlp"]
 # (a) forward / (forward + backward): issue 63's bound, about what the FLOPs say

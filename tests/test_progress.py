@@ -204,14 +204,35 @@ def test_an_eta_with_cells_left_unforecast_is_unknown_until_a_cell_ends():
     assert unforecast.grid_eta() == "grid ETA ~30 s (the mean of 1 cell(s) done)"
 
 
-def keep_reference(cache, framework, costs):
-    """This machine's timings file in `cache` holding `framework`'s reference, as a dry run
-    leaves it."""
+def keep_reference(cache, framework, costs, compile="off"):
+    """This machine's timings file in `cache` holding `framework`'s reference (compiled or not)
+    beside what it kept already, as a dry run leaves it."""
     import socket
     path = cache / "timings" / f"{socket.gethostname()}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({reference_key(framework, "auto"): costs}))
+    kept = json.loads(path.read_text()) if path.exists() else {}
+    path.write_text(json.dumps({**kept, reference_key(framework, "auto", compile): costs}))
     return path
+
+
+def test_a_compiled_cell_scales_its_frameworks_compiled_reference(tmp_path, monkeypatch):
+    """Compiling's cost is in a compiled reference's first epoch: a cell that compiles scales
+    that one, kept apart from the eager one, and says so; without it, it has no forecast."""
+    from xbench.common.running.estimate import estimate
+    from xbench.common.running.local import LocalLauncher
+    monkeypatch.setenv("XBENCH_CACHE", str(tmp_path / "cache"))
+    keep_reference(tmp_path / "cache", "torch", {**COSTS, "per_test_sample": 0.002})
+    eager, compiled = plan_cell(), dataclasses.replace(plan_cell(), compile="on")
+    found = estimate([eager, compiled], tmp_path / "r.jsonl", True, LocalLauncher())
+    assert found[0].seconds is not None and found[1].seconds is None
+    assert found[1].source == ("no earlier rows, and PyTorch's compiled reference is not kept "
+                               "here (`xbench grid --dry-run` measures it)")
+    keep_reference(tmp_path / "cache", "torch",
+                   {**COSTS, "per_test_sample": 0.002, "first_epoch_extra": 15.0}, "on")
+    found = estimate([eager, compiled], tmp_path / "r.jsonl", True, LocalLauncher())
+    assert found[1].seconds == pytest.approx(found[0].seconds - COSTS["first_epoch_extra"] + 15)
+    assert found[1].source.startswith("from PyTorch's compiled reference here (pt-single, small, "
+                                      "kept)")
 
 
 def test_a_cell_without_rows_or_its_own_probe_is_its_frameworks_reference_scaled(
@@ -266,12 +287,12 @@ def test_references_not_kept_are_measured_only_within_the_dry_runs_time(tmp_path
 
 def test_a_capped_link_adds_its_gradients_time_once_a_step_or_once_a_micro_batch():
     """Each step's gradients through the ring's passes at the link's rate: 2 passes of half the
-    bytes each on 2 ranks, once a step, or K times with accumulate_sync each; nothing for a cell
-    of one device."""
+    bytes each from each of 2 ranks, all through the one capped loopback, once a step, or K times
+    with accumulate_sync each; nothing for a cell of one device."""
     from xbench.common.running.estimate import link_seconds
     capped = plan_cell("pt-ddp", devices=2, inject="link=400mbit", accumulate=4)
     steps = 2 * 512 // 128
-    crossing = 2 * 0.5 * MODELS["small"].gradient_bytes() / 50e6
+    crossing = 2 * (2 * 0.5 * MODELS["small"].gradient_bytes()) / 50e6
     assert link_seconds(capped, MODELS["small"]) == pytest.approx(steps * crossing)
     each = dataclasses.replace(capped, accumulate_sync="each")
     assert link_seconds(each, MODELS["small"]) == pytest.approx(4 * steps * crossing)

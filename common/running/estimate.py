@@ -10,7 +10,8 @@ their seconds per sample scaled to this cell's samples and epochs, plus their st
 finish. Else from a short cell measured here and kept (common.running.timings): the cell's own
 probe (its model, data, batch, test set and knobs) where `--probe` ran one, else its framework's
 reference (the small CNN, the same short cell whatever the grid), measured once per host and
-framework version. From either: its start-up (once per process, the processes sharing the cores,
+framework version (a compiled one for a cell that compiles: its first epoch holds the
+compiling). From either: its start-up (once per process, the processes sharing the cores,
 once more for a launcher: torchrun, horovodrun), its seconds per sample scaled to the cell's
 FLOPs (a reference's: FLOPS_EXPONENT), samples, epochs and share of the cores, its first epoch's
 extra (tracing, compilation), its finish (the processes' end, and the test evaluation: a
@@ -18,7 +19,7 @@ reference's test sample's seconds, measured, scaled as a training sample's and t
 set), and a capped link's time to carry the cell's gradients; start-up and finish
 from earlier rows of the same backend on as many devices (another model) where there are. What a
 wrapper adds to its framework's reference (collectives, more processes' own overhead) and what
-compiling or accumulating costs are known only from their rows.
+accumulating costs are known only from their rows.
 """
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ from xbench.common.results.store import read_rows, results_files
 from xbench.common.running.launch import Launcher, refused
 from xbench.common.running.progress import duration
 from xbench.common.running.timings import (
+    COMPILED_PROBE_SECONDS,
     PROBE_CELL_STEPS,
     PROBES_SECONDS,
     REFERENCE_MODEL,
@@ -150,7 +152,10 @@ def test_set(cell: Cell, model: Model) -> int:
 
 def link_seconds(cell: Cell, model: Model) -> float:
     """What a capped link (`inject link=RATE`) adds to the cell: its gradients' bytes through
-    a ring's passes, once a step or once a micro-batch (accumulate_sync each), at the rate."""
+    a ring's passes, once a step or once a micro-batch (accumulate_sync each), at the rate, from
+    every rank: the cell's ranks share the one capped loopback (the row's traffic, all links
+    together, over the rate: the phantom of tests/test_phantoms.py holds it to the exposed
+    time). The knobs preset's capped cells took 1.7x what one rank's bytes forecast."""
     rate = faults.parse(cell.inject).link_bytes_per_second
     traits = Start.of(cell.backend).traits
     kind = "cuda" if cell.device == "cuda" or (cell.device == "auto" and gpus_here()) else "cpu"
@@ -158,7 +163,7 @@ def link_seconds(cell: Cell, model: Model) -> float:
     if not rate or not protocol.crosses or cell.world < 2:
         return 0.0
     crossings = cell.accumulate if cell.accumulate_sync == "each" else 1
-    step = (crossings * protocol.ring_passes(cell.reshard) * (cell.world - 1) / cell.world
+    step = (crossings * protocol.ring_passes(cell.reshard) * (cell.world - 1)
             * model.gradient_bytes(traits.framework.name) / rate)
     return step * (samples_per_epoch(cell, model) // cell.global_batch) * cell.epochs
 
@@ -176,6 +181,17 @@ class Basis:
     tested: int | None = None
 
 
+def reference_of(cell: Cell) -> tuple[str, str, str]:
+    """Which reference a cell's forecast scales: its framework's, on its device, compiled where
+    the cell compiles (its first epoch holds the compiling)."""
+    return TRAITS[cell.backend].framework.name, cell.device, cell.compile
+
+
+def reference_title(cell: Cell) -> str:
+    compiled = "compiled " if cell.compile == "on" else ""
+    return f"{TRAITS[cell.backend].framework.title}'s {compiled}reference"
+
+
 def reference_basis(cell: Cell, model: Model, costs: dict, ran: bool) -> Basis:
     """A framework's reference scaled to the cell's model: a sample's seconds by its training
     FLOPs over the reference model's, to FLOPS_EXPONENT."""
@@ -183,7 +199,7 @@ def reference_basis(cell: Cell, model: Model, costs: dict, ran: bool) -> Basis:
     flops = max(1, model.flops_per_sample(framework.name))
     reference = resolve_model(REFERENCE_MODEL).flops_per_sample(framework.name)
     work = (flops / reference) ** FLOPS_EXPONENT
-    return Basis(costs, f"from {framework.title}'s reference here "
+    return Basis(costs, f"from {reference_title(cell)} here "
                         f"({references()[framework.name]}, {REFERENCE_MODEL}, "
                         f"{'measured now' if ran else 'kept'}) scaled to this cell's FLOPs "
                         f"(x{work:.3g}) and samples", ran, work, REFERENCE_TEST_SAMPLES)
@@ -216,18 +232,30 @@ def composed(cell: Cell, model: Model, rows: list[dict], basis: Basis, cores: in
                     f"{finish:.0f} s", basis.measured)
 
 
-def measure_references(wanted: list[tuple[str, str]], launcher: Launcher, measure: bool
-                       ) -> tuple[dict[tuple[str, str], tuple[dict | None, bool]], set]:
-    """Each (framework, device)'s reference as kept, or (where `measure`) measured now, one at
-    a time, all within PROBES_SECONDS; and those whose turn came after that time was spent
-    (not measured: the next dry run measures them)."""
+def measure_references(wanted: list[tuple[str, str, str]], launcher: Launcher, measure: bool
+                       ) -> tuple[dict[tuple[str, str, str], tuple[dict | None, bool]], set]:
+    """Each (framework, device, compile)'s reference as kept, or (where `measure`) measured
+    now, one at a time: the others first, all within PROBES_SECONDS, then each compiled one
+    within COMPILED_PROBE_SECONDS; and those whose turn came after their time was spent (not
+    measured: the next dry run measures them)."""
     found, spent, ends = {}, set(), time.monotonic() + PROBES_SECONDS
-    for framework, device in wanted:
+    for which in sorted(wanted, key=compiled):  # stable: the most wanted first
+        if compiled(which):
+            ends = time.monotonic() + COMPILED_PROBE_SECONDS
         left = ends - time.monotonic() if measure else None
-        found[framework, device] = framework_reference(framework, device, launcher, left)
-        if measure and left <= 0 and found[framework, device][0] is None:
-            spent.add((framework, device))
+        found[which] = framework_reference(*which, launcher, left)
+        if measure and left <= 0 and found[which][0] is None:
+            spent.add(which)
     return found, spent
+
+
+def compiled(reference: tuple[str, str, str]) -> bool:
+    return reference[2] == "on"
+
+
+def probe_seconds(cell: Cell) -> int:
+    """What the dry run gives the reference of `cell` (measure_references)."""
+    return COMPILED_PROBE_SECONDS if compiled(reference_of(cell)) else PROBES_SECONDS
 
 
 def own_probe(cell: Cell, model: Model, rows: list[dict], launcher: Launcher,
@@ -246,11 +274,11 @@ def unknown(cell: Cell, measured: str) -> Estimate:
     """No forecast, and why: nothing kept (`measured` KEPT), what was measured (REFERENCES,
     CELLS) did not run ok in its time, the time was SPENT before its turn, or the cell runs
     ELSEWHERE."""
-    title = TRAITS[cell.backend].framework.title
-    why = {KEPT: f"{title}'s reference is not kept here (`xbench grid --dry-run` measures it)",
-           REFERENCES: f"{title}'s reference did not run ok here within the "
-                       f"{PROBES_SECONDS} s the dry run gives its references",
-           SPENT: f"{title}'s reference was not measured: the {PROBES_SECONDS} s the dry run "
+    title = reference_title(cell)
+    why = {KEPT: f"{title} is not kept here (`xbench grid --dry-run` measures it)",
+           REFERENCES: f"{title} did not run ok here within the "
+                       f"{probe_seconds(cell)} s the dry run gives it",
+           SPENT: f"{title} was not measured: the {PROBES_SECONDS} s the dry run "
                   f"gives its references went to the others (the next dry run measures it)",
            CELLS: f"no {PROBE_CELL_STEPS}-step {reference_cell(cell).backend} cell of it ran "
                   f"ok here",
@@ -280,13 +308,13 @@ def estimate(cells: list[Cell], results_path: Path, resume: bool, launcher: Laun
                          or own_probe(cell, model, rows, launcher, measure == CELLS, cores))
             if found[-1].seconds is None:
                 waiting[number] = model
-    wanted = Counter((TRAITS[cells[n].backend].framework.name, cells[n].device) for n in waiting)
+    wanted = Counter(reference_of(cells[n]) for n in waiting)
     kept, spent = measure_references([w for w, _ in wanted.most_common()], launcher,
                                      measure != KEPT)
     why = (ELSEWHERE if launcher.name != "local" else KEPT if measure == KEPT else REFERENCES)
     for number, model in waiting.items():
         cell = cells[number]
-        which = (TRAITS[cell.backend].framework.name, cell.device)
+        which = reference_of(cell)
         costs, ran = kept[which]
         found[number] = (composed(cell, model, rows, reference_basis(cell, model, costs, ran),
                                   cores) if costs else unknown(cell, SPENT if which in spent

@@ -5,7 +5,8 @@ launches it:
 - a framework's reference (`framework_reference`): the same short cell whatever the grid, of
   REFERENCE_MODEL on synthetic data, measured once per host and framework version; the dry run
   scales it to each cell (common.running.estimate). At most one per framework, one at a time,
-  and all of them within PROBES_SECONDS;
+  all of them within PROBES_SECONDS; and, where a cell compiles, a compiled one (its first
+  epoch holds what compiling costs), each within COMPILED_PROBE_SECONDS;
 - a cell's own probe (`cell_costs`, `xbench grid --dry-run --probe`): the cell's model, data,
   batch, test set and knobs, keyed by that short cell's key (a model file's name holds its
   digest) and its packages' versions.
@@ -53,6 +54,10 @@ COSTS = ("start", "per_sample", "first_epoch_extra", "finish")  # its seconds, a
 REFERENCE_MODEL, REFERENCE_BATCH, REFERENCE_TEST_SAMPLES = "small", 128, 256
 REFERENCE_COSTS = (*COSTS, "per_test_sample")
 PROBES_SECONDS = 30  # at most, every reference a dry run measures, together
+# At most, each compiled reference (after the others): compiling is the cost it measures, and a
+# compile cut short measures nothing; the small CNN's torch.compile took 15-17 s on a quiet 2-core
+# machine here and past 30 s beside two busy loops.
+COMPILED_PROBE_SECONDS = 120
 
 
 def timings_path() -> Path:
@@ -154,35 +159,37 @@ def cell_costs(cell: Cell, model: Model, launcher: Launcher,
         (lambda: measured_costs(reference_cell(cell), model, launcher)) if measure else None)
 
 
-def framework_reference_cell(framework: str, device: str, timeout: int = 600) -> Cell:
-    """A framework's reference on `device` (a cell's setting: auto, cpu, cuda): its
-    single-device backend's short cell of REFERENCE_MODEL on synthetic data, PROBE_CELL_STEPS
-    steps an epoch for 2 epochs, evaluated at each epoch's end (to an accuracy of 1, which it
-    never reaches), its OpenMP threads waiting passively (as reference_cell's), killed after
-    `timeout` seconds."""
+def framework_reference_cell(framework: str, device: str, compile: str = "off",
+                             timeout: int = 600) -> Cell:
+    """A framework's reference on `device` (a cell's setting: auto, cpu, cuda), its step
+    compiled or not (`compile`, the cell's setting): its single-device backend's short cell of
+    REFERENCE_MODEL on synthetic data, PROBE_CELL_STEPS steps an epoch for 2 epochs, evaluated
+    at each epoch's end (to an accuracy of 1, which it never reaches), its OpenMP threads
+    waiting passively (as reference_cell's), killed after `timeout` seconds."""
     return normalised(Cell(
         grid="reference", backend=references()[framework], model=REFERENCE_MODEL, multiple=1,
         batch=REFERENCE_BATCH, devices=1, epochs=2, batch_mode="global", seed=0,
         max_train_samples=PROBE_CELL_STEPS * REFERENCE_BATCH,
         max_test_samples=REFERENCE_TEST_SAMPLES, data="synthetic", device=device,
-        timeout=timeout, omp_wait="passive", target_accuracy=1.0, evals_per_epoch=1))
+        timeout=timeout, omp_wait="passive", target_accuracy=1.0, evals_per_epoch=1,
+        compile=compile))
 
 
-def reference_key(framework: str, device: str) -> str:
-    """The kept entry of `framework`'s reference on `device`."""
-    probe = framework_reference_cell(framework, device)
+def reference_key(framework: str, device: str, compile: str = "off") -> str:
+    """The kept entry of `framework`'s reference on `device`, compiled or not."""
+    probe = framework_reference_cell(framework, device, compile)
     return f"reference {probe.key} {versions(probe.backend)}"
 
 
-def framework_reference(framework: str, device: str, launcher: Launcher,
+def framework_reference(framework: str, device: str, compile: str, launcher: Launcher,
                         seconds: float | None) -> tuple[dict | None, bool]:
-    """`framework`'s reference costs here on `device` (framework_reference_cell): kept, or
-    (given `seconds` it may take, where it is not kept) measured now within them; None where it
-    is neither. Also whether it ran now."""
+    """`framework`'s reference costs here on `device`, compiled or not (framework_reference_cell):
+    kept, or (given `seconds` it may take, where it is not kept) measured now within them; None
+    where it is neither. Also whether it ran now."""
     if launcher.name != "local":
         return None, False
-    probe = framework_reference_cell(framework, device, max(1, int(seconds or 0)))
+    probe = framework_reference_cell(framework, device, compile, max(1, int(seconds or 0)))
     return kept_or_measured(
-        reference_key(framework, device), REFERENCE_COSTS,
+        reference_key(framework, device, compile), REFERENCE_COSTS,
         (lambda: measured_costs(probe, resolve_model(REFERENCE_MODEL), launcher))
         if seconds and seconds > 0 else None)
