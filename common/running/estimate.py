@@ -155,7 +155,7 @@ def link_seconds(cell: Cell, model: Model) -> float:
     a ring's passes, once a step or once a micro-batch (accumulate_sync each), at the rate, from
     every rank: the cell's ranks share the one capped loopback (the row's traffic, all links
     together, over the rate: the phantom of tests/test_phantoms.py holds it to the exposed
-    time). The knobs preset's capped cells took 1.7x what one rank's bytes forecast."""
+    time). The knobs preset's capped cells ran 1.3-1.9x what one rank's bytes forecast."""
     rate = faults.parse(cell.inject).link_bytes_per_second
     traits = Start.of(cell.backend).traits
     kind = "cuda" if cell.device == "cuda" or (cell.device == "auto" and gpus_here()) else "cpu"
