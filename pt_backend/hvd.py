@@ -1,5 +1,4 @@
 """hvd-torch: Horovod's ring all-reduce over PyTorch, N processes started by horovodrun."""
-import os
 import threading
 import time
 
@@ -16,9 +15,7 @@ class HorovodTorchBackend(TorchBackend):
 
     def start_processes(self, device_kind):
         import horovod.torch as hvd
-        if self.cell.bucket_mb:  # read by hvd.init(), alike on every rank
-            os.environ["HOROVOD_FUSION_THRESHOLD"] = str(self.cell.bucket_bytes)
-        hvd.init()
+        horovod_support.init(hvd, self.cell.bucket_bytes)
         self.hvd = hvd
         return HorovodTorchCollectives(hvd)
 

@@ -6,7 +6,6 @@ them, but for any micro-batch's gradients). Never `horovod.tensorflow.keras`: wi
 Keras 3 its DistributedOptimizer runs without error but does not average, and replicas silently
 diverge. Horovod's TensorFlow ops want the `tf.Variable` under each Keras variable (`.value`).
 """
-import os
 
 from xbench.common.backends import horovod_support
 from xbench.tf_backend.base import TensorFlowBackend
@@ -19,9 +18,7 @@ class HorovodTensorFlowBackend(TensorFlowBackend):
     def start_processes(self):
         import horovod.tensorflow as hvd
         import tensorflow as tf
-        if self.cell.bucket_mb:  # read by hvd.init(), alike on every rank
-            os.environ["HOROVOD_FUSION_THRESHOLD"] = str(self.cell.bucket_bytes)
-        hvd.init()
+        horovod_support.init(hvd, self.cell.bucket_bytes)
         self.hvd = hvd
         return HorovodTensorFlowCollectives(
             hvd, tf, horovod_support.compressor(hvd, self.cell.compression), self.cell.bucket_mb)

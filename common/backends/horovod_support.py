@@ -3,7 +3,23 @@ row's details and the gather; `hvd` is horovod.torch or horovod.tensorflow, init
 their processes start and what they need: common.backends.launch_scopes, traits and start.)
 """
 import importlib.metadata
+import os
 from collections.abc import Sequence
+
+
+def init(hvd, bucket_bytes: int) -> None:
+    """hvd.init() with the cell's fusion threshold (`bucket_bytes`; 0: Horovod's own), read by
+    hvd.init() alike on every rank. A rank that is not talking through Gloo fails here: xbench's
+    horovodrun skips horovodrun's own check that Horovod was built with it
+    (common.running.horovodrun)."""
+    if bucket_bytes:
+        os.environ["HOROVOD_FUSION_THRESHOLD"] = str(bucket_bytes)
+    hvd.init()
+    if not hvd.gloo_enabled():
+        raise RuntimeError(
+            f"Horovod {importlib.metadata.version('horovod')} did not start its ranks over Gloo "
+            f"(built with Gloo: {bool(hvd.gloo_built())}); xbench runs Horovod with horovodrun "
+            f"--gloo: reinstall Horovod with HOROVOD_WITH_GLOO=1 (scripts/build_horovod.sh)")
 
 
 def compressor(hvd, compression: str):
