@@ -10,7 +10,8 @@ from xbench.common.workload.models import MODELS
 from xbench.reports.page.build import build_report
 
 # Epoch losses of pt-fsdp against pt-ddp (fp32, 2 ranks): equal to every printed digit here
-# (2.270425409078598, 1.4118895381689072 in both); the smoke grid's cross-backend tolerance.
+# (2.2978962659835815, 1.9458975940942764 in both, 512 images); the smoke grid's cross-backend
+# tolerance.
 LOSS_TOLERANCE = 2e-5
 SCALARS = 1024  # bytes of the optimizer's per-parameter step counters (never sharded)
 
@@ -20,7 +21,7 @@ def fsdp(mnist_dir, tmp_path_factory):
     folder = tmp_path_factory.mktemp("fsdp")
     grid = write_grid(folder, name="fsdp", backends=["pt-ddp", "pt-fsdp"], models=["large"],
                       devices=[2], reshard=["after-forward", "after-backward"],
-                      max_train_samples=1024, max_test_samples=1000, target_accuracy=0.999,
+                      max_train_samples=512, max_test_samples=512, target_accuracy=0.999,
                       evals_per_epoch=1, seeds=1)
     results = folder / "r.jsonl"
     run = xbench("grid", grid, "--data-dir", mnist_dir, "--results", results)
@@ -84,7 +85,7 @@ def test_a_run_to_a_target_evaluates_the_gathered_model_on_every_point(fsdp):
     for reshard in ("after-forward", "after-backward"):
         reached = rows["pt-fsdp", reshard]["time_to_target"]
         assert reached["converged"] is False and reached["seconds"] is None
-        assert [(p["epoch"], p["step"]) for p in reached["curve"]] == [(1, 8), (2, 16)]
+        assert [(p["epoch"], p["step"]) for p in reached["curve"]] == [(1, 4), (2, 8)]
         ddp_curve = rows["pt-ddp", "after-forward"]["time_to_target"]["curve"]
         assert [p["accuracy"] for p in reached["curve"]] == pytest.approx(
             [p["accuracy"] for p in ddp_curve], abs=1e-3)
