@@ -94,10 +94,16 @@ def predict(results_files, link, node_link, devices, nodes, bucket_mb, per_devic
     1-device cells (their step attribution) and a link, and check the model against every
     N-device cell in the results: each predicted from the other cells' calibration (default
     results: the newest in results/). Every predicted number is labelled predicted."""
+    from xbench.common.results.store import results_files as results_files_in
     from xbench.reports.numbers import analysis  # pandas and scipy: loaded here
     from xbench.reports.numbers.rows import load, load_probes, newest_results
     from xbench.reports.step_model.predict import calibrating, checked, given_links
-    from xbench.reports.step_model.published import PUBLISHED_FILE, against_published
+    from xbench.reports.step_model.published import (
+        PUBLISHED_FILE,
+        against_published,
+        published_summary,
+    )
+    from xbench.reports.step_model.published import as_json as published_json
     from xbench.reports.step_model.target import Target, check_links
     from xbench.reports.step_model.what_if import what_if
     chosen, between = given_links(link, node_link)
@@ -105,6 +111,14 @@ def predict(results_files, link, node_link, devices, nodes, bucket_mb, per_devic
     record = None  # the published records first: a bad one stops before any results are read
     if published is not None:
         record = against_published(Path(published) if published else PUBLISHED_FILE)
+        if not (results_files or chosen or results_files_in(DEFAULT_RESULTS_DIR)):
+            # the published check alone: it needs nothing measured here
+            if as_json:
+                click.echo(json_text({"published": published_json(record),
+                                      "published_scores": published_summary(record)}))
+            else:
+                show_published(record, form)
+            return
     paths = [Path(p) for p in results_files] or [newest_results(DEFAULT_RESULTS_DIR)]
     frame, problems = load(paths, where, include_contended)
     for problem in problems:

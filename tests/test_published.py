@@ -269,6 +269,20 @@ def test_published_prints_every_record_beside_three_predictions(tmp_path):
         and "| all hidden behind backward |" in run.stdout and "| terms |" in run.stdout
 
 
+def test_the_published_check_alone_needs_no_results_of_this_machine(tmp_path):
+    """Where no results file is named and results/ has none, `--published` checks the records
+    alone; a prediction for a link still needs measured cells and says so."""
+    done = xbench_here("predict", "--published", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    data = strict_json(done.stdout)
+    assert set(data) == {"published", "published_scores"}
+    assert data["published_scores"]["records"] == len(tomllib.loads(PUBLISHED_FILE.read_text()))
+    shown = xbench_here("predict", "--published", "--format", "md", cwd=tmp_path)
+    assert shown.returncode == 0 and "| none hidden |" in shown.stdout, shown.stderr
+    linked = xbench_here("predict", "--published", "--link", "nvlink4", cwd=tmp_path)
+    assert linked.returncode == 2 and "no results file" in linked.stderr
+
+
 # A record's text that would act on a terminal or a Markdown page: the bell, an escape that
 # recolours the screen, the right-to-left override, code, a table's bar, a script.
 HOSTILE = "bell\x07 esc\x1b[31m rlo\u202e `code` a|b <script>alert(1)</script>"
