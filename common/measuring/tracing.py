@@ -123,9 +123,9 @@ def _set_collectives(step: Step, flights: list[Flight]) -> None:
     """The step's collectives; this rank was ready for them when its backward ended (its last
     backward op, the slow-rank fault's included), not at the last launch: small packs run one
     after another, launched long after backward, and the wait for them from the first's start
-    is the step's communication (or waiting, until the slowest rank's backward ended). A step without a
-    backward op was ready at its last launch. A collective that ended before backward did and
-    during which the rank computed nothing is a wait of its own (`earlier_syncs`: a
+    is the step's communication (or waiting, until the slowest rank's backward ended). A step
+    without a backward op was ready at its last launch. A collective that ended before backward
+    did and during which the rank computed nothing is a wait of its own (`earlier_syncs`: a
     micro-batch's, with --accumulate-sync each, that the next micro-batch waits for), from the
     end of the rank's last op before it; one that ran beside compute (launched as backward
     made its gradients) is no wait. Where the first collective starts after the rank was ready,
