@@ -7,6 +7,7 @@ on DataParallel's mesh and each batch split over it, one jax.jit-compiled step o
 On a CPU the devices are XLA's host-platform devices, as jax-dp's are."""
 import os
 
+from xbench.common.running.framework_import import import_as_installed_alone
 from xbench.jax_backend.base import JaxBackend
 
 
@@ -14,7 +15,9 @@ class KerasDataParallelBackend(JaxBackend):
     name = "keras-jax"
 
     def set_up(self, cell, threads_per_device):
-        os.environ["KERAS_BACKEND"] = "jax"  # read when Keras is first imported, in `network`
+        os.environ["KERAS_BACKEND"] = "jax"  # read when Keras is first imported
+        # as an environment of Keras and JAX alone would import it (pandas and matplotlib hidden)
+        import_as_installed_alone("keras", self.traits.framework.not_in_its_install)
         return super().set_up(cell, threads_per_device)
 
     def network(self, cell, devices):

@@ -45,10 +45,23 @@ class Framework:
     # OpenMP's), whose cells then make one configuration whatever its value
     # (common.grids.grid.normalised).
     no_omp_wait: str = ""
+    # The packages of xbench's environment that an environment holding only this framework
+    # lacks (the other frameworks, its reports' libraries): hidden while the framework is
+    # imported, so that its optional imports of them find nothing, as they would there
+    # (common.running.framework_import).
+    not_in_its_install: tuple[str, ...] = ()
 
 
-# Peak RSS of the small model's smoke cells on CPU: 420-460 MB with PyTorch, 690-750 MB with
-# TensorFlow.
+# Each framework's own packages, and those of xbench's reports (none among the frameworks'
+# requirements but SciPy, which JAX requires)
+TORCH_PACKAGES = ("torch",)
+TENSORFLOW_PACKAGES = ("tensorflow", "keras")
+JAX_PACKAGES = ("jax", "jaxlib", "flax", "optax")
+REPORT_LIBRARIES = ("pandas", "matplotlib", "scipy")
+
+
+# Peak RSS of the small model's smoke cells on CPU: 420-460 MB with PyTorch, 630-665 MB with
+# TensorFlow (830-870 MB while its import also loaded JAX, pandas, matplotlib and SciPy).
 TORCH = Framework(
     "torch", "PyTorch", "torch",
     "install PyTorch with `make setup` (or `pip install torch` into the environment)",
@@ -57,7 +70,8 @@ TORCH = Framework(
     describer="xbench.pt_backend.user_model", models_built_by="PyTorch",
     models_counter="xbench.pt_backend.models:describe", models_versions=("torch",),
     compiler="torch.compile of the model (TorchDynamo and Inductor)",
-    uncompiled="eager: each operation dispatched as Python reaches it")
+    uncompiled="eager: each operation dispatched as Python reaches it",
+    not_in_its_install=TENSORFLOW_PACKAGES + JAX_PACKAGES + REPORT_LIBRARIES)
 TENSORFLOW = Framework(
     "tensorflow", "TensorFlow", "tensorflow",
     "install TensorFlow with `make setup`, or `pip install -e '.[tf]'` into the environment "
@@ -70,9 +84,10 @@ TENSORFLOW = Framework(
     no_omp_wait="TensorFlow's CPU kernels run on its own thread pools (Eigen's, which its oneDNN "
                 "kernels use too), not OpenMP's: no library of TensorFlow 2.21 (or of Horovod's "
                 "TensorFlow extension) holds an OpenMP runtime, so OMP_WAIT_POLICY changes "
-                "nothing in its processes")
-# Peak RSS of the small model's smoke cells on CPU with JAX: 485-555 MB with Flax, 675-685 MB
-# with keras-jax.
+                "nothing in its processes",
+    not_in_its_install=TORCH_PACKAGES + JAX_PACKAGES + REPORT_LIBRARIES)
+# Peak RSS of the small model's smoke cells on CPU with JAX: 485-555 MB with Flax, 555 MB with
+# keras-jax (640-685 MB while Keras' import also loaded pandas and matplotlib).
 JAX = Framework(
     "jax", "JAX", "jax",
     "install JAX, Flax and Optax with `make setup`, or `pip install -e '.[jax]'` into the "
@@ -95,5 +110,7 @@ JAX = Framework(
                     "cells are compiled, which their rows record",
     no_omp_wait="XLA's CPU runtime runs on its own thread pool (Eigen's), not OpenMP's: no "
                 "library of jaxlib 0.10 holds an OpenMP runtime, so OMP_WAIT_POLICY changes "
-                "nothing in its processes")
+                "nothing in its processes",
+    # keras-jax's Keras is imported under the same (jax_backend.keras)
+    not_in_its_install=TORCH_PACKAGES + ("tensorflow", "pandas", "matplotlib"))
 FRAMEWORKS = (TORCH, TENSORFLOW, JAX)

@@ -163,7 +163,8 @@ RANK_ATTRIBUTION = {
 NESTED = {
     "epochs": [EPOCH], "crashes": [TEXT],
     "env": {"host?": Maybe(TEXT), "cpu_count?": Maybe(WHOLE), "python?": Maybe(TEXT),
-            "packages?": Maybe(Each(Maybe(TEXT))), "git_commit?": Maybe(TEXT)},
+            "packages?": Maybe(Each(Maybe(TEXT))), "git_commit?": Maybe(TEXT),
+            "imported_without?": Maybe([TEXT])},
     "evidence": Maybe({"replica_weight_digests?": Maybe([TEXT]),
                        "global_batches_digests?": Maybe([TEXT]),
                        "distributed_sampler_digests?": Maybe([TEXT]),

@@ -6,7 +6,6 @@ common.results.schema.Measurement and the environment) atomically; a rank that f
 `error-<pid>.json` saying how (oom, unsupported or failed), then exits non-zero so the launcher
 (torchrun, horovodrun) ends the group.
 """
-import importlib
 import json
 import os
 import re
@@ -15,10 +14,12 @@ import sys
 import traceback
 from pathlib import Path
 
+from xbench.common.backends.frameworks import Framework
 from xbench.common.backends.registry import get_backend
 from xbench.common.errors import Unsupported, UserError
 from xbench.common.grids.cell import Cell
 from xbench.common.running import env
+from xbench.common.running.framework_import import import_as_installed_alone
 from xbench.common.running.job import Job
 from xbench.common.running.progress import ProgressReport
 from xbench.common.workload import data as data_module
@@ -31,14 +32,17 @@ def write_json(path, payload):
     os.replace(tmp, path)
 
 
-def limit_memory(megabytes, framework):
-    """Let this process allocate only `megabytes` more once its framework is imported and its data
-    loaded (RLIMIT_DATA), so that a batch that does not fit raises the framework's out-of-memory
+def limit_memory(megabytes: int, framework: Framework, environment: dict) -> None:
+    """Import the framework as an environment holding only it would
+    (common.running.framework_import; `environment` records what was hidden), then let this
+    process allocate only `megabytes` more, its framework imported and its data loaded
+    (RLIMIT_DATA), so that a batch that does not fit raises the framework's out-of-memory
     error instead of swapping or waking the kernel's OOM killer. With the cell's memory_limit_mb
     this emulates a smaller device (unless the backend bounds its tensors by its own allocator,
     Backend.bound_tensor_memory); without it, the limit is the process's share of the memory
     the machine had available when the cell started."""
-    importlib.import_module(framework)
+    import_as_installed_alone(framework.module, framework.not_in_its_install)
+    environment["imported_without"] = list(framework.not_in_its_install)
     status = Path("/proc/self/status").read_text()
     in_use = int(re.search(r"VmData:\s+(\d+) kB", status).group(1)) * 1024
     _, hard = resource.getrlimit(resource.RLIMIT_DATA)
@@ -56,10 +60,11 @@ def main(job_path, out_dir):
     # the machine as this process found it, before a backend narrowed the cores it may use (a
     # pinned rank's, a JAX process's share)
     environment = env.capture()
+    framework = backend.traits.framework
     try:
         if "measure" in spec:  # xbench probe or profile: the cell's processes, no training
             method, request = spec["measure"]
-            limit_memory(budget, backend.traits.framework.module)
+            limit_memory(budget, framework, environment)
             result = getattr(backend, method)(cell, spec["threads_per_device"], request)
             if result is not None:
                 write_json(out_dir / "result.json", {method: result, "env": environment})
@@ -70,11 +75,11 @@ def main(job_path, out_dir):
         # what the grid found of the cell's model (a model file's facts), not found again
         model = resolve_model(cell.model, spec.get("model_file"))
         job = Job(cell=cell, model=model,
-                  data=data_module.load(cell, model, backend.traits.framework.name),
+                  data=data_module.load(cell, model, framework.name),
                   threads_per_device=spec["threads_per_device"], launched_at=spec["launched_at"],
                   omp_wait=spec["omp_wait"],
                   progress=ProgressReport(out_dir))
-        limit_memory(limit, backend.traits.framework.module)
+        limit_memory(limit, framework, environment)
         print(f"xbench worker {os.getpid()}: {len(job.data.train_images)} training samples loaded; "
               f"training {cell.label}", file=sys.stderr, flush=True)
         measurement = backend.train(job)
