@@ -60,7 +60,7 @@ JAX_PACKAGES = ("jax", "jaxlib", "flax", "optax")
 REPORT_LIBRARIES = ("pandas", "matplotlib", "scipy")
 
 
-# Peak RSS of the small model's smoke cells on CPU: 420-460 MB with PyTorch, 630-665 MB with
+# Peak RSS of the small model's smoke cells on CPU: 420-460 MB with PyTorch, 625-680 MB with
 # TensorFlow (830-870 MB while its import also loaded JAX, pandas, matplotlib and SciPy).
 TORCH = Framework(
     "torch", "PyTorch", "torch",
